@@ -1,0 +1,512 @@
+//! The idempotency engine: expiry, leases, payload hashing and the record state machine, once,
+//! above any [`Backend`].
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::key::{sha256_hex, stored_key};
+use crate::record::{Clock, Record, Status, SystemClock, system_time_ms};
+use crate::store::{Backend, Put, StoreError, Update};
+
+/// Largest DynamoDB item, in bytes. A result that would make the record larger is not stored.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// Default time a completed record blocks duplicates: 24 hours.
+pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Default lease when the caller knows no deadline: 60 seconds.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// What [`Idempotency::acquire`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The caller holds the key until the lease ends: do the work, then
+    /// [`complete`](Idempotency::complete) or [`fail`](Idempotency::fail).
+    Started(Lease),
+    /// The work was done already: skip it.
+    Completed {
+        /// The stored result (JSON), if one was stored.
+        result: Option<String>,
+        /// True when there was a result but it was too large to store.
+        result_omitted: bool,
+    },
+    /// Another attempt holds the key; retry after its lease ends.
+    InProgress {
+        /// When the other attempt's lease ends, epoch milliseconds.
+        lease_until_ms: i64,
+    },
+}
+
+/// Why a key could not be acquired.
+#[derive(Debug, thiserror::Error)]
+pub enum AcquireError {
+    /// The key was first used with another payload: a different piece of work reuses the key.
+    /// This is an error, never a silent skip.
+    #[error("idempotency key `{key}` was already used with a different payload")]
+    PayloadMismatch {
+        /// The key as the caller gave it.
+        key: String,
+    },
+    /// The store failed; the work must not be treated as done.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Proof that the caller holds a key: given by [`Acquired::Started`], taken by
+/// [`Idempotency::complete`] and [`Idempotency::fail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: String,
+    stored_key: String,
+    lease_until_ms: i64,
+}
+
+impl Lease {
+    /// The key as the caller gave it.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The key as stored (prefixed, hashed when too long).
+    pub fn stored_key(&self) -> &str {
+        &self.stored_key
+    }
+
+    /// When the lease ends, epoch milliseconds.
+    pub fn lease_until_ms(&self) -> i64 {
+        self.lease_until_ms
+    }
+}
+
+/// What [`Idempotency::run`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    /// The work ran now; its result is stored.
+    Ran(T),
+    /// The work had run before; this is the stored result (`None` when none was stored or it was
+    /// too large to store).
+    Replayed(Option<T>),
+}
+
+/// Why [`Idempotency::run`] did not give a result.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError<E> {
+    /// The work ran and failed; the failure is recorded and the key may be acquired again.
+    #[error("{0}")]
+    Failed(E),
+    /// Another attempt holds the key.
+    #[error("another attempt is in progress until {lease_until_ms} (epoch ms)")]
+    InProgress {
+        /// When the other attempt's lease ends, epoch milliseconds.
+        lease_until_ms: i64,
+    },
+    /// The key was first used with another payload.
+    #[error("idempotency key `{key}` was already used with a different payload")]
+    PayloadMismatch {
+        /// The key.
+        key: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+    /// The stored result could not be read back as the expected type.
+    #[error("the stored result for key `{key}` is not a valid result: {source}")]
+    StoredResult {
+        /// The key.
+        key: String,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+}
+
+impl<E> From<AcquireError> for RunError<E> {
+    fn from(e: AcquireError) -> Self {
+        match e {
+            AcquireError::PayloadMismatch { key } => RunError::PayloadMismatch { key },
+            AcquireError::Store(e) => RunError::Store(e),
+        }
+    }
+}
+
+/// The idempotency engine over a [`Backend`].
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use lambda_idempotency::{Idempotency, Outcome, store::InMemoryBackend};
+/// use std::time::Duration;
+///
+/// let store = Idempotency::new(InMemoryBackend::default())
+///     .with_key_prefix("charges")
+///     .with_expiry(Duration::from_secs(3600));
+///
+/// let charge = || async { Ok::<_, std::io::Error>(42_u64) };
+/// let first = store.run("payment-1", b"{\"amount\":42}", None, charge).await.unwrap();
+/// let again = store.run("payment-1", b"{\"amount\":42}", None, charge).await.unwrap();
+/// assert_eq!(first, Outcome::Ran(42));
+/// assert_eq!(again, Outcome::Replayed(Some(42)));
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct Idempotency<B> {
+    backend: B,
+    expiry: Duration,
+    default_lease: Duration,
+    key_prefix: Option<String>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("backend", &self.backend)
+            .field("expiry", &self.expiry)
+            .field("default_lease", &self.default_lease)
+            .field("key_prefix", &self.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Idempotency<B> {
+    /// An engine over `backend`: expiry 24 hours, default lease 60 s, no key prefix.
+    pub fn new(backend: B) -> Self {
+        Self {
+            backend,
+            expiry: DEFAULT_EXPIRY,
+            default_lease: DEFAULT_LEASE,
+            key_prefix: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// How long a completed record blocks duplicates (and the TTL of every record).
+    pub fn with_expiry(mut self, expiry: Duration) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// The lease used when the caller gives no deadline (a Lambda invocation always has one).
+    /// Zero is raised to one second: a lease is never zero.
+    pub fn with_default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Prefixes every key (`prefix#key`), so that one table serves several functions.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Uses another clock (for tests of expiry and leases).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The key as stored: prefixed, and hashed when longer than DynamoDB allows.
+    pub fn stored_key(&self, key: &str) -> String {
+        stored_key(self.key_prefix.as_deref(), key)
+    }
+
+    /// Tries to take `key` for work on `payload`, until `deadline` (the Lambda deadline; without
+    /// one, the default lease). One conditional write; a duplicate costs no further request.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        payload: &[u8],
+        deadline: Option<SystemTime>,
+    ) -> Result<Acquired, AcquireError> {
+        self.acquire_hashed(key, &sha256_hex(payload), deadline).await
+    }
+
+    /// [`acquire`](Self::acquire) with a payload hash computed by the caller
+    /// (see [`KeyConfig::payload_hash`](crate::key::KeyConfig::payload_hash)).
+    pub async fn acquire_hashed(
+        &self,
+        key: &str,
+        payload_hash: &str,
+        deadline: Option<SystemTime>,
+    ) -> Result<Acquired, AcquireError> {
+        let now_ms = self.clock.now_ms();
+        let lease_until_ms = self.lease_end(now_ms, deadline);
+        let record = Record {
+            key: self.stored_key(key),
+            status: Status::InProgress,
+            expires_at: self.expires_at(now_ms),
+            lease_until_ms,
+            payload_hash: payload_hash.to_owned(),
+            attempts: 0,
+            last_error: None,
+            result: None,
+            result_omitted: false,
+        };
+        match self.backend.put(&record, now_ms).await? {
+            Put::Written => Ok(Acquired::Started(Lease {
+                key: key.to_owned(),
+                stored_key: record.key,
+                lease_until_ms,
+            })),
+            Put::Exists(existing) => classify(key, existing, payload_hash, now_ms),
+        }
+    }
+
+    /// Marks the work done, storing `result` (JSON) when given. A result too large for one
+    /// DynamoDB item is not stored: the record says so and a warning is logged, and the call
+    /// still succeeds.
+    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), StoreError> {
+        let now_ms = self.clock.now_ms();
+        let mut result = result.map(str::to_owned);
+        let mut result_omitted = false;
+        if let Some(r) = &result {
+            let size = lease.stored_key.len() + 64 + 200 + r.len();
+            if size > MAX_ITEM_BYTES {
+                tracing::warn!(
+                    key = lease.key,
+                    result_bytes = r.len(),
+                    "result too large for the idempotency record ({MAX_ITEM_BYTES} bytes per item): \
+                     not stored; duplicates will be skipped without it"
+                );
+                result = None;
+                result_omitted = true;
+            }
+        }
+        let update = Update::Complete {
+            expires_at: self.expires_at(now_ms),
+            result,
+            result_omitted,
+        };
+        self.backend.update(&lease.stored_key, &update).await
+    }
+
+    /// Marks the attempt failed: one more failed attempt, the error stored (truncated). The next
+    /// delivery may acquire the key again.
+    pub async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+        let update = Update::Fail {
+            error: error.to_owned(),
+        };
+        self.backend.update(&lease.stored_key, &update).await
+    }
+
+    /// Reads the record of `key` (expired or not).
+    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.backend.get(&self.stored_key(key)).await
+    }
+
+    /// Deletes the record of `key`, so the next attempt runs the work again.
+    pub async fn forget(&self, key: &str) -> Result<(), StoreError> {
+        self.backend.delete(&self.stored_key(key)).await
+    }
+
+    /// Runs `work` at most once per `key` (in effect): acquires the key, runs `work`, stores its
+    /// result (JSON) and returns it; a duplicate gets the stored result without running `work`.
+    ///
+    /// A failure is recorded and returned, and the key may be acquired again. A panic in `work` is
+    /// recorded as a failure and then resumed.
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        deadline: Option<SystemTime>,
+        work: F,
+    ) -> Result<Outcome<T>, RunError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let lease = match self.acquire(key, payload, deadline).await? {
+            Acquired::Started(lease) => lease,
+            Acquired::Completed { result, .. } => {
+                let value = result
+                    .map(|r| serde_json::from_str(&r))
+                    .transpose()
+                    .map_err(|source| RunError::StoredResult {
+                        key: key.to_owned(),
+                        source,
+                    })?;
+                return Ok(Outcome::Replayed(value));
+            }
+            Acquired::InProgress { lease_until_ms } => return Err(RunError::InProgress { lease_until_ms }),
+        };
+        match AssertUnwindSafe(work()).catch_unwind().await {
+            Ok(Ok(value)) => {
+                let json = serde_json::to_string(&value).ok().filter(|j| j != "null");
+                self.complete(&lease, json.as_deref()).await.map_err(RunError::Store)?;
+                Ok(Outcome::Ran(value))
+            }
+            Ok(Err(e)) => {
+                if let Err(store) = self.fail(&lease, &e.to_string()).await {
+                    tracing::warn!(key, error = %store, "could not record the failure");
+                }
+                Err(RunError::Failed(e))
+            }
+            Err(panic) => {
+                let message = crate::batch::panic_message(&panic);
+                if let Err(store) = self.fail(&lease, &format!("panicked: {message}")).await {
+                    tracing::warn!(key, error = %store, "could not record the panic");
+                }
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    fn expires_at(&self, now_ms: i64) -> i64 {
+        now_ms.div_euclid(1000) + i64::try_from(self.expiry.as_secs()).unwrap_or(i64::MAX / 2)
+    }
+
+    fn lease_end(&self, now_ms: i64, deadline: Option<SystemTime>) -> i64 {
+        match deadline.map(system_time_ms) {
+            Some(deadline_ms) if deadline_ms > now_ms => deadline_ms,
+            _ => now_ms + i64::try_from(self.default_lease.as_millis()).unwrap_or(60_000),
+        }
+    }
+}
+
+/// Interprets a record that blocked an acquire.
+fn classify(key: &str, existing: Record, payload_hash: &str, now_ms: i64) -> Result<Acquired, AcquireError> {
+    if existing.payload_hash != payload_hash && !existing.is_expired(now_ms) {
+        return Err(AcquireError::PayloadMismatch { key: key.to_owned() });
+    }
+    Ok(match existing.status {
+        Status::Completed => Acquired::Completed {
+            result: existing.result,
+            result_omitted: existing.result_omitted,
+        },
+        // A failed record or ended lease only blocks when another attempt replaced it between
+        // our clock reading and the write: report it as held, to be retried.
+        Status::InProgress | Status::Failed => Acquired::InProgress {
+            lease_until_ms: existing.lease_until_ms,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ManualClock;
+    use crate::store::InMemoryBackend;
+
+    fn engine(clock: &Arc<ManualClock>) -> Idempotency<InMemoryBackend> {
+        Idempotency::new(InMemoryBackend::default())
+            .with_clock(clock.clone())
+            .with_expiry(Duration::from_secs(100))
+    }
+
+    fn deadline(ms: i64) -> Option<SystemTime> {
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64))
+    }
+
+    #[tokio::test]
+    async fn lifecycle() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let e = engine(&clock);
+        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap() else {
+            panic!("fresh key must start")
+        };
+        assert_eq!(lease.lease_until_ms(), 1_005_000, "the lease ends at the deadline");
+        assert_eq!(
+            e.acquire("k", b"p", deadline(1_005_000)).await.unwrap(),
+            Acquired::InProgress {
+                lease_until_ms: 1_005_000
+            }
+        );
+        e.fail(&lease, "boom").await.unwrap();
+        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else {
+            panic!("failed key must be re-acquired")
+        };
+        e.complete(&lease, Some("7")).await.unwrap();
+        let record = e.get("k").await.unwrap().unwrap();
+        assert_eq!((record.status, record.attempts), (Status::Completed, 1));
+        assert_eq!(record.last_error.as_deref(), Some("boom"));
+        assert_eq!(
+            e.acquire("k", b"p", None).await.unwrap(),
+            Acquired::Completed {
+                result: Some("7".into()),
+                result_omitted: false
+            }
+        );
+        assert!(matches!(
+            e.acquire("k", b"other", None).await,
+            Err(AcquireError::PayloadMismatch { .. })
+        ));
+        clock.advance(Duration::from_secs(101));
+        assert!(matches!(e.acquire("k", b"other", None).await, Ok(Acquired::Started(_))), "expired");
+    }
+
+    #[tokio::test]
+    async fn lease_is_never_zero() {
+        let clock = Arc::new(ManualClock::new(10_000));
+        let e = engine(&clock).with_default_lease(Duration::ZERO);
+        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(0)).await.unwrap() else { panic!() };
+        assert_eq!(lease.lease_until_ms(), 11_000);
+        let Acquired::Started(lease) = e.acquire("k2", b"p", None).await.unwrap() else { panic!() };
+        assert!(lease.lease_until_ms() > 10_000);
+    }
+
+    #[tokio::test]
+    async fn lease_end_lets_another_attempt_in() {
+        let clock = Arc::new(ManualClock::new(0));
+        let e = engine(&clock);
+        assert!(matches!(e.acquire("k", b"p", deadline(3_000)).await, Ok(Acquired::Started(_))));
+        clock.set(3_000);
+        assert!(matches!(e.acquire("k", b"p", None).await, Ok(Acquired::InProgress { .. })));
+        clock.set(3_001);
+        assert!(matches!(e.acquire("k", b"p", None).await, Ok(Acquired::Started(_))));
+    }
+
+    #[tokio::test]
+    async fn oversized_result_is_omitted_not_an_error() {
+        let clock = Arc::new(ManualClock::new(0));
+        let e = engine(&clock);
+        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else { panic!() };
+        let big = "x".repeat(MAX_ITEM_BYTES);
+        e.complete(&lease, Some(&big)).await.unwrap();
+        assert_eq!(
+            e.acquire("k", b"p", None).await.unwrap(),
+            Acquired::Completed {
+                result: None,
+                result_omitted: true
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn run_records_failures_and_panics() {
+        let clock = Arc::new(ManualClock::new(0));
+        let e = engine(&clock);
+        let failed = e.run("k", b"p", None, || async { Err::<u8, _>("nope") }).await;
+        assert!(matches!(failed, Err(RunError::Failed("nope"))));
+        let panicked = AssertUnwindSafe(e.run("k", b"p", None, || async {
+            if true {
+                panic!("kaboom");
+            }
+            Ok::<u8, String>(1)
+        }))
+        .catch_unwind()
+        .await;
+        assert!(panicked.is_err());
+        let record = e.get("k").await.unwrap().unwrap();
+        assert_eq!(record.status, Status::Failed);
+        assert_eq!(record.attempts, 2);
+        assert_eq!(record.last_error.as_deref(), Some("panicked: kaboom"));
+        assert_eq!(e.run("k", b"p", None, || async { Ok::<_, String>(5) }).await.unwrap(), Outcome::Ran(5));
+    }
+}

@@ -1,0 +1,295 @@
+//! Idempotency keys and payload hashes.
+//!
+//! A key names one unit of work; the payload hash tells whether a second delivery under that key
+//! carries the same work. [`KeyConfig`] says where both come from in an SQS message: by default the
+//! key is the `MessageId` and the hash covers the whole body. A key taken from the body (a
+//! business key such as a payment id) is better: it also catches a producer that sends the same
+//! work twice as two messages.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::SqsMessage;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Longest partition key DynamoDB accepts, in bytes. Longer keys are hashed, never truncated.
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// SHA-256 of `bytes`, as 64 lower-case hex digits.
+///
+/// ```
+/// assert_eq!(
+///     lambda_idempotency::key::sha256_hex(b""),
+///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+/// );
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Why no key or payload could be taken from a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The message has no body, but the key or payload comes from the body.
+    #[error("the message has no body")]
+    MissingBody,
+    /// The body is not JSON, but the key or payload comes from a JSON pointer.
+    #[error("the body is not valid JSON: {0}")]
+    InvalidJson(String),
+    /// The JSON pointer selects nothing in the body.
+    #[error("the body has no value at `{0}`")]
+    Missing(String),
+    /// The selected key is empty, null, or not a string or number.
+    #[error("the value at `{pointer}` cannot be a key: {reason}")]
+    Unusable {
+        /// The JSON pointer.
+        pointer: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The message has no message id.
+    #[error("the message has no messageId")]
+    MissingMessageId,
+    /// A custom key function refused the message.
+    #[error("{0}")]
+    Custom(String),
+}
+
+type KeyFn = dyn Fn(&SqsMessage) -> Result<String, KeyError> + Send + Sync;
+
+/// Where the idempotency key of a message comes from.
+#[derive(Clone, Default)]
+pub enum KeySource {
+    /// The SQS `MessageId` (the default): catches redeliveries of one message.
+    #[default]
+    MessageId,
+    /// A string or number in the JSON body, by [JSON pointer](https://www.rfc-editor.org/rfc/rfc6901)
+    /// (`/paymentId`): also catches a producer that sends the same work twice.
+    JsonPointer(String),
+    /// Any function of the message.
+    Custom(Arc<KeyFn>),
+}
+
+impl fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::MessageId => f.write_str("MessageId"),
+            KeySource::JsonPointer(p) => f.debug_tuple("JsonPointer").field(p).finish(),
+            KeySource::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+/// Where a message's key and payload come from.
+///
+/// ```
+/// use lambda_idempotency::key::KeyConfig;
+/// use aws_lambda_events::sqs::SqsMessage;
+///
+/// let mut message = SqsMessage::default();
+/// message.message_id = Some("m-1".into());
+/// message.body = Some(r#"{"paymentId":"p-7","amountCents":100}"#.into());
+///
+/// let by_id = KeyConfig::default();
+/// assert_eq!(by_id.key(&message).unwrap(), "m-1");
+///
+/// let by_payment = KeyConfig::json_pointer("/paymentId");
+/// assert_eq!(by_payment.key(&message).unwrap(), "p-7");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct KeyConfig {
+    key: KeySource,
+    payload_pointer: Option<String>,
+}
+
+impl KeyConfig {
+    /// Keys from a JSON pointer into the body.
+    pub fn json_pointer(pointer: impl Into<String>) -> Self {
+        Self {
+            key: KeySource::JsonPointer(pointer.into()),
+            payload_pointer: None,
+        }
+    }
+
+    /// Keys from a function of the message.
+    pub fn custom(
+        f: impl Fn(&SqsMessage) -> Result<String, KeyError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            key: KeySource::Custom(Arc::new(f)),
+            payload_pointer: None,
+        }
+    }
+
+    /// Hashes only the part of the body at `pointer` (canonical JSON), instead of the whole body:
+    /// for bodies that carry fields that may differ between two sends of the same work (a
+    /// timestamp, a trace id).
+    pub fn with_payload_pointer(mut self, pointer: impl Into<String>) -> Self {
+        self.payload_pointer = Some(pointer.into());
+        self
+    }
+
+    /// The key source.
+    pub fn source(&self) -> &KeySource {
+        &self.key
+    }
+
+    /// The message's idempotency key (before any prefix or hashing).
+    pub fn key(&self, message: &SqsMessage) -> Result<String, KeyError> {
+        match &self.key {
+            KeySource::MessageId => match message.message_id.as_deref() {
+                Some(id) if !id.is_empty() => Ok(id.to_owned()),
+                _ => Err(KeyError::MissingMessageId),
+            },
+            KeySource::JsonPointer(pointer) => key_at(&parse_body(message)?, pointer),
+            KeySource::Custom(f) => match f(message)? {
+                key if key.is_empty() => Err(KeyError::Custom("the key function gave an empty key".into())),
+                key => Ok(key),
+            },
+        }
+    }
+
+    /// SHA-256 (hex) of the message's payload: the whole body, or the selected part.
+    pub fn payload_hash(&self, message: &SqsMessage) -> Result<String, KeyError> {
+        match &self.payload_pointer {
+            None => Ok(sha256_hex(message.body.as_deref().unwrap_or("").as_bytes())),
+            Some(pointer) => {
+                let body = parse_body(message)?;
+                let part = body
+                    .pointer(pointer)
+                    .ok_or_else(|| KeyError::Missing(pointer.clone()))?;
+                Ok(canonical_hash(part))
+            }
+        }
+    }
+}
+
+/// SHA-256 (hex) of a JSON value in canonical form (object keys sorted, no white space).
+pub fn canonical_hash(value: &Value) -> String {
+    // serde_json's map is ordered by key unless its `preserve_order` feature is on; sort anyway.
+    fn canonical(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    sha256_hex(canonical(value).to_string().as_bytes())
+}
+
+fn parse_body(message: &SqsMessage) -> Result<Value, KeyError> {
+    let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+    serde_json::from_str(body).map_err(|e| KeyError::InvalidJson(e.to_string()))
+}
+
+fn key_at(body: &Value, pointer: &str) -> Result<String, KeyError> {
+    let unusable = |reason| KeyError::Unusable {
+        pointer: pointer.to_owned(),
+        reason,
+    };
+    match body.pointer(pointer) {
+        None => Err(KeyError::Missing(pointer.to_owned())),
+        Some(Value::String(s)) if s.is_empty() => Err(unusable("it is empty")),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Number(n)) => Ok(n.to_string()),
+        Some(Value::Null) => Err(unusable("it is null")),
+        Some(_) => Err(unusable("it is not a string or a number")),
+    }
+}
+
+/// The stored form of a key: `prefix#key`, or `prefix#sha256:<hex>` when that would exceed
+/// [`MAX_KEY_BYTES`]. Two different keys never share a stored form, and a long key is never
+/// truncated.
+///
+/// ```
+/// use lambda_idempotency::key::{stored_key, MAX_KEY_BYTES};
+///
+/// assert_eq!(stored_key(Some("payments"), "p-1"), "payments#p-1");
+/// assert_eq!(stored_key(None, "p-1"), "p-1");
+/// let long = "x".repeat(5000);
+/// let stored = stored_key(Some("payments"), &long);
+/// assert!(stored.starts_with("payments#sha256:") && stored.len() < MAX_KEY_BYTES);
+/// ```
+pub fn stored_key(prefix: Option<&str>, key: &str) -> String {
+    let joined = match prefix {
+        Some(p) => format!("{p}#{key}"),
+        None => key.to_owned(),
+    };
+    // A key that itself looks like a hashed key is hashed too, so it cannot collide with one.
+    if joined.len() <= MAX_KEY_BYTES && !key.starts_with("sha256:") {
+        return joined;
+    }
+    let hashed = format!("sha256:{}", sha256_hex(key.as_bytes()));
+    match prefix {
+        Some(p) => format!("{p}#{hashed}"),
+        None => hashed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(body: &str) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("id-1".into());
+        m.body = Some(body.into());
+        m
+    }
+
+    #[test]
+    fn key_from_pointer_errors_name_the_problem() {
+        let cfg = KeyConfig::json_pointer("/id");
+        assert_eq!(cfg.key(&message(r#"{"id":12}"#)).unwrap(), "12");
+        assert_eq!(cfg.key(&message("{}")), Err(KeyError::Missing("/id".into())));
+        assert!(matches!(cfg.key(&message("not json")), Err(KeyError::InvalidJson(_))));
+        assert!(matches!(cfg.key(&message(r#"{"id":""}"#)), Err(KeyError::Unusable { .. })));
+        assert!(matches!(cfg.key(&message(r#"{"id":[1]}"#)), Err(KeyError::Unusable { .. })));
+        let mut no_body = message("");
+        no_body.body = None;
+        assert_eq!(cfg.key(&no_body), Err(KeyError::MissingBody));
+    }
+
+    #[test]
+    fn message_id_key_requires_an_id() {
+        let mut m = message("x");
+        m.message_id = Some(String::new());
+        assert_eq!(KeyConfig::default().key(&m), Err(KeyError::MissingMessageId));
+    }
+
+    #[test]
+    fn payload_pointer_ignores_other_fields_and_key_order() {
+        let cfg = KeyConfig::json_pointer("/id").with_payload_pointer("/order");
+        let a = message(r#"{"id":"1","sentAt":1,"order":{"a":1,"b":2}}"#);
+        let b = message(r#"{"id":"1","sentAt":2,"order":{"b":2,"a":1}}"#);
+        let c = message(r#"{"id":"1","sentAt":2,"order":{"b":3,"a":1}}"#);
+        assert_eq!(cfg.payload_hash(&a).unwrap(), cfg.payload_hash(&b).unwrap());
+        assert_ne!(cfg.payload_hash(&a).unwrap(), cfg.payload_hash(&c).unwrap());
+    }
+
+    #[test]
+    fn whole_body_hash_by_default() {
+        let cfg = KeyConfig::default();
+        assert_eq!(cfg.payload_hash(&message("abc")).unwrap(), sha256_hex(b"abc"));
+    }
+
+    #[test]
+    fn long_keys_are_hashed_not_truncated() {
+        let a = "a".repeat(3000);
+        let mut b = a.clone();
+        b.push('b');
+        assert_ne!(stored_key(None, &a), stored_key(None, &b));
+        assert_eq!(stored_key(None, &a).len(), "sha256:".len() + 64);
+        // A key exactly at the limit stays as it is.
+        let exact = "k".repeat(MAX_KEY_BYTES);
+        assert_eq!(stored_key(None, &exact), exact);
+        // A literal key that looks hashed cannot collide with a hashed one.
+        let lookalike = stored_key(None, &a);
+        assert_ne!(stored_key(None, &lookalike), lookalike);
+    }
+}

@@ -1,0 +1,48 @@
+//! Exactly-once-in-effect SQS processing on AWS Lambda, on top of at-least-once delivery.
+//!
+//! - [`Idempotency`]: an idempotency engine (in progress with a lease that ends at the Lambda
+//!   deadline, completed with an optional stored result, failed with attempts and the last
+//!   error) over a small [`store::Backend`] trait, with a DynamoDB backend.
+//! - [`batch`]: SQS batch processing with partial batch responses, FIFO-aware.
+//! - [`publish`]: a batching SQS publisher for FIFO and standard queues.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+//! use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+//! use lambda_idempotency::{Idempotency, store::InMemoryBackend};
+//! use lambda_runtime::{Context, LambdaEvent};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Payment { amount_cents: i64 }
+//!
+//! // In a function, use store::DynamoDbBackend: the in-memory backend is for tests only.
+//! let handler = json(|p: Payment, _ctx: RecordContext| async move {
+//!     Ok::<_, std::io::Error>(p.amount_cents)
+//! })
+//! .idempotent(Idempotency::new(InMemoryBackend::default()));
+//!
+//! let mut message = SqsMessage::default();
+//! message.message_id = Some("m-1".into());
+//! message.body = Some(r#"{"amount_cents": 500}"#.into());
+//! let mut event = SqsEvent::default();
+//! event.records = vec![message.clone(), message]; // delivered twice
+//!
+//! let report = BatchProcessor::new()
+//!     .concurrency(1)
+//!     .process(&LambdaEvent::new(event, Context::default()), &handler)
+//!     .await
+//!     .unwrap();
+//! assert!(report.response().batch_item_failures.is_empty());
+//! assert_eq!(report.successes().filter(|(_, d)| d.is_duplicate()).count(), 1);
+//! # });
+//! ```
+
+pub mod batch;
+pub mod idempotency;
+pub mod key;
+pub mod publish;
+pub mod record;
+pub mod store;
+
+pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};

@@ -1,0 +1,254 @@
+//! The idempotency record: what the store keeps for each key, and the rules that decide
+//! whether a new attempt may take the key over.
+//!
+//! Every backend stores the same [`Record`]; the rules live here once, in
+//! [`Record::is_replaceable_by`], and each backend evaluates them atomically (the DynamoDB backend
+//! as a condition expression, the in-memory one under a lock).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The state of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// An attempt holds the key until [`Record::lease_until_ms`].
+    InProgress,
+    /// The work is done; a duplicate is skipped (and gets the stored result, if any).
+    Completed,
+    /// The last attempt failed; the next delivery may acquire the key again.
+    Failed,
+}
+
+impl Status {
+    /// The value stored in the status attribute.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "IN_PROGRESS",
+            Status::Completed => "COMPLETED",
+            Status::Failed => "FAILED",
+        }
+    }
+
+    /// Parses a stored status value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "IN_PROGRESS" => Some(Status::InProgress),
+            "COMPLETED" => Some(Status::Completed),
+            "FAILED" => Some(Status::Failed),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One key's record, as every backend stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The full key (prefix included, hashed when too long).
+    pub key: String,
+    /// Where the key stands.
+    pub status: Status,
+    /// When the record stops counting, in epoch **seconds** (the table's TTL attribute). An
+    /// expired record is replaceable even while the TTL sweeper has not deleted it yet.
+    pub expires_at: i64,
+    /// When the in-progress attempt's lease ends, in epoch milliseconds: the Lambda deadline of
+    /// the invocation that holds it.
+    pub lease_until_ms: i64,
+    /// SHA-256 (hex) of the payload the key was first seen with.
+    pub payload_hash: String,
+    /// How many attempts have failed.
+    pub attempts: u32,
+    /// The last failure's message, truncated to [`MAX_ERROR_LEN`] bytes.
+    pub last_error: Option<String>,
+    /// The stored result (JSON) of a completed attempt, if one was stored.
+    pub result: Option<String>,
+    /// True when a result existed but was too large to store in the record.
+    pub result_omitted: bool,
+}
+
+/// Longest stored error message, in bytes.
+pub const MAX_ERROR_LEN: usize = 1024;
+
+impl Record {
+    /// True when a new attempt carrying `payload_hash` may take this key over at `now_ms`:
+    /// the record has expired, or it carries the same payload and either its lease has ended
+    /// (in progress) or it failed.
+    ///
+    /// A completed record that has not expired is never replaceable, and neither is a record of
+    /// another payload: that is a payload mismatch for the caller.
+    pub fn is_replaceable_by(&self, payload_hash: &str, now_ms: i64) -> bool {
+        if self.is_expired(now_ms) {
+            return true;
+        }
+        if self.payload_hash != payload_hash {
+            return false;
+        }
+        match self.status {
+            Status::InProgress => self.lease_until_ms < now_ms,
+            Status::Failed => true,
+            Status::Completed => false,
+        }
+    }
+
+    /// True when the record's expiry (epoch seconds) has passed at `now_ms`.
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.expires_at < now_ms.div_euclid(1000)
+    }
+
+    /// Rough size of the record as a DynamoDB item, attribute names included.
+    pub fn approximate_size(&self) -> usize {
+        const OVERHEAD: usize = 200; // attribute names and numbers
+        OVERHEAD
+            + self.key.len()
+            + self.payload_hash.len()
+            + self.last_error.as_ref().map_or(0, String::len)
+            + self.result.as_ref().map_or(0, String::len)
+    }
+}
+
+/// Truncates an error message to at most [`MAX_ERROR_LEN`] bytes, on a character boundary.
+pub fn truncate_error(message: &str) -> String {
+    if message.len() <= MAX_ERROR_LEN {
+        return message.to_owned();
+    }
+    let mut end = MAX_ERROR_LEN - 3;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &message[..end])
+}
+
+/// A source of the current time, so that expiry and leases can be tested without waiting.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        system_time_ms(SystemTime::now())
+    }
+}
+
+/// Milliseconds since the Unix epoch of `time` (negative before it).
+pub fn system_time_ms(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// A clock that only moves when told to: for tests of expiry and leases.
+///
+/// ```
+/// use lambda_idempotency::record::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(1_000);
+/// clock.advance(Duration::from_secs(2));
+/// assert_eq!(clock.now_ms(), 3_000);
+/// ```
+#[derive(Debug)]
+pub struct ManualClock(std::sync::atomic::AtomicI64);
+
+impl ManualClock {
+    /// A clock standing at `now_ms`.
+    pub fn new(now_ms: i64) -> Self {
+        Self(std::sync::atomic::AtomicI64::new(now_ms))
+    }
+
+    /// A clock standing at the current system time.
+    pub fn starting_now() -> Self {
+        Self::new(SystemClock.now_ms())
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Sets the clock.
+    pub fn set(&self, now_ms: i64) {
+        self.0.store(now_ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: Status) -> Record {
+        Record {
+            key: "k".into(),
+            status,
+            expires_at: 100,
+            lease_until_ms: 50_000,
+            payload_hash: "h".into(),
+            attempts: 0,
+            last_error: None,
+            result: None,
+            result_omitted: false,
+        }
+    }
+
+    #[test]
+    fn completed_blocks_until_expiry() {
+        let r = record(Status::Completed);
+        assert!(!r.is_replaceable_by("h", 99_999));
+        assert!(!r.is_replaceable_by("h", 100_999), "expiry is in whole seconds");
+        assert!(r.is_replaceable_by("h", 101_000));
+    }
+
+    #[test]
+    fn in_progress_blocks_until_lease_end() {
+        let r = record(Status::InProgress);
+        assert!(!r.is_replaceable_by("h", 50_000));
+        assert!(r.is_replaceable_by("h", 50_001));
+    }
+
+    #[test]
+    fn failed_is_replaceable_with_same_payload_only() {
+        let r = record(Status::Failed);
+        assert!(r.is_replaceable_by("h", 0));
+        assert!(!r.is_replaceable_by("other", 0));
+    }
+
+    #[test]
+    fn other_payload_blocks_until_expiry() {
+        let r = record(Status::InProgress);
+        assert!(!r.is_replaceable_by("other", 60_000));
+        assert!(r.is_replaceable_by("other", 101_000));
+    }
+
+    #[test]
+    fn truncates_on_char_boundary() {
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let t = truncate_error(&long);
+        assert!(t.len() <= MAX_ERROR_LEN);
+        assert!(t.ends_with("..."));
+        assert_eq!(truncate_error("short"), "short");
+    }
+
+    #[test]
+    fn status_round_trips() {
+        for s in [Status::InProgress, Status::Completed, Status::Failed] {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("nope"), None);
+    }
+}
