@@ -39,6 +39,7 @@
 //! ```
 
 pub mod batch;
+pub mod count;
 pub mod idempotency;
 pub mod key;
 pub mod publish;

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -112,22 +112,28 @@ impl DynamoDbBackend {
         &self.attributes
     }
 
-    fn names(&self) -> HashMap<String, String> {
+    /// Expression attribute names for the placeholders an expression uses (DynamoDB rejects
+    /// unused ones).
+    fn names(&self, placeholders: &[&str]) -> HashMap<String, String> {
         let a = &self.attributes;
-        [
-            ("#key", &a.key),
-            ("#status", &a.status),
-            ("#exp", &a.expiry),
-            ("#lease", &a.lease),
-            ("#hash", &a.payload_hash),
-            ("#attempts", &a.attempts),
-            ("#err", &a.last_error),
-            ("#result", &a.result),
-            ("#omitted", &a.result_omitted),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.clone()))
-        .collect()
+        placeholders
+            .iter()
+            .map(|&p| {
+                let attribute = match p {
+                    "#key" => &a.key,
+                    "#status" => &a.status,
+                    "#exp" => &a.expiry,
+                    "#lease" => &a.lease,
+                    "#hash" => &a.payload_hash,
+                    "#attempts" => &a.attempts,
+                    "#err" => &a.last_error,
+                    "#result" => &a.result,
+                    "#omitted" => &a.result_omitted,
+                    other => unreachable!("unknown placeholder {other}"),
+                };
+                (p.to_owned(), attribute.clone())
+            })
+            .collect()
     }
 
     fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
@@ -176,12 +182,18 @@ impl DynamoDbBackend {
 
 fn request_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> StoreError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
+    // A service error by its code and message; anything else (timeout, connection refused) by
+    // its whole chain of causes.
+    let message = match err.code() {
+        Some(code) => format!("{code}: {}", err.message().unwrap_or("no message")),
+        None => DisplayErrorContext(&err).to_string(),
+    };
     StoreError::Request {
         operation,
-        message: DisplayErrorContext(&err).to_string(),
+        message,
         source: Box::new(err),
     }
 }
@@ -209,7 +221,9 @@ impl Backend for DynamoDbBackend {
                  #attempts = if_not_exists(#attempts, :zero) REMOVE #result, #omitted",
             )
             .condition_expression(CONDITION)
-            .set_expression_attribute_names(Some(self.names()))
+            .set_expression_attribute_names(Some(self.names(&[
+                "#key", "#exp", "#hash", "#status", "#lease", "#attempts", "#result", "#omitted",
+            ])))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":failed", s(Status::Failed.as_str()))
             .expression_attribute_values(":exp", n(record.expires_at))
@@ -260,47 +274,37 @@ impl Backend for DynamoDbBackend {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_value(key)));
-        let mut names = HashMap::from([("#key".to_owned(), self.attributes.key.clone())]);
-        let mut name = |placeholder: &str, attribute: &String| {
-            names.insert(placeholder.to_owned(), attribute.clone());
-        };
-        let a = &self.attributes;
-        let request = match update {
+        let (request, placeholders): (_, &[&str]) = match update {
             Update::Complete {
                 expires_at,
                 result,
                 result_omitted,
             } => {
-                name("#status", &a.status);
-                name("#exp", &a.expiry);
-                name("#omitted", &a.result_omitted);
-                name("#result", &a.result);
                 let request = request
                     .condition_expression("attribute_exists(#key)")
                     .expression_attribute_values(":status", s(Status::Completed.as_str()))
                     .expression_attribute_values(":exp", n(expires_at))
                     .expression_attribute_values(":omitted", AttributeValue::Bool(*result_omitted));
-                match result {
+                let request = match result {
                     Some(result) => request
                         .update_expression("SET #status = :status, #exp = :exp, #omitted = :omitted, #result = :result")
                         .expression_attribute_values(":result", s(result)),
                     None => request.update_expression("SET #status = :status, #exp = :exp, #omitted = :omitted REMOVE #result"),
-                }
+                };
+                (request, &["#key", "#status", "#exp", "#omitted", "#result"])
             }
             Update::Fail { error } => {
-                name("#status", &a.status);
-                name("#attempts", &a.attempts);
-                name("#err", &a.last_error);
-                request
+                let request = request
                     .condition_expression("attribute_exists(#key) AND #status <> :completed")
                     .update_expression("SET #status = :failed, #err = :err ADD #attempts :one")
                     .expression_attribute_values(":failed", s(Status::Failed.as_str()))
                     .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                     .expression_attribute_values(":err", s(&truncate_error(error)))
-                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":one", n(1));
+                (request, &["#key", "#status", "#attempts", "#err"])
             }
         };
-        match request.set_expression_attribute_names(Some(names)).send().await {
+        match request.set_expression_attribute_names(Some(self.names(placeholders))).send().await {
             Ok(_) => Ok(()),
             // The record is gone, or already completed by another attempt: nothing to change.
             Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {

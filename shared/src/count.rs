@@ -1,0 +1,79 @@
+//! Counting AWS requests per operation: an SDK interceptor for tests and benchmarks.
+//!
+//! One [`RequestCounter`] serves both the DynamoDB and the SQS client (they share the interceptor
+//! trait). Every request sent is counted, retries included, by the operation named in its
+//! `X-Amz-Target` header (`UpdateItem`, `SendMessageBatch`, ...).
+//!
+//! ```
+//! use lambda_idempotency::count::RequestCounter;
+//!
+//! # async fn example() {
+//! let counter = RequestCounter::default();
+//! let sdk = aws_config::load_from_env().await;
+//! let config = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(counter.clone()).build();
+//! let client = aws_sdk_dynamodb::Client::from_conf(config);
+//! // ... use the client ...
+//! println!("{} UpdateItem calls", counter.count("UpdateItem"));
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+
+/// Counts requests by operation. Clones share their counts.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter {
+    counts: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+impl RequestCounter {
+    /// Requests sent for `operation` so far.
+    pub fn count(&self, operation: &str) -> u64 {
+        self.lock().get(operation).copied().unwrap_or(0)
+    }
+
+    /// Every request sent so far.
+    pub fn total(&self) -> u64 {
+        self.lock().values().sum()
+    }
+
+    /// The counts by operation.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.lock().clone()
+    }
+
+    /// Sets every count to zero.
+    pub fn reset(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let operation = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .and_then(|target| target.rsplit('.').next())
+            .unwrap_or("unknown")
+            .to_owned();
+        *self.lock().entry(operation).or_default() += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared set-up for the tests that talk to a local AWS endpoint (moto, started by `make test`).
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
+};
+use lambda_idempotency::count::RequestCounter;
+
+/// The local endpoint. The test command starts it; a test never skips without it.
+pub fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| {
+        panic!(
+            "AWS_ENDPOINT_URL is not set: these tests need a local AWS endpoint. \
+             Run them with `make test`, which starts moto on 127.0.0.1 and stops it afterwards."
+        )
+    })
+}
+
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    let endpoint = endpoint();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "tests"))
+        .load()
+        .await
+}
+
+pub async fn dynamodb(counter: &RequestCounter) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+        .interceptor(counter.clone())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+pub async fn sqs(counter: &RequestCounter) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(&sdk_config().await)
+        .interceptor(counter.clone())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A name no other test in this run uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Creates an idempotency table (string key `key_attribute`, TTL on `ttl_attribute`).
+pub async fn create_table(client: &aws_sdk_dynamodb::Client, key_attribute: &str, ttl_attribute: &str) -> String {
+    let name = unique("idempotency");
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(key_attribute)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(key_attribute)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("create the idempotency table");
+    client
+        .update_time_to_live()
+        .table_name(&name)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(ttl_attribute)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("enable TTL");
+    name
+}
+
+/// Creates a FIFO queue and returns its URL.
+pub async fn create_fifo_queue(client: &aws_sdk_sqs::Client) -> String {
+    let name = format!("{}.fifo", unique("q"));
+    client
+        .create_queue()
+        .queue_name(name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("create the FIFO queue")
+        .queue_url()
+        .unwrap()
+        .to_owned()
+}

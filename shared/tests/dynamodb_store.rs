@@ -1,0 +1,273 @@
+//! The idempotency engine against a real DynamoDB endpoint (moto), and the same scenarios on the
+//! in-memory backend: both backends must behave alike.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
+use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::record::{Clock, ManualClock, Status};
+use lambda_idempotency::store::{Attributes, Backend, DynamoDbBackend, InMemoryBackend};
+use lambda_idempotency::{AcquireError, Acquired, Idempotency};
+use lambda_runtime::{Context, LambdaEvent};
+
+struct Fixture {
+    clock: Arc<ManualClock>,
+    counter: RequestCounter,
+    dynamodb: Idempotency<DynamoDbBackend>,
+    memory: Idempotency<InMemoryBackend>,
+}
+
+async fn fixture() -> Fixture {
+    let counter = RequestCounter::default();
+    let client = common::dynamodb(&counter).await;
+    let table = common::create_table(&client, "id", "expiration").await;
+    let clock = Arc::new(ManualClock::starting_now());
+    fn engine<B: Backend>(backend: B, clock: &Arc<ManualClock>) -> Idempotency<B> {
+        Idempotency::new(backend)
+            .with_clock(clock.clone())
+            .with_expiry(Duration::from_secs(3600))
+            .with_key_prefix("fn")
+    }
+    let dynamodb = engine(DynamoDbBackend::new(client, table), &clock);
+    let memory = engine(InMemoryBackend::default(), &clock);
+    counter.reset();
+    Fixture {
+        clock,
+        counter,
+        dynamodb,
+        memory,
+    }
+}
+
+fn deadline_in(clock: &ManualClock, ms: i64) -> Option<SystemTime> {
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis((clock.now_ms() + ms) as u64))
+}
+
+async fn started<B: Backend>(e: &Idempotency<B>, key: &str, payload: &[u8], deadline: Option<SystemTime>) -> lambda_idempotency::Lease {
+    match e.acquire(key, payload, deadline).await {
+        Ok(Acquired::Started(lease)) => lease,
+        other => panic!("expected Started for {key}, got {other:?}"),
+    }
+}
+
+/// Runs a scenario on both backends.
+macro_rules! on_both_backends {
+    ($name:ident, $scenario:ident) => {
+        #[tokio::test]
+        async fn $name() {
+            let f = fixture().await;
+            $scenario(&f.memory, &f.clock).await;
+            $scenario(&f.dynamodb, &f.clock).await;
+        }
+    };
+}
+
+async fn fresh_key<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    let deadline = deadline_in(clock, 5_000);
+    let lease = started(e, "fresh", b"body", deadline).await;
+    assert_eq!(lease.lease_until_ms(), clock.now_ms() + 5_000, "lease ends at the deadline");
+    let r = e.get("fresh").await.unwrap().expect("record written");
+    assert_eq!(r.key, "fn#fresh");
+    assert_eq!(r.status, Status::InProgress);
+    assert_eq!(r.lease_until_ms, clock.now_ms() + 5_000);
+    assert_eq!(r.expires_at, clock.now_ms() / 1000 + 3600);
+    assert_eq!(r.payload_hash, lambda_idempotency::key::sha256_hex(b"body"));
+    assert_eq!(r.attempts, 0);
+}
+on_both_backends!(acquire_on_a_fresh_key_writes_an_in_progress_record, fresh_key);
+
+async fn duplicate_after_completion<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    let lease = started(e, "done", b"body", None).await;
+    e.complete(&lease, Some(r#"{"charged":true}"#)).await.unwrap();
+    assert_eq!(
+        e.acquire("done", b"body", None).await.unwrap(),
+        Acquired::Completed {
+            result: Some(r#"{"charged":true}"#.into()),
+            result_omitted: false
+        }
+    );
+}
+on_both_backends!(a_duplicate_after_completion_gets_the_stored_result, duplicate_after_completion);
+
+async fn expired_record<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    let lease = started(e, "old", b"body", None).await;
+    e.complete(&lease, None).await.unwrap();
+    assert!(matches!(e.acquire("old", b"body", None).await, Ok(Acquired::Completed { .. })));
+    // The TTL sweeper has not deleted it (moto never does): the condition itself must see expiry.
+    clock.advance(Duration::from_secs(3601));
+    assert!(e.get("old").await.unwrap().is_some(), "still stored");
+    started(e, "old", b"another body", None).await;
+    clock.set(clock.now_ms() - 3_601_000);
+}
+on_both_backends!(an_expired_record_is_reclaimed_before_the_ttl_sweeper_runs, expired_record);
+
+async fn lease_ended<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    let deadline = deadline_in(clock, 2_000);
+    let lease = started(e, "crashed", b"body", deadline).await;
+    // The holder crashed: never completes. Until the lease ends, others are told to wait.
+    assert_eq!(
+        e.acquire("crashed", b"body", None).await.unwrap(),
+        Acquired::InProgress {
+            lease_until_ms: lease.lease_until_ms()
+        }
+    );
+    clock.advance(Duration::from_millis(2_001));
+    started(e, "crashed", b"body", None).await;
+    clock.set(clock.now_ms() - 2_001);
+}
+on_both_backends!(a_record_whose_lease_ended_is_reclaimed, lease_ended);
+
+async fn payload_mismatch<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    let lease = started(e, "reused", b"first", None).await;
+    // In progress, then completed: the ALL_OLD path sees the other hash either way.
+    assert!(matches!(
+        e.acquire("reused", b"second", None).await,
+        Err(AcquireError::PayloadMismatch { key }) if key == "reused"
+    ));
+    e.complete(&lease, None).await.unwrap();
+    assert!(matches!(e.acquire("reused", b"second", None).await, Err(AcquireError::PayloadMismatch { .. })));
+    // A failed record is not taken over by another payload either.
+    let lease = started(e, "reused-failed", b"first", None).await;
+    e.fail(&lease, "boom").await.unwrap();
+    assert!(matches!(e.acquire("reused-failed", b"second", None).await, Err(AcquireError::PayloadMismatch { .. })));
+}
+on_both_backends!(the_same_key_with_another_payload_is_a_mismatch, payload_mismatch);
+
+async fn failed_reacquired<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    for attempt in 1..=3 {
+        let lease = started(e, "flaky", b"body", None).await;
+        e.fail(&lease, &format!("attempt {attempt} failed")).await.unwrap();
+        let r = e.get("flaky").await.unwrap().unwrap();
+        assert_eq!((r.status, r.attempts), (Status::Failed, attempt));
+        assert_eq!(r.last_error, Some(format!("attempt {attempt} failed")));
+    }
+    let lease = started(e, "flaky", b"body", None).await;
+    e.complete(&lease, None).await.unwrap();
+    let r = e.get("flaky").await.unwrap().unwrap();
+    assert_eq!((r.status, r.attempts), (Status::Completed, 3));
+    // A late failure report never overwrites a completion.
+    e.fail(&lease, "late").await.unwrap();
+    assert_eq!(e.get("flaky").await.unwrap().unwrap().status, Status::Completed);
+}
+on_both_backends!(a_failed_record_is_reacquired_and_attempts_counted, failed_reacquired);
+
+async fn long_key<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    let key = "k".repeat(5_000);
+    let lease = started(e, &key, b"body", None).await;
+    assert!(lease.stored_key().starts_with("fn#sha256:"));
+    e.complete(&lease, None).await.unwrap();
+    assert!(matches!(e.acquire(&key, b"body", None).await, Ok(Acquired::Completed { .. })));
+    let mut other = key.clone();
+    other.push('!');
+    started(e, &other, b"body", None).await;
+}
+on_both_backends!(keys_over_the_dynamodb_limit_are_hashed, long_key);
+
+async fn oversized_result<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    let lease = started(e, "big", b"body", None).await;
+    let result = format!("\"{}\"", "x".repeat(500 * 1024));
+    e.complete(&lease, Some(&result)).await.expect("a too-large result never fails the completion");
+    assert_eq!(
+        e.acquire("big", b"body", None).await.unwrap(),
+        Acquired::Completed {
+            result: None,
+            result_omitted: true
+        }
+    );
+}
+on_both_backends!(a_result_too_large_for_an_item_is_not_stored, oversized_result);
+
+async fn concurrent_acquires<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
+    let attempts = (0..10).map(|_| e.acquire("race", b"body", None));
+    let results = futures_util::future::join_all(attempts).await;
+    let started = results.iter().filter(|r| matches!(r, Ok(Acquired::Started(_)))).count();
+    let waiting = results.iter().filter(|r| matches!(r, Ok(Acquired::InProgress { .. }))).count();
+    assert_eq!((started, waiting), (1, 9), "{results:?}");
+}
+
+#[tokio::test]
+async fn ten_concurrent_acquires_of_one_key_start_exactly_once() {
+    let f = fixture().await;
+    concurrent_acquires(&f.memory, &f.clock).await;
+    // Ten separate tasks (and connections) against DynamoDB.
+    let e = Arc::new(f.dynamodb.clone());
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let e = e.clone();
+            tokio::spawn(async move { e.acquire("race", b"body", None).await })
+        })
+        .collect();
+    let mut started = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(Acquired::Started(_)) => started += 1,
+            Ok(Acquired::InProgress { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(started, 1);
+}
+
+#[tokio::test]
+async fn one_dynamodb_request_per_duplicate_and_two_per_fresh_record() {
+    let f = fixture().await;
+    let counter = f.counter.clone();
+    let handler = message(|m, _| async move { Ok::<_, std::io::Error>(m.body.map(|b| b.len())) })
+        .idempotent(f.dynamodb.clone());
+    let records: Vec<SqsMessage> = (0..5)
+        .map(|i| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some(format!("msg-{i}"));
+            m.body = Some(format!("{{\"n\":{i}}}"));
+            m
+        })
+        .collect();
+    let mut event = SqsEvent::default();
+    event.records = records;
+    let event = LambdaEvent::new(event, Context::default());
+    let processor = BatchProcessor::new();
+
+    counter.reset();
+    let report = processor.process(&event, &handler).await.unwrap();
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(counter.count("UpdateItem"), 10, "acquire + complete per fresh record: {:?}", counter.snapshot());
+    assert_eq!(counter.total(), 10, "{:?}", counter.snapshot());
+
+    counter.reset();
+    let report = processor.process(&event, &handler).await.unwrap();
+    assert!(report.records.iter().all(|r| matches!(&r.result, Ok(d) if d.is_duplicate())));
+    assert_eq!(counter.total(), 5, "one request per completed duplicate: {:?}", counter.snapshot());
+}
+
+#[tokio::test]
+async fn attribute_names_are_configurable() {
+    let counter = RequestCounter::default();
+    let client = common::dynamodb(&counter).await;
+    let table = common::create_table(&client, "pk", "ttl").await;
+    let attributes = Attributes {
+        key: "pk".into(),
+        expiry: "ttl".into(),
+        status: "state".into(),
+        ..Attributes::default()
+    };
+    let e = Idempotency::new(DynamoDbBackend::new(client.clone(), &table).with_attributes(attributes));
+    let lease = started(&e, "k", b"body", None).await;
+    e.complete(&lease, Some("1")).await.unwrap();
+    let item = client
+        .get_item()
+        .table_name(&table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("k".into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("stored under the configured key attribute");
+    assert_eq!(item["state"].as_s().unwrap(), "COMPLETED");
+    let ttl: i64 = item["ttl"].as_n().unwrap().parse().unwrap();
+    let now = lambda_idempotency::record::SystemClock.now_ms() / 1000;
+    assert!((now + 86_399..=now + 86_401).contains(&ttl), "default expiry is 24 h: {ttl} vs {now}");
+}
