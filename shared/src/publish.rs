@@ -18,7 +18,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
@@ -315,6 +315,12 @@ pub enum PublishError {
         /// The error message.
         message: String,
     },
+    /// The queue is FIFO (its URL ends in `.fifo`) and the message is not: nothing was sent.
+    #[error("{queue_url} is a FIFO queue, but the message has no MessageGroupId (build it with Message::fifo)")]
+    NotFifo {
+        /// The queue.
+        queue_url: String,
+    },
     /// The entry still failed after every attempt.
     #[error("not sent after {attempts} attempts; last error: {last_error}")]
     Exhausted {
@@ -396,7 +402,21 @@ impl Publisher {
 
     /// Sends every message, and answers for each, in the order given.
     pub async fn send_all(&self, messages: Vec<Message>) -> Vec<Result<Sent, PublishError>> {
-        let batches = plan_batches(&messages);
+        let mut results: Vec<Option<Result<Sent, PublishError>>> = messages.iter().map(|_| None).collect();
+        let mut sendable = Vec::with_capacity(messages.len());
+        for (i, message) in messages.iter().enumerate() {
+            if self.queue_url.ends_with(".fifo") && message.group_id.is_none() {
+                results[i] = Some(Err(PublishError::NotFifo {
+                    queue_url: self.queue_url.clone(),
+                }));
+            } else {
+                sendable.push(i);
+            }
+        }
+        let batches: Vec<Vec<usize>> = plan_batches(&sendable.iter().map(|&i| &messages[i]).collect::<Vec<_>>())
+            .into_iter()
+            .map(|batch| batch.into_iter().map(|j| sendable[j]).collect())
+            .collect();
         // A FIFO batch waits for the earlier batches that share one of its groups.
         let mut last_with_group: HashMap<&str, usize> = HashMap::new();
         let mut done_senders = Vec::with_capacity(batches.len());
@@ -431,7 +451,6 @@ impl Publisher {
                 batch.into_iter().zip(results).collect::<Vec<_>>()
             }
         });
-        let mut results: Vec<Option<Result<Sent, PublishError>>> = messages.iter().map(|_| None).collect();
         let finished: Vec<_> = stream::iter(jobs).buffer_unordered(self.in_flight).collect().await;
         for (i, r) in finished.into_iter().flatten() {
             results[i] = Some(r);
@@ -464,8 +483,24 @@ impl Publisher {
                 .await;
             let output = match response {
                 Ok(output) => output,
+                Err(SdkError::ServiceError(e)) if is_client_fault(e.raw().status().as_u16(), e.err().code()) => {
+                    // The request itself is wrong: retrying cannot help.
+                    let code = e.err().code().unwrap_or("ClientError").to_owned();
+                    let message = e.err().message().unwrap_or_default().to_owned();
+                    tracing::warn!(code, message, "SendMessageBatch refused");
+                    for &p in &pending {
+                        results[p] = Some(Err(PublishError::Rejected {
+                            code: code.clone(),
+                            message: message.clone(),
+                        }));
+                    }
+                    break;
+                }
                 Err(e) => {
-                    let text = DisplayErrorContext(&e).to_string();
+                    let text = match e.code() {
+                        Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
+                        None => DisplayErrorContext(&e).to_string(),
+                    };
                     tracing::warn!(attempt, entries = pending.len(), error = %text, "SendMessageBatch failed");
                     for &p in &pending {
                         last_error.insert(p, text.clone());
@@ -522,6 +557,11 @@ impl Publisher {
     }
 }
 
+/// True for an HTTP 4xx that is not throttling: the caller's mistake, not worth a retry.
+fn is_client_fault(status: u16, code: Option<&str>) -> bool {
+    (400..500).contains(&status) && status != 429 && !code.is_some_and(|c| c.contains("Throttl"))
+}
+
 /// A random duration in `[d/2, d]`.
 pub(crate) fn jitter(d: Duration) -> Duration {
     let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
@@ -530,11 +570,11 @@ pub(crate) fn jitter(d: Duration) -> Duration {
 }
 
 /// Packs messages, in order, into batches of at most 10 entries and 1 MiB.
-pub fn plan_batches(messages: &[Message]) -> Vec<Vec<usize>> {
+pub fn plan_batches<M: std::borrow::Borrow<Message>>(messages: &[M]) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = Vec::new();
     let mut size = 0;
     for (i, m) in messages.iter().enumerate() {
-        let s = m.size();
+        let s = m.borrow().size();
         match batches.last_mut() {
             Some(batch) if batch.len() < MAX_BATCH_ENTRIES && size + s <= MAX_MESSAGE_BYTES => {
                 batch.push(i);
