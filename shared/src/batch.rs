@@ -188,7 +188,10 @@ where
     Fut: Future<Output = Result<O, E>> + Send,
     E: Into<BoxError>,
 {
-    JsonHandler { f, _body: PhantomData }
+    JsonHandler {
+        f,
+        _body: PhantomData,
+    }
 }
 
 impl<T, F, Fut, O, E> RecordHandler for JsonHandler<T, F>
@@ -207,9 +210,14 @@ where
             type_name: std::any::type_name::<T>(),
             cause,
         };
-        let body = message.body.as_deref().ok_or_else(|| body_error("the message has no body".into()))?;
+        let body = message
+            .body
+            .as_deref()
+            .ok_or_else(|| body_error("the message has no body".into()))?;
         let value: T = serde_json::from_str(body).map_err(|e| body_error(e.to_string()))?;
-        (self.f)(value, ctx.clone()).await.map_err(|e| RecordError::Handler(e.into()))
+        (self.f)(value, ctx.clone())
+            .await
+            .map_err(|e| RecordError::Handler(e.into()))
     }
 }
 
@@ -246,7 +254,9 @@ where
     type Output = O;
 
     async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<O, RecordError> {
-        (self.0)(message.clone(), ctx.clone()).await.map_err(|e| RecordError::Handler(e.into()))
+        (self.0)(message.clone(), ctx.clone())
+            .await
+            .map_err(|e| RecordError::Handler(e.into()))
     }
 }
 
@@ -329,7 +339,11 @@ where
 {
     type Output = Deduplicated<H::Output>;
 
-    async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<Self::Output, RecordError> {
+    async fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> Result<Self::Output, RecordError> {
         let key_error = |source| RecordError::Key {
             message_id: ctx.message_id.clone(),
             source,
@@ -342,11 +356,18 @@ where
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
                 return Ok(Deduplicated::Duplicate { stored: result });
             }
-            Ok(Acquired::InProgress { lease_until_ms }) => return Err(RecordError::InProgress { lease_until_ms }),
-            Err(AcquireError::PayloadMismatch { key }) => return Err(RecordError::PayloadMismatch { key }),
+            Ok(Acquired::InProgress { lease_until_ms }) => {
+                return Err(RecordError::InProgress { lease_until_ms });
+            }
+            Err(AcquireError::PayloadMismatch { key }) => {
+                return Err(RecordError::PayloadMismatch { key });
+            }
             Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
         };
-        match AssertUnwindSafe(self.inner.handle(message, ctx)).catch_unwind().await {
+        match AssertUnwindSafe(self.inner.handle(message, ctx))
+            .catch_unwind()
+            .await
+        {
             Ok(Ok(output)) => {
                 let json = serde_json::to_string(&output).ok().filter(|j| j != "null");
                 if let Err(e) = self.engine.complete(&lease, json.as_deref()).await {
@@ -588,7 +609,8 @@ impl BatchProcessor {
             .first()
             .and_then(|r| r.event_source_arn.as_deref())
             .is_some_and(|arn| arn.ends_with(".fifo"));
-        let mut results: Vec<Option<Result<H::Output, RecordError>>> = (0..records.len()).map(|_| None).collect();
+        let mut results: Vec<Option<Result<H::Output, RecordError>>> =
+            (0..records.len()).map(|_| None).collect();
         if !is_fifo {
             let outcomes: Vec<_> = stream::iter(0..records.len())
                 .map(|i| run.one(i).map(move |r| (i, r)))
@@ -657,7 +679,9 @@ impl<H: RecordHandler> Run<'_, H> {
                         group_id: group_id.clone(),
                         failed: first.clone(),
                     },
-                    None => RecordError::BatchStopped { failed: first.clone() },
+                    None => RecordError::BatchStopped {
+                        failed: first.clone(),
+                    },
                 }),
             };
             if result.is_err() && failed.is_none() {
@@ -692,12 +716,18 @@ impl<H: RecordHandler> Run<'_, H> {
                 let p = self.processor;
                 let left = deadline_ms - p.clock.now_ms();
                 if left < millis(p.start_margin) {
-                    return Err(RecordError::DeadlineNear { margin: p.start_margin });
+                    return Err(RecordError::DeadlineNear {
+                        margin: p.start_margin,
+                    });
                 }
                 let budget = Duration::from_millis((left - millis(p.stop_margin)).max(0) as u64);
                 match tokio::time::timeout(budget, work.instrument(span)).await {
                     Ok(outcome) => outcome,
-                    Err(_) => return Err(RecordError::DeadlineReached { margin: p.stop_margin }),
+                    Err(_) => {
+                        return Err(RecordError::DeadlineReached {
+                            margin: p.stop_margin,
+                        });
+                    }
                 }
             }
         };
@@ -715,7 +745,10 @@ pub fn fifo_groups(records: &[SqsMessage]) -> Vec<(String, Vec<usize>)> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     let mut position: HashMap<&str, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        let group = record.attributes.get("MessageGroupId").map_or("", String::as_str);
+        let group = record
+            .attributes
+            .get("MessageGroupId")
+            .map_or("", String::as_str);
         match position.get(group) {
             Some(&g) => groups[g].1.push(i),
             None => {

@@ -233,7 +233,8 @@ impl<B: Backend> Idempotency<B> {
         payload: &[u8],
         deadline: Option<SystemTime>,
     ) -> Result<Acquired, AcquireError> {
-        self.acquire_hashed(key, &sha256_hex(payload), deadline).await
+        self.acquire_hashed(key, &sha256_hex(payload), deadline)
+            .await
     }
 
     /// [`acquire`](Self::acquire) with a payload hash computed by the caller
@@ -344,12 +345,16 @@ impl<B: Backend> Idempotency<B> {
                     })?;
                 return Ok(Outcome::Replayed(value));
             }
-            Acquired::InProgress { lease_until_ms } => return Err(RunError::InProgress { lease_until_ms }),
+            Acquired::InProgress { lease_until_ms } => {
+                return Err(RunError::InProgress { lease_until_ms });
+            }
         };
         match AssertUnwindSafe(work()).catch_unwind().await {
             Ok(Ok(value)) => {
                 let json = serde_json::to_string(&value).ok().filter(|j| j != "null");
-                self.complete(&lease, json.as_deref()).await.map_err(RunError::Store)?;
+                self.complete(&lease, json.as_deref())
+                    .await
+                    .map_err(RunError::Store)?;
                 Ok(Outcome::Ran(value))
             }
             Ok(Err(e)) => {
@@ -381,9 +386,16 @@ impl<B: Backend> Idempotency<B> {
 }
 
 /// Interprets a record that blocked an acquire.
-fn classify(key: &str, existing: Record, payload_hash: &str, now_ms: i64) -> Result<Acquired, AcquireError> {
+fn classify(
+    key: &str,
+    existing: Record,
+    payload_hash: &str,
+    now_ms: i64,
+) -> Result<Acquired, AcquireError> {
     if existing.payload_hash != payload_hash && !existing.is_expired(now_ms) {
-        return Err(AcquireError::PayloadMismatch { key: key.to_owned() });
+        return Err(AcquireError::PayloadMismatch {
+            key: key.to_owned(),
+        });
     }
     Ok(match existing.status {
         Status::Completed => Acquired::Completed {
@@ -418,10 +430,15 @@ mod tests {
     async fn lifecycle() {
         let clock = Arc::new(ManualClock::new(1_000_000));
         let e = engine(&clock);
-        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap() else {
+        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap()
+        else {
             panic!("fresh key must start")
         };
-        assert_eq!(lease.lease_until_ms(), 1_005_000, "the lease ends at the deadline");
+        assert_eq!(
+            lease.lease_until_ms(),
+            1_005_000,
+            "the lease ends at the deadline"
+        );
         assert_eq!(
             e.acquire("k", b"p", deadline(1_005_000)).await.unwrap(),
             Acquired::InProgress {
@@ -448,16 +465,26 @@ mod tests {
             Err(AcquireError::PayloadMismatch { .. })
         ));
         clock.advance(Duration::from_secs(101));
-        assert!(matches!(e.acquire("k", b"other", None).await, Ok(Acquired::Started(_))), "expired");
+        assert!(
+            matches!(
+                e.acquire("k", b"other", None).await,
+                Ok(Acquired::Started(_))
+            ),
+            "expired"
+        );
     }
 
     #[tokio::test]
     async fn lease_is_never_zero() {
         let clock = Arc::new(ManualClock::new(10_000));
         let e = engine(&clock).with_default_lease(Duration::ZERO);
-        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(0)).await.unwrap() else { panic!() };
+        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(0)).await.unwrap() else {
+            panic!()
+        };
         assert_eq!(lease.lease_until_ms(), 11_000);
-        let Acquired::Started(lease) = e.acquire("k2", b"p", None).await.unwrap() else { panic!() };
+        let Acquired::Started(lease) = e.acquire("k2", b"p", None).await.unwrap() else {
+            panic!()
+        };
         assert!(lease.lease_until_ms() > 10_000);
     }
 
@@ -465,18 +492,29 @@ mod tests {
     async fn lease_end_lets_another_attempt_in() {
         let clock = Arc::new(ManualClock::new(0));
         let e = engine(&clock);
-        assert!(matches!(e.acquire("k", b"p", deadline(3_000)).await, Ok(Acquired::Started(_))));
+        assert!(matches!(
+            e.acquire("k", b"p", deadline(3_000)).await,
+            Ok(Acquired::Started(_))
+        ));
         clock.set(3_000);
-        assert!(matches!(e.acquire("k", b"p", None).await, Ok(Acquired::InProgress { .. })));
+        assert!(matches!(
+            e.acquire("k", b"p", None).await,
+            Ok(Acquired::InProgress { .. })
+        ));
         clock.set(3_001);
-        assert!(matches!(e.acquire("k", b"p", None).await, Ok(Acquired::Started(_))));
+        assert!(matches!(
+            e.acquire("k", b"p", None).await,
+            Ok(Acquired::Started(_))
+        ));
     }
 
     #[tokio::test]
     async fn oversized_result_is_omitted_not_an_error() {
         let clock = Arc::new(ManualClock::new(0));
         let e = engine(&clock);
-        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else { panic!() };
+        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else {
+            panic!()
+        };
         let big = "x".repeat(MAX_ITEM_BYTES);
         e.complete(&lease, Some(&big)).await.unwrap();
         assert_eq!(
@@ -492,7 +530,9 @@ mod tests {
     async fn run_records_failures_and_panics() {
         let clock = Arc::new(ManualClock::new(0));
         let e = engine(&clock);
-        let failed = e.run("k", b"p", None, || async { Err::<u8, _>("nope") }).await;
+        let failed = e
+            .run("k", b"p", None, || async { Err::<u8, _>("nope") })
+            .await;
         assert!(matches!(failed, Err(RunError::Failed("nope"))));
         let panicked = AssertUnwindSafe(e.run("k", b"p", None, || async {
             if true {
@@ -507,6 +547,11 @@ mod tests {
         assert_eq!(record.status, Status::Failed);
         assert_eq!(record.attempts, 2);
         assert_eq!(record.last_error.as_deref(), Some("panicked: kaboom"));
-        assert_eq!(e.run("k", b"p", None, || async { Ok::<_, String>(5) }).await.unwrap(), Outcome::Ran(5));
+        assert_eq!(
+            e.run("k", b"p", None, || async { Ok::<_, String>(5) })
+                .await
+                .unwrap(),
+            Outcome::Ran(5)
+        );
     }
 }

@@ -144,7 +144,9 @@ impl KeyConfig {
             },
             KeySource::JsonPointer(pointer) => key_at(&parse_body(message)?, pointer),
             KeySource::Custom(f) => match f(message)? {
-                key if key.is_empty() => Err(KeyError::Custom("the key function gave an empty key".into())),
+                key if key.is_empty() => Err(KeyError::Custom(
+                    "the key function gave an empty key".into(),
+                )),
                 key => Ok(key),
             },
         }
@@ -173,7 +175,12 @@ pub fn canonical_hash(value: &Value) -> String {
             Value::Object(map) => {
                 let mut entries: Vec<_> = map.iter().collect();
                 entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), canonical(v)))
+                        .collect(),
+                )
             }
             Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
             other => other.clone(),
@@ -246,10 +253,22 @@ mod tests {
     fn key_from_pointer_errors_name_the_problem() {
         let cfg = KeyConfig::json_pointer("/id");
         assert_eq!(cfg.key(&message(r#"{"id":12}"#)).unwrap(), "12");
-        assert_eq!(cfg.key(&message("{}")), Err(KeyError::Missing("/id".into())));
-        assert!(matches!(cfg.key(&message("not json")), Err(KeyError::InvalidJson(_))));
-        assert!(matches!(cfg.key(&message(r#"{"id":""}"#)), Err(KeyError::Unusable { .. })));
-        assert!(matches!(cfg.key(&message(r#"{"id":[1]}"#)), Err(KeyError::Unusable { .. })));
+        assert_eq!(
+            cfg.key(&message("{}")),
+            Err(KeyError::Missing("/id".into()))
+        );
+        assert!(matches!(
+            cfg.key(&message("not json")),
+            Err(KeyError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            cfg.key(&message(r#"{"id":""}"#)),
+            Err(KeyError::Unusable { .. })
+        ));
+        assert!(matches!(
+            cfg.key(&message(r#"{"id":[1]}"#)),
+            Err(KeyError::Unusable { .. })
+        ));
         let mut no_body = message("");
         no_body.body = None;
         assert_eq!(cfg.key(&no_body), Err(KeyError::MissingBody));
@@ -259,7 +278,10 @@ mod tests {
     fn message_id_key_requires_an_id() {
         let mut m = message("x");
         m.message_id = Some(String::new());
-        assert_eq!(KeyConfig::default().key(&m), Err(KeyError::MissingMessageId));
+        assert_eq!(
+            KeyConfig::default().key(&m),
+            Err(KeyError::MissingMessageId)
+        );
     }
 
     #[test]
@@ -275,7 +297,10 @@ mod tests {
     #[test]
     fn whole_body_hash_by_default() {
         let cfg = KeyConfig::default();
-        assert_eq!(cfg.payload_hash(&message("abc")).unwrap(), sha256_hex(b"abc"));
+        assert_eq!(
+            cfg.payload_hash(&message("abc")).unwrap(),
+            sha256_hex(b"abc")
+        );
     }
 
     #[test]

@@ -50,7 +50,9 @@ pub enum InvalidMessage {
         len: usize,
     },
     /// The identifier has a character SQS does not accept.
-    #[error("{field} has {ch:?} at position {position}: only a-z, A-Z, 0-9 and ASCII punctuation are allowed")]
+    #[error(
+        "{field} has {ch:?} at position {position}: only a-z, A-Z, 0-9 and ASCII punctuation are allowed"
+    )]
     IdCharacter {
         /// Which identifier.
         field: &'static str,
@@ -84,7 +86,11 @@ fn validate_id(field: &'static str, value: &str) -> Result<(), InvalidMessage> {
         .enumerate()
         .find(|(_, c)| !(c.is_ascii_alphanumeric() || c.is_ascii_punctuation()))
     {
-        return Err(InvalidMessage::IdCharacter { field, ch, position });
+        return Err(InvalidMessage::IdCharacter {
+            field,
+            ch,
+            position,
+        });
     }
     if value.len() > MAX_ID_LEN {
         return Err(InvalidMessage::IdTooLong {
@@ -218,7 +224,11 @@ impl Message {
     }
 
     /// Adds a `String` message attribute.
-    pub fn with_attribute(self, name: impl Into<String>, value: impl Into<String>) -> Result<Self, InvalidMessage> {
+    pub fn with_attribute(
+        self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<Self, InvalidMessage> {
         let name = name.into();
         let value = MessageAttributeValue::builder()
             .data_type("String")
@@ -316,7 +326,9 @@ pub enum PublishError {
         message: String,
     },
     /// The queue is FIFO (its URL ends in `.fifo`) and the message is not: nothing was sent.
-    #[error("{queue_url} is a FIFO queue, but the message has no MessageGroupId (build it with Message::fifo)")]
+    #[error(
+        "{queue_url} is a FIFO queue, but the message has no MessageGroupId (build it with Message::fifo)"
+    )]
     NotFifo {
         /// The queue.
         queue_url: String,
@@ -397,12 +409,16 @@ impl Publisher {
 
     /// Sends one message (a batch of one).
     pub async fn send(&self, message: Message) -> Result<Sent, PublishError> {
-        self.send_all(vec![message]).await.pop().expect("one result per message")
+        self.send_all(vec![message])
+            .await
+            .pop()
+            .expect("one result per message")
     }
 
     /// Sends every message, and answers for each, in the order given.
     pub async fn send_all(&self, messages: Vec<Message>) -> Vec<Result<Sent, PublishError>> {
-        let mut results: Vec<Option<Result<Sent, PublishError>>> = messages.iter().map(|_| None).collect();
+        let mut results: Vec<Option<Result<Sent, PublishError>>> =
+            messages.iter().map(|_| None).collect();
         let mut sendable = Vec::with_capacity(messages.len());
         for (i, message) in messages.iter().enumerate() {
             if self.queue_url.ends_with(".fifo") && message.group_id.is_none() {
@@ -413,10 +429,11 @@ impl Publisher {
                 sendable.push(i);
             }
         }
-        let batches: Vec<Vec<usize>> = plan_batches(&sendable.iter().map(|&i| &messages[i]).collect::<Vec<_>>())
-            .into_iter()
-            .map(|batch| batch.into_iter().map(|j| sendable[j]).collect())
-            .collect();
+        let batches: Vec<Vec<usize>> =
+            plan_batches(&sendable.iter().map(|&i| &messages[i]).collect::<Vec<_>>())
+                .into_iter()
+                .map(|batch| batch.into_iter().map(|j| sendable[j]).collect())
+                .collect();
         // A FIFO batch waits for the earlier batches that share one of its groups.
         let mut last_with_group: HashMap<&str, usize> = HashMap::new();
         let mut done_senders = Vec::with_capacity(batches.len());
@@ -436,22 +453,29 @@ impl Publisher {
             deps.dedup();
             waits.push(deps);
         }
-        let jobs = batches.into_iter().zip(waits).zip(done_senders).map(|((batch, deps), done)| {
-            let deps: Vec<_> = deps.iter().map(|&d| done_receivers[d].clone()).collect();
-            let messages = &messages;
-            async move {
-                for mut dep in deps {
-                    // An Err means the sender is gone, which only happens once it is done.
-                    let _ = dep.wait_for(|finished| *finished).await;
+        let jobs = batches
+            .into_iter()
+            .zip(waits)
+            .zip(done_senders)
+            .map(|((batch, deps), done)| {
+                let deps: Vec<_> = deps.iter().map(|&d| done_receivers[d].clone()).collect();
+                let messages = &messages;
+                async move {
+                    for mut dep in deps {
+                        // An Err means the sender is gone, which only happens once it is done.
+                        let _ = dep.wait_for(|finished| *finished).await;
+                    }
+                    let results = self.send_batch(messages, &batch).await;
+                    if let Some(done) = done {
+                        let _ = done.send(true);
+                    }
+                    batch.into_iter().zip(results).collect::<Vec<_>>()
                 }
-                let results = self.send_batch(messages, &batch).await;
-                if let Some(done) = done {
-                    let _ = done.send(true);
-                }
-                batch.into_iter().zip(results).collect::<Vec<_>>()
-            }
-        });
-        let finished: Vec<_> = stream::iter(jobs).buffer_unordered(self.in_flight).collect().await;
+            });
+        let finished: Vec<_> = stream::iter(jobs)
+            .buffer_unordered(self.in_flight)
+            .collect()
+            .await;
         for (i, r) in finished.into_iter().flatten() {
             results[i] = Some(r);
         }
@@ -462,8 +486,13 @@ impl Publisher {
     }
 
     /// Sends one planned batch, retrying the failed entries.
-    async fn send_batch(&self, messages: &[Message], batch: &[usize]) -> Vec<Result<Sent, PublishError>> {
-        let mut results: Vec<Option<Result<Sent, PublishError>>> = batch.iter().map(|_| None).collect();
+    async fn send_batch(
+        &self,
+        messages: &[Message],
+        batch: &[usize],
+    ) -> Vec<Result<Sent, PublishError>> {
+        let mut results: Vec<Option<Result<Sent, PublishError>>> =
+            batch.iter().map(|_| None).collect();
         let mut pending: Vec<usize> = (0..batch.len()).collect(); // positions in `batch`
         let mut last_error: HashMap<usize, String> = HashMap::new();
         for attempt in 1..=self.max_attempts {
@@ -483,7 +512,9 @@ impl Publisher {
                 .await;
             let output = match response {
                 Ok(output) => output,
-                Err(SdkError::ServiceError(e)) if is_client_fault(e.raw().status().as_u16(), e.err().code()) => {
+                Err(SdkError::ServiceError(e))
+                    if is_client_fault(e.raw().status().as_u16(), e.err().code()) =>
+                {
                     // The request itself is wrong: retrying cannot help.
                     let code = e.err().code().unwrap_or("ClientError").to_owned();
                     let message = e.err().message().unwrap_or_default().to_owned();
@@ -517,7 +548,9 @@ impl Publisher {
                 }
             }
             for failed in output.failed() {
-                let Ok(p) = failed.id().parse::<usize>() else { continue };
+                let Ok(p) = failed.id().parse::<usize>() else {
+                    continue;
+                };
                 let message = failed.message().unwrap_or_default().to_owned();
                 if failed.sender_fault() {
                     results[p] = Some(Err(PublishError::Rejected {
@@ -532,7 +565,11 @@ impl Publisher {
             if pending.is_empty() {
                 break;
             }
-            tracing::warn!(attempt, failed = pending.len(), "retrying the failed entries of a batch");
+            tracing::warn!(
+                attempt,
+                failed = pending.len(),
+                "retrying the failed entries of a batch"
+            );
         }
         results
             .into_iter()
@@ -541,7 +578,9 @@ impl Publisher {
                 r.unwrap_or_else(|| {
                     Err(PublishError::Exhausted {
                         attempts: self.max_attempts,
-                        last_error: last_error.remove(&p).unwrap_or_else(|| "no answer for the entry".into()),
+                        last_error: last_error
+                            .remove(&p)
+                            .unwrap_or_else(|| "no answer for the entry".into()),
                     })
                 })
             })
@@ -564,7 +603,9 @@ fn is_client_fault(status: u16, code: Option<&str>) -> bool {
 
 /// A random duration in `[d/2, d]`.
 pub(crate) fn jitter(d: Duration) -> Duration {
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     let half = d / 2;
     half + Duration::from_nanos(random % (half.as_nanos() as u64).max(1))
 }
@@ -616,7 +657,10 @@ mod tests {
     fn attributes_count_toward_the_size() {
         let body = "x".repeat(MAX_MESSAGE_BYTES - 10);
         let m = Message::standard(body).unwrap();
-        assert!(matches!(m.with_attribute("name", "0123456789"), Err(InvalidMessage::TooLarge { .. })));
+        assert!(matches!(
+            m.with_attribute("name", "0123456789"),
+            Err(InvalidMessage::TooLarge { .. })
+        ));
     }
 
     fn sized(n: usize) -> Message {

@@ -210,7 +210,10 @@ mod tests {
     fn completed_blocks_until_expiry() {
         let r = record(Status::Completed);
         assert!(!r.is_replaceable_by("h", 99_999));
-        assert!(!r.is_replaceable_by("h", 100_999), "expiry is in whole seconds");
+        assert!(
+            !r.is_replaceable_by("h", 100_999),
+            "expiry is in whole seconds"
+        );
         assert!(r.is_replaceable_by("h", 101_000));
     }
 

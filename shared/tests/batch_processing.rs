@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchError, BatchProcessor, RecordContext, RecordError, RecordHandlerExt, json, message};
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::batch::{
+    BatchError, BatchProcessor, RecordContext, RecordError, RecordHandlerExt, json, message,
+};
 use lambda_idempotency::record::{Record, system_time_ms};
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update};
-use lambda_idempotency::Idempotency;
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
 
@@ -17,7 +19,8 @@ fn record(id: &str, body: &str, group: Option<&str>) -> SqsMessage {
     let mut m = SqsMessage::default();
     m.message_id = Some(id.into());
     m.body = Some(body.into());
-    m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), "1".into());
     if let Some(g) = group {
         m.attributes.insert("MessageGroupId".into(), g.into());
         m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:q.fifo".into());
@@ -39,11 +42,18 @@ fn with_deadline(mut event: LambdaEvent<SqsEvent>, from_now: Duration) -> Lambda
 }
 
 fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String> {
-    response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
 }
 
 fn read_sample(name: &str) -> SqsEvent {
-    let path = format!("{}/../../shared/aws-events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../shared/aws-events/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not an SqsEvent: {e}"))
 }
@@ -56,7 +66,11 @@ async fn only_failed_records_are_reported() {
             _ => Ok(()),
         }
     });
-    let e = event(vec![record("a", "ok", None), record("b", "fail", None), record("c", "ok", None)]);
+    let e = event(vec![
+        record("a", "ok", None),
+        record("b", "fail", None),
+        record("c", "ok", None),
+    ]);
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["b"]);
 }
@@ -69,11 +83,18 @@ async fn a_panic_fails_only_its_record() {
         }
         Ok::<_, std::io::Error>(())
     });
-    let e = event(vec![record("a", "ok", None), record("b", "panic", None), record("c", "ok", None)]);
+    let e = event(vec![
+        record("a", "ok", None),
+        record("b", "panic", None),
+        record("c", "ok", None),
+    ]);
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["b"]);
     let err = report.records[1].result.as_ref().unwrap_err();
-    assert!(matches!(err, RecordError::Panicked(m) if m == "handler bug"), "{err}");
+    assert!(
+        matches!(err, RecordError::Panicked(m) if m == "handler bug"),
+        "{err}"
+    );
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -94,7 +115,10 @@ async fn a_malformed_body_fails_its_record_with_the_message_id_and_cause() {
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["not-json", "wrong-shape"]);
     let text = report.records[2].result.as_ref().unwrap_err().to_string();
-    assert!(text.contains("wrong-shape") && text.contains("Payment") && text.contains("invalid type"), "{text}");
+    assert!(
+        text.contains("wrong-shape") && text.contains("Payment") && text.contains("invalid type"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +127,10 @@ async fn a_record_without_message_id_fails_the_invocation() {
     nameless.message_id = None;
     let handler = message(|_, _| async { Ok::<_, std::io::Error>(()) });
     let e = event(vec![record("a", "ok", None), nameless]);
-    let err = BatchProcessor::new().process(&e, &handler).await.unwrap_err();
+    let err = BatchProcessor::new()
+        .process(&e, &handler)
+        .await
+        .unwrap_err();
     assert!(matches!(err, BatchError::MissingMessageId { index: 1 }));
     assert!(err.to_string().contains("no messageId"));
 }
@@ -111,7 +138,10 @@ async fn a_record_without_message_id_fails_the_invocation() {
 #[tokio::test]
 async fn an_empty_batch_succeeds() {
     let handler = message(|_, _| async { Ok::<_, std::io::Error>(()) });
-    let report = BatchProcessor::new().process(&event(vec![]), &handler).await.unwrap();
+    let report = BatchProcessor::new()
+        .process(&event(vec![]), &handler)
+        .await
+        .unwrap();
     assert!(report.response().batch_item_failures.is_empty());
 }
 
@@ -123,7 +153,11 @@ async fn fifo_failure_blocks_its_group_only() {
         let log = log.clone();
         async move {
             log.lock().unwrap().push(m.message_id.clone().unwrap());
-            if m.body.as_deref() == Some("fail") { Err("refused") } else { Ok(()) }
+            if m.body.as_deref() == Some("fail") {
+                Err("refused")
+            } else {
+                Ok(())
+            }
         }
     });
     let e = event(vec![
@@ -136,7 +170,10 @@ async fn fifo_failure_blocks_its_group_only() {
     ]);
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["a2", "a3"]);
-    assert!(!ran.lock().unwrap().contains(&"a3".to_string()), "a3 must not run after a2 failed");
+    assert!(
+        !ran.lock().unwrap().contains(&"a3".to_string()),
+        "a3 must not run after a2 failed"
+    );
     assert!(matches!(
         report.records[4].result,
         Err(RecordError::GroupBlocked { ref group_id, ref failed }) if group_id == "A" && failed == "a2"
@@ -144,7 +181,11 @@ async fn fifo_failure_blocks_its_group_only() {
 
     // Strict order: everything after the first failure fails.
     ran.lock().unwrap().clear();
-    let report = BatchProcessor::new().strict_order(true).process(&e, &handler).await.unwrap();
+    let report = BatchProcessor::new()
+        .strict_order(true)
+        .process(&e, &handler)
+        .await
+        .unwrap();
     assert_eq!(failed_ids(&report.response()), ["a2", "b2", "a3", "b3"]);
     assert_eq!(*ran.lock().unwrap(), ["a1", "b1", "a2"]);
 }
@@ -155,15 +196,26 @@ async fn records_not_started_near_the_deadline_fail() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         Ok::<_, std::io::Error>(())
     });
-    let records = (0..4).map(|i| record(&format!("m{i}"), "ok", Some("G"))).collect();
+    let records = (0..4)
+        .map(|i| record(&format!("m{i}"), "ok", Some("G")))
+        .collect();
     // 1.5 s left, start margin 1 s: the first record starts, finishes after 300 ms, the
     // second at 1.2 s left, ... then the margin is reached.
     let e = with_deadline(event(records), Duration::from_millis(1500));
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     let failed = failed_ids(&report.response());
     assert!(!failed.is_empty() && failed.len() < 4, "{failed:?}");
-    assert!(report.records.iter().filter(|r| r.result.is_ok()).all(|r| !failed.contains(&r.message_id)));
-    assert!(matches!(report.records[3].result, Err(RecordError::GroupBlocked { .. } | RecordError::DeadlineNear { .. })));
+    assert!(
+        report
+            .records
+            .iter()
+            .filter(|r| r.result.is_ok())
+            .all(|r| !failed.contains(&r.message_id))
+    );
+    assert!(matches!(
+        report.records[3].result,
+        Err(RecordError::GroupBlocked { .. } | RecordError::DeadlineNear { .. })
+    ));
 }
 
 #[tokio::test]
@@ -175,30 +227,49 @@ async fn records_running_at_the_deadline_are_cancelled_and_reported() {
         Ok::<_, std::io::Error>(())
     });
     let e = with_deadline(
-        event(vec![record("fast", "ok", None), record("slow", "slow", None)]),
+        event(vec![
+            record("fast", "ok", None),
+            record("slow", "slow", None),
+        ]),
         Duration::from_millis(1600),
     );
     let started = std::time::Instant::now();
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(failed_ids(&report.response()), ["slow"]);
-    assert!(matches!(report.records[1].result, Err(RecordError::DeadlineReached { .. })));
+    assert!(matches!(
+        report.records[1].result,
+        Err(RecordError::DeadlineReached { .. })
+    ));
 }
 
 #[tokio::test]
 async fn sample_events_go_through_the_processor() {
-    for (file, fifo) in [("example-sqs-event.json", false), ("example-sqs-fifo-event.json", true)] {
+    for (file, fifo) in [
+        ("example-sqs-event.json", false),
+        ("example-sqs-fifo-event.json", true),
+    ] {
         let sample = read_sample(file);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
         let handler = message(move |m, ctx: RecordContext| {
             let log = log.clone();
             async move {
-                log.lock().unwrap().push((m.body.clone().unwrap(), ctx.group_id.clone(), ctx.receive_count));
+                log.lock().unwrap().push((
+                    m.body.clone().unwrap(),
+                    ctx.group_id.clone(),
+                    ctx.receive_count,
+                ));
                 Ok::<_, std::io::Error>(())
             }
         });
-        let report = BatchProcessor::new().process(&LambdaEvent::new(sample.clone(), Context::default()), &handler).await.unwrap();
+        let report = BatchProcessor::new()
+            .process(
+                &LambdaEvent::new(sample.clone(), Context::default()),
+                &handler,
+            )
+            .await
+            .unwrap();
         assert!(report.response().batch_item_failures.is_empty(), "{file}");
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), sample.records.len());
@@ -222,14 +293,21 @@ async fn sample_events_go_through_the_processor() {
         }
     });
     let sample = read_sample("example-sqs-fifo-event.json");
-    BatchProcessor::new().process(&LambdaEvent::new(sample, Context::default()), &handler).await.unwrap();
+    BatchProcessor::new()
+        .process(&LambdaEvent::new(sample, Context::default()), &handler)
+        .await
+        .unwrap();
     assert_eq!(*got.lock().unwrap(), Some(("pay-001".to_string(), 10000)));
 }
 
 #[test]
 fn sample_batch_response_matches_the_wire_format() {
-    let path = format!("{}/../../shared/aws-events/example-sqs-batch-response.json", env!("CARGO_MANIFEST_DIR"));
-    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = format!(
+        "{}/../../shared/aws-events/example-sqs-batch-response.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut response = aws_lambda_events::sqs::SqsBatchResponse::default();
     for id in ["id2", "id4"] {
         let mut f = aws_lambda_events::sqs::BatchItemFailure::default();
@@ -282,7 +360,10 @@ async fn an_unreachable_store_fails_records_and_never_runs_them() {
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["a", "b"]);
     assert_eq!(*ran.lock().unwrap(), 0);
-    assert!(matches!(report.records[0].result, Err(RecordError::Store(_))));
+    assert!(matches!(
+        report.records[0].result,
+        Err(RecordError::Store(_))
+    ));
 }
 
 #[tokio::test]
@@ -299,16 +380,26 @@ async fn idempotent_handler_skips_duplicates_and_rejects_reused_keys() {
     .idempotent(Idempotency::new(InMemoryBackend::default()))
     .with_keys(lambda_idempotency::key::KeyConfig::json_pointer("/id"));
     let processor = BatchProcessor::new().concurrency(1);
-    let first = event(vec![record("m1", r#"{"id":"p1","n":1}"#, None), record("m2", r#"{"id":"p1","n":1}"#, None)]);
+    let first = event(vec![
+        record("m1", r#"{"id":"p1","n":1}"#, None),
+        record("m2", r#"{"id":"p1","n":1}"#, None),
+    ]);
     let report = processor.process(&first, &handler).await.unwrap();
     assert!(report.response().batch_item_failures.is_empty());
-    assert_eq!(ran.lock().unwrap().len(), 1, "second send of the same business key is skipped");
+    assert_eq!(
+        ran.lock().unwrap().len(),
+        1,
+        "second send of the same business key is skipped"
+    );
     assert!(matches!(report.records[1].result, Ok(ref d) if d.is_duplicate()));
 
     let reuse = event(vec![record("m3", r#"{"id":"p1","n":2}"#, None)]);
     let report = processor.process(&reuse, &handler).await.unwrap();
     assert_eq!(failed_ids(&report.response()), ["m3"]);
-    assert!(matches!(report.records[0].result, Err(RecordError::PayloadMismatch { .. })));
+    assert!(matches!(
+        report.records[0].result,
+        Err(RecordError::PayloadMismatch { .. })
+    ));
     let no_key = event(vec![record("m4", r#"{"n":2}"#, None)]);
     let report = processor.process(&no_key, &handler).await.unwrap();
     let text = report.records[0].result.as_ref().unwrap_err().to_string();
@@ -332,8 +423,14 @@ async fn standard_records_run_concurrently_up_to_the_limit() {
             Ok::<_, std::io::Error>(())
         }
     });
-    let records = (0..10).map(|i| record(&format!("m{i}"), "ok", None)).collect();
-    BatchProcessor::new().concurrency(3).process(&event(records), &handler).await.unwrap();
+    let records = (0..10)
+        .map(|i| record(&format!("m{i}"), "ok", None))
+        .collect();
+    BatchProcessor::new()
+        .concurrency(3)
+        .process(&event(records), &handler)
+        .await
+        .unwrap();
     assert_eq!(state.lock().unwrap().1, 3);
 }
 
@@ -350,7 +447,11 @@ fn fate() -> impl Strategy<Value = Fate> {
     prop_oneof![6 => Just(Fate::Succeed), 2 => Just(Fate::Fail), 1 => Just(Fate::Panic), 1 => Just(Fate::BadBody)]
 }
 
-fn run_batch(fifo: bool, strict: bool, spec: &[(u8, Fate)]) -> (Vec<String>, Vec<String>, HashMap<String, Fate>) {
+fn run_batch(
+    fifo: bool,
+    strict: bool,
+    spec: &[(u8, Fate)],
+) -> (Vec<String>, Vec<String>, HashMap<String, Fate>) {
     let records: Vec<SqsMessage> = spec
         .iter()
         .enumerate()
@@ -365,7 +466,11 @@ fn run_batch(fifo: bool, strict: bool, spec: &[(u8, Fate)]) -> (Vec<String>, Vec
             record(&format!("id-{i}"), body, fifo.then_some(group.as_str()))
         })
         .collect();
-    let fates = records.iter().zip(spec).map(|(r, (_, f))| (r.message_id.clone().unwrap(), *f)).collect();
+    let fates = records
+        .iter()
+        .zip(spec)
+        .map(|(r, (_, f))| (r.message_id.clone().unwrap(), *f))
+        .collect();
     let ran = Arc::new(Mutex::new(Vec::new()));
     let log = ran.clone();
     #[derive(serde::Deserialize)]
@@ -387,7 +492,12 @@ fn run_batch(fifo: bool, strict: bool, spec: &[(u8, Fate)]) -> (Vec<String>, Vec
         .enable_all()
         .build()
         .unwrap()
-        .block_on(BatchProcessor::new().strict_order(strict).concurrency(4).process(&event(records), &handler))
+        .block_on(
+            BatchProcessor::new()
+                .strict_order(strict)
+                .concurrency(4)
+                .process(&event(records), &handler),
+        )
         .unwrap()
         .response();
     let ran = ran.lock().unwrap().clone();

@@ -47,7 +47,12 @@ fn deadline_in(clock: &ManualClock, ms: i64) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis((clock.now_ms() + ms) as u64))
 }
 
-async fn started<B: Backend>(e: &Idempotency<B>, key: &str, payload: &[u8], deadline: Option<SystemTime>) -> lambda_idempotency::Lease {
+async fn started<B: Backend>(
+    e: &Idempotency<B>,
+    key: &str,
+    payload: &[u8],
+    deadline: Option<SystemTime>,
+) -> lambda_idempotency::Lease {
     match e.acquire(key, payload, deadline).await {
         Ok(Acquired::Started(lease)) => lease,
         other => panic!("expected Started for {key}, got {other:?}"),
@@ -69,7 +74,11 @@ macro_rules! on_both_backends {
 async fn fresh_key<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
     let deadline = deadline_in(clock, 5_000);
     let lease = started(e, "fresh", b"body", deadline).await;
-    assert_eq!(lease.lease_until_ms(), clock.now_ms() + 5_000, "lease ends at the deadline");
+    assert_eq!(
+        lease.lease_until_ms(),
+        clock.now_ms() + 5_000,
+        "lease ends at the deadline"
+    );
     let r = e.get("fresh").await.unwrap().expect("record written");
     assert_eq!(r.key, "fn#fresh");
     assert_eq!(r.status, Status::InProgress);
@@ -78,11 +87,16 @@ async fn fresh_key<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
     assert_eq!(r.payload_hash, lambda_idempotency::key::sha256_hex(b"body"));
     assert_eq!(r.attempts, 0);
 }
-on_both_backends!(acquire_on_a_fresh_key_writes_an_in_progress_record, fresh_key);
+on_both_backends!(
+    acquire_on_a_fresh_key_writes_an_in_progress_record,
+    fresh_key
+);
 
 async fn duplicate_after_completion<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
     let lease = started(e, "done", b"body", None).await;
-    e.complete(&lease, Some(r#"{"charged":true}"#)).await.unwrap();
+    e.complete(&lease, Some(r#"{"charged":true}"#))
+        .await
+        .unwrap();
     assert_eq!(
         e.acquire("done", b"body", None).await.unwrap(),
         Acquired::Completed {
@@ -91,19 +105,28 @@ async fn duplicate_after_completion<B: Backend>(e: &Idempotency<B>, _clock: &Man
         }
     );
 }
-on_both_backends!(a_duplicate_after_completion_gets_the_stored_result, duplicate_after_completion);
+on_both_backends!(
+    a_duplicate_after_completion_gets_the_stored_result,
+    duplicate_after_completion
+);
 
 async fn expired_record<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
     let lease = started(e, "old", b"body", None).await;
     e.complete(&lease, None).await.unwrap();
-    assert!(matches!(e.acquire("old", b"body", None).await, Ok(Acquired::Completed { .. })));
+    assert!(matches!(
+        e.acquire("old", b"body", None).await,
+        Ok(Acquired::Completed { .. })
+    ));
     // The TTL sweeper has not deleted it (moto never does): the condition itself must see expiry.
     clock.advance(Duration::from_secs(3601));
     assert!(e.get("old").await.unwrap().is_some(), "still stored");
     started(e, "old", b"another body", None).await;
     clock.set(clock.now_ms() - 3_601_000);
 }
-on_both_backends!(an_expired_record_is_reclaimed_before_the_ttl_sweeper_runs, expired_record);
+on_both_backends!(
+    an_expired_record_is_reclaimed_before_the_ttl_sweeper_runs,
+    expired_record
+);
 
 async fn lease_ended<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
     let deadline = deadline_in(clock, 2_000);
@@ -129,18 +152,29 @@ async fn payload_mismatch<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) 
         Err(AcquireError::PayloadMismatch { key }) if key == "reused"
     ));
     e.complete(&lease, None).await.unwrap();
-    assert!(matches!(e.acquire("reused", b"second", None).await, Err(AcquireError::PayloadMismatch { .. })));
+    assert!(matches!(
+        e.acquire("reused", b"second", None).await,
+        Err(AcquireError::PayloadMismatch { .. })
+    ));
     // A failed record is not taken over by another payload either.
     let lease = started(e, "reused-failed", b"first", None).await;
     e.fail(&lease, "boom").await.unwrap();
-    assert!(matches!(e.acquire("reused-failed", b"second", None).await, Err(AcquireError::PayloadMismatch { .. })));
+    assert!(matches!(
+        e.acquire("reused-failed", b"second", None).await,
+        Err(AcquireError::PayloadMismatch { .. })
+    ));
 }
-on_both_backends!(the_same_key_with_another_payload_is_a_mismatch, payload_mismatch);
+on_both_backends!(
+    the_same_key_with_another_payload_is_a_mismatch,
+    payload_mismatch
+);
 
 async fn failed_reacquired<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
     for attempt in 1..=3 {
         let lease = started(e, "flaky", b"body", None).await;
-        e.fail(&lease, &format!("attempt {attempt} failed")).await.unwrap();
+        e.fail(&lease, &format!("attempt {attempt} failed"))
+            .await
+            .unwrap();
         let r = e.get("flaky").await.unwrap().unwrap();
         assert_eq!((r.status, r.attempts), (Status::Failed, attempt));
         assert_eq!(r.last_error, Some(format!("attempt {attempt} failed")));
@@ -151,16 +185,25 @@ async fn failed_reacquired<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock)
     assert_eq!((r.status, r.attempts), (Status::Completed, 3));
     // A late failure report never overwrites a completion.
     e.fail(&lease, "late").await.unwrap();
-    assert_eq!(e.get("flaky").await.unwrap().unwrap().status, Status::Completed);
+    assert_eq!(
+        e.get("flaky").await.unwrap().unwrap().status,
+        Status::Completed
+    );
 }
-on_both_backends!(a_failed_record_is_reacquired_and_attempts_counted, failed_reacquired);
+on_both_backends!(
+    a_failed_record_is_reacquired_and_attempts_counted,
+    failed_reacquired
+);
 
 async fn long_key<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
     let key = "k".repeat(5_000);
     let lease = started(e, &key, b"body", None).await;
     assert!(lease.stored_key().starts_with("fn#sha256:"));
     e.complete(&lease, None).await.unwrap();
-    assert!(matches!(e.acquire(&key, b"body", None).await, Ok(Acquired::Completed { .. })));
+    assert!(matches!(
+        e.acquire(&key, b"body", None).await,
+        Ok(Acquired::Completed { .. })
+    ));
     let mut other = key.clone();
     other.push('!');
     started(e, &other, b"body", None).await;
@@ -170,7 +213,9 @@ on_both_backends!(keys_over_the_dynamodb_limit_are_hashed, long_key);
 async fn oversized_result<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
     let lease = started(e, "big", b"body", None).await;
     let result = format!("\"{}\"", "x".repeat(500 * 1024));
-    e.complete(&lease, Some(&result)).await.expect("a too-large result never fails the completion");
+    e.complete(&lease, Some(&result))
+        .await
+        .expect("a too-large result never fails the completion");
     assert_eq!(
         e.acquire("big", b"body", None).await.unwrap(),
         Acquired::Completed {
@@ -179,13 +224,22 @@ async fn oversized_result<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) 
         }
     );
 }
-on_both_backends!(a_result_too_large_for_an_item_is_not_stored, oversized_result);
+on_both_backends!(
+    a_result_too_large_for_an_item_is_not_stored,
+    oversized_result
+);
 
 async fn concurrent_acquires<B: Backend>(e: &Idempotency<B>, _clock: &ManualClock) {
     let attempts = (0..10).map(|_| e.acquire("race", b"body", None));
     let results = futures_util::future::join_all(attempts).await;
-    let started = results.iter().filter(|r| matches!(r, Ok(Acquired::Started(_)))).count();
-    let waiting = results.iter().filter(|r| matches!(r, Ok(Acquired::InProgress { .. }))).count();
+    let started = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Acquired::Started(_))))
+        .count();
+    let waiting = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Acquired::InProgress { .. })))
+        .count();
     assert_eq!((started, waiting), (1, 9), "{results:?}");
 }
 
@@ -234,13 +288,28 @@ async fn one_dynamodb_request_per_duplicate_and_two_per_fresh_record() {
     counter.reset();
     let report = processor.process(&event, &handler).await.unwrap();
     assert!(report.response().batch_item_failures.is_empty());
-    assert_eq!(counter.count("UpdateItem"), 10, "acquire + complete per fresh record: {:?}", counter.snapshot());
+    assert_eq!(
+        counter.count("UpdateItem"),
+        10,
+        "acquire + complete per fresh record: {:?}",
+        counter.snapshot()
+    );
     assert_eq!(counter.total(), 10, "{:?}", counter.snapshot());
 
     counter.reset();
     let report = processor.process(&event, &handler).await.unwrap();
-    assert!(report.records.iter().all(|r| matches!(&r.result, Ok(d) if d.is_duplicate())));
-    assert_eq!(counter.total(), 5, "one request per completed duplicate: {:?}", counter.snapshot());
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| matches!(&r.result, Ok(d) if d.is_duplicate()))
+    );
+    assert_eq!(
+        counter.total(),
+        5,
+        "one request per completed duplicate: {:?}",
+        counter.snapshot()
+    );
 }
 
 #[tokio::test]
@@ -254,7 +323,8 @@ async fn attribute_names_are_configurable() {
         status: "state".into(),
         ..Attributes::default()
     };
-    let e = Idempotency::new(DynamoDbBackend::new(client.clone(), &table).with_attributes(attributes));
+    let e =
+        Idempotency::new(DynamoDbBackend::new(client.clone(), &table).with_attributes(attributes));
     let lease = started(&e, "k", b"body", None).await;
     e.complete(&lease, Some("1")).await.unwrap();
     let item = client
@@ -269,5 +339,8 @@ async fn attribute_names_are_configurable() {
     assert_eq!(item["state"].as_s().unwrap(), "COMPLETED");
     let ttl: i64 = item["ttl"].as_n().unwrap().parse().unwrap();
     let now = lambda_idempotency::record::SystemClock.now_ms() / 1000;
-    assert!((now + 86_399..=now + 86_401).contains(&ttl), "default expiry is 24 h: {ttl} vs {now}");
+    assert!(
+        (now + 86_399..=now + 86_401).contains(&ttl),
+        "default expiry is 24 h: {ttl} vs {now}"
+    );
 }

@@ -1,12 +1,12 @@
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_dynamodb::Client;
 
 use super::{Backend, Put, StoreError, Update};
-use crate::record::{truncate_error, Record, Status};
+use crate::record::{Record, Status, truncate_error};
 
 /// Attribute names of the idempotency table. The defaults:
 ///
@@ -137,11 +137,17 @@ impl DynamoDbBackend {
     }
 
     fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
-        HashMap::from([(self.attributes.key.clone(), AttributeValue::S(key.to_owned()))])
+        HashMap::from([(
+            self.attributes.key.clone(),
+            AttributeValue::S(key.to_owned()),
+        )])
     }
 
     /// Reads an item as a record.
-    pub fn record_from_item(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+    pub fn record_from_item(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Record, StoreError> {
         let a = &self.attributes;
         let key = item
             .get(&a.key)
@@ -163,18 +169,23 @@ impl DynamoDbBackend {
                 Some(other) => Err(malformed(format!("`{name}` is not a number: {other:?}"))),
             }
         };
-        let status_text = string(&a.status).ok_or_else(|| malformed(format!("no `{}` attribute", a.status)))?;
+        let status_text =
+            string(&a.status).ok_or_else(|| malformed(format!("no `{}` attribute", a.status)))?;
         let status = Status::parse(&status_text)
             .ok_or_else(|| malformed(format!("unknown status `{status_text}`")))?;
         Ok(Record {
             status,
-            expires_at: number(&a.expiry)?.ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
+            expires_at: number(&a.expiry)?
+                .ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
             lease_until_ms: number(&a.lease)?.unwrap_or(0),
             payload_hash: string(&a.payload_hash).unwrap_or_default(),
             attempts: u32::try_from(number(&a.attempts)?.unwrap_or(0)).unwrap_or(u32::MAX),
             last_error: string(&a.last_error),
             result: string(&a.result),
-            result_omitted: matches!(item.get(&a.result_omitted), Some(AttributeValue::Bool(true))),
+            result_omitted: matches!(
+                item.get(&a.result_omitted),
+                Some(AttributeValue::Bool(true))
+            ),
             key,
         })
     }
@@ -222,7 +233,14 @@ impl Backend for DynamoDbBackend {
             )
             .condition_expression(CONDITION)
             .set_expression_attribute_names(Some(self.names(&[
-                "#key", "#exp", "#hash", "#status", "#lease", "#attempts", "#result", "#omitted",
+                "#key",
+                "#exp",
+                "#hash",
+                "#status",
+                "#lease",
+                "#attempts",
+                "#result",
+                "#omitted",
             ])))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":failed", s(Status::Failed.as_str()))
@@ -237,7 +255,9 @@ impl Backend for DynamoDbBackend {
             .await;
         match result {
             Ok(_) => Ok(Put::Written),
-            Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = e.err() else {
                     unreachable!()
                 };
@@ -265,7 +285,10 @@ impl Backend for DynamoDbBackend {
             .send()
             .await
             .map_err(|e| request_error("GetItem", e))?;
-        output.item().map(|item| self.record_from_item(item)).transpose()
+        output
+            .item()
+            .map(|item| self.record_from_item(item))
+            .transpose()
     }
 
     async fn update(&self, key: &str, update: &Update) -> Result<(), StoreError> {
@@ -304,11 +327,20 @@ impl Backend for DynamoDbBackend {
                 (request, &["#key", "#status", "#attempts", "#err"])
             }
         };
-        match request.set_expression_attribute_names(Some(self.names(placeholders))).send().await {
+        match request
+            .set_expression_attribute_names(Some(self.names(placeholders)))
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             // The record is gone, or already completed by another attempt: nothing to change.
-            Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
-                tracing::debug!(key, "idempotency record not updated: it is gone or already completed");
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                tracing::debug!(
+                    key,
+                    "idempotency record not updated: it is gone or already completed"
+                );
                 Ok(())
             }
             Err(e) => Err(request_error("UpdateItem", e)),

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{Backend, Put, StoreError, Update};
-use crate::record::{truncate_error, Record, Status};
+use crate::record::{Record, Status, truncate_error};
 
 /// A backend that keeps records in this process's memory. **For unit tests only.**
 ///

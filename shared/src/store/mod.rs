@@ -85,26 +85,42 @@ pub trait Backend: Send + Sync {
     /// the stored record's `attempts` and `last_error`, and clears its result.
     ///
     /// When the key is held, returns [`Put::Exists`] with the stored record (no second request).
-    fn put(&self, record: &Record, now_ms: i64) -> impl Future<Output = Result<Put, StoreError>> + Send;
+    fn put(
+        &self,
+        record: &Record,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Put, StoreError>> + Send;
 
     /// Reads the record of `key`, expired or not.
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
     /// Applies `update` to the record of `key`, in one request.
-    fn update(&self, key: &str, update: &Update) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn update(
+        &self,
+        key: &str,
+        update: &Update,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Deletes the record of `key`, if there is one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 impl<B: Backend> Backend for std::sync::Arc<B> {
-    fn put(&self, record: &Record, now_ms: i64) -> impl Future<Output = Result<Put, StoreError>> + Send {
+    fn put(
+        &self,
+        record: &Record,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Put, StoreError>> + Send {
         (**self).put(record, now_ms)
     }
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
         (**self).get(key)
     }
-    fn update(&self, key: &str, update: &Update) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn update(
+        &self,
+        key: &str,
+        update: &Update,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).update(key, update)
     }
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -4,7 +4,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TimeToLiveSpecification,
 };
 use lambda_idempotency::count::RequestCounter;
 
@@ -23,7 +24,9 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "tests"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
         .load()
         .await
 }
@@ -49,11 +52,19 @@ pub fn unique(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    format!("{prefix}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// Creates an idempotency table (string key `key_attribute`, TTL on `ttl_attribute`).
-pub async fn create_table(client: &aws_sdk_dynamodb::Client, key_attribute: &str, ttl_attribute: &str) -> String {
+pub async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    key_attribute: &str,
+    ttl_attribute: &str,
+) -> String {
     let name = unique("idempotency");
     client
         .create_table()
