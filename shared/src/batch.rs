@@ -709,7 +709,9 @@ impl<H: RecordHandler> Run<'_, H> {
             request_id: self.request_id.to_owned(),
         };
         let span = tracing::info_span!("record", message_id = ctx.message_id);
-        let work = AssertUnwindSafe(self.handler.handle(message, &ctx)).catch_unwind();
+        // Boxed: keeps the future types of deeply composed handlers shallow enough for rustc's
+        // layout recursion limit, for one allocation per record.
+        let work = AssertUnwindSafe(Box::pin(self.handler.handle(message, &ctx))).catch_unwind();
         let outcome = match self.deadline_ms {
             None => work.instrument(span).await,
             Some(deadline_ms) => {

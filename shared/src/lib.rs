@@ -47,3 +47,8 @@ pub mod record;
 pub mod store;
 
 pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};
+
+/// The README's example, compiled as a doc test so that it cannot rot.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
