@@ -1,20 +1,27 @@
 # Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
-#   make lint              rustfmt check + clippy with warnings denied
+#   make lint              template-lint + rustfmt check + clippy with warnings denied
+#   make template-lint     sam validate --lint and cfn-lint on template.yaml
+#   make sam-build         sam build (cargo-lambda + zig, no Docker) into .aws-sam/build
 #   make local-aws-start   start a long-running moto server (LOCAL_AWS_PORT, default 4566)
 #   make local-aws-stop    stop it
 #
-# The local AWS harness lives in infra/local-aws/ (see `infra/local-aws/local-aws --help`).
+# The local AWS harness lives in infra/local-aws/ (see `infra/local-aws/local-aws --help`);
+# the pinned SAM CLI, cfn-lint, cargo-lambda and zig in infra/tools/ (`infra/tools/tools --help`).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
 ROOT      := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 LOCAL_AWS := $(ROOT)/infra/local-aws/local-aws
+TOOLS     := $(ROOT)/infra/tools/tools
+TEMPLATE  := $(ROOT)/template.yaml
+# The Rust target of the functions' `Architectures` in template.yaml (arm64).
+LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: test test-inner ensure-nextest lint \
+.PHONY: test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -38,9 +45,36 @@ ensure-nextest:
 
 # --- lint --------------------------------------------------------------------
 
-lint:
+lint: template-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# --- template: lint and build -----------------------------------------------
+
+tools-install:
+	$(TOOLS) install
+
+# Both linters must report nothing (cfn-lint exits non-zero on warnings too).
+# Offline: no AWS call is made; the dummy credentials only keep the SDK from
+# looking for real ones.
+template-lint: tools-install
+	$(TOOLS) exec -- cfn-lint -- $(TEMPLATE)
+	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true \
+	  $(TOOLS) exec -- sam validate --lint --region us-east-1 --template-file $(TEMPLATE)
+
+# `sam build` with the rust-cargolambda build method: cargo-lambda cross-compiles
+# each function (--release, the template's architecture) with zig as the linker,
+# both from the tools venv: no Docker. Output: .aws-sam/build (then `sam deploy --guided`).
+sam-build: tools-install ensure-lambda-target
+	cd $(ROOT) && $(TOOLS) exec -- sam build --build-in-source --template-file $(TEMPLATE)
+
+# The Rust standard library for the Lambda target (rustup downloads it once).
+ensure-lambda-target:
+	@cd $(ROOT) && if ! command -v rustup >/dev/null 2>&1; then \
+	  echo "rustup not found: make sure the $(LAMBDA_RUST_TARGET) target of your Rust toolchain is installed"; \
+	elif ! rustup target list --installed | grep -qx '$(LAMBDA_RUST_TARGET)'; then \
+	  rustup target add $(LAMBDA_RUST_TARGET); \
+	fi
 
 # --- local AWS (moto) --------------------------------------------------------
 
