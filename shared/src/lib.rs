@@ -42,6 +42,7 @@ pub mod batch;
 pub mod count;
 pub mod idempotency;
 pub mod key;
+pub mod metrics;
 pub mod publish;
 pub mod record;
 pub mod store;

@@ -1,0 +1,10 @@
+use lambda_http::{Error, Request, service_fn};
+use payments_api::App;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let sdk = payments_model::sdk_config().await;
+    let app = App::from_settings(&sdk, &payments_model::Env)?;
+    lambda_http::run(service_fn(|request: Request| app.handle(request))).await
+}

@@ -1,0 +1,188 @@
+//! What the payments pipeline's functions share: the messages on its queues, configuration from
+//! the environment, and the failure switch used by tests and the demo.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Metric namespace of the pipeline.
+pub const METRICS_NAMESPACE: &str = "PaymentsPipeline";
+
+/// A payment's state, as stored in the payments table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaymentStatus {
+    /// Stored and published; not charged yet.
+    Accepted,
+    /// Charged.
+    Charged,
+    /// Processing gave up (the message went to the dead-letter queue).
+    Failed,
+}
+
+impl PaymentStatus {
+    /// The stored value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentStatus::Accepted => "accepted",
+            PaymentStatus::Charged => "charged",
+            PaymentStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Body of a message on `payments.fifo`: a payment to charge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PaymentRequested {
+    /// The payment (derived from the client's Idempotency-Key).
+    pub payment_id: String,
+    /// The account charged; also the FIFO message group.
+    pub account_id: String,
+    /// Amount in minor units, > 0.
+    pub amount_cents: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Body of a message on the `receipts` queue: a payment was charged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PaymentCharged {
+    /// The payment.
+    pub payment_id: String,
+    /// The account.
+    pub account_id: String,
+    /// Amount in minor units.
+    pub amount_cents: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// The ledger entry written by the charge.
+    pub ledger_entry_id: String,
+}
+
+/// A missing or invalid setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    /// A variable has an invalid value.
+    #[error("environment variable {name} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where settings come from: the process environment in Lambda, a map in tests and the local
+/// runner.
+pub trait Settings {
+    /// The value of `name`, if set (an empty value counts as unset).
+    fn get(&self, name: &str) -> Option<String>;
+
+    /// A required value.
+    fn required(&self, name: &'static str) -> Result<String, ConfigError> {
+        self.get(name).ok_or(ConfigError::Missing(name))
+    }
+
+    /// An optional number of seconds, with a default.
+    fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => {
+                v.parse::<u64>()
+                    .map(Duration::from_secs)
+                    .map_err(|e| ConfigError::Invalid {
+                        name,
+                        reason: format!("`{v}` is not a number of seconds: {e}"),
+                    })
+            }
+        }
+    }
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Env;
+
+impl Settings for Env {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Settings for HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).filter(|v| !v.is_empty()).cloned()
+    }
+}
+
+/// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
+/// endpoint).
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// The failure switch: `MARKER:N` makes payment-processor fail every payment whose description
+/// contains `MARKER` on its first `N` receives. Off when unset. For tests and demos only.
+///
+/// ```
+/// use payments_model::FailureSwitch;
+///
+/// let switch = FailureSwitch::parse("flaky:2").unwrap().unwrap();
+/// assert!(switch.should_fail(Some("a flaky payment"), 1));
+/// assert!(switch.should_fail(Some("a flaky payment"), 2));
+/// assert!(!switch.should_fail(Some("a flaky payment"), 3));
+/// assert!(!switch.should_fail(Some("steady"), 1));
+/// assert!(FailureSwitch::parse("").unwrap().is_none());
+/// assert!(FailureSwitch::parse("nocount").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureSwitch {
+    marker: String,
+    times: u32,
+}
+
+impl FailureSwitch {
+    /// Parses `MARKER:N`; `None` for an empty value.
+    pub fn parse(value: &str) -> Result<Option<Self>, ConfigError> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        let invalid = |reason: String| ConfigError::Invalid {
+            name: "FAIL_PAYMENTS",
+            reason,
+        };
+        let (marker, times) = value
+            .rsplit_once(':')
+            .ok_or_else(|| invalid(format!("`{value}` is not MARKER:N")))?;
+        if marker.is_empty() {
+            return Err(invalid("the marker is empty".into()));
+        }
+        let times = times
+            .parse()
+            .map_err(|e| invalid(format!("`{times}` is not a number of receives: {e}")))?;
+        Ok(Some(Self {
+            marker: marker.to_owned(),
+            times,
+        }))
+    }
+
+    /// Reads `FAIL_PAYMENTS`.
+    pub fn from_settings(settings: &impl Settings) -> Result<Option<Self>, ConfigError> {
+        Self::parse(&settings.get("FAIL_PAYMENTS").unwrap_or_default())
+    }
+
+    /// True when a payment with `description`, received for the `receive_count`-th time, must
+    /// fail.
+    pub fn should_fail(&self, description: Option<&str>, receive_count: u32) -> bool {
+        description.is_some_and(|d| d.contains(&self.marker)) && receive_count <= self.times
+    }
+}

@@ -1,0 +1,131 @@
+//! receipt-sender: consumes the `receipts` queue and sends one receipt per `PaymentCharged`
+//! event, deduplicating on the SQS `MessageId`.
+//!
+//! "Sending" appends an item with a fresh random id to the receipts table, so a duplicate would
+//! show as a second item for the same payment.
+
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::metrics::BatchCounts;
+use lambda_idempotency::record::{Clock, SystemClock};
+use lambda_idempotency::store::DynamoDbBackend;
+use lambda_runtime::{Error, LambdaEvent};
+use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentCharged, Settings};
+
+/// Settings of receipt-sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `IDEMPOTENCY_TABLE`.
+    pub idempotency_table: String,
+    /// `IDEMPOTENCY_TTL_SECONDS` (default 24 h).
+    pub idempotency_ttl: Duration,
+    /// `RECEIPTS_TABLE`.
+    pub receipts_table: String,
+}
+
+impl Config {
+    /// Reads the settings.
+    pub fn from_settings(settings: &impl Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
+            idempotency_ttl: settings
+                .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
+            receipts_table: settings.required("RECEIPTS_TABLE")?,
+        })
+    }
+}
+
+/// The function's state, built once per execution environment.
+#[derive(Debug, Clone)]
+pub struct App {
+    idempotency: Idempotency<DynamoDbBackend>,
+    dynamodb: aws_sdk_dynamodb::Client,
+    processor: BatchProcessor,
+    receipts_table: String,
+}
+
+impl App {
+    /// An app over this client.
+    pub fn new(dynamodb: aws_sdk_dynamodb::Client, config: Config) -> Self {
+        Self {
+            idempotency: Idempotency::new(DynamoDbBackend::new(
+                dynamodb.clone(),
+                config.idempotency_table,
+            ))
+            .with_key_prefix("receipt-sender")
+            .with_expiry(config.idempotency_ttl),
+            dynamodb,
+            processor: BatchProcessor::new(),
+            receipts_table: config.receipts_table,
+        }
+    }
+
+    /// An app from the SDK configuration and the settings.
+    pub fn from_settings(
+        sdk: &aws_config::SdkConfig,
+        settings: &impl Settings,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            Config::from_settings(settings)?,
+        ))
+    }
+
+    /// Uses another batch processor (concurrency, margins).
+    pub fn with_processor(mut self, processor: BatchProcessor) -> Self {
+        self.processor = processor;
+        self
+    }
+
+    /// Handles one SQS batch; reports the failed records.
+    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        let handler =
+            json(|charged: PaymentCharged, ctx: RecordContext| self.send_receipt(charged, ctx))
+                .idempotent(self.idempotency.clone());
+        let report = self.processor.process(&event, &handler).await?;
+        BatchCounts::of(&report)
+            .metrics(METRICS_NAMESPACE, "receipt-sender")
+            .emit();
+        Ok(report.response())
+    }
+
+    async fn send_receipt(
+        &self,
+        charged: PaymentCharged,
+        ctx: RecordContext,
+    ) -> Result<String, Error> {
+        let receipt_id = uuid::Uuid::new_v4().to_string();
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        self.dynamodb
+            .put_item()
+            .table_name(&self.receipts_table)
+            .item("receiptId", s(&receipt_id))
+            .item("paymentId", s(&charged.payment_id))
+            .item("accountId", s(&charged.account_id))
+            .item(
+                "amountCents",
+                AttributeValue::N(charged.amount_cents.to_string()),
+            )
+            .item("currency", s(&charged.currency))
+            .item("messageId", s(&ctx.message_id))
+            .item(
+                "sentAt",
+                AttributeValue::N(SystemClock.now_ms().to_string()),
+            )
+            .send()
+            .await
+            .map_err(aws_sdk_dynamodb::error::DisplayErrorContext)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            message_id = ctx.message_id,
+            payment_id = charged.payment_id,
+            receipt_id,
+            "receipt sent"
+        );
+        Ok(receipt_id)
+    }
+}

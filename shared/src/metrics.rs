@@ -1,0 +1,134 @@
+//! CloudWatch [Embedded Metric Format](https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html)
+//! lines: a JSON object printed to stdout, which Lambda's log pipeline turns into metrics with no
+//! API call.
+//!
+//! ```
+//! use lambda_idempotency::metrics::Metrics;
+//!
+//! let line = Metrics::new("Payments")
+//!     .dimension("function", "payment-processor")
+//!     .count("processed", 8)
+//!     .count("duplicate", 2)
+//!     .to_json(1_700_000_000_000);
+//! let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+//! assert_eq!(v["processed"], 8);
+//! assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Payments");
+//! ```
+
+use serde_json::{Map, Value, json};
+
+use crate::batch::{BatchReport, Deduplicated};
+use crate::record::{Clock, SystemClock};
+
+/// One EMF line under construction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    namespace: String,
+    dimensions: Vec<(String, String)>,
+    values: Vec<(String, f64, &'static str)>,
+}
+
+impl Metrics {
+    /// Metrics in `namespace`.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            dimensions: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds a dimension (all metrics of the line share it).
+    pub fn dimension(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.dimensions.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds a `Count` metric.
+    pub fn count(mut self, name: impl Into<String>, value: u64) -> Self {
+        self.values.push((name.into(), value as f64, "Count"));
+        self
+    }
+
+    /// Adds a metric in milliseconds.
+    pub fn milliseconds(mut self, name: impl Into<String>, value: f64) -> Self {
+        self.values.push((name.into(), value, "Milliseconds"));
+        self
+    }
+
+    /// The value of a metric added before, if any.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.values
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, v, _)| *v)
+    }
+
+    /// The EMF JSON line, stamped `timestamp_ms` (epoch milliseconds).
+    pub fn to_json(&self, timestamp_ms: i64) -> String {
+        let mut root = Map::new();
+        root.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [self.dimensions.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()],
+                    "Metrics": self.values.iter().map(|(n, _, unit)| json!({"Name": n, "Unit": unit})).collect::<Vec<_>>(),
+                }],
+            }),
+        );
+        for (name, value) in &self.dimensions {
+            root.insert(name.clone(), Value::String(value.clone()));
+        }
+        for (name, value, _) in &self.values {
+            let number = if value.fract() == 0.0 && value.abs() < 9.0e15 {
+                json!(*value as i64)
+            } else {
+                json!(value)
+            };
+            root.insert(name.clone(), number);
+        }
+        Value::Object(root).to_string()
+    }
+
+    /// Prints the line to stdout, where Lambda's log pipeline picks it up.
+    pub fn emit(&self) {
+        println!("{}", self.to_json(SystemClock.now_ms()));
+    }
+}
+
+/// How a batch of an [`Idempotent`](crate::batch::Idempotent) handler went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchCounts {
+    /// Records whose handler ran and succeeded.
+    pub processed: u64,
+    /// Records skipped as duplicates of completed work.
+    pub duplicates: u64,
+    /// Records reported failed.
+    pub failed: u64,
+}
+
+impl BatchCounts {
+    /// Counts the records of `report`.
+    pub fn of<T>(report: &BatchReport<Deduplicated<T>>) -> Self {
+        let mut counts = Self::default();
+        for r in &report.records {
+            match &r.result {
+                Ok(Deduplicated::Processed(_)) => counts.processed += 1,
+                Ok(Deduplicated::Duplicate { .. }) => counts.duplicates += 1,
+                Err(_) => counts.failed += 1,
+            }
+        }
+        counts
+    }
+
+    /// These counts as metrics (`processed`, `duplicate`, `failed`).
+    pub fn metrics(&self, namespace: &str, function: &str) -> Metrics {
+        Metrics::new(namespace)
+            .dimension("function", function)
+            .count("processed", self.processed)
+            .count("duplicate", self.duplicates)
+            .count("failed", self.failed)
+    }
+}
