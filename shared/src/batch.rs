@@ -30,6 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use crate::backoff::VisibilityBackoff;
 use crate::idempotency::{AcquireError, Acquired, Idempotency};
 use crate::key::{KeyConfig, KeyError};
 use crate::record::{Clock, SystemClock};
@@ -520,6 +521,7 @@ pub struct BatchProcessor {
     stop_margin: Duration,
     strict_order: bool,
     clock: Arc<dyn Clock>,
+    backoff: Option<Arc<VisibilityBackoff>>,
 }
 
 impl Default for BatchProcessor {
@@ -545,7 +547,15 @@ impl BatchProcessor {
             stop_margin: DEFAULT_STOP_MARGIN,
             strict_order: false,
             clock: Arc::new(SystemClock),
+            backoff: None,
         }
+    }
+
+    /// Spaces out the retries of failed records by setting their visibility timeout (see
+    /// [`VisibilityBackoff`]).
+    pub fn with_backoff(mut self, backoff: VisibilityBackoff) -> Self {
+        self.backoff = Some(Arc::new(backoff));
+        self
     }
 
     /// How many records (standard queues) or message groups (FIFO) run at once (at least 1).
@@ -648,7 +658,11 @@ impl BatchProcessor {
                 tracing::warn!(message_id = r.message_id, error = %e, "record failed");
             }
         }
-        Ok(BatchReport { records })
+        let report = BatchReport { records };
+        if let Some(backoff) = &self.backoff {
+            backoff.apply(&event.payload.records, &report).await;
+        }
+        Ok(report)
     }
 }
 

@@ -38,6 +38,7 @@
 //! # });
 //! ```
 
+pub mod backoff;
 pub mod batch;
 pub mod count;
 pub mod idempotency;

@@ -15,10 +15,20 @@
 //! assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Payments");
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Map, Value, json};
 
 use crate::batch::{BatchReport, Deduplicated};
 use crate::record::{Clock, SystemClock};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns [`Metrics::emit`] on or off for the whole process (on by default). For local runs and
+/// tests, where stdout is for people.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
 
 /// One EMF line under construction.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,9 +102,12 @@ impl Metrics {
         Value::Object(root).to_string()
     }
 
-    /// Prints the line to stdout, where Lambda's log pipeline picks it up.
+    /// Prints the line to stdout, where Lambda's log pipeline picks it up (unless turned off
+    /// with [`set_enabled`]).
     pub fn emit(&self) {
-        println!("{}", self.to_json(SystemClock.now_ms()));
+        if ENABLED.load(Ordering::Relaxed) {
+            println!("{}", self.to_json(SystemClock.now_ms()));
+        }
     }
 }
 

@@ -124,6 +124,20 @@ impl Settings for HashMap<String, String> {
     }
 }
 
+/// The visibility backoff of a consumer: `BACKOFF_BASE_SECONDS` (default 2), `BACKOFF_MAX_SECONDS`
+/// (default 300), off when `BACKOFF_BASE_SECONDS` is `0`.
+pub fn backoff(
+    sqs: aws_sdk_sqs::Client,
+    settings: &impl Settings,
+) -> Result<lambda_idempotency::backoff::VisibilityBackoff, ConfigError> {
+    let base = settings.seconds("BACKOFF_BASE_SECONDS", Duration::from_secs(2))?;
+    let max = settings.seconds("BACKOFF_MAX_SECONDS", Duration::from_secs(300))?;
+    Ok(lambda_idempotency::backoff::VisibilityBackoff::new(sqs)
+        .base(base)
+        .max(max)
+        .enabled(!base.is_zero()))
+}
+
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
 /// endpoint).
 pub async fn sdk_config() -> aws_config::SdkConfig {
@@ -131,27 +145,28 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 }
 
 /// The failure switch: `MARKER:N` makes payment-processor fail every payment whose description
-/// contains `MARKER` on its first `N` receives. Off when unset. For tests and demos only.
+/// contains `MARKER` on its first `N` receives; several rules are separated by commas. Off when
+/// unset. For tests and demos only.
 ///
 /// ```
 /// use payments_model::FailureSwitch;
 ///
-/// let switch = FailureSwitch::parse("flaky:2").unwrap().unwrap();
+/// let switch = FailureSwitch::parse("flaky:2,poison:1000").unwrap().unwrap();
 /// assert!(switch.should_fail(Some("a flaky payment"), 1));
 /// assert!(switch.should_fail(Some("a flaky payment"), 2));
 /// assert!(!switch.should_fail(Some("a flaky payment"), 3));
+/// assert!(switch.should_fail(Some("poison"), 999));
 /// assert!(!switch.should_fail(Some("steady"), 1));
 /// assert!(FailureSwitch::parse("").unwrap().is_none());
 /// assert!(FailureSwitch::parse("nocount").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureSwitch {
-    marker: String,
-    times: u32,
+    rules: Vec<(String, u32)>,
 }
 
 impl FailureSwitch {
-    /// Parses `MARKER:N`; `None` for an empty value.
+    /// Parses `MARKER:N[,MARKER:N...]`; `None` for an empty value.
     pub fn parse(value: &str) -> Result<Option<Self>, ConfigError> {
         if value.is_empty() {
             return Ok(None);
@@ -160,19 +175,20 @@ impl FailureSwitch {
             name: "FAIL_PAYMENTS",
             reason,
         };
-        let (marker, times) = value
-            .rsplit_once(':')
-            .ok_or_else(|| invalid(format!("`{value}` is not MARKER:N")))?;
-        if marker.is_empty() {
-            return Err(invalid("the marker is empty".into()));
+        let mut rules = Vec::new();
+        for rule in value.split(',') {
+            let (marker, times) = rule
+                .rsplit_once(':')
+                .ok_or_else(|| invalid(format!("`{rule}` is not MARKER:N")))?;
+            if marker.is_empty() {
+                return Err(invalid(format!("`{rule}`: the marker is empty")));
+            }
+            let times = times
+                .parse()
+                .map_err(|e| invalid(format!("`{times}` is not a number of receives: {e}")))?;
+            rules.push((marker.to_owned(), times));
         }
-        let times = times
-            .parse()
-            .map_err(|e| invalid(format!("`{times}` is not a number of receives: {e}")))?;
-        Ok(Some(Self {
-            marker: marker.to_owned(),
-            times,
-        }))
+        Ok(Some(Self { rules }))
     }
 
     /// Reads `FAIL_PAYMENTS`.
@@ -183,6 +199,11 @@ impl FailureSwitch {
     /// True when a payment with `description`, received for the `receive_count`-th time, must
     /// fail.
     pub fn should_fail(&self, description: Option<&str>, receive_count: u32) -> bool {
-        description.is_some_and(|d| d.contains(&self.marker)) && receive_count <= self.times
+        let Some(description) = description else {
+            return false;
+        };
+        self.rules
+            .iter()
+            .any(|(marker, times)| description.contains(marker.as_str()) && receive_count <= *times)
     }
 }

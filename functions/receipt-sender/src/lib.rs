@@ -49,7 +49,7 @@ pub struct App {
 }
 
 impl App {
-    /// An app over this client.
+    /// An app over this client, with no visibility backoff (see [`App::with_processor`]).
     pub fn new(dynamodb: aws_sdk_dynamodb::Client, config: Config) -> Self {
         Self {
             idempotency: Idempotency::new(DynamoDbBackend::new(
