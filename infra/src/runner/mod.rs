@@ -1,0 +1,727 @@
+//! A local SQS event source mapping: what Lambda does between a queue and a function.
+//!
+//! For each mapping, `MaximumConcurrency` pollers (5, Lambda's initial poller count, when the
+//! template sets none) each loop: long-poll the queue (`MaxNumberOfMessages` = min(`BatchSize`,
+//! 10), all system and message attributes), gather up to `BatchSize` records within
+//! `MaximumBatchingWindowInSeconds` (standard queues), build the Lambda SQS event, invoke the
+//! function with a deadline of now + its `Timeout`, then delete what real Lambda deletes:
+//!
+//! | outcome | deleted |
+//! | --- | --- |
+//! | success, no `ReportBatchItemFailures` | every record |
+//! | success with `ReportBatchItemFailures` | every record not in `batchItemFailures` |
+//! | function error or panic, timeout, or an invalid partial response (see [`failed_message_ids`]) | nothing: the whole batch comes back after the visibility timeout |
+//!
+//! Visibility is never changed, so a FIFO queue keeps a message group's later messages
+//! invisible while earlier ones are in flight, and redrive to the dead-letter queue happens in
+//! SQS after `maxReceiveCount` receives, as in AWS.
+//!
+//! ```no_run
+//! # async fn f(clients: local_aws::Clients, template: local_aws::template::Template,
+//! #            resources: local_aws::provision::Provisioned) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use local_aws::runner::{HttpInvoker, Runner};
+//!
+//! // Every SQS-triggered function of the template, served by `cargo lambda watch`.
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! let running = Runner::new(clients.sqs.clone())
+//!     .all_functions(&template, &resources, HttpInvoker::cargo_lambda_watch())?
+//!     .start(shutdown.clone());
+//! running.wait_drained(&[resources.queues["PaymentsQueue"].url.as_str()], Duration::from_secs(30)).await?;
+//! let stats = running.stop().await;
+//! println!("payment-processor: {:?}", stats["payment-processor"]);
+//! # Ok(()) }
+//! ```
+
+mod event;
+mod invoke;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
+};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+pub use event::{InvalidResponse, failed_message_ids, sqs_event};
+pub(crate) use invoke::lambda_context;
+pub use invoke::{HttpInvoker, InProcess, Invocation, InvokeError, InvokeFuture, Invoker};
+
+use crate::provision::{Provisioned, ProvisionedQueue};
+use crate::template::{Function, Template};
+
+/// Why a runner could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// No function has that `FunctionName` or logical id.
+    #[error("no function named {0} in the template")]
+    NoSuchFunction(String),
+    /// The function has no (enabled) SQS event source.
+    #[error("function {0} has no enabled SQS event source")]
+    NoSqsEvents(String),
+    /// The event source's queue was not provisioned.
+    #[error("queue {0} is not provisioned")]
+    QueueNotProvisioned(String),
+}
+
+/// One SQS event source mapping, resolved: which queue feeds which function, how.
+///
+/// ```
+/// use std::time::Duration;
+/// use local_aws::provision::ProvisionedQueue;
+/// use local_aws::runner::EventSourceMapping;
+///
+/// let queue = ProvisionedQueue {
+///     name: "jobs".into(),
+///     url: "http://127.0.0.1:4566/123456789012/jobs".into(),
+///     arn: "arn:aws:sqs:us-east-1:123456789012:jobs".into(),
+///     fifo: false,
+/// };
+/// let mapping = EventSourceMapping::new("worker", &queue, Duration::from_secs(5))
+///     .batch_size(3)
+///     .maximum_concurrency(1);
+/// assert!(mapping.report_batch_item_failures);
+/// assert_eq!(mapping.function_arn, "arn:aws:lambda:us-east-1:123456789012:function:worker");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSourceMapping {
+    /// `FunctionName`: what the invoker is told to run, and the key of the [`Stats`].
+    pub function_name: String,
+    /// The function's ARN (for the context).
+    pub function_arn: String,
+    /// `MemorySize` (for the context).
+    pub memory_size: u32,
+    /// The function `Timeout`: the deadline of each invocation.
+    pub timeout: Duration,
+    /// The queue URL.
+    pub queue_url: String,
+    /// The queue ARN (`eventSourceARN`).
+    pub queue_arn: String,
+    /// Whether the queue is FIFO (no batching window then).
+    pub fifo: bool,
+    /// `BatchSize`.
+    pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds`.
+    pub maximum_batching_window: Duration,
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
+    pub report_batch_item_failures: bool,
+    /// `ScalingConfig.MaximumConcurrency`: pollers, hence concurrent invocations.
+    pub maximum_concurrency: u32,
+}
+
+/// Pollers when the template sets no `MaximumConcurrency` (Lambda starts with 5).
+pub const DEFAULT_CONCURRENCY: u32 = 5;
+
+impl EventSourceMapping {
+    /// A mapping with Lambda's defaults: batch size 10, no batching window,
+    /// `ReportBatchItemFailures` on, [`DEFAULT_CONCURRENCY`] pollers, 128 MB.
+    pub fn new(function_name: &str, queue: &ProvisionedQueue, timeout: Duration) -> Self {
+        let mut arn = queue.arn.splitn(6, ':');
+        let (region, account) = (
+            arn.nth(3).unwrap_or_default(),
+            arn.next().unwrap_or_default(),
+        );
+        Self {
+            function_name: function_name.to_owned(),
+            function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
+            memory_size: 128,
+            timeout,
+            queue_url: queue.url.clone(),
+            queue_arn: queue.arn.clone(),
+            fifo: queue.fifo,
+            batch_size: 10,
+            maximum_batching_window: Duration::ZERO,
+            report_batch_item_failures: true,
+            maximum_concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
+
+    /// The enabled SQS event sources of `function`, resolved against `provisioned`.
+    pub fn for_function(
+        function: &Function,
+        provisioned: &Provisioned,
+    ) -> Result<Vec<Self>, RunnerError> {
+        function
+            .sqs_events
+            .iter()
+            .filter(|e| e.enabled)
+            .map(|e| {
+                let queue = provisioned
+                    .queues
+                    .get(&e.queue)
+                    .ok_or_else(|| RunnerError::QueueNotProvisioned(e.queue.clone()))?;
+                let mut mapping = Self::new(&function.name, queue, function.timeout())
+                    .batch_size(e.batch_size)
+                    .maximum_batching_window(Duration::from_secs(
+                        e.maximum_batching_window_in_seconds.into(),
+                    ))
+                    .report_batch_item_failures(e.reports_batch_item_failures())
+                    .maximum_concurrency(e.maximum_concurrency.unwrap_or(DEFAULT_CONCURRENCY));
+                mapping.memory_size = function.memory_size;
+                mapping.function_arn = provisioned.function_arn(&function.name);
+                Ok(mapping)
+            })
+            .collect()
+    }
+
+    /// Sets `BatchSize` (at least 1).
+    pub fn batch_size(mut self, n: u32) -> Self {
+        self.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets the batching window.
+    pub fn maximum_batching_window(mut self, window: Duration) -> Self {
+        self.maximum_batching_window = window;
+        self
+    }
+
+    /// Sets `ReportBatchItemFailures`.
+    pub fn report_batch_item_failures(mut self, on: bool) -> Self {
+        self.report_batch_item_failures = on;
+        self
+    }
+
+    /// Sets the number of pollers (at least 1).
+    pub fn maximum_concurrency(mut self, n: u32) -> Self {
+        self.maximum_concurrency = n.max(1);
+        self
+    }
+
+    /// Sets the function timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// What a function's mappings did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Invocations.
+    pub batches: u64,
+    /// Records received (each receive of a message counts).
+    pub records_received: u64,
+    /// Records deleted from the queue.
+    pub records_deleted: u64,
+    /// Records the function reported in `batchItemFailures`.
+    pub records_reported_failed: u64,
+    /// Invocations that returned an error, panicked or could not be made.
+    pub invocation_errors: u64,
+    /// Invocations that ran past the function's timeout.
+    pub timeouts: u64,
+    /// Invocations whose partial batch response was invalid.
+    pub invalid_responses: u64,
+    /// Failed ReceiveMessage calls.
+    pub receive_errors: u64,
+    /// Records whose deletion failed.
+    pub delete_errors: u64,
+}
+
+impl Stats {
+    /// Invocations after which the whole batch was left on the queue.
+    pub fn whole_batch_failures(&self) -> u64 {
+        self.invocation_errors + self.timeouts + self.invalid_responses
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    batches: AtomicU64,
+    records_received: AtomicU64,
+    records_deleted: AtomicU64,
+    records_reported_failed: AtomicU64,
+    invocation_errors: AtomicU64,
+    timeouts: AtomicU64,
+    invalid_responses: AtomicU64,
+    receive_errors: AtomicU64,
+    delete_errors: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Stats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            batches: get(&self.batches),
+            records_received: get(&self.records_received),
+            records_deleted: get(&self.records_deleted),
+            records_reported_failed: get(&self.records_reported_failed),
+            invocation_errors: get(&self.invocation_errors),
+            timeouts: get(&self.timeouts),
+            invalid_responses: get(&self.invalid_responses),
+            receive_errors: get(&self.receive_errors),
+            delete_errors: get(&self.delete_errors),
+        }
+    }
+}
+
+/// Builds the set of mappings to run; [`start`](Runner::start) runs them.
+pub struct Runner {
+    sqs: aws_sdk_sqs::Client,
+    wait_time_seconds: i32,
+    mappings: Vec<(EventSourceMapping, Arc<dyn Invoker>)>,
+}
+
+impl Runner {
+    /// A runner receiving with `sqs`, long-polling 20 s.
+    pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
+        Self {
+            sqs,
+            wait_time_seconds: 20,
+            mappings: Vec::new(),
+        }
+    }
+
+    /// `WaitTimeSeconds` of each ReceiveMessage (0-20; short in tests so that shutdown and
+    /// moto stay quick).
+    pub fn wait_time_seconds(mut self, seconds: u32) -> Self {
+        self.wait_time_seconds = seconds.min(20) as i32;
+        self
+    }
+
+    /// Adds one mapping.
+    pub fn mapping(mut self, mapping: EventSourceMapping, invoker: impl Invoker) -> Self {
+        self.mappings.push((mapping, Arc::new(invoker)));
+        self
+    }
+
+    /// Adds every enabled SQS event source of the function with `FunctionName` or logical id
+    /// `function`, invoking it with `invoker`.
+    pub fn function(
+        mut self,
+        template: &Template,
+        provisioned: &Provisioned,
+        function: &str,
+        invoker: impl Invoker,
+    ) -> Result<Self, RunnerError> {
+        let f = template
+            .functions
+            .get(function)
+            .or_else(|| template.function_by_name(function))
+            .ok_or_else(|| RunnerError::NoSuchFunction(function.to_owned()))?;
+        let mappings = EventSourceMapping::for_function(f, provisioned)?;
+        if mappings.is_empty() {
+            return Err(RunnerError::NoSqsEvents(f.name.clone()));
+        }
+        let invoker: Arc<dyn Invoker> = Arc::new(invoker);
+        for m in mappings {
+            self.mappings.push((m, Arc::clone(&invoker)));
+        }
+        Ok(self)
+    }
+
+    /// Adds every enabled SQS event source of every function, all invoked with `invoker`
+    /// (e.g. one [`HttpInvoker`], which routes by function name).
+    pub fn all_functions(
+        mut self,
+        template: &Template,
+        provisioned: &Provisioned,
+        invoker: impl Invoker,
+    ) -> Result<Self, RunnerError> {
+        let invoker: Arc<dyn Invoker> = Arc::new(invoker);
+        for f in template.functions.values() {
+            for m in EventSourceMapping::for_function(f, provisioned)? {
+                self.mappings.push((m, Arc::clone(&invoker)));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The mappings added so far.
+    pub fn mappings(&self) -> impl Iterator<Item = &EventSourceMapping> {
+        self.mappings.iter().map(|(m, _)| m)
+    }
+
+    /// Starts the pollers (on the current Tokio runtime). They run until `shutdown` is
+    /// cancelled; an invocation in progress then finishes (and its records are deleted) first.
+    pub fn start(self, shutdown: CancellationToken) -> RunningRunner {
+        let mut stats: BTreeMap<String, Arc<Counters>> = BTreeMap::new();
+        let mut tasks = Vec::new();
+        for (mapping, invoker) in self.mappings {
+            let counters = Arc::clone(stats.entry(mapping.function_name.clone()).or_default());
+            let poller = Arc::new(Poller {
+                sqs: self.sqs.clone(),
+                wait_time_seconds: self.wait_time_seconds,
+                mapping,
+                invoker,
+                counters,
+            });
+            for _ in 0..poller.mapping.maximum_concurrency {
+                let (poller, shutdown) = (Arc::clone(&poller), shutdown.clone());
+                tasks.push(tokio::spawn(async move { poller.run(shutdown).await }));
+            }
+        }
+        RunningRunner {
+            sqs: self.sqs,
+            shutdown,
+            tasks,
+            stats,
+        }
+    }
+}
+
+/// Running pollers: their [`Stats`], drain waiting, shutdown.
+pub struct RunningRunner {
+    sqs: aws_sdk_sqs::Client,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stats: BTreeMap<String, Arc<Counters>>,
+}
+
+impl RunningRunner {
+    /// What the mappings of `function_name` did so far (zeros for an unknown name).
+    pub fn stats(&self, function_name: &str) -> Stats {
+        self.stats
+            .get(function_name)
+            .map(|c| c.snapshot())
+            .unwrap_or_default()
+    }
+
+    /// [`Stats`] of every function, by `FunctionName`.
+    pub fn all_stats(&self) -> BTreeMap<String, Stats> {
+        self.stats
+            .iter()
+            .map(|(k, c)| (k.clone(), c.snapshot()))
+            .collect()
+    }
+
+    /// The token that stops the pollers.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Waits until `done(stats of function_name)` holds, polling every 20 ms; `false` on timeout.
+    ///
+    /// ```no_run
+    /// # async fn f(running: local_aws::runner::RunningRunner) {
+    /// use std::time::Duration;
+    /// assert!(running.wait_for("worker", |s| s.records_deleted >= 3, Duration::from_secs(5)).await);
+    /// # }
+    /// ```
+    pub async fn wait_for(
+        &self,
+        function_name: &str,
+        done: impl Fn(&Stats) -> bool,
+        timeout: Duration,
+    ) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if done(&self.stats(function_name)) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// [`wait_drained`] with this runner's client.
+    pub async fn wait_drained(
+        &self,
+        queue_urls: &[&str],
+        timeout: Duration,
+    ) -> Result<(), DrainError> {
+        wait_drained(&self.sqs, queue_urls, timeout).await
+    }
+
+    /// Stops the pollers and waits for them; returns the final [`Stats`].
+    pub async fn stop(self) -> BTreeMap<String, Stats> {
+        self.shutdown.cancel();
+        self.join().await
+    }
+
+    /// Waits until the shutdown token is cancelled (by someone else) and the pollers ended.
+    pub async fn join(self) -> BTreeMap<String, Stats> {
+        for task in self.tasks {
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                tracing::error!("a poller panicked: {e}");
+            }
+        }
+        self.stats
+            .iter()
+            .map(|(k, c)| (k.clone(), c.snapshot()))
+            .collect()
+    }
+}
+
+struct Poller {
+    sqs: aws_sdk_sqs::Client,
+    wait_time_seconds: i32,
+    mapping: EventSourceMapping,
+    invoker: Arc<dyn Invoker>,
+    counters: Arc<Counters>,
+}
+
+impl Poller {
+    async fn receive(&self, max: u32, wait_seconds: i32) -> Result<Vec<Message>, String> {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.mapping.queue_url)
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .wait_time_seconds(wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map(|out| out.messages.unwrap_or_default())
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(&e).to_string())
+    }
+
+    async fn run(&self, shutdown: CancellationToken) {
+        let m = &self.mapping;
+        while !shutdown.is_cancelled() {
+            let received = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = self.receive(m.batch_size, self.wait_time_seconds) => r,
+            };
+            let mut batch = match received {
+                Ok(batch) => batch,
+                Err(e) => {
+                    Counters::add(&self.counters.receive_errors, 1);
+                    tracing::warn!(function = %m.function_name, queue = %m.queue_url, "ReceiveMessage failed: {e}");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            // Standard queues: fill the batch within the batching window (FIFO has none).
+            if !m.fifo && !m.maximum_batching_window.is_zero() {
+                let end = Instant::now() + m.maximum_batching_window;
+                while (batch.len() as u32) < m.batch_size && Instant::now() < end {
+                    let want = m.batch_size - batch.len() as u32;
+                    let more = tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        r = self.receive(want, 0) => r,
+                    };
+                    match more {
+                        Ok(more) if !more.is_empty() => batch.extend(more),
+                        Ok(_) => {
+                            let left = end.saturating_duration_since(Instant::now());
+                            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+                        }
+                        Err(e) => {
+                            Counters::add(&self.counters.receive_errors, 1);
+                            tracing::warn!(function = %m.function_name, "ReceiveMessage failed: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            self.process(batch).await;
+        }
+    }
+
+    async fn process(&self, batch: Vec<Message>) {
+        let m = &self.mapping;
+        let c = &self.counters;
+        Counters::add(&c.batches, 1);
+        Counters::add(&c.records_received, batch.len());
+        let invocation = Invocation {
+            function_name: m.function_name.clone(),
+            function_arn: m.function_arn.clone(),
+            memory_size: m.memory_size,
+            request_id: uuid::Uuid::new_v4().to_string(),
+            deadline: SystemTime::now() + m.timeout,
+            payload: sqs_event(&batch, &m.queue_arn),
+        };
+        let request_id = invocation.request_id.clone();
+        let ids: Vec<&str> = batch
+            .iter()
+            .map(|msg| msg.message_id.as_deref().unwrap_or_default())
+            .collect();
+        tracing::debug!(function = %m.function_name, %request_id, records = batch.len(), "invoking");
+        let outcome = tokio::time::timeout(m.timeout, self.invoker.invoke(invocation)).await;
+        let delete: Vec<&Message> = match outcome {
+            Err(_) => {
+                Counters::add(&c.timeouts, 1);
+                tracing::warn!(function = %m.function_name, %request_id, timeout = ?m.timeout,
+                    "invocation timed out; the whole batch will be retried");
+                return;
+            }
+            Ok(Err(e)) => {
+                Counters::add(&c.invocation_errors, 1);
+                tracing::warn!(function = %m.function_name, %request_id,
+                    "invocation failed, the whole batch will be retried: {e}");
+                return;
+            }
+            Ok(Ok(_)) if !m.report_batch_item_failures => batch.iter().collect(),
+            Ok(Ok(response)) => match failed_message_ids(&response, &ids) {
+                Ok(failed) => {
+                    Counters::add(&c.records_reported_failed, failed.len());
+                    batch
+                        .iter()
+                        .filter(|msg| {
+                            !failed.contains(msg.message_id.as_deref().unwrap_or_default())
+                        })
+                        .collect()
+                }
+                Err(e) => {
+                    Counters::add(&c.invalid_responses, 1);
+                    tracing::warn!(function = %m.function_name, %request_id,
+                        "invalid partial batch response, the whole batch will be retried: {e}");
+                    return;
+                }
+            },
+        };
+        self.delete(&delete).await;
+    }
+
+    async fn delete(&self, messages: &[&Message]) {
+        let c = &self.counters;
+        for chunk in messages.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, msg)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(msg.receipt_handle.as_deref().unwrap_or_default())
+                        .build()
+                        .expect("id and receipt handle are set")
+                })
+                .collect();
+            match self
+                .sqs
+                .delete_message_batch()
+                .queue_url(&self.mapping.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    Counters::add(&c.records_deleted, out.successful.len());
+                    if !out.failed.is_empty() {
+                        Counters::add(&c.delete_errors, out.failed.len());
+                        tracing::warn!(function = %self.mapping.function_name,
+                            "DeleteMessageBatch: {} entries failed: {:?}", out.failed.len(), out.failed);
+                    }
+                }
+                Err(e) => {
+                    Counters::add(&c.delete_errors, chunk.len());
+                    tracing::warn!(function = %self.mapping.function_name,
+                        "DeleteMessageBatch failed: {}", aws_sdk_sqs::error::DisplayErrorContext(&e));
+                }
+            }
+        }
+    }
+}
+
+/// A queue's approximate counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueDepth {
+    /// `ApproximateNumberOfMessages` (visible).
+    pub visible: u64,
+    /// `ApproximateNumberOfMessagesNotVisible` (in flight).
+    pub not_visible: u64,
+    /// `ApproximateNumberOfMessagesDelayed`.
+    pub delayed: u64,
+}
+
+impl QueueDepth {
+    /// Nothing visible, in flight or delayed.
+    pub fn is_empty(&self) -> bool {
+        self.visible + self.not_visible + self.delayed == 0
+    }
+}
+
+/// Why [`wait_drained`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// A queue still had messages at the timeout.
+    #[error("queues not drained after {timeout:?}: {remaining:?}")]
+    Timeout {
+        /// The timeout.
+        timeout: Duration,
+        /// The queues that were not empty, with their last counts.
+        remaining: BTreeMap<String, QueueDepth>,
+    },
+    /// GetQueueAttributes failed.
+    #[error("GetQueueAttributes {queue}: {message}")]
+    Aws {
+        /// The queue URL.
+        queue: String,
+        /// The error.
+        message: String,
+    },
+}
+
+/// The approximate counts of the queue at `queue_url`.
+pub async fn queue_depth(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<QueueDepth, DrainError> {
+    let attributes: HashMap<QueueAttributeName, String> = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .map_err(|e| DrainError::Aws {
+            queue: queue_url.to_owned(),
+            message: aws_sdk_sqs::error::DisplayErrorContext(&e).to_string(),
+        })?
+        .attributes
+        .unwrap_or_default();
+    let get = |n| attributes.get(&n).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(QueueDepth {
+        visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+        not_visible: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    })
+}
+
+/// Waits until every queue in `queue_urls` is empty (nothing visible, in flight or delayed) on
+/// two reads in a row 100 ms apart, or fails with the counts at `timeout`. A record that keeps
+/// failing is "drained" only once it reached the dead-letter queue.
+///
+/// ```no_run
+/// # async fn f(sqs: aws_sdk_sqs::Client, url: String) -> Result<(), local_aws::runner::DrainError> {
+/// local_aws::runner::wait_drained(&sqs, &[url.as_str()], std::time::Duration::from_secs(10)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn wait_drained(
+    sqs: &aws_sdk_sqs::Client,
+    queue_urls: &[&str],
+    timeout: Duration,
+) -> Result<(), DrainError> {
+    let end = Instant::now() + timeout;
+    let mut empty_reads = 0;
+    loop {
+        let mut remaining = BTreeMap::new();
+        for url in queue_urls {
+            let depth = queue_depth(sqs, url).await?;
+            if !depth.is_empty() {
+                remaining.insert((*url).to_owned(), depth);
+            }
+        }
+        if remaining.is_empty() {
+            empty_reads += 1;
+            if empty_reads >= 2 {
+                return Ok(());
+            }
+        } else {
+            empty_reads = 0;
+            if Instant::now() >= end {
+                return Err(DrainError::Timeout { timeout, remaining });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

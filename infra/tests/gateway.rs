@@ -1,0 +1,301 @@
+//! The local API Gateway in front of `lambda_http` handlers, called with hyper-util's client.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Error, Request, RequestExt, Response};
+use local_aws::gateway::{Gateway, GatewayOptions};
+use local_aws::template::{Template, TemplateOptions};
+use serde_json::{Value, json};
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn call(
+    client: &HttpClient,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, http::HeaderMap, Bytes) {
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = client
+        .request(
+            request
+                .body(Full::new(Bytes::copy_from_slice(body)))
+                .unwrap(),
+        )
+        .await
+        .expect("the gateway answers");
+    let (parts, body) = response.into_parts();
+    (
+        parts.status.as_u16(),
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// Echoes what the handler saw, as JSON.
+async fn echo(request: Request) -> Result<Response<Body>, Error> {
+    let context = request.lambda_context();
+    let (route_key, source_ip) = match request.request_context() {
+        RequestContext::ApiGatewayV2(c) => (c.route_key.clone(), c.http.source_ip.clone()),
+        #[allow(unreachable_patterns)]
+        _ => (None, None),
+    };
+    let body = match request.body() {
+        Body::Empty => json!({"empty": true}),
+        Body::Text(t) => json!({"text": t}),
+        Body::Binary(b) => json!({"binary": b.len()}),
+        _ => json!(null),
+    };
+    let out = json!({
+        "method": request.method().as_str(),
+        "uri": request.uri().to_string(),
+        "rawPath": request.raw_http_path(),
+        "query": request.query_string_parameters().all("tag"),
+        "path": request.path_parameters().first("paymentId"),
+        "header": request.headers().get("x-test").map(|v| v.to_str().unwrap()),
+        "forwardedProto": request.headers().get("x-forwarded-proto").map(|v| v.to_str().unwrap()),
+        "routeKey": route_key,
+        "sourceIp": source_ip,
+        "body": body,
+        "requestId": context.request_id,
+        "deadline": context.deadline,
+        "function": context.env_config.function_name,
+    });
+    Ok(Response::builder()
+        .status(201)
+        .header("content-type", "application/json")
+        .header("set-cookie", "a=1")
+        .body(Body::from(out.to_string()))?)
+}
+
+#[tokio::test]
+async fn serves_a_lambda_http_handler() {
+    let template = Template::load_project(&TemplateOptions::default()).unwrap();
+    let api = &template.functions["PaymentsApiFunction"];
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::for_function(api),
+        echo,
+    )
+    .await
+    .unwrap();
+    assert_ne!(gateway.local_addr().port(), 0);
+    let client = client();
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+
+    let (status, headers, body) = call(
+        &client,
+        "GET",
+        &format!("{}/payments/p-42?tag=a&tag=b", gateway.url()),
+        &[("x-test", "yes")],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers["set-cookie"], "a=1");
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["method"], "GET");
+    assert_eq!(
+        seen["uri"],
+        format!("http://{}/payments/p-42?tag=a&tag=b", gateway.local_addr())
+    );
+    assert_eq!(seen["rawPath"], "/payments/p-42");
+    assert_eq!(seen["query"], json!(["a", "b"]));
+    assert_eq!(seen["path"], "p-42");
+    assert_eq!(seen["header"], "yes");
+    assert_eq!(seen["forwardedProto"], "http");
+    assert_eq!(seen["routeKey"], "GET /payments/{paymentId}");
+    assert_eq!(seen["sourceIp"], "127.0.0.1");
+    assert_eq!(seen["body"], json!({"empty": true}));
+    assert_eq!(seen["function"], "payments-api");
+    assert_eq!(seen["requestId"].as_str().unwrap().len(), 36);
+    // The deadline is now + the function's 10 s timeout.
+    let deadline = seen["deadline"].as_u64().unwrap();
+    assert!(
+        deadline >= started + 9_000 && deadline <= started + 12_000,
+        "{deadline} vs {started}"
+    );
+
+    let (status, _, body) = call(
+        &client,
+        "POST",
+        &format!("{}/payments", gateway.url()),
+        &[("content-type", "application/json")],
+        br#"{"amountCents":100}"#,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["body"], json!({"text": r#"{"amountCents":100}"#}));
+    assert_eq!(seen["routeKey"], "POST /payments");
+
+    let (_, _, body) = call(
+        &client,
+        "POST",
+        &format!("{}/payments", gateway.url()),
+        &[("content-type", "application/octet-stream")],
+        &[0, 159, 146, 150],
+    )
+    .await;
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["body"], json!({"binary": 4}));
+
+    // No route: API Gateway's 404, and the handler is not called.
+    let (status, _, body) = call(
+        &client,
+        "DELETE",
+        &format!("{}/payments/p-42", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(&body[..], br#"{"message":"Not Found"}"#);
+    gateway.shutdown().await;
+
+    // As a function URL: every path reaches the handler.
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::for_function(api).function_url(),
+        echo,
+    )
+    .await
+    .unwrap();
+    let (status, _, body) = call(
+        &client,
+        "DELETE",
+        &format!("{}/anything", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 201);
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["routeKey"], "$default");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn serves_requests_concurrently() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let (r, m) = (running.clone(), max.clone());
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::new("slow", Duration::from_secs(5)),
+        move |_request: Request| {
+            let (r, m) = (r.clone(), m.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Error>(Response::new(Body::from("done")))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let client = client();
+    let started = Instant::now();
+    let calls = (0..10).map(|i| {
+        let (client, url) = (client.clone(), format!("{}/r/{i}", gateway.url()));
+        async move { call(&client, "GET", &url, &[], b"").await }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    let elapsed = started.elapsed();
+    assert!(
+        results
+            .iter()
+            .all(|(status, _, body)| *status == 200 && &body[..] == b"done")
+    );
+    assert_eq!(max.load(Ordering::SeqCst), 10);
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "{elapsed:?}: not concurrent"
+    );
+
+    // Graceful shutdown: a request in progress completes.
+    let url = format!("{}/last", gateway.url());
+    let in_progress = tokio::spawn({
+        let client = client.clone();
+        async move { call(&client, "GET", &url, &[], b"").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let addr = gateway.local_addr();
+    gateway.shutdown().await;
+    assert_eq!(in_progress.await.unwrap().0, 200);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn errors_panics_and_timeouts_are_500_problems() {
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::new("failing", Duration::from_millis(500)),
+        |request: Request| async move {
+            match request.uri().path() {
+                "/error" => Err(Error::from("the database is down")),
+                "/panic" => panic!("bug"),
+                "/slow" => {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok(Response::new(Body::Empty))
+                }
+                _ => Ok(Response::new(Body::from("fine"))),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let client = client();
+    for (path, detail) in [
+        ("/error", "the database is down"),
+        ("/panic", "panicked"),
+        ("/slow", "Task timed out after 0.50 seconds"),
+    ] {
+        let (status, headers, body) = call(
+            &client,
+            "GET",
+            &format!("{}{path}", gateway.url()),
+            &[],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 500, "{path}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        let problem: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["status"], 500);
+        assert_eq!(problem["title"], "Internal Server Error");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(detail),
+            "{path}: {problem}"
+        );
+    }
+    // The server survives all of that.
+    let (status, _, body) = call(&client, "GET", &format!("{}/ok", gateway.url()), &[], b"").await;
+    assert_eq!((status, &body[..]), (200, &b"fine"[..]));
+    gateway.shutdown().await;
+}
