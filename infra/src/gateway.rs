@@ -2,7 +2,8 @@
 //! handler.
 //!
 //! Each HTTP request becomes the [`lambda_http::Request`] the handler would get from
-//! `lambda_http::run` behind API Gateway: method, `https`-less absolute URI built from `Host`,
+//! `lambda_http::run` behind API Gateway: method, absolute URI built from `Host` (scheme
+//! `http`, from the `x-forwarded-proto` it adds),
 //! headers (plus the `x-forwarded-*` ones API Gateway adds), body as `Empty`, `Text` (textual
 //! content types) or `Binary`, query string and path parameters, the API Gateway v2 request
 //! context, and a Lambda [`Context`](lambda_runtime::Context) whose deadline is now + the
@@ -103,6 +104,13 @@ impl GatewayOptions {
             routes: function.http_routes.clone(),
             ..Self::new(&function.name, function.timeout())
         }
+    }
+
+    /// Sets the function ARN of the Lambda context (e.g. from
+    /// [`Provisioned::function_arn`](crate::provision::Provisioned::function_arn)).
+    pub fn with_function_arn(mut self, arn: impl Into<String>) -> Self {
+        self.function_arn = arn.into();
+        self
     }
 
     /// Without routes: every request goes to the function, like its function URL.

@@ -126,7 +126,7 @@ impl Provisioned {
 
     /// The value of `expr` with every reference resolved: `!Ref` a queue is its URL, a table
     /// its name, a function its name; `!GetAtt` `Arn`, `QueueName`, `QueueUrl`; pseudo
-    /// parameters from the endpoint. `None` names the first reference it cannot resolve.
+    /// parameters from the endpoint. The error names the first reference it cannot resolve.
     pub fn resolve(&self, expr: &Expr) -> Result<String, String> {
         let mut out = String::new();
         for part in expr.parts() {

@@ -235,3 +235,95 @@ async fn verify_reports_a_queue_created_differently() {
     provision::provision(&clients, &t).await.unwrap();
     assert_eq!(provision::verify(&clients, &t).await.unwrap(), vec![]);
 }
+
+#[tokio::test]
+async fn the_provision_binary_prints_exports_and_verifies() {
+    let _ = common::clients().await; // fails clearly without an endpoint
+    let prefix = Naming::unique("bin").prefix_str().to_owned();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_provision"))
+            .args(args)
+            .output()
+            .expect("run provision")
+    };
+
+    // Nothing yet: --verify fails and lists the missing resources.
+    let out = run(&["--prefix", &prefix, "--verify"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exists is no"));
+
+    let out = run(&["--prefix", &prefix, "--param", "MaxReceiveCount=3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(&format!("# queue PaymentsQueue: {prefix}payments.fifo ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains(
+        "# function payment-processor (PaymentProcessorFunction, binary payment-processor)"
+    ));
+    assert!(stdout.contains(&format!(
+        "export IDEMPOTENCY_TABLE='{prefix}payments-idempotency'"
+    )));
+    assert!(stdout.contains("export FAIL_PAYMENTS=''"));
+
+    let out = run(&[
+        "--prefix",
+        &prefix,
+        "--param",
+        "MaxReceiveCount=3",
+        "--verify",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Against the default MaxReceiveCount (5) the redrive policies differ.
+    let out = run(&["--prefix", &prefix, "--verify"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("RedrivePolicy.maxReceiveCount is 3, the template says 5")
+    );
+
+    let out = run(&[
+        "--prefix",
+        &prefix,
+        "--param",
+        "MaxReceiveCount=3",
+        "--function",
+        "receipt-sender",
+        "--format",
+        "dotenv",
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout
+            .lines()
+            .all(|l| !l.starts_with('#') && l.contains('=')),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("RECEIPTS_TABLE={prefix}payments-receipts\n")));
+
+    let out = run(&[
+        "--prefix",
+        &prefix,
+        "--param",
+        "MaxReceiveCount=3",
+        "--format",
+        "json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["resources"]["queues"]["ReceiptsQueue"]["name"],
+        format!("{prefix}receipts")
+    );
+    assert_eq!(json["functions"]["payments-api"]["binary"], "payments-api");
+
+    assert_eq!(run(&["--bogus"]).status.code(), Some(2));
+}

@@ -19,6 +19,9 @@ use serde::Serialize;
 pub struct Invocation {
     /// `FunctionName`.
     pub function_name: String,
+    /// The cargo binary (`Metadata.BuildProperties.Binary`), which `cargo lambda watch` routes
+    /// by; `None`: same as `function_name`.
+    pub binary: Option<String>,
     /// The function's ARN (`invoked_function_arn`).
     pub function_arn: String,
     /// `MemorySize` in MB.
@@ -42,6 +45,7 @@ impl Invocation {
     /// let deadline = SystemTime::now() + Duration::from_secs(30);
     /// let invocation = Invocation {
     ///     function_name: "payment-processor".into(),
+    ///     binary: None,
     ///     function_arn: "arn:aws:lambda:us-east-1:123456789012:function:payment-processor".into(),
     ///     memory_size: 128,
     ///     request_id: "r-1".into(),
@@ -218,8 +222,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Invokes functions over Lambda's Invoke API, e.g. the one `cargo lambda watch` serves on
-/// `http://127.0.0.1:9000`: `POST /2015-03-31/functions/{FunctionName}/invocations` with the
-/// event as the body. A non-2xx answer or an `X-Amz-Function-Error` header is a function error
+/// `http://127.0.0.1:9000`: `POST /2015-03-31/functions/{name}/invocations` with the event as
+/// the body, `name` being the function's cargo binary (what `cargo lambda watch` routes by),
+/// else its `FunctionName`. A non-2xx answer or an `X-Amz-Function-Error` header is a function error
 /// (`cargo lambda watch` answers 500 when the handler returns an error).
 ///
 /// ```
@@ -275,7 +280,11 @@ impl Invoker for HttpInvoker {
         Box::pin(async move {
             let body = serde_json::to_vec(&invocation.payload)
                 .map_err(|e| InvokeError::Event(e.to_string()))?;
-            let request = http::Request::post(self.url(&invocation.function_name))
+            let name = invocation
+                .binary
+                .as_deref()
+                .unwrap_or(&invocation.function_name);
+            let request = http::Request::post(self.url(name))
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .header("lambda-runtime-aws-request-id", &invocation.request_id)
                 .body(Full::new(Bytes::from(body)))

@@ -91,6 +91,8 @@ pub enum RunnerError {
 pub struct EventSourceMapping {
     /// `FunctionName`: what the invoker is told to run, and the key of the [`Stats`].
     pub function_name: String,
+    /// The cargo binary of the function (`Metadata.BuildProperties.Binary`), if known.
+    pub binary: Option<String>,
     /// The function's ARN (for the context).
     pub function_arn: String,
     /// `MemorySize` (for the context).
@@ -127,6 +129,7 @@ impl EventSourceMapping {
         );
         Self {
             function_name: function_name.to_owned(),
+            binary: None,
             function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
             memory_size: 128,
             timeout,
@@ -162,6 +165,7 @@ impl EventSourceMapping {
                     .report_batch_item_failures(e.reports_batch_item_failures())
                     .maximum_concurrency(e.maximum_concurrency.unwrap_or(DEFAULT_CONCURRENCY));
                 mapping.memory_size = function.memory_size;
+                mapping.binary = function.binary.clone();
                 mapping.function_arn = provisioned.function_arn(&function.name);
                 Ok(mapping)
             })
@@ -280,8 +284,8 @@ impl Runner {
         }
     }
 
-    /// `WaitTimeSeconds` of each ReceiveMessage (0-20; short in tests so that shutdown and
-    /// moto stay quick).
+    /// `WaitTimeSeconds` of each ReceiveMessage (0-20, default 20 like Lambda). Shutdown waits
+    /// for the calls in progress, so keep it short (1-2 s) in tests and demos.
     pub fn wait_time_seconds(mut self, seconds: u32) -> Self {
         self.wait_time_seconds = seconds.min(20) as i32;
         self
@@ -341,7 +345,9 @@ impl Runner {
     }
 
     /// Starts the pollers (on the current Tokio runtime). They run until `shutdown` is
-    /// cancelled; an invocation in progress then finishes (and its records are deleted) first.
+    /// cancelled. A poller is never cut off in the middle: its ReceiveMessage call (at most
+    /// `WaitTimeSeconds`) completes, and what it received is invoked and deleted as usual, so
+    /// nothing is left invisible for a visibility timeout by the shutdown itself.
     pub fn start(self, shutdown: CancellationToken) -> RunningRunner {
         let mut stats: BTreeMap<String, Arc<Counters>> = BTreeMap::new();
         let mut tasks = Vec::new();
@@ -465,26 +471,29 @@ struct Poller {
 
 impl Poller {
     async fn receive(&self, max: u32, wait_seconds: i32) -> Result<Vec<Message>, String> {
-        self.sqs
+        let call = self
+            .sqs
             .receive_message()
             .queue_url(&self.mapping.queue_url)
             .max_number_of_messages(max.clamp(1, 10) as i32)
             .wait_time_seconds(wait_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
-            .send()
-            .await
-            .map(|out| out.messages.unwrap_or_default())
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(&e).to_string())
+            .send();
+        let limit = Duration::from_secs(wait_seconds.max(0) as u64 + 15);
+        match tokio::time::timeout(limit, call).await {
+            Ok(Ok(out)) => Ok(out.messages.unwrap_or_default()),
+            Ok(Err(e)) => Err(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string()),
+            Err(_) => Err(format!("no answer within {limit:?}")),
+        }
     }
 
     async fn run(&self, shutdown: CancellationToken) {
         let m = &self.mapping;
         while !shutdown.is_cancelled() {
-            let received = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = self.receive(m.batch_size, self.wait_time_seconds) => r,
-            };
+            // Not abandoned on shutdown: messages a dropped call had received would stay
+            // invisible for the whole visibility timeout. It returns within WaitTimeSeconds.
+            let received = self.receive(m.batch_size, self.wait_time_seconds).await;
             let mut batch = match received {
                 Ok(batch) => batch,
                 Err(e) => {
@@ -502,12 +511,12 @@ impl Poller {
             // Standard queues: fill the batch within the batching window (FIFO has none).
             if !m.fifo && !m.maximum_batching_window.is_zero() {
                 let end = Instant::now() + m.maximum_batching_window;
-                while (batch.len() as u32) < m.batch_size && Instant::now() < end {
+                while (batch.len() as u32) < m.batch_size
+                    && Instant::now() < end
+                    && !shutdown.is_cancelled()
+                {
                     let want = m.batch_size - batch.len() as u32;
-                    let more = tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        r = self.receive(want, 0) => r,
-                    };
+                    let more = self.receive(want, 0).await;
                     match more {
                         Ok(more) if !more.is_empty() => batch.extend(more),
                         Ok(_) => {
@@ -533,6 +542,7 @@ impl Poller {
         Counters::add(&c.records_received, batch.len());
         let invocation = Invocation {
             function_name: m.function_name.clone(),
+            binary: m.binary.clone(),
             function_arn: m.function_arn.clone(),
             memory_size: m.memory_size,
             request_id: uuid::Uuid::new_v4().to_string(),
