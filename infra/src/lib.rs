@@ -38,6 +38,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod gateway;
 pub mod provision;
 pub mod runner;
