@@ -98,7 +98,7 @@ pub struct App {
 }
 
 impl App {
-    /// An app over these clients.
+    /// An app over these clients, with no visibility backoff (see [`App::with_processor`]).
     pub fn new(
         dynamodb: aws_sdk_dynamodb::Client,
         sqs: aws_sdk_sqs::Client,
@@ -119,16 +119,20 @@ impl App {
         }
     }
 
-    /// An app from the SDK configuration and the settings.
+    /// An app from the SDK configuration and the settings, with the visibility backoff they
+    /// configure ([`payments_model::backoff`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let backoff = payments_model::backoff(sqs.clone(), settings)?;
         Ok(Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
-            aws_sdk_sqs::Client::new(sdk),
+            sqs,
             Config::from_settings(settings)?,
-        ))
+        )
+        .with_processor(BatchProcessor::new().with_backoff(backoff)))
     }
 
     /// Uses another batch processor (concurrency, margins).
@@ -139,15 +143,24 @@ impl App {
 
     /// Handles one SQS batch; reports the failed records.
     pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        Ok(self.handle_counted(event).await?.0)
+    }
+
+    /// [`handle`](Self::handle), also giving the batch's counts.
+    pub async fn handle_counted(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
         let handler =
             json(|payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx))
                 .idempotent(self.idempotency.clone())
                 .with_keys(KeyConfig::json_pointer("/paymentId"));
         let report = self.processor.process(&event, &handler).await?;
-        BatchCounts::of(&report)
+        let counts = BatchCounts::of(&report);
+        counts
             .metrics(METRICS_NAMESPACE, "payment-processor")
             .emit();
-        Ok(report.response())
+        Ok((report.response(), counts))
     }
 
     async fn charge(

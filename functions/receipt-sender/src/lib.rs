@@ -64,15 +64,18 @@ impl App {
         }
     }
 
-    /// An app from the SDK configuration and the settings.
+    /// An app from the SDK configuration and the settings, with the visibility backoff they
+    /// configure ([`payments_model::backoff`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
+        let backoff = payments_model::backoff(aws_sdk_sqs::Client::new(sdk), settings)?;
         Ok(Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
             Config::from_settings(settings)?,
-        ))
+        )
+        .with_processor(BatchProcessor::new().with_backoff(backoff)))
     }
 
     /// Uses another batch processor (concurrency, margins).
@@ -83,14 +86,21 @@ impl App {
 
     /// Handles one SQS batch; reports the failed records.
     pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        Ok(self.handle_counted(event).await?.0)
+    }
+
+    /// [`handle`](Self::handle), also giving the batch's counts.
+    pub async fn handle_counted(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
         let handler =
             json(|charged: PaymentCharged, ctx: RecordContext| self.send_receipt(charged, ctx))
                 .idempotent(self.idempotency.clone());
         let report = self.processor.process(&event, &handler).await?;
-        BatchCounts::of(&report)
-            .metrics(METRICS_NAMESPACE, "receipt-sender")
-            .emit();
-        Ok(report.response())
+        let counts = BatchCounts::of(&report);
+        counts.metrics(METRICS_NAMESPACE, "receipt-sender").emit();
+        Ok((report.response(), counts))
     }
 
     async fn send_receipt(
