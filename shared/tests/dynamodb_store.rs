@@ -247,23 +247,27 @@ async fn concurrent_acquires<B: Backend>(e: &Idempotency<B>, _clock: &ManualCloc
 async fn ten_concurrent_acquires_of_one_key_start_exactly_once() {
     let f = fixture().await;
     concurrent_acquires(&f.memory, &f.clock).await;
-    // Ten separate tasks (and connections) against DynamoDB.
+    // Ten separate tasks (and connections) against DynamoDB, on 20 keys: a store whose
+    // conditional write is not atomic lets two in on some key.
     let e = Arc::new(f.dynamodb.clone());
-    let tasks: Vec<_> = (0..10)
-        .map(|_| {
-            let e = e.clone();
-            tokio::spawn(async move { e.acquire("race", b"body", None).await })
-        })
-        .collect();
-    let mut started = 0;
-    for t in tasks {
-        match t.await.unwrap() {
-            Ok(Acquired::Started(_)) => started += 1,
-            Ok(Acquired::InProgress { .. }) => {}
-            other => panic!("unexpected {other:?}"),
+    for round in 0..20 {
+        let key = format!("race-{round}");
+        let tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let (e, key) = (e.clone(), key.clone());
+                tokio::spawn(async move { e.acquire(&key, b"body", None).await })
+            })
+            .collect();
+        let mut started = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(Acquired::Started(_)) => started += 1,
+                Ok(Acquired::InProgress { .. }) => {}
+                other => panic!("{key}: unexpected {other:?}"),
+            }
         }
+        assert_eq!(started, 1, "{key}");
     }
-    assert_eq!(started, 1);
 }
 
 #[tokio::test]

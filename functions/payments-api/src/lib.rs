@@ -198,8 +198,12 @@ impl App {
                 self.answer("replayed", stored_response(&stored, true))
             }
             Ok(Acquired::InProgress { lease_until_ms }) => {
+                // The first request usually finishes within milliseconds; its lease (the
+                // function's deadline) only bounds the worst case. Suggest a short retry.
                 let left_ms = (lease_until_ms - SystemClock.now_ms()).max(0);
-                let retry_after = u64::try_from((left_ms + 999) / 1000).unwrap_or(1).max(1);
+                let retry_after = u64::try_from((left_ms + 999) / 1000)
+                    .unwrap_or(1)
+                    .clamp(1, 2);
                 self.answer("in_progress", Problem::in_progress(retry_after).response())
             }
             Err(AcquireError::PayloadMismatch { .. }) => {

@@ -1,0 +1,269 @@
+//! The checks of a run, made on the stored data: payments, ledger, balances, receipts and
+//! dead-letter queues.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::workload::{Fault, Tally};
+
+/// Names of the tables a run checks.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    /// Payments.
+    pub payments: String,
+    /// Ledger entries.
+    pub ledger: String,
+    /// Balances.
+    pub balances: String,
+    /// Receipts.
+    pub receipts: String,
+}
+
+/// What the tables hold after a run.
+#[derive(Debug, Default, Clone)]
+pub struct Stored {
+    /// Payment id to status.
+    pub payment_status: HashMap<String, String>,
+    /// Payment id to the number of ledger entries.
+    pub ledger_entries: HashMap<String, usize>,
+    /// Account to (balance, charges).
+    pub balances: BTreeMap<String, (i64, i64)>,
+    /// Payment id to the number of receipts.
+    pub receipts: HashMap<String, usize>,
+    /// Messages in the payments dead-letter queue.
+    pub dead_lettered_payments: usize,
+    /// Messages in the receipts dead-letter queue.
+    pub dead_lettered_receipts: usize,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>, String> {
+    let mut items = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "scan {table}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            })?;
+        items.extend(page.items.unwrap_or_default());
+        match page.last_evaluated_key {
+            Some(key) if !key.is_empty() => start = Some(key),
+            _ => return Ok(items),
+        }
+    }
+}
+
+fn s(item: &Item, name: &str) -> String {
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn n(item: &Item, name: &str) -> i64 {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Stored {
+    /// Reads the tables (and takes the dead-letter counts as given).
+    pub async fn read(client: &aws_sdk_dynamodb::Client, tables: &Tables) -> Result<Self, String> {
+        let mut stored = Stored::default();
+        for item in scan(client, &tables.payments).await? {
+            stored
+                .payment_status
+                .insert(s(&item, "paymentId"), s(&item, "status"));
+        }
+        for item in scan(client, &tables.ledger).await? {
+            *stored
+                .ledger_entries
+                .entry(s(&item, "paymentId"))
+                .or_default() += 1;
+        }
+        for item in scan(client, &tables.balances).await? {
+            stored.balances.insert(
+                s(&item, "accountId"),
+                (n(&item, "balanceCents"), n(&item, "charges")),
+            );
+        }
+        for item in scan(client, &tables.receipts).await? {
+            *stored.receipts.entry(s(&item, "paymentId")).or_default() += 1;
+        }
+        Ok(stored)
+    }
+}
+
+/// One check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// What is checked.
+    pub name: &'static str,
+    /// Whether it holds.
+    pub passed: bool,
+    /// The evidence (counts, or the first offenders).
+    pub detail: String,
+}
+
+fn check(name: &'static str, offenders: Vec<String>, ok_detail: String) -> Check {
+    Check {
+        name,
+        passed: offenders.is_empty(),
+        detail: if offenders.is_empty() {
+            ok_detail
+        } else {
+            let shown: Vec<_> = offenders.iter().take(5).cloned().collect();
+            format!("{} offenders, e.g. {}", offenders.len(), shown.join("; "))
+        },
+    }
+}
+
+/// Every check of a run.
+pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
+    let charged: Vec<_> = tally
+        .accepted
+        .iter()
+        .filter(|a| a.planned.fault != Fault::Poison)
+        .collect();
+    let poison: Vec<_> = tally
+        .accepted
+        .iter()
+        .filter(|a| a.planned.fault == Fault::Poison)
+        .collect();
+    let ledger = |id: &str| stored.ledger_entries.get(id).copied().unwrap_or(0);
+    let receipts = |id: &str| stored.receipts.get(id).copied().unwrap_or(0);
+    let status = |id: &str| {
+        stored
+            .payment_status
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| "missing".into())
+    };
+
+    let mut out = vec![check(
+        "every HTTP answer kept the API's contract",
+        tally.unexpected.clone(),
+        format!("{} requests", tally.requests),
+    )];
+    out.push(check(
+        "every accepted payment charged exactly once",
+        charged
+            .iter()
+            .filter(|a| ledger(&a.payment_id) != 1 || status(&a.payment_id) != "charged")
+            .map(|a| {
+                format!(
+                    "{}: {} ledger entries, status {}",
+                    a.payment_id,
+                    ledger(&a.payment_id),
+                    status(&a.payment_id)
+                )
+            })
+            .collect(),
+        format!("{} payments, one ledger entry each", charged.len()),
+    ));
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for a in &charged {
+        let e = expected.entry(a.planned.account.clone()).or_default();
+        e.0 += a.planned.amount_cents;
+        e.1 += 1;
+    }
+    let mut accounts: Vec<&String> = expected.keys().chain(stored.balances.keys()).collect();
+    accounts.sort();
+    accounts.dedup();
+    out.push(check(
+        "each balance equals the sum of its payments",
+        accounts
+            .iter()
+            .filter(|acct| expected.get(**acct) != stored.balances.get(**acct))
+            .map(|acct| {
+                format!(
+                    "{acct}: expected {:?}, stored {:?} (cents, charges)",
+                    expected.get(*acct),
+                    stored.balances.get(*acct)
+                )
+            })
+            .collect(),
+        format!("{} accounts", expected.len()),
+    ));
+    out.push(check(
+        "exactly one receipt per charged payment",
+        charged
+            .iter()
+            .filter(|a| receipts(&a.payment_id) != 1)
+            .map(|a| format!("{}: {} receipts", a.payment_id, receipts(&a.payment_id)))
+            .chain(
+                poison
+                    .iter()
+                    .filter(|a| receipts(&a.payment_id) != 0)
+                    .map(|a| {
+                        format!(
+                            "{} (dead-lettered): {} receipts",
+                            a.payment_id,
+                            receipts(&a.payment_id)
+                        )
+                    }),
+            )
+            .collect(),
+        format!("{} receipts", stored.receipts.values().sum::<usize>()),
+    ));
+    let mut poison_offenders: Vec<String> = poison
+        .iter()
+        .filter(|a| ledger(&a.payment_id) != 0 || status(&a.payment_id) != "failed")
+        .map(|a| {
+            format!(
+                "{}: {} ledger entries, status {}",
+                a.payment_id,
+                ledger(&a.payment_id),
+                status(&a.payment_id)
+            )
+        })
+        .collect();
+    if stored.dead_lettered_payments != poison.len() {
+        poison_offenders.push(format!(
+            "{} messages in the payments dead-letter queue, {} poison payments",
+            stored.dead_lettered_payments,
+            poison.len()
+        ));
+    }
+    if stored.dead_lettered_receipts != 0 {
+        poison_offenders.push(format!(
+            "{} receipts dead-lettered",
+            stored.dead_lettered_receipts
+        ));
+    }
+    out.push(check(
+        "failing payments dead-lettered, never charged, marked failed",
+        poison_offenders,
+        format!("{} dead-lettered", stored.dead_lettered_payments),
+    ));
+    let known: std::collections::HashSet<&str> = tally
+        .accepted
+        .iter()
+        .map(|a| a.payment_id.as_str())
+        .collect();
+    out.push(check(
+        "nothing stored that no client asked for",
+        stored
+            .payment_status
+            .keys()
+            .chain(stored.ledger_entries.keys())
+            .chain(stored.receipts.keys())
+            .filter(|id| !known.contains(id.as_str()))
+            .map(|id| format!("unknown payment {id}"))
+            .collect(),
+        format!("{} payments stored", stored.payment_status.len()),
+    ));
+    out
+}

@@ -1,0 +1,19 @@
+//! End-to-end runs of the payments pipeline against a local AWS endpoint (moto, or LocalStack):
+//! the demo (the project's main job, `make demo`) and the end-to-end tests run the same code at
+//! different sizes.
+//!
+//! A run provisions the template's queues and tables under a unique prefix, runs the three
+//! functions in process (payments-api behind a local HTTP gateway, the consumers behind a local
+//! SQS event source mapping), sends payments by real HTTP with client retries, concurrent
+//! duplicates, reused keys, invalid requests and injected processing failures, drains the
+//! pipeline, and checks the stored data.
+
+pub mod checks;
+pub mod http;
+pub mod pipeline;
+pub mod report;
+pub mod workload;
+
+pub use pipeline::{Options, Pipeline};
+pub use report::{Report, run};
+pub use workload::Workload;

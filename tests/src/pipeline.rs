@@ -1,0 +1,251 @@
+//! The whole pipeline running locally: queues and tables provisioned from template.yaml on the
+//! local endpoint, payments-api behind a local HTTP gateway, and payment-processor and
+//! receipt-sender fed by the local SQS event source mapping, all three in this process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_idempotency::metrics::BatchCounts;
+use lambda_runtime::{Error, LambdaEvent};
+use local_aws::Clients;
+use local_aws::gateway::{Gateway, GatewayOptions};
+use local_aws::provision::{Provisioned, provision};
+use local_aws::runner::{InProcess, Runner, RunningRunner, Stats, queue_depth};
+use local_aws::template::{Naming, Template, TemplateOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::checks::{Stored, Tables};
+use crate::http::HttpClient;
+
+/// How to start the pipeline.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Prefix of every queue and table name, so that runs do not share resources.
+    pub naming: Naming,
+    /// `FailPayments` (the failure switch).
+    pub fail_payments: String,
+    /// `BackoffBaseSeconds`: the first retry of a failed record comes after this long.
+    pub backoff_base_seconds: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            naming: Naming::unique("e2e"),
+            fail_payments: String::new(),
+            backoff_base_seconds: 1,
+        }
+    }
+}
+
+/// Batch counts by function, as the functions reported them.
+pub type Counts = Arc<Mutex<BTreeMap<String, BatchCounts>>>;
+
+/// A running pipeline.
+pub struct Pipeline {
+    /// SDK clients for the endpoint.
+    pub clients: Clients,
+    /// The template, as resolved for this run.
+    pub template: Template,
+    /// What was provisioned.
+    pub resources: Provisioned,
+    gateway: Gateway,
+    runner: RunningRunner,
+    counts: Counts,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn settings(
+    resources: &Provisioned,
+    template: &Template,
+    function: &str,
+) -> Result<HashMap<String, String>, BoxError> {
+    let f = template
+        .function_by_name(function)
+        .ok_or_else(|| format!("template.yaml has no function {function}"))?;
+    Ok(resources.function_env(f)?.into_iter().collect())
+}
+
+fn add(counts: &Counts, function: &str, batch: BatchCounts) {
+    let mut all = counts.lock().unwrap_or_else(|e| e.into_inner());
+    let c = all.entry(function.to_owned()).or_default();
+    c.processed += batch.processed;
+    c.duplicates += batch.duplicates;
+    c.failed += batch.failed;
+}
+
+impl Pipeline {
+    /// Provisions and starts everything against the endpoint in `AWS_ENDPOINT_URL`.
+    pub async fn start(options: Options) -> Result<Self, BoxError> {
+        lambda_idempotency::metrics::set_enabled(false);
+        let sdk = local_aws::local_sdk_config().await?;
+        let clients = Clients::new(&sdk);
+        let template = Template::load_project(
+            &TemplateOptions::default()
+                .naming(options.naming)
+                .parameter("FailPayments", options.fail_payments)
+                .parameter(
+                    "BackoffBaseSeconds",
+                    options.backoff_base_seconds.to_string(),
+                ),
+        )?;
+        let resources = provision(&clients, &template).await?;
+        let counts = Counts::default();
+
+        let api = payments_api::App::from_settings(
+            &sdk,
+            &settings(&resources, &template, "payments-api")?,
+        )?;
+        let api_function = template
+            .function_by_name("payments-api")
+            .ok_or("no payments-api")?;
+        let gateway = Gateway::serve(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            GatewayOptions::for_function(api_function),
+            move |request| {
+                let api = api.clone();
+                async move { api.handle(request).await }
+            },
+        )
+        .await?;
+
+        let processor = Arc::new(payment_processor::App::from_settings(
+            &sdk,
+            &settings(&resources, &template, "payment-processor")?,
+        )?);
+        let sender = Arc::new(receipt_sender::App::from_settings(
+            &sdk,
+            &settings(&resources, &template, "receipt-sender")?,
+        )?);
+        let (c1, c2) = (counts.clone(), counts.clone());
+        let runner = Runner::new(clients.sqs.clone())
+            .wait_time_seconds(1)
+            .function(
+                &template,
+                &resources,
+                "payment-processor",
+                InProcess::new(move |event: LambdaEvent<SqsEvent>| {
+                    let (app, counts) = (processor.clone(), c1.clone());
+                    async move {
+                        let (response, batch) = app.as_ref().handle_counted(event).await?;
+                        add(&counts, "payment-processor", batch);
+                        Ok::<_, Error>(response)
+                    }
+                }),
+            )?
+            .function(
+                &template,
+                &resources,
+                "receipt-sender",
+                InProcess::new(move |event: LambdaEvent<SqsEvent>| {
+                    let (app, counts) = (sender.clone(), c2.clone());
+                    async move {
+                        let (response, batch) = app.as_ref().handle_counted(event).await?;
+                        add(&counts, "receipt-sender", batch);
+                        Ok::<_, Error>(response)
+                    }
+                }),
+            )?
+            .start(CancellationToken::new());
+        Ok(Self {
+            clients,
+            template,
+            resources,
+            gateway,
+            runner,
+            counts,
+        })
+    }
+
+    /// A client of the local API.
+    pub fn http(&self) -> HttpClient {
+        HttpClient::new(self.gateway.url())
+    }
+
+    /// The API's base URL.
+    pub fn api_url(&self) -> String {
+        self.gateway.url()
+    }
+
+    fn queue_url(&self, logical_id: &str) -> &str {
+        &self.resources.queues[logical_id].url
+    }
+
+    /// Messages still in the pipeline's two work queues (visible + in flight).
+    pub async fn in_flight(&self) -> Result<u64, BoxError> {
+        let mut total = 0;
+        for q in ["PaymentsQueue", "ReceiptsQueue"] {
+            let d = queue_depth(&self.clients.sqs, self.queue_url(q)).await?;
+            total += d.visible + d.not_visible + d.delayed;
+        }
+        Ok(total)
+    }
+
+    /// Waits until both work queues are empty; calls `progress` with what is left, every second.
+    pub async fn drain(&self, timeout: Duration, progress: impl Fn(u64)) -> Result<(), BoxError> {
+        let end = tokio::time::Instant::now() + timeout;
+        let mut empty_polls = 0;
+        loop {
+            let left = self.in_flight().await?;
+            progress(left);
+            // Empty twice in a row: a message between receive and delete is counted in flight.
+            empty_polls = if left == 0 { empty_polls + 1 } else { 0 };
+            if empty_polls >= 2 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(format!(
+                    "the pipeline did not drain within {timeout:?}: {left} messages left"
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// The tables to check.
+    pub fn tables(&self) -> Tables {
+        let t = |id: &str| self.resources.tables[id].name.clone();
+        Tables {
+            payments: t("PaymentsTable"),
+            ledger: t("LedgerTable"),
+            balances: t("BalancesTable"),
+            receipts: t("ReceiptsTable"),
+        }
+    }
+
+    /// Reads the stored outcome.
+    pub async fn stored(&self) -> Result<Stored, BoxError> {
+        let mut stored = Stored::read(&self.clients.dynamodb, &self.tables()).await?;
+        let depth = |id: &str| queue_depth(&self.clients.sqs, self.queue_url(id));
+        let d = depth("PaymentsDeadLetterQueue").await?;
+        stored.dead_lettered_payments = (d.visible + d.not_visible) as usize;
+        let d = depth("ReceiptsDeadLetterQueue").await?;
+        stored.dead_lettered_receipts = (d.visible + d.not_visible) as usize;
+        Ok(stored)
+    }
+
+    /// Batch counts by function so far.
+    pub fn counts(&self) -> BTreeMap<String, BatchCounts> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Event source statistics by function so far.
+    pub fn stats(&self) -> BTreeMap<String, Stats> {
+        self.runner.all_stats()
+    }
+
+    /// Stops the runner and the gateway; returns the final event source statistics.
+    pub async fn stop(self) -> BTreeMap<String, Stats> {
+        let stats = self.runner.stop().await;
+        self.gateway.shutdown().await;
+        stats
+    }
+}

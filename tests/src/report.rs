@@ -1,0 +1,180 @@
+//! One whole run, and its report.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use lambda_idempotency::metrics::BatchCounts;
+use local_aws::runner::Stats;
+
+use crate::checks::{Check, checks};
+use crate::pipeline::{Options, Pipeline};
+use crate::workload::{Fault, Tally, Workload, failure_switch};
+
+/// Receives before a flaky payment succeeds (below the template's MaxReceiveCount of 5).
+pub const FLAKY_RECEIVES: u32 = 2;
+
+/// What a run did and found.
+#[derive(Debug)]
+pub struct Report {
+    /// Client side.
+    pub tally: Tally,
+    /// Batch counts by function.
+    pub counts: BTreeMap<String, BatchCounts>,
+    /// Event source statistics by function.
+    pub stats: BTreeMap<String, Stats>,
+    /// The checks.
+    pub checks: Vec<Check>,
+    /// Time to send every payment.
+    pub send_time: Duration,
+    /// Time from the last answer until the pipeline drained.
+    pub drain_time: Duration,
+}
+
+impl Report {
+    /// True when every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+}
+
+/// Runs `workload` through a fresh pipeline and checks the outcome. `say` gets progress lines.
+pub async fn run(
+    workload: &Workload,
+    drain_timeout: Duration,
+    say: impl Fn(&str) + Sync,
+) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
+    say("provisioning queues and tables from template.yaml, starting the functions");
+    let pipeline = Pipeline::start(Options {
+        fail_payments: failure_switch(FLAKY_RECEIVES),
+        ..Options::default()
+    })
+    .await?;
+    say(&format!("payments-api listening on {}", pipeline.api_url()));
+    let client = pipeline.http();
+    let started = Instant::now();
+    let step = (workload.payments / 10).max(1);
+    let tally = workload
+        .run(&client, |done, total| {
+            if done % step == 0 || done == total {
+                say(&format!("sent {done}/{total} payments"));
+            }
+        })
+        .await;
+    let send_time = started.elapsed();
+    let drained_at = Instant::now();
+    let drained = pipeline
+        .drain(drain_timeout, |left| {
+            if left > 0 {
+                say(&format!("draining: {left} messages in flight"));
+            }
+        })
+        .await;
+    let drain_time = drained_at.elapsed();
+    let stored = pipeline.stored().await;
+    let counts = pipeline.counts();
+    let stats = pipeline.stop().await;
+    let stored = stored?;
+    let mut checks = checks(&tally, &stored);
+    checks.insert(
+        0,
+        Check {
+            name: "the pipeline drained",
+            passed: drained.is_ok(),
+            detail: match &drained {
+                Ok(()) => format!("in {:.1} s", drain_time.as_secs_f64()),
+                Err(e) => e.to_string(),
+            },
+        },
+    );
+    Ok(Report {
+        tally,
+        counts,
+        stats,
+        checks,
+        send_time,
+        drain_time,
+    })
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.tally;
+        let first_201 = t.count(201) - t.replayed;
+        let flaky = t
+            .accepted
+            .iter()
+            .filter(|a| a.planned.fault == Fault::Flaky)
+            .count();
+        let poison = t
+            .accepted
+            .iter()
+            .filter(|a| a.planned.fault == Fault::Poison)
+            .count();
+        writeln!(f, "\n== client (payments-api over HTTP) ==")?;
+        writeln!(
+            f,
+            "  requests               {:>6}   in {:.1} s",
+            t.requests,
+            self.send_time.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "  accepted (201)         {:>6}   distinct payments: {}",
+            first_201,
+            t.accepted.len()
+        )?;
+        writeln!(f, "  replayed (201, replay) {:>6}", t.replayed)?;
+        writeln!(f, "  in progress (409)      {:>6}", t.count(409))?;
+        writeln!(f, "  key reused (422)       {:>6}", t.count(422))?;
+        writeln!(f, "  invalid (400)          {:>6}", t.count(400))?;
+        writeln!(f, "  unavailable (503)      {:>6}", t.count(503))?;
+        writeln!(
+            f,
+            "  injected: {flaky} flaky payments (fail {FLAKY_RECEIVES} receives), {poison} poison payments"
+        )?;
+        writeln!(f, "\n== functions ==")?;
+        writeln!(
+            f,
+            "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>9}",
+            "function", "batches", "received", "processed", "duplicates", "retries", "errors"
+        )?;
+        for (name, s) in &self.stats {
+            let c = self.counts.get(name).copied().unwrap_or_default();
+            writeln!(
+                f,
+                "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>9}",
+                name,
+                s.batches,
+                s.records_received,
+                c.processed,
+                c.duplicates,
+                s.records_reported_failed,
+                s.whole_batch_failures()
+            )?;
+        }
+        writeln!(
+            f,
+            "  dead-lettered payments: {poison} expected; see the checks"
+        )?;
+        writeln!(f, "\n== checks (from the stored data) ==")?;
+        for c in &self.checks {
+            writeln!(
+                f,
+                "  [{}] {}: {}",
+                if c.passed { "ok" } else { "FAIL" },
+                c.name,
+                c.detail
+            )?;
+        }
+        writeln!(
+            f,
+            "\n{}",
+            if self.passed() {
+                "ALL CHECKS PASSED"
+            } else {
+                "SOME CHECKS FAILED"
+            }
+        )
+    }
+}

@@ -1,0 +1,408 @@
+//! The client side of a run: payments sent by real HTTP, with retries of the same key,
+//! concurrent duplicates, reused keys and invalid requests, and what came back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::{StreamExt, stream};
+use serde_json::json;
+
+use crate::http::{Answer, HttpClient};
+
+/// What the client does with one payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Behaviour {
+    /// One POST.
+    Once,
+    /// One POST, then the same POST again (a client retry after a lost answer).
+    ClientRetry,
+    /// Three identical POSTs at once (a double-click, a retry racing the first attempt).
+    ConcurrentDuplicates,
+    /// One POST, then the same key with another amount (a client bug): must be refused.
+    ReusedKey,
+}
+
+/// What payment-processor does with one payment (through the failure switch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Charged on the first receive.
+    None,
+    /// Fails its first receives, then is charged.
+    Flaky,
+    /// Always fails: reaches the dead-letter queue.
+    Poison,
+}
+
+/// Description markers of the failure switch.
+pub const FLAKY_MARKER: &str = "[flaky]";
+/// See [`FLAKY_MARKER`].
+pub const POISON_MARKER: &str = "[poison]";
+
+/// The failure switch (`FAIL_PAYMENTS`) that goes with the workload: flaky payments fail their
+/// first `flaky_receives` receives; poison ones every receive.
+pub fn failure_switch(flaky_receives: u32) -> String {
+    format!("{FLAKY_MARKER}:{flaky_receives},{POISON_MARKER}:1000000")
+}
+
+/// One planned payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// The Idempotency-Key.
+    pub key: String,
+    /// The account.
+    pub account: String,
+    /// Amount, minor units.
+    pub amount_cents: i64,
+    /// Description (carries the fault marker).
+    pub description: String,
+    /// Client behaviour.
+    pub behaviour: Behaviour,
+    /// Processing fault.
+    pub fault: Fault,
+}
+
+impl Planned {
+    /// The JSON body.
+    pub fn body(&self) -> String {
+        json!({
+            "accountId": self.account,
+            "amountCents": self.amount_cents,
+            "currency": "EUR",
+            "description": self.description,
+        })
+        .to_string()
+    }
+}
+
+/// The shape of a run.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Distinct payments.
+    pub payments: usize,
+    /// Accounts (FIFO message groups) they are spread over.
+    pub accounts: usize,
+    /// Payments in flight at once on the client side.
+    pub client_concurrency: usize,
+    /// Percent of payments retried by the client after their answer.
+    pub retry_percent: u32,
+    /// Percent sent three times at once.
+    pub concurrent_percent: u32,
+    /// Percent whose key is then reused with another body.
+    pub reuse_percent: u32,
+    /// Percent that fail their first receives in payment-processor.
+    pub flaky_percent: u32,
+    /// Percent that always fail (dead-lettered).
+    pub poison_percent: u32,
+    /// Seed of the plan.
+    pub seed: u64,
+}
+
+impl Workload {
+    /// The demo's workload for `payments` payments.
+    pub fn demo(payments: usize) -> Self {
+        Self {
+            payments,
+            accounts: 12,
+            client_concurrency: 16,
+            retry_percent: 15,
+            concurrent_percent: 10,
+            reuse_percent: 5,
+            flaky_percent: 8,
+            poison_percent: 2,
+            seed: 42,
+        }
+    }
+
+    /// The payments, in sending order.
+    pub fn plan(&self) -> Vec<Planned> {
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        (0..self.payments)
+            .map(|i| {
+                let pick = |rng: &mut fastrand::Rng, percent: u32| rng.u32(0..100) < percent;
+                let behaviour = match rng.u32(0..100) {
+                    r if r < self.retry_percent => Behaviour::ClientRetry,
+                    r if r < self.retry_percent + self.concurrent_percent => {
+                        Behaviour::ConcurrentDuplicates
+                    }
+                    r if r < self.retry_percent + self.concurrent_percent + self.reuse_percent => {
+                        Behaviour::ReusedKey
+                    }
+                    _ => Behaviour::Once,
+                };
+                let fault = if pick(&mut rng, self.poison_percent) {
+                    Fault::Poison
+                } else if pick(&mut rng, self.flaky_percent) {
+                    Fault::Flaky
+                } else {
+                    Fault::None
+                };
+                let marker = match fault {
+                    Fault::None => "",
+                    Fault::Flaky => FLAKY_MARKER,
+                    Fault::Poison => POISON_MARKER,
+                };
+                Planned {
+                    key: format!("{run}-{i}"),
+                    account: format!("acct-{:02}", i % self.accounts.max(1)),
+                    amount_cents: i64::from(rng.u32(100..10_000)),
+                    description: format!("payment {i} {marker}").trim_end().to_owned(),
+                    behaviour,
+                    fault,
+                }
+            })
+            .collect()
+    }
+
+    /// Sends the plan; `progress` is called with the number of payments done so far.
+    pub async fn run(&self, client: &HttpClient, progress: impl Fn(usize, usize) + Sync) -> Tally {
+        let plan = self.plan();
+        let total = plan.len();
+        let done = AtomicUsize::new(0);
+        let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+        invalid_requests(client, &tally).await;
+        stream::iter(plan)
+            .map(|p| {
+                let tally = tally.clone();
+                let done = &done;
+                let progress = &progress;
+                async move {
+                    let outcome = send(client, &p).await;
+                    let mut t = tally.lock().unwrap();
+                    t.record(p, outcome);
+                    drop(t);
+                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+                }
+            })
+            .buffer_unordered(self.client_concurrency.max(1))
+            .collect::<Vec<_>>()
+            .await;
+        Arc::try_unwrap(tally)
+            .expect("all sends done")
+            .into_inner()
+            .unwrap()
+    }
+}
+
+/// A payment the API accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The payment id the API gave.
+    pub payment_id: String,
+    /// What was sent.
+    pub planned: Planned,
+}
+
+/// What the client saw.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// HTTP requests sent.
+    pub requests: usize,
+    /// Answers by status.
+    pub statuses: HashMap<u16, usize>,
+    /// 201 answers that were replays.
+    pub replayed: usize,
+    /// Payments accepted (a 201 for their key).
+    pub accepted: Vec<Accepted>,
+    /// Answers that broke the API's contract, described.
+    pub unexpected: Vec<String>,
+}
+
+impl Tally {
+    /// Answers with `status`.
+    pub fn count(&self, status: u16) -> usize {
+        self.statuses.get(&status).copied().unwrap_or(0)
+    }
+
+    fn record(&mut self, planned: Planned, outcome: Outcome) {
+        self.requests += outcome.answers.len();
+        for a in &outcome.answers {
+            *self.statuses.entry(a.status).or_default() += 1;
+            if a.status == 201 && a.replayed {
+                self.replayed += 1;
+            }
+        }
+        self.unexpected.extend(outcome.unexpected);
+        if let Some(payment_id) = outcome.payment_id {
+            self.accepted.push(Accepted {
+                payment_id,
+                planned,
+            });
+        }
+    }
+}
+
+struct Outcome {
+    answers: Vec<Answer>,
+    payment_id: Option<String>,
+    unexpected: Vec<String>,
+}
+
+/// Sends one POST, retrying 409 and 503 answers as a well-behaved client does.
+async fn post_until_answered(
+    client: &HttpClient,
+    key: &str,
+    body: &str,
+    answers: &mut Vec<Answer>,
+) -> Option<Answer> {
+    for _ in 0..60 {
+        let answer = match client.post_payment(Some(key), body).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(key, error = e, "request failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        answers.push(answer.clone());
+        match answer.status {
+            409 | 503 => {
+                let wait = answer.retry_after.unwrap_or(1).min(2);
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+            }
+            _ => return Some(answer),
+        }
+    }
+    None
+}
+
+async fn send(client: &HttpClient, p: &Planned) -> Outcome {
+    let body = p.body();
+    let mut answers = Vec::new();
+    let mut unexpected = Vec::new();
+    let first = match p.behaviour {
+        Behaviour::ConcurrentDuplicates => {
+            // Three at once; every answer is the stored 201 or a 409 that resolves to it.
+            let attempts = (0..3).map(|_| async {
+                let mut mine = Vec::new();
+                let answer = post_until_answered(client, &p.key, &body, &mut mine).await;
+                (answer, mine)
+            });
+            let results = futures_util::future::join_all(attempts).await;
+            let mut finals = Vec::new();
+            for (answer, mine) in results {
+                answers.extend(mine);
+                finals.extend(answer);
+            }
+            if finals.len() != 3 || finals.iter().any(|a| a.status != 201) {
+                unexpected.push(format!(
+                    "{}: concurrent duplicates did not all end in 201: {finals:?}",
+                    p.key
+                ));
+            }
+            if finals.windows(2).any(|w| w[0].body != w[1].body) {
+                unexpected.push(format!(
+                    "{}: concurrent duplicates got different bodies",
+                    p.key
+                ));
+            }
+            if finals.iter().filter(|a| !a.replayed).count() > 1 {
+                unexpected.push(format!(
+                    "{}: more than one concurrent POST was not a replay",
+                    p.key
+                ));
+            }
+            finals.into_iter().next()
+        }
+        _ => post_until_answered(client, &p.key, &body, &mut answers).await,
+    };
+    let Some(first) = first.filter(|a| a.status == 201) else {
+        unexpected.push(format!(
+            "{}: no 201 for a valid payment: {:?}",
+            p.key,
+            answers.last()
+        ));
+        return Outcome {
+            answers,
+            payment_id: None,
+            unexpected,
+        };
+    };
+    let payment_id = serde_json::from_str::<serde_json::Value>(&first.body)
+        .ok()
+        .and_then(|v| v["paymentId"].as_str().map(str::to_owned));
+    match p.behaviour {
+        Behaviour::ClientRetry => {
+            if let Some(again) = post_until_answered(client, &p.key, &body, &mut answers).await
+                && !(again.status == 201 && again.replayed && again.body == first.body)
+            {
+                unexpected.push(format!(
+                    "{}: a retry was not a byte-for-byte replay: {again:?}",
+                    p.key
+                ));
+            }
+        }
+        Behaviour::ReusedKey => {
+            let mut other = p.clone();
+            other.amount_cents += 1;
+            if let Some(answer) =
+                post_until_answered(client, &p.key, &other.body(), &mut answers).await
+                && !(answer.status == 422
+                    && answer.content_type.as_deref() == Some("application/problem+json"))
+            {
+                unexpected.push(format!(
+                    "{}: a reused key with another body was not refused with 422: {answer:?}",
+                    p.key
+                ));
+            }
+        }
+        _ => {}
+    }
+    if payment_id.is_none() {
+        unexpected.push(format!(
+            "{}: the 201 has no paymentId: {}",
+            p.key, first.body
+        ));
+    }
+    Outcome {
+        answers,
+        payment_id,
+        unexpected,
+    }
+}
+
+/// A few requests that must be refused with 400, naming the field.
+async fn invalid_requests(client: &HttpClient, tally: &Arc<std::sync::Mutex<Tally>>) {
+    let valid = r#"{"accountId":"acct-x","amountCents":100,"currency":"EUR"}"#;
+    let cases: [(Option<&str>, &str, &str); 5] = [
+        (None, valid, "Idempotency-Key"),
+        (
+            Some("bad-amount"),
+            r#"{"accountId":"acct-x","amountCents":-5,"currency":"EUR"}"#,
+            "amountCents",
+        ),
+        (
+            Some("bad-currency"),
+            r#"{"accountId":"acct-x","amountCents":5,"currency":"XYZ"}"#,
+            "currency",
+        ),
+        (Some("bad-json"), "{", "body"),
+        (
+            Some("unknown-field"),
+            r#"{"accountId":"a","amountCents":5,"currency":"EUR","x":1}"#,
+            "body",
+        ),
+    ];
+    for (key, body, field) in cases {
+        let key = key.map(|k| format!("{k}-{}", uuid::Uuid::new_v4()));
+        let answer = client.post_payment(key.as_deref(), body).await;
+        let mut t = tally.lock().unwrap();
+        t.requests += 1;
+        match answer {
+            Ok(a) => {
+                *t.statuses.entry(a.status).or_default() += 1;
+                let names_field = serde_json::from_str::<serde_json::Value>(&a.body)
+                    .map(|v| v["field"] == field)
+                    .unwrap_or(false);
+                if a.status != 400 || !names_field {
+                    t.unexpected.push(format!(
+                        "invalid request ({field}) not refused with a 400 naming it: {a:?}"
+                    ));
+                }
+            }
+            Err(e) => t.unexpected.push(format!("invalid request ({field}): {e}")),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The demo's pipeline at a smaller size: every check must pass.
+
+use std::time::Duration;
+
+use payments_e2e::{Workload, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_charges_every_payment_exactly_once() {
+    let workload = Workload {
+        payments: 40,
+        accounts: 5,
+        client_concurrency: 8,
+        retry_percent: 20,
+        concurrent_percent: 15,
+        reuse_percent: 10,
+        flaky_percent: 15,
+        poison_percent: 5,
+        seed: 7,
+    };
+    let report = run(&workload, Duration::from_secs(180), |line| {
+        eprintln!("{line}")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the run failed: {e}"));
+    eprintln!("{report}");
+    for check in &report.checks {
+        assert!(check.passed, "{}: {}", check.name, check.detail);
+    }
+    // The run exercised what it claims to.
+    let t = &report.tally;
+    assert!(t.replayed > 0, "no replay happened");
+    assert!(t.count(422) > 0, "no reused key was refused");
+    assert_eq!(t.count(400), 5, "the invalid requests");
+    let processor = report.counts["payment-processor"];
+    assert_eq!(
+        processor.processed as usize,
+        t.accepted
+            .iter()
+            .filter(|a| a.planned.fault != payments_e2e::workload::Fault::Poison)
+            .count()
+    );
+    assert!(
+        report.stats["payment-processor"].records_reported_failed > 0,
+        "injected failures were retried"
+    );
+}
