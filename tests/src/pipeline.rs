@@ -207,6 +207,35 @@ impl Pipeline {
         }
     }
 
+    /// Sends `payments` to the payments queue again, each as a new message with the body
+    /// payments-api sent: what a producer resending after the FIFO deduplication window (5
+    /// minutes) does. Returns how many were sent.
+    pub async fn resend(&self, payments: &[&crate::workload::Accepted]) -> Result<usize, BoxError> {
+        use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
+        let publisher = Publisher::new(self.clients.sqs.clone(), self.queue_url("PaymentsQueue"));
+        let mut messages = Vec::new();
+        for a in payments {
+            let body = payments_model::PaymentRequested {
+                payment_id: a.payment_id.clone(),
+                account_id: a.planned.account.clone(),
+                amount_cents: a.planned.amount_cents,
+                currency: "EUR".into(),
+                description: Some(a.planned.description.clone()),
+            };
+            messages.push(Message::fifo(
+                MessageGroupId::new(a.planned.account.as_str())?,
+                DeduplicationId::from_key(&format!("{}-resend", a.payment_id)),
+                serde_json::to_string(&body)?,
+            )?);
+        }
+        let mut sent = 0;
+        for result in publisher.send_all(messages).await {
+            result?;
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
     /// The tables to check.
     pub fn tables(&self) -> Tables {
         let t = |id: &str| self.resources.tables[id].name.clone();

@@ -25,6 +25,8 @@ pub struct Report {
     pub stats: BTreeMap<String, Stats>,
     /// The checks.
     pub checks: Vec<Check>,
+    /// Payments a producer sent to the queue a second time.
+    pub resent: usize,
     /// Time to send every payment.
     pub send_time: Duration,
     /// Time from the last answer until the pipeline drained.
@@ -62,6 +64,16 @@ pub async fn run(
         })
         .await;
     let send_time = started.elapsed();
+    let mut rng = fastrand::Rng::with_seed(workload.seed);
+    let resend: Vec<_> = tally
+        .accepted
+        .iter()
+        .filter(|a| a.planned.fault != Fault::Poison && rng.u32(0..100) < workload.resend_percent)
+        .collect();
+    let resent = pipeline.resend(&resend).await?;
+    say(&format!(
+        "a producer sent {resent} accepted payments to the queue again"
+    ));
     let drained_at = Instant::now();
     let drained = pipeline
         .drain(drain_timeout, |left| {
@@ -76,6 +88,12 @@ pub async fn run(
     let stats = pipeline.stop().await;
     let stored = stored?;
     let mut checks = checks(&tally, &stored);
+    let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
+    checks.push(Check {
+        name: "every resent payment skipped as a duplicate",
+        passed: duplicates == resent,
+        detail: format!("{resent} resent, {duplicates} skipped by payment-processor"),
+    });
     checks.insert(
         0,
         Check {
@@ -92,6 +110,7 @@ pub async fn run(
         counts,
         stats,
         checks,
+        resent,
         send_time,
         drain_time,
     })
@@ -132,6 +151,11 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "  injected: {flaky} flaky payments (fail {FLAKY_RECEIVES} receives), {poison} poison payments"
+        )?;
+        writeln!(
+            f,
+            "  resent by a producer (same payment, new message): {}",
+            self.resent
         )?;
         writeln!(f, "\n== functions ==")?;
         writeln!(

@@ -95,6 +95,9 @@ pub struct Workload {
     pub flaky_percent: u32,
     /// Percent that always fail (dead-lettered).
     pub poison_percent: u32,
+    /// Percent of the accepted payments (poison ones aside) that a producer sends to the queue
+    /// again, as a new message (as a resend after the FIFO deduplication window would be).
+    pub resend_percent: u32,
     /// Seed of the plan.
     pub seed: u64,
 }
@@ -111,6 +114,7 @@ impl Workload {
             reuse_percent: 5,
             flaky_percent: 8,
             poison_percent: 2,
+            resend_percent: 10,
             seed: 42,
         }
     }

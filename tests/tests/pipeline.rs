@@ -15,6 +15,7 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
         reuse_percent: 10,
         flaky_percent: 15,
         poison_percent: 5,
+        resend_percent: 20,
         seed: 7,
     };
     let report = run(&workload, Duration::from_secs(180), |line| {
