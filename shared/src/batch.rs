@@ -31,6 +31,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::backoff::VisibilityBackoff;
+use crate::dead_letter::DeadLetter;
 use crate::idempotency::{AcquireError, Acquired, Idempotency};
 use crate::key::{KeyConfig, KeyError};
 use crate::record::{Clock, SystemClock};
@@ -72,9 +73,13 @@ pub enum RecordError {
         /// Why.
         source: KeyError,
     },
-    /// The handler returned an error.
+    /// The handler returned an error; the record is retried.
     #[error("handler failed: {0}")]
     Handler(BoxError),
+    /// The handler said the error is permanent (a retry cannot succeed): with a
+    /// [`DeadLetter`] on the processor, the message goes straight to the dead-letter queue.
+    #[error("permanent failure: {0}")]
+    Permanent(BoxError),
     /// The handler panicked.
     #[error("handler panicked: {0}")]
     Panicked(String),
@@ -123,9 +128,69 @@ pub enum RecordError {
 }
 
 impl RecordError {
-    /// Wraps any error as a handler failure.
+    /// Wraps any error as a handler failure. A [`PermanentError`] becomes
+    /// [`RecordError::Permanent`], and a boxed `RecordError` is kept as it is.
     pub fn handler(error: impl Into<BoxError>) -> Self {
-        RecordError::Handler(error.into())
+        let error = error.into();
+        let error = match error.downcast::<PermanentError>() {
+            Ok(permanent) => return RecordError::Permanent(permanent.0),
+            Err(other) => other,
+        };
+        match error.downcast::<RecordError>() {
+            Ok(record) => *record,
+            Err(other) => RecordError::Handler(other),
+        }
+    }
+
+    /// A permanent failure.
+    pub fn permanent(error: impl Into<BoxError>) -> Self {
+        RecordError::Permanent(error.into())
+    }
+
+    /// True when retrying cannot help: the handler said so ([`RecordError::Permanent`]), the
+    /// body does not deserialize, no key can be taken from it, or its key was used with another
+    /// payload.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            RecordError::Permanent(_)
+                | RecordError::Body { .. }
+                | RecordError::Key { .. }
+                | RecordError::PayloadMismatch { .. }
+        )
+    }
+}
+
+/// An error a handler marks as permanent: a retry cannot succeed (a body that fails
+/// validation, say). Return it from a [`json`] or [`message`] handler (it converts into the
+/// handler's error type through `Box<dyn Error>`).
+///
+/// ```
+/// use lambda_idempotency::batch::{PermanentError, RecordError};
+///
+/// let error = RecordError::handler(PermanentError::new("amount must be positive"));
+/// assert!(error.is_permanent());
+/// assert!(!RecordError::handler("timeout").is_permanent());
+/// ```
+#[derive(Debug)]
+pub struct PermanentError(BoxError);
+
+impl PermanentError {
+    /// Marks `error` permanent.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+}
+
+impl fmt::Display for PermanentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PermanentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
     }
 }
 
@@ -218,7 +283,7 @@ where
         let value: T = serde_json::from_str(body).map_err(|e| body_error(e.to_string()))?;
         (self.f)(value, ctx.clone())
             .await
-            .map_err(|e| RecordError::Handler(e.into()))
+            .map_err(RecordError::handler)
     }
 }
 
@@ -257,7 +322,7 @@ where
     async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<O, RecordError> {
         (self.0)(message.clone(), ctx.clone())
             .await
-            .map_err(|e| RecordError::Handler(e.into()))
+            .map_err(RecordError::handler)
     }
 }
 
@@ -433,6 +498,9 @@ pub struct RecordReport<T> {
     pub message_id: String,
     /// What the handler gave.
     pub result: Result<T, RecordError>,
+    /// The record failed permanently and was moved to the dead-letter queue: it is
+    /// acknowledged, not reported.
+    pub dead_lettered: bool,
 }
 
 /// The result of every record of a batch, in batch order.
@@ -457,9 +525,16 @@ impl<T> BatchReport<T> {
         response
     }
 
-    /// The failed records.
+    /// The failed records reported for redelivery (not those moved to the dead-letter queue).
     pub fn failures(&self) -> impl Iterator<Item = &RecordReport<T>> {
-        self.records.iter().filter(|r| r.result.is_err())
+        self.records
+            .iter()
+            .filter(|r| r.result.is_err() && !r.dead_lettered)
+    }
+
+    /// The records moved to the dead-letter queue.
+    pub fn dead_lettered(&self) -> impl Iterator<Item = &RecordReport<T>> {
+        self.records.iter().filter(|r| r.dead_lettered)
     }
 
     /// The successful records' outputs.
@@ -522,6 +597,7 @@ pub struct BatchProcessor {
     strict_order: bool,
     clock: Arc<dyn Clock>,
     backoff: Option<Arc<VisibilityBackoff>>,
+    dead_letter: Option<Arc<DeadLetter>>,
 }
 
 impl Default for BatchProcessor {
@@ -548,7 +624,15 @@ impl BatchProcessor {
             strict_order: false,
             clock: Arc::new(SystemClock),
             backoff: None,
+            dead_letter: None,
         }
+    }
+
+    /// Moves permanently failed records ([`RecordError::is_permanent`]) to a dead-letter queue
+    /// and acknowledges them, instead of burning every retry (see [`DeadLetter`]).
+    pub fn with_dead_letter(mut self, dead_letter: DeadLetter) -> Self {
+        self.dead_letter = Some(Arc::new(dead_letter));
+        self
     }
 
     /// Spaces out the retries of failed records by setting their visibility timeout (see
@@ -651,6 +735,7 @@ impl BatchProcessor {
                 index,
                 message_id: ids[index].to_owned(),
                 result: result.expect("every record has a result"),
+                dead_lettered: false,
             })
             .collect::<Vec<_>>();
         for r in &records {
@@ -658,7 +743,10 @@ impl BatchProcessor {
                 tracing::warn!(message_id = r.message_id, error = %e, "record failed");
             }
         }
-        let report = BatchReport { records };
+        let mut report = BatchReport { records };
+        if let Some(dead_letter) = &self.dead_letter {
+            dead_letter.apply(&event.payload.records, &mut report).await;
+        }
         if let Some(backoff) = &self.backoff {
             backoff.apply(&event.payload.records, &report).await;
         }

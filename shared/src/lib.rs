@@ -41,6 +41,7 @@
 pub mod backoff;
 pub mod batch;
 pub mod count;
+pub mod dead_letter;
 pub mod idempotency;
 pub mod key;
 pub mod metrics;

@@ -118,8 +118,10 @@ pub struct BatchCounts {
     pub processed: u64,
     /// Records skipped as duplicates of completed work.
     pub duplicates: u64,
-    /// Records reported failed.
+    /// Records reported failed (to be redelivered).
     pub failed: u64,
+    /// Records that failed permanently and were moved to the dead-letter queue.
+    pub dead_lettered: u64,
 }
 
 impl BatchCounts {
@@ -130,18 +132,20 @@ impl BatchCounts {
             match &r.result {
                 Ok(Deduplicated::Processed(_)) => counts.processed += 1,
                 Ok(Deduplicated::Duplicate { .. }) => counts.duplicates += 1,
+                Err(_) if r.dead_lettered => counts.dead_lettered += 1,
                 Err(_) => counts.failed += 1,
             }
         }
         counts
     }
 
-    /// These counts as metrics (`processed`, `duplicate`, `failed`).
+    /// These counts as metrics (`processed`, `duplicate`, `failed`, `dead_lettered`).
     pub fn metrics(&self, namespace: &str, function: &str) -> Metrics {
         Metrics::new(namespace)
             .dimension("function", function)
             .count("processed", self.processed)
             .count("duplicate", self.duplicates)
             .count("failed", self.failed)
+            .count("dead_lettered", self.dead_lettered)
     }
 }
