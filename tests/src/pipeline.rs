@@ -55,6 +55,7 @@ pub struct Pipeline {
     gateway: Gateway,
     runner: RunningRunner,
     counts: Counts,
+    processor: Arc<payment_processor::App>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -122,6 +123,7 @@ impl Pipeline {
             &settings(&resources, &template, "receipt-sender")?,
         )?);
         let (c1, c2) = (counts.clone(), counts.clone());
+        let processor_app = processor.clone();
         let runner = Runner::new(clients.sqs.clone())
             .wait_time_seconds(1)
             .function(
@@ -158,6 +160,7 @@ impl Pipeline {
             gateway,
             runner,
             counts,
+            processor: processor_app,
         })
     }
 
@@ -264,6 +267,11 @@ impl Pipeline {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Charges that found their payment already charged (an interrupted attempt ran it).
+    pub fn recovered_charges(&self) -> u64 {
+        self.processor.recovered_charges()
     }
 
     /// Event source statistics by function so far.

@@ -85,10 +85,16 @@ pub async fn run(
     let drain_time = drained_at.elapsed();
     let stored = pipeline.stored().await;
     let counts = pipeline.counts();
+    let recovered = pipeline.recovered_charges();
     let stats = pipeline.stop().await;
     let stored = stored?;
     let mut checks = checks(&tally, &stored);
     let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
+    checks.push(Check {
+        name: "no duplicate reached a charge",
+        passed: recovered == 0,
+        detail: format!("{recovered} charges found their payment already charged"),
+    });
     checks.push(Check {
         name: "every resent payment skipped as a duplicate",
         passed: duplicates == resent,

@@ -2,30 +2,44 @@
 //!
 //! Charging is one DynamoDB transaction: a ledger entry with a fresh id, a plain (non-idempotent)
 //! increment of the account's balance, and the payment marked `charged`. Then a `PaymentCharged`
-//! event goes to the `receipts` queue. Nothing in the charge itself is idempotent, so any double
-//! processing would show as a second ledger entry and a wrong balance: the idempotency store is
-//! what prevents it.
+//! event goes to the `receipts` queue.
 //!
 //! Deduplication is keyed on the `paymentId` of the body rather than the SQS `MessageId`: the
 //! payment id is the business key, so it also catches a producer that sends the same payment again
 //! after the FIFO deduplication window (5 minutes), which arrives with a new `MessageId`.
+//!
+//! The idempotency store keeps duplicates away from the charge. What it cannot cover is a crash
+//! *inside* the handler, after the transaction and before the record is completed: after the
+//! lease ends, the payment runs again. So the charge is also naturally idempotent: the
+//! transaction only applies while the payment is not `charged`. When it finds the payment
+//! charged, the handler skips to publishing `PaymentCharged` (with the ledger entry already
+//! written, so that receipt-sender sees the same event) and counts a recovered charge
+//! ([`App::recovered_charges`]); without a crash that count stays zero.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::batch::{
+    BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json,
+};
+use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
-use lambda_idempotency::publish::{Message, Publisher};
-use lambda_idempotency::record::{Clock, SystemClock};
+use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
+use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{
-    ConfigError, FailureSwitch, METRICS_NAMESPACE, PaymentCharged, PaymentRequested, PaymentStatus,
-    Settings,
+    ConfigError, FailureSwitch, Fault, METRICS_NAMESPACE, PaymentCharged, PaymentRequested,
+    PaymentStatus, Settings,
 };
+use serde::{Deserialize, Serialize};
 
 /// Settings of payment-processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +56,11 @@ pub struct Config {
     pub balances_table: String,
     /// `RECEIPTS_QUEUE_URL`.
     pub receipts_queue_url: String,
+    /// `DEAD_LETTER_QUEUE_URL`: where permanent failures go at once. Unset: they are retried
+    /// until the queue's redrive policy moves them.
+    pub dead_letter_queue_url: Option<String>,
     /// `MAX_RECEIVE_COUNT`: the queue's redrive threshold; a payment failing on its last receive
-    /// is marked `failed`. Unset: never marked.
+    /// is marked `failed`. Unset: only permanent failures mark it.
     pub max_receive_count: Option<u32>,
     /// `FAIL_PAYMENTS`: the failure switch (tests and demos only).
     pub failure_switch: Option<FailureSwitch>,
@@ -67,24 +84,38 @@ impl Config {
             ledger_table: settings.required("LEDGER_TABLE")?,
             balances_table: settings.required("BALANCES_TABLE")?,
             receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
+            dead_letter_queue_url: settings.get("DEAD_LETTER_QUEUE_URL"),
             max_receive_count,
             failure_switch: FailureSwitch::from_settings(settings)?,
         })
     }
 }
 
-/// Why a payment was not charged this time (the message is redelivered).
+/// Why a payment was not charged this time.
 #[derive(Debug, thiserror::Error)]
 pub enum ChargeError {
     /// The failure switch fired.
     #[error("injected failure (FAIL_PAYMENTS) on receive {0}")]
     Injected(u32),
+    /// The payment can never be charged (permanent: dead-lettered at once).
+    #[error("invalid payment: {0}")]
+    Invalid(String),
     /// The charge transaction failed.
     #[error("charge transaction failed: {0}")]
     Store(String),
     /// The `PaymentCharged` event could not be published.
     #[error("could not publish PaymentCharged: {0}")]
     Publish(String),
+}
+
+/// The stored result of a charge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Charged {
+    /// The ledger entry of the charge.
+    pub ledger_entry_id: String,
+    /// True when this attempt found the payment charged by an earlier one (after a crash).
+    pub recovered: bool,
 }
 
 /// The function's state, built once per execution environment.
@@ -95,10 +126,11 @@ pub struct App {
     receipts: Publisher,
     processor: BatchProcessor,
     config: Config,
+    recovered: Arc<AtomicU64>,
 }
 
 impl App {
-    /// An app over these clients, with no visibility backoff (see [`App::with_processor`]).
+    /// An app over these clients, with a plain batch processor (see [`App::with_processor`]).
     pub fn new(
         dynamodb: aws_sdk_dynamodb::Client,
         sqs: aws_sdk_sqs::Client,
@@ -116,29 +148,35 @@ impl App {
             dynamodb,
             processor: BatchProcessor::new(),
             config,
+            recovered: Arc::default(),
         }
     }
 
-    /// An app from the SDK configuration and the settings, with the visibility backoff they
-    /// configure ([`payments_model::backoff`]).
+    /// An app from the SDK configuration and the settings, with the visibility backoff
+    /// ([`payments_model::backoff`]) and the dead-letter queue they configure.
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         let sqs = aws_sdk_sqs::Client::new(sdk);
-        let backoff = payments_model::backoff(sqs.clone(), settings)?;
-        Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
-            sqs,
-            Config::from_settings(settings)?,
-        )
-        .with_processor(BatchProcessor::new().with_backoff(backoff)))
+        let config = Config::from_settings(settings)?;
+        let mut processor =
+            BatchProcessor::new().with_backoff(payments_model::backoff(sqs.clone(), settings)?);
+        if let Some(url) = &config.dead_letter_queue_url {
+            processor = processor.with_dead_letter(DeadLetter::new(sqs.clone(), url));
+        }
+        Ok(Self::new(aws_sdk_dynamodb::Client::new(sdk), sqs, config).with_processor(processor))
     }
 
-    /// Uses another batch processor (concurrency, margins).
+    /// Uses another batch processor (concurrency, margins, backoff, dead letters).
     pub fn with_processor(mut self, processor: BatchProcessor) -> Self {
         self.processor = processor;
         self
+    }
+
+    /// Charges that found their payment already charged by an earlier, interrupted attempt.
+    pub fn recovered_charges(&self) -> u64 {
+        self.recovered.load(Ordering::Relaxed)
     }
 
     /// Handles one SQS batch; reports the failed records.
@@ -167,30 +205,91 @@ impl App {
         &self,
         payment: PaymentRequested,
         ctx: RecordContext,
-    ) -> Result<String, ChargeError> {
-        let result = self.charge_once(&payment, &ctx).await;
-        if let Err(e) = &result {
-            let last = self
-                .config
-                .max_receive_count
-                .is_some_and(|max| ctx.receive_count >= max);
-            if last {
-                self.mark_failed(&payment, &e.to_string()).await;
+    ) -> Result<Charged, Error> {
+        match self.charge_once(&payment, &ctx).await {
+            Ok(charged) => Ok(charged),
+            Err(e) => {
+                let permanent = matches!(e, ChargeError::Invalid(_));
+                let last = self
+                    .config
+                    .max_receive_count
+                    .is_some_and(|max| ctx.receive_count >= max);
+                if permanent || last {
+                    self.mark_failed(&payment, &e.to_string()).await;
+                }
+                if permanent {
+                    Err(PermanentError::new(e).into())
+                } else {
+                    Err(e.into())
+                }
             }
         }
-        result
     }
 
     async fn charge_once(
         &self,
         payment: &PaymentRequested,
         ctx: &RecordContext,
-    ) -> Result<String, ChargeError> {
-        if let Some(switch) = &self.config.failure_switch
-            && switch.should_fail(payment.description.as_deref(), ctx.receive_count)
+    ) -> Result<Charged, ChargeError> {
+        match self
+            .config
+            .failure_switch
+            .as_ref()
+            .and_then(|s| s.fault(payment.description.as_deref(), ctx.receive_count))
         {
-            return Err(ChargeError::Injected(ctx.receive_count));
+            None => {}
+            Some(Fault::Fail) => return Err(ChargeError::Injected(ctx.receive_count)),
+            Some(Fault::Permanent) => {
+                return Err(ChargeError::Invalid(
+                    "injected permanent failure (FAIL_PAYMENTS)".into(),
+                ));
+            }
+            Some(Fault::Panic) => panic!(
+                "injected panic (FAIL_PAYMENTS) for payment {}",
+                payment.payment_id
+            ),
+            Some(Fault::Sleep(pause)) => tokio::time::sleep(pause).await,
         }
+        validate(payment)?;
+        let (entry_id, recovered) = self.record_charge(payment, ctx).await?;
+        if recovered {
+            self.recovered.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                message_id = ctx.message_id,
+                payment_id = payment.payment_id,
+                "payment already charged by an interrupted attempt; publishing its event only"
+            );
+        }
+        let event = PaymentCharged {
+            payment_id: payment.payment_id.clone(),
+            account_id: payment.account_id.clone(),
+            amount_cents: payment.amount_cents,
+            currency: payment.currency.clone(),
+            ledger_entry_id: entry_id.clone(),
+        };
+        let message = Message::standard(serde_json::to_string(&event).expect("serializable"))
+            .map_err(|e| ChargeError::Publish(e.to_string()))?;
+        self.receipts
+            .send(message)
+            .await
+            .map_err(|e| ChargeError::Publish(e.to_string()))?;
+        tracing::info!(
+            message_id = ctx.message_id,
+            payment_id = payment.payment_id,
+            "payment charged"
+        );
+        Ok(Charged {
+            ledger_entry_id: entry_id,
+            recovered,
+        })
+    }
+
+    /// The charge transaction; `(ledger entry id, recovered)`.
+    async fn record_charge(
+        &self,
+        payment: &PaymentRequested,
+        ctx: &RecordContext,
+    ) -> Result<(String, bool), ChargeError> {
         let entry_id = uuid::Uuid::new_v4().to_string();
         let now = AttributeValue::N(SystemClock.now_ms().to_string());
         let s = |v: &str| AttributeValue::S(v.to_owned());
@@ -222,6 +321,8 @@ impl App {
                  accountId = if_not_exists(accountId, :account), amountCents = if_not_exists(amountCents, :amount), \
                  currency = if_not_exists(currency, :currency)",
             )
+            // The charge applies once per payment, whatever happens around it.
+            .condition_expression("attribute_not_exists(#status) OR #status <> :charged")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":charged", s(PaymentStatus::Charged.as_str()))
             .expression_attribute_values(":now", now)
@@ -231,38 +332,41 @@ impl App {
             .expression_attribute_values(":currency", s(&payment.currency))
             .build()
             .expect("table, key and expression are set");
-        self.dynamodb
+        let result = self
+            .dynamodb
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(ledger).build())
             .transact_items(TransactWriteItem::builder().update(balance).build())
             .transact_items(TransactWriteItem::builder().update(status).build())
             .send()
-            .await
-            .map_err(|e| {
-                ChargeError::Store(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-            })?;
-        let event = PaymentCharged {
-            payment_id: payment.payment_id.clone(),
-            account_id: payment.account_id.clone(),
-            amount_cents: payment.amount_cents,
-            currency: payment.currency.clone(),
-            ledger_entry_id: entry_id.clone(),
-        };
-        let message = Message::standard(serde_json::to_string(&event).expect("serializable"))
-            .map_err(|e| ChargeError::Publish(e.to_string()))?;
-        self.receipts
-            .send(message)
-            .await
-            .map_err(|e| ChargeError::Publish(e.to_string()))?;
-        tracing::info!(
-            message_id = ctx.message_id,
-            payment_id = payment.payment_id,
-            "payment charged"
-        );
-        Ok(entry_id)
+            .await;
+        match result {
+            Ok(_) => Ok((entry_id, false)),
+            Err(SdkError::ServiceError(e)) if already_charged(e.err()) => {
+                let existing = self
+                    .dynamodb
+                    .get_item()
+                    .table_name(&self.config.payments_table)
+                    .key("paymentId", s(&payment.payment_id))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| ChargeError::Store(DisplayErrorContext(e).to_string()))?;
+                let entry = existing
+                    .item()
+                    .and_then(|i| i.get("ledgerEntryId"))
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .ok_or_else(|| {
+                        ChargeError::Store("charged payment without a ledger entry id".into())
+                    })?;
+                Ok((entry, true))
+            }
+            Err(e) => Err(ChargeError::Store(DisplayErrorContext(e).to_string())),
+        }
     }
 
-    /// Marks a payment `failed` after its last allowed receive (never one already charged).
+    /// Marks a payment `failed` (never one already charged).
     async fn mark_failed(&self, payment: &PaymentRequested, error: &str) {
         let result = self
             .dynamodb
@@ -280,14 +384,46 @@ impl App {
                 ":charged",
                 AttributeValue::S(PaymentStatus::Charged.as_str().into()),
             )
-            .expression_attribute_values(
-                ":error",
-                AttributeValue::S(lambda_idempotency::record::truncate_error(error)),
-            )
+            .expression_attribute_values(":error", AttributeValue::S(truncate_error(error)))
             .send()
             .await;
         if let Err(e) = result {
-            tracing::warn!(payment_id = payment.payment_id, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "could not mark the payment failed");
+            tracing::warn!(payment_id = payment.payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
         }
     }
+}
+
+/// True when the transaction was cancelled because the payment is already charged (the third
+/// action's condition).
+fn already_charged(error: &TransactWriteItemsError) -> bool {
+    match error {
+        TransactWriteItemsError::TransactionCanceledException(e) => e
+            .cancellation_reasons()
+            .get(2)
+            .and_then(|r| r.code())
+            .is_some_and(|code| code == "ConditionalCheckFailed"),
+        _ => false,
+    }
+}
+
+/// A payment that can never be charged.
+fn validate(payment: &PaymentRequested) -> Result<(), ChargeError> {
+    if payment.payment_id.is_empty() {
+        return Err(ChargeError::Invalid("paymentId is empty".into()));
+    }
+    if payment.amount_cents <= 0 {
+        return Err(ChargeError::Invalid(format!(
+            "amountCents {} is not positive",
+            payment.amount_cents
+        )));
+    }
+    if payment.currency.len() != 3 || !payment.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(ChargeError::Invalid(format!(
+            "currency `{}` is not an ISO 4217 code",
+            payment.currency
+        )));
+    }
+    MessageGroupId::new(payment.account_id.as_str())
+        .map_err(|e| ChargeError::Invalid(format!("accountId: {e}")))?;
+    Ok(())
 }

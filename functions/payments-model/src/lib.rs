@@ -144,29 +144,46 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
-/// The failure switch: `MARKER:N` makes payment-processor fail every payment whose description
-/// contains `MARKER` on its first `N` receives; several rules are separated by commas. Off when
-/// unset. For tests and demos only.
+/// The failure switch, for tests and demos only (off when unset): comma-separated rules
+/// `MARKER:N[:ACTION]`. A payment whose description contains `MARKER`, on each of its first `N`
+/// receives, gets `ACTION`: `fail` (the default: a retryable error), `permanent` (a permanent
+/// error: straight to the dead-letter queue), `panic`, or `sleep=MS` (waits, then is charged).
 ///
 /// ```
-/// use payments_model::FailureSwitch;
+/// use payments_model::{Fault, FailureSwitch};
+/// use std::time::Duration;
 ///
-/// let switch = FailureSwitch::parse("flaky:2,poison:1000").unwrap().unwrap();
-/// assert!(switch.should_fail(Some("a flaky payment"), 1));
-/// assert!(switch.should_fail(Some("a flaky payment"), 2));
-/// assert!(!switch.should_fail(Some("a flaky payment"), 3));
-/// assert!(switch.should_fail(Some("poison"), 999));
-/// assert!(!switch.should_fail(Some("steady"), 1));
+/// let switch = FailureSwitch::parse("flaky:2,poison:1000,bad:1:permanent,slow:9:sleep=300").unwrap().unwrap();
+/// assert_eq!(switch.fault(Some("a flaky payment"), 2), Some(Fault::Fail));
+/// assert_eq!(switch.fault(Some("a flaky payment"), 3), None);
+/// assert_eq!(switch.fault(Some("poison"), 999), Some(Fault::Fail));
+/// assert_eq!(switch.fault(Some("bad"), 1), Some(Fault::Permanent));
+/// assert_eq!(switch.fault(Some("slow"), 1), Some(Fault::Sleep(Duration::from_millis(300))));
+/// assert_eq!(switch.fault(Some("steady"), 1), None);
 /// assert!(FailureSwitch::parse("").unwrap().is_none());
 /// assert!(FailureSwitch::parse("nocount").is_err());
+/// assert!(FailureSwitch::parse("m:1:explode").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureSwitch {
-    rules: Vec<(String, u32)>,
+    rules: Vec<(String, u32, Fault)>,
+}
+
+/// What the failure switch does to a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A retryable error.
+    Fail,
+    /// A permanent error.
+    Permanent,
+    /// A panic.
+    Panic,
+    /// A pause before the charge.
+    Sleep(Duration),
 }
 
 impl FailureSwitch {
-    /// Parses `MARKER:N[,MARKER:N...]`; `None` for an empty value.
+    /// Parses the rules; `None` for an empty value.
     pub fn parse(value: &str) -> Result<Option<Self>, ConfigError> {
         if value.is_empty() {
             return Ok(None);
@@ -177,16 +194,31 @@ impl FailureSwitch {
         };
         let mut rules = Vec::new();
         for rule in value.split(',') {
-            let (marker, times) = rule
-                .rsplit_once(':')
-                .ok_or_else(|| invalid(format!("`{rule}` is not MARKER:N")))?;
+            let mut parts = rule.splitn(3, ':');
+            let marker = parts.next().unwrap_or_default();
+            let times = parts
+                .next()
+                .ok_or_else(|| invalid(format!("`{rule}` is not MARKER:N[:ACTION]")))?;
             if marker.is_empty() {
                 return Err(invalid(format!("`{rule}`: the marker is empty")));
             }
             let times = times
                 .parse()
                 .map_err(|e| invalid(format!("`{times}` is not a number of receives: {e}")))?;
-            rules.push((marker.to_owned(), times));
+            let fault = match parts.next() {
+                None | Some("fail") => Fault::Fail,
+                Some("permanent") => Fault::Permanent,
+                Some("panic") => Fault::Panic,
+                Some(action) => match action.strip_prefix("sleep=").map(str::parse::<u64>) {
+                    Some(Ok(ms)) => Fault::Sleep(Duration::from_millis(ms)),
+                    _ => {
+                        return Err(invalid(format!(
+                            "`{action}` is not an action (fail, permanent, panic, sleep=MS)"
+                        )));
+                    }
+                },
+            };
+            rules.push((marker.to_owned(), times, fault));
         }
         Ok(Some(Self { rules }))
     }
@@ -196,14 +228,14 @@ impl FailureSwitch {
         Self::parse(&settings.get("FAIL_PAYMENTS").unwrap_or_default())
     }
 
-    /// True when a payment with `description`, received for the `receive_count`-th time, must
-    /// fail.
-    pub fn should_fail(&self, description: Option<&str>, receive_count: u32) -> bool {
-        let Some(description) = description else {
-            return false;
-        };
+    /// The fault for a payment with `description`, received for the `receive_count`-th time.
+    pub fn fault(&self, description: Option<&str>, receive_count: u32) -> Option<Fault> {
+        let description = description?;
         self.rules
             .iter()
-            .any(|(marker, times)| description.contains(marker.as_str()) && receive_count <= *times)
+            .find(|(marker, times, _)| {
+                description.contains(marker.as_str()) && receive_count <= *times
+            })
+            .map(|(_, _, fault)| *fault)
     }
 }

@@ -1,5 +1,10 @@
 //! receipt-sender: consumes the `receipts` queue and sends one receipt per `PaymentCharged`
-//! event, deduplicating on the SQS `MessageId`.
+//! event.
+//!
+//! Deduplication is keyed on the event's `paymentId`, which catches both a redelivery of one
+//! message and a second `PaymentCharged` for the same charge: payment-processor publishes the
+//! event again (with the same ledger entry) when a crash interrupted it between the charge and
+//! its completion.
 //!
 //! "Sending" appends an item with a fresh random id to the receipts table, so a duplicate would
 //! show as a second item for the same payment.
@@ -10,6 +15,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::dead_letter::DeadLetter;
+use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::DynamoDbBackend;
@@ -25,6 +32,9 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// `RECEIPTS_TABLE`.
     pub receipts_table: String,
+    /// `DEAD_LETTER_QUEUE_URL`: where permanent failures (an event that does not parse) go at
+    /// once.
+    pub dead_letter_queue_url: Option<String>,
 }
 
 impl Config {
@@ -35,6 +45,7 @@ impl Config {
             idempotency_ttl: settings
                 .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
             receipts_table: settings.required("RECEIPTS_TABLE")?,
+            dead_letter_queue_url: settings.get("DEAD_LETTER_QUEUE_URL"),
         })
     }
 }
@@ -64,18 +75,20 @@ impl App {
         }
     }
 
-    /// An app from the SDK configuration and the settings, with the visibility backoff they
-    /// configure ([`payments_model::backoff`]).
+    /// An app from the SDK configuration and the settings, with the visibility backoff
+    /// ([`payments_model::backoff`]) and the dead-letter queue they configure.
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
-        let backoff = payments_model::backoff(aws_sdk_sqs::Client::new(sdk), settings)?;
-        Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
-            Config::from_settings(settings)?,
-        )
-        .with_processor(BatchProcessor::new().with_backoff(backoff)))
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let config = Config::from_settings(settings)?;
+        let mut processor =
+            BatchProcessor::new().with_backoff(payments_model::backoff(sqs.clone(), settings)?);
+        if let Some(url) = &config.dead_letter_queue_url {
+            processor = processor.with_dead_letter(DeadLetter::new(sqs, url));
+        }
+        Ok(Self::new(aws_sdk_dynamodb::Client::new(sdk), config).with_processor(processor))
     }
 
     /// Uses another batch processor (concurrency, margins).
@@ -96,7 +109,8 @@ impl App {
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
         let handler =
             json(|charged: PaymentCharged, ctx: RecordContext| self.send_receipt(charged, ctx))
-                .idempotent(self.idempotency.clone());
+                .idempotent(self.idempotency.clone())
+                .with_keys(KeyConfig::json_pointer("/paymentId"));
         let report = self.processor.process(&event, &handler).await?;
         let counts = BatchCounts::of(&report);
         counts.metrics(METRICS_NAMESPACE, "receipt-sender").emit();
