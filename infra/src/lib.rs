@@ -42,6 +42,7 @@
 
 pub mod gateway;
 pub mod provision;
+pub mod proxy;
 pub mod runner;
 pub mod template;
 
