@@ -12,8 +12,10 @@ pub mod checks;
 pub mod http;
 pub mod pipeline;
 pub mod report;
+pub mod stack;
 pub mod workload;
 
 pub use pipeline::{Options, Pipeline};
 pub use report::{Report, run};
+pub use stack::Stack;
 pub use workload::Workload;

@@ -244,7 +244,7 @@ struct Outcome {
     unexpected: Vec<String>,
 }
 
-/// Sends one POST, retrying 409 and 503 answers as a well-behaved client does.
+/// Sends one POST, retrying 409 and 5xx answers with the same key, as a well-behaved client does.
 async fn post_until_answered(
     client: &HttpClient,
     key: &str,
@@ -262,7 +262,9 @@ async fn post_until_answered(
         };
         answers.push(answer.clone());
         match answer.status {
-            409 | 503 => {
+            // In progress, unavailable, or the function timed out: a well-behaved client retries
+            // with the same key.
+            409 | 500 | 502 | 503 | 504 => {
                 let wait = answer.retry_after.unwrap_or(1).min(2);
                 tokio::time::sleep(Duration::from_secs(wait)).await;
             }

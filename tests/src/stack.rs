@@ -1,0 +1,256 @@
+//! The template's queues and tables provisioned on the local endpoint under a unique prefix,
+//! with helpers to build the functions over them and to read what they stored. The fault
+//! injection tests build on this directly; [`Pipeline`](crate::Pipeline) adds the HTTP gateway and
+//! the event source runner.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
+use local_aws::Clients;
+use local_aws::provision::{Provisioned, provision};
+use local_aws::runner::queue_depth;
+use local_aws::template::{Naming, Template, TemplateOptions};
+use payments_model::PaymentRequested;
+
+/// A boxed error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Provisioned resources of one run.
+pub struct Stack {
+    /// The SDK configuration for the endpoint.
+    pub sdk: aws_config::SdkConfig,
+    /// SDK clients for the endpoint.
+    pub clients: Clients,
+    /// The template, as resolved for this run.
+    pub template: Template,
+    /// What was provisioned.
+    pub resources: Provisioned,
+}
+
+impl Stack {
+    /// Provisions the template under a unique prefix, with these parameter overrides, on the
+    /// endpoint in `AWS_ENDPOINT_URL`.
+    pub async fn provision(parameters: &[(&str, &str)]) -> Result<Self, BoxError> {
+        Self::provision_named(Naming::unique("e2e"), parameters).await
+    }
+
+    /// [`provision`](Self::provision) with a given naming.
+    pub async fn provision_named(
+        naming: Naming,
+        parameters: &[(&str, &str)],
+    ) -> Result<Self, BoxError> {
+        let sdk = local_aws::local_sdk_config().await?;
+        let clients = Clients::new(&sdk);
+        let mut options = TemplateOptions::default().naming(naming);
+        for (k, v) in parameters {
+            options = options.parameter(*k, *v);
+        }
+        let template = Template::load_project(&options)?;
+        let resources = provision(&clients, &template).await?;
+        Ok(Self {
+            sdk,
+            clients,
+            template,
+            resources,
+        })
+    }
+
+    /// A function's environment, as Lambda would give it.
+    pub fn settings(&self, function: &str) -> Result<HashMap<String, String>, BoxError> {
+        let f = self
+            .template
+            .function_by_name(function)
+            .ok_or_else(|| format!("template.yaml has no function {function}"))?;
+        Ok(self.resources.function_env(f)?.into_iter().collect())
+    }
+
+    /// payment-processor as configured by the template (backoff, dead-letter queue).
+    pub fn payment_processor(&self) -> Result<payment_processor::App, BoxError> {
+        Ok(payment_processor::App::from_settings(
+            &self.sdk,
+            &self.settings("payment-processor")?,
+        )?)
+    }
+
+    /// A queue's URL, by logical id.
+    pub fn queue_url(&self, logical_id: &str) -> &str {
+        &self.resources.queues[logical_id].url
+    }
+
+    /// A table's name, by logical id.
+    pub fn table(&self, logical_id: &str) -> &str {
+        &self.resources.tables[logical_id].name
+    }
+
+    /// Messages in a queue: visible, in flight and delayed.
+    pub async fn depth(&self, logical_id: &str) -> Result<u64, BoxError> {
+        let d = queue_depth(&self.clients.sqs, self.queue_url(logical_id)).await?;
+        Ok(d.visible + d.not_visible + d.delayed)
+    }
+
+    /// Publishes payments to `payments.fifo` as payments-api would (group = account); `resend`
+    /// gives each message a deduplication id of its own, as a producer resending after the
+    /// deduplication window would.
+    pub async fn publish(
+        &self,
+        payments: &[PaymentRequested],
+        resend: bool,
+    ) -> Result<Vec<String>, BoxError> {
+        let publisher = Publisher::new(self.clients.sqs.clone(), self.queue_url("PaymentsQueue"));
+        let mut messages = Vec::with_capacity(payments.len());
+        for p in payments {
+            let dedup = if resend {
+                DeduplicationId::from_key(&format!("{}-{}", p.payment_id, uuid::Uuid::new_v4()))
+            } else {
+                DeduplicationId::from_key(&p.payment_id)
+            };
+            messages.push(Message::fifo(
+                MessageGroupId::new(p.account_id.as_str())?,
+                dedup,
+                serde_json::to_string(p)?,
+            )?);
+        }
+        let mut ids = Vec::with_capacity(payments.len());
+        for sent in publisher.send_all(messages).await {
+            ids.push(sent?.message_id);
+        }
+        Ok(ids)
+    }
+
+    /// Every item of a table.
+    pub async fn scan(
+        &self,
+        logical_id: &str,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, BoxError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .clients
+                .dynamodb
+                .scan()
+                .table_name(self.table(logical_id))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await?;
+            items.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Ledger entries by payment id.
+    pub async fn ledger_entries(&self) -> Result<HashMap<String, usize>, BoxError> {
+        let mut entries = HashMap::new();
+        for item in self.scan("LedgerTable").await? {
+            let id = item
+                .get("paymentId")
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
+            *entries.entry(id).or_default() += 1;
+        }
+        Ok(entries)
+    }
+
+    /// Balances by account: (cents, charges).
+    pub async fn balances(&self) -> Result<HashMap<String, (i64, i64)>, BoxError> {
+        let n = |item: &HashMap<String, AttributeValue>, name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(self
+            .scan("BalancesTable")
+            .await?
+            .into_iter()
+            .map(|item| {
+                let account = item
+                    .get("accountId")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                (account, (n(&item, "balanceCents"), n(&item, "charges")))
+            })
+            .collect())
+    }
+
+    /// Checks that each of `payments` was charged exactly once and every balance is the sum of
+    /// its payments; returns the offenders.
+    pub async fn charged_exactly_once(
+        &self,
+        payments: &[PaymentRequested],
+    ) -> Result<Vec<String>, BoxError> {
+        let ledger = self.ledger_entries().await?;
+        let balances = self.balances().await?;
+        let mut offenders = Vec::new();
+        let mut expected: HashMap<&str, (i64, i64)> = HashMap::new();
+        let ids: HashSet<&str> = payments.iter().map(|p| p.payment_id.as_str()).collect();
+        for p in payments {
+            let n = ledger.get(&p.payment_id).copied().unwrap_or(0);
+            if n != 1 {
+                offenders.push(format!("{}: {n} ledger entries", p.payment_id));
+            }
+            let e = expected.entry(p.account_id.as_str()).or_default();
+            e.0 += p.amount_cents;
+            e.1 += 1;
+        }
+        for id in ledger.keys() {
+            if !ids.contains(id.as_str()) {
+                offenders.push(format!("unknown payment {id} in the ledger"));
+            }
+        }
+        for (account, want) in &expected {
+            let got = balances.get(*account).copied().unwrap_or_default();
+            if got != *want {
+                offenders.push(format!(
+                    "{account}: balance {got:?}, expected {want:?} (cents, charges)"
+                ));
+            }
+        }
+        Ok(offenders)
+    }
+
+    /// Waits until both work queues are empty (twice in a row, a second apart).
+    pub async fn wait_drained(&self, timeout: Duration) -> Result<(), BoxError> {
+        let end = tokio::time::Instant::now() + timeout;
+        let mut empty = 0;
+        loop {
+            let left = self.depth("PaymentsQueue").await? + self.depth("ReceiptsQueue").await?;
+            empty = if left == 0 { empty + 1 } else { 0 };
+            if empty >= 2 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(format!("not drained within {timeout:?}: {left} messages left").into());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// `n` distinct payments over `accounts` accounts, amounts 100 to 10,099 cents, descriptions
+/// `payment {i}{suffix(i)}`.
+pub fn payments(
+    n: usize,
+    accounts: usize,
+    tag: &str,
+    suffix: impl Fn(usize) -> String,
+) -> Vec<PaymentRequested> {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    (0..n)
+        .map(|i| PaymentRequested {
+            payment_id: format!("pay_{tag}_{}_{i}", &run[..8]),
+            account_id: format!("acct-{:03}", i % accounts.max(1)),
+            amount_cents: 100 + (i as i64 * 37) % 10_000,
+            currency: "EUR".into(),
+            description: Some(format!("payment {i}{}", suffix(i))),
+        })
+        .collect()
+}
