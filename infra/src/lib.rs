@@ -43,6 +43,7 @@
 pub mod gateway;
 pub mod provision;
 pub mod proxy;
+pub mod redrive;
 pub mod runner;
 pub mod template;
 
