@@ -1,18 +1,29 @@
-"""moto's server, with DynamoDB requests applied one at a time.
+"""moto's server, with the atomicity real AWS gives and moto's threaded server does not.
 
-Real DynamoDB applies a conditional write atomically on its item. moto's threaded server
-does not: two concurrent UpdateItem calls on one key can both pass the condition, or one can
-read the item half written by the other. Serializing DynamoDB requests restores the atomicity
-the idempotency store relies on; SQS requests (long polls among them) stay concurrent.
+- DynamoDB: real DynamoDB applies a conditional write atomically on its item. moto's threaded
+  server does not: two concurrent UpdateItem calls on one key can both pass the condition, or one
+  can read the item half written by the other. DynamoDB requests are applied one at a time.
+- SQS: a FIFO queue never hands out a message group that is in flight to a second consumer.
+  moto decides which groups are in flight at the start of a ReceiveMessage, so two concurrent
+  receives can both take messages of one group, and a consumer then handles them out of order.
+  Each receive (without its long-poll wait) and each call that changes messages runs under one
+  lock; a long poll waits outside it and tries again every 20 ms.
+- SQS: when several in-flight messages of a FIFO group become visible again together, moto
+  checks the first one against the group's other messages, still marked in flight, skips it,
+  and hands out a later one first. Every message visible again is unmarked before a receive.
 
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
 
+import functools
 import threading
+import time
 
 import moto.server as server
+from moto.sqs.models import SQSBackend
 
 _dynamodb_lock = threading.Lock()
+_sqs_lock = threading.RLock()
 
 
 class _SerializedDynamoDB(server.DomainDispatcherApplication):
@@ -23,6 +34,45 @@ class _SerializedDynamoDB(server.DomainDispatcherApplication):
                 return list(super().__call__(environ, start_response))
         return super().__call__(environ, start_response)
 
+
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with _sqs_lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+_receive_once = SQSBackend.receive_message
+
+
+@functools.wraps(_receive_once)
+def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
+    deadline = time.monotonic() + (wait_seconds_timeout or 0)
+    while True:
+        with _sqs_lock:
+            queue = self.get_queue(queue_name)
+            for message in [m for m in queue.pending_messages if m.visible]:
+                queue.pending_messages.discard(message)
+            result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+        if result or time.monotonic() >= deadline:
+            return result
+        time.sleep(0.02)
+
+
+SQSBackend.receive_message = _receive_message
+for _name in (
+    "send_message",
+    "send_message_batch",
+    "delete_message",
+    "delete_message_batch",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+    "purge_queue",
+    "set_queue_attributes",
+):
+    setattr(SQSBackend, _name, _locked(getattr(SQSBackend, _name)))
 
 server.DomainDispatcherApplication = _SerializedDynamoDB
 

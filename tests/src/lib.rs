@@ -9,6 +9,7 @@
 //! pipeline, and checks the stored data.
 
 pub mod checks;
+pub mod faults;
 pub mod http;
 pub mod pipeline;
 pub mod report;

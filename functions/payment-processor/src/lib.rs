@@ -408,8 +408,11 @@ fn already_charged(error: &TransactWriteItemsError) -> bool {
 
 /// A payment that can never be charged.
 fn validate(payment: &PaymentRequested) -> Result<(), ChargeError> {
-    if payment.payment_id.is_empty() {
-        return Err(ChargeError::Invalid("paymentId is empty".into()));
+    if payment.payment_id.is_empty() || payment.payment_id.len() > 128 {
+        return Err(ChargeError::Invalid(format!(
+            "paymentId must be 1 to 128 characters; it has {}",
+            payment.payment_id.len()
+        )));
     }
     if payment.amount_cents <= 0 {
         return Err(ChargeError::Invalid(format!(

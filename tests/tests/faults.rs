@@ -1,0 +1,725 @@
+//! Fault injection: each scenario fails on a regression, and checks its invariant from the stored
+//! data (ledger, balances, payments, queues), not from logs.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_runtime::{Context, LambdaEvent};
+use payments_e2e::faults::{Consumer, receive_counts, run_processor, wait_until};
+use payments_e2e::stack::payments;
+use payments_e2e::{Options, Pipeline, Stack};
+use payments_model::PaymentRequested;
+
+fn assert_exactly_once(offenders: Vec<String>) {
+    assert!(
+        offenders.is_empty(),
+        "{} offenders: {:?}",
+        offenders.len(),
+        &offenders[..offenders.len().min(5)]
+    );
+}
+
+/// Scenario 1: 1,000 distinct payments, each delivered one to three times (producer resends
+/// with the same business key, and redeliveries after invocations that crash before their
+/// acknowledgement), consumed by 4 concurrent invocations: every effect exactly once.
+///
+/// The producer feeds the queue in waves of 100 messages, each wave once the queue is nearly
+/// empty: moto's FIFO receive slows down sharply on a deep queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_under_concurrency_take_effect_once() {
+    let stack = Stack::provision(&[("BackoffBaseSeconds", "1")])
+        .await
+        .unwrap();
+    let all = payments(1000, 100, "dup", |_| String::new());
+    // Every payment once; a third of them again and a sixth a third time, as new messages with
+    // the same business key, each sent one wave after the previous send.
+    let mut sends: Vec<(PaymentRequested, bool)> = Vec::new();
+    for (wave, chunk) in all.chunks(60).enumerate() {
+        sends.extend(chunk.iter().map(|p| (p.clone(), false)));
+        if wave > 0 {
+            let previous = &all[(wave - 1) * 60..wave * 60];
+            sends.extend(previous.iter().step_by(3).map(|p| (p.clone(), true)));
+            sends.extend(previous.iter().step_by(6).map(|p| (p.clone(), true)));
+        }
+    }
+    let tail = &all[(all.len() - 1) / 60 * 60..];
+    sends.extend(tail.iter().step_by(3).map(|p| (p.clone(), true)));
+    sends.extend(tail.iter().step_by(6).map(|p| (p.clone(), true)));
+    let resent = sends.iter().filter(|(_, again)| *again).count();
+
+    let consumer = Consumer {
+        concurrency: 4,
+        crash_after_work_every: 7,
+        ..Consumer::default()
+    };
+    let running = run_processor(&stack, stack.payment_processor().unwrap(), consumer).unwrap();
+    for wave in sends.chunks(100) {
+        wait_until(Duration::from_secs(120), || async {
+            Ok(stack.depth("PaymentsQueue").await? < 30)
+        })
+        .await
+        .unwrap();
+        let (first, again): (Vec<_>, Vec<_>) = wave.iter().partition(|(_, again)| !*again);
+        let first: Vec<PaymentRequested> = first.into_iter().map(|(p, _)| p.clone()).collect();
+        let again: Vec<PaymentRequested> = again.into_iter().map(|(p, _)| p.clone()).collect();
+        stack.publish(&first, false).await.unwrap();
+        stack.publish(&again, true).await.unwrap();
+    }
+    stack.wait_drained(Duration::from_secs(300)).await.unwrap();
+    let crashes = running.crashes.load(std::sync::atomic::Ordering::SeqCst);
+    let deliveries = running.deliveries.lock().unwrap().len();
+    let recovered = running.app.recovered_charges();
+    running.stop().await;
+
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+    assert_eq!(recovered, 0, "no duplicate reached a charge");
+    assert!(crashes > 0, "some invocations crashed after their work");
+    assert!(
+        deliveries > all.len() + resent,
+        "{deliveries} deliveries for {} messages: crashes redelivered some",
+        all.len() + resent
+    );
+    eprintln!(
+        "1000 payments, {resent} resent, {crashes} crashed invocations, {deliveries} deliveries"
+    );
+}
+
+/// Scenario 4: a message that always fails reaches the dead-letter queue after the template's
+/// maximum receives, and the gaps between its receives grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_backs_off_then_is_dead_lettered() {
+    let stack = Stack::provision(&[
+        ("FailPayments", "[poison]:1000"),
+        ("BackoffBaseSeconds", "1"),
+        ("BackoffMaxSeconds", "16"),
+    ])
+    .await
+    .unwrap();
+    let max: u32 = stack
+        .template
+        .parameter("MaxReceiveCount")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let poison = payments(1, 1, "poison", |_| " [poison]".into());
+    stack.publish(&poison, false).await.unwrap();
+    let running = run_processor(
+        &stack,
+        stack.payment_processor().unwrap(),
+        Consumer::default(),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(120), || async {
+        Ok(stack.depth("PaymentsDeadLetterQueue").await? == 1)
+    })
+    .await
+    .unwrap();
+    let deliveries = running.deliveries_of(&poison[0].payment_id);
+    running.stop().await;
+
+    assert_eq!(
+        deliveries.len() as u32,
+        max,
+        "received exactly MaxReceiveCount times: {deliveries:?}"
+    );
+    let counts: Vec<u32> = deliveries.iter().map(|d| d.receive_count).collect();
+    assert_eq!(counts, (1..=max).collect::<Vec<_>>());
+    let gaps: Vec<f64> = deliveries
+        .windows(2)
+        .map(|w| (w[1].at - w[0].at).as_secs_f64())
+        .collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] > g[0]),
+        "gaps between receives grow: {gaps:?}"
+    );
+    assert!(
+        gaps[0] >= 0.9,
+        "the first retry waited for the backoff: {gaps:?}"
+    );
+    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 0);
+    assert!(
+        stack.ledger_entries().await.unwrap().is_empty(),
+        "never charged"
+    );
+    let status = stack.scan("PaymentsTable").await.unwrap();
+    assert_eq!(status.len(), 1);
+    assert_eq!(
+        status[0]["status"].as_s().unwrap(),
+        "failed",
+        "marked failed on its last receive"
+    );
+    eprintln!("gaps between receives: {gaps:?}");
+}
+
+fn fifo_record(id: &str, body: &str, group: &str, receive_count: u32) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.receipt_handle = Some(format!("rh-{id}"));
+    m.body = Some(body.into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), receive_count.to_string());
+    m.attributes.insert("MessageGroupId".into(), group.into());
+    m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:payments.fifo".into());
+    m
+}
+
+fn event(records: Vec<SqsMessage>, deadline_in: Duration) -> LambdaEvent<SqsEvent> {
+    let mut e = SqsEvent::default();
+    e.records = records;
+    let mut context = Context::default();
+    context.deadline = (SystemTime::now() + deadline_in)
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    LambdaEvent::new(e, context)
+}
+
+fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+/// Scenario 5: bad input gets a clear error or a per-record failure, and the rest of its batch
+/// succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_alone_with_a_clear_error() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let app = stack.payment_processor().unwrap();
+    let good = payments(2, 2, "good", |_| String::new());
+    let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
+    let mut negative = payments(1, 1, "neg", |_| String::new()).remove(0);
+    negative.amount_cents = -5;
+    let mut lowercase = payments(1, 1, "cur", |_| String::new()).remove(0);
+    lowercase.currency = "eur".into();
+    let mut long_key = payments(1, 1, "key", |_| String::new()).remove(0);
+    long_key.payment_id = "k".repeat(3000);
+    let huge = "x".repeat(1024 * 1024 - 200);
+    let records = vec![
+        fifo_record("good-1", &json(&good[0]), "g1", 1),
+        fifo_record("malformed", "{\"paymentId\":", "g2", 1),
+        fifo_record(
+            "wrong-shape",
+            r#"{"paymentId":"p","amount":"ten"}"#,
+            "g3",
+            1,
+        ),
+        fifo_record("negative", &json(&negative), "g4", 1),
+        fifo_record("lowercase-currency", &json(&lowercase), "g5", 1),
+        fifo_record("long-key", &json(&long_key), "g6", 1),
+        fifo_record("one-mib", &huge, "g7", 1),
+        fifo_record("good-2", &json(&good[1]), "g8", 1),
+    ];
+    let response = app
+        .handle(event(records, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // Permanent failures went to the dead-letter queue; the one too big to copy stays failed
+    // (the queue's redrive policy moves it after its maximum receives).
+    assert_eq!(failed_ids(&response), ["one-mib"]);
+    assert_exactly_once(stack.charged_exactly_once(&good).await.unwrap());
+    let dead: Vec<_> = stack
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let reasons: HashMap<String, String> = dead
+        .iter()
+        .map(|m| {
+            let a = m.message_attributes.as_ref().unwrap();
+            (
+                a["DeadLetterSourceMessageId"]
+                    .string_value()
+                    .unwrap()
+                    .to_owned(),
+                a["DeadLetterReason"].string_value().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 5, "{reasons:?}");
+    assert!(
+        reasons["malformed"].contains("malformed") && reasons["malformed"].contains("EOF"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons["wrong-shape"].contains("wrong-shape")
+            && reasons["wrong-shape"].contains("unknown field"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons["negative"].contains("amountCents -5"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons["lowercase-currency"].contains("currency `eur`"),
+        "{reasons:?}"
+    );
+    assert!(reasons["long-key"].contains("paymentId"), "{reasons:?}");
+    let status: HashMap<String, String> = stack
+        .scan("PaymentsTable")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["paymentId"].as_s().unwrap().clone(),
+                i["status"].as_s().unwrap().clone(),
+            )
+        })
+        .collect();
+    assert_eq!(status[&negative.payment_id], "failed");
+
+    // A record without a messageId fails the invocation, with a clear error.
+    let mut nameless = fifo_record("x", &json(&good[0]), "g1", 1);
+    nameless.message_id = None;
+    let err = app
+        .handle(event(
+            vec![fifo_record("good-1", &json(&good[0]), "g1", 2), nameless],
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("record 1 of the batch has no messageId"),
+        "{err}"
+    );
+    // An empty batch succeeds.
+    let response = app
+        .handle(event(vec![], Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    // The duplicate delivery above never charged again.
+    assert_exactly_once(stack.charged_exactly_once(&good).await.unwrap());
+}
+
+/// Scenario 5, HTTP side: each invalid request gets a 400 naming the field; valid ones still
+/// succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_http_requests_get_a_400_naming_the_field() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http();
+    let valid = r#"{"accountId":"acct-1","amountCents":100,"currency":"EUR"}"#;
+    let long_key = "k".repeat(256);
+    let cases: Vec<(Option<&str>, &str, &str)> = vec![
+        (Some(""), valid, "Idempotency-Key"),
+        (Some(&long_key), valid, "Idempotency-Key"),
+        (Some("clé-é"), valid, "Idempotency-Key"),
+        (None, valid, "Idempotency-Key"),
+        (
+            Some("neg"),
+            r#"{"accountId":"acct-1","amountCents":-1,"currency":"EUR"}"#,
+            "amountCents",
+        ),
+        (
+            Some("cur"),
+            r#"{"accountId":"acct-1","amountCents":1,"currency":"XYZ"}"#,
+            "currency",
+        ),
+        (Some("json"), "{\"accountId\":", "body"),
+        (
+            Some("shape"),
+            r#"{"account":"acct-1","amountCents":1,"currency":"EUR"}"#,
+            "body",
+        ),
+    ];
+    for (key, body, field) in cases {
+        let answer = http.post_payment(key, body).await.unwrap();
+        let problem: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(answer.status, 400, "{key:?} {body}: {answer:?}");
+        assert_eq!(
+            answer.content_type.as_deref(),
+            Some("application/problem+json")
+        );
+        assert_eq!(problem["field"], field, "{answer:?}");
+        assert!(!problem["detail"].as_str().unwrap().is_empty());
+    }
+    let ok = http
+        .post_payment(Some(&uuid::Uuid::new_v4().to_string()), valid)
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 201, "{ok:?}");
+    pipeline.stop().await;
+}
+
+/// Scenario 6: a panic in the handler fails only its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_fails_only_its_record() {
+    let stack = Stack::provision(&[("FailPayments", "[panic]:1:panic")])
+        .await
+        .unwrap();
+    let app = stack.payment_processor().unwrap();
+    let all = payments(3, 3, "panic", |i| {
+        if i == 1 {
+            " [panic]".into()
+        } else {
+            String::new()
+        }
+    });
+    let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
+    let records: Vec<_> = all
+        .iter()
+        .enumerate()
+        .map(|(i, p)| fifo_record(&format!("m{i}"), &json(p), &p.account_id, 1))
+        .collect();
+    let response = app
+        .handle(event(records.clone(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(failed_ids(&response), ["m1"]);
+    assert_exactly_once(
+        stack
+            .charged_exactly_once(&[all[0].clone(), all[2].clone()])
+            .await
+            .unwrap(),
+    );
+    // Redelivered, it succeeds; the others are duplicates.
+    let again: Vec<_> = records
+        .into_iter()
+        .map(|mut r| {
+            r.attributes
+                .insert("ApproximateReceiveCount".into(), "2".into());
+            r
+        })
+        .collect();
+    let response = app
+        .handle(event(again, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+}
+
+/// Scenario 7: a batch whose deadline passes part way: the records not started are reported
+/// failed; none is lost, none acknowledged without its effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_not_started_before_the_deadline_are_reported_failed() {
+    let stack = Stack::provision(&[("FailPayments", "[slow]:1:sleep=500")])
+        .await
+        .unwrap();
+    let app = stack.payment_processor().unwrap();
+    let all = payments(4, 1, "slow", |_| " [slow]".into());
+    let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
+    let records: Vec<_> = all
+        .iter()
+        .enumerate()
+        .map(|(i, p)| fifo_record(&format!("m{i}"), &json(p), "one-group", 1))
+        .collect();
+    // 2 s left, 1 s start margin, over 500 ms per record: the first starts, the last cannot (how
+    // many run in between depends on the machine's load).
+    let response = app
+        .handle(event(records.clone(), Duration::from_millis(2000)))
+        .await
+        .unwrap();
+    let failed = failed_ids(&response);
+    assert!(
+        !failed.contains(&"m0".to_string()),
+        "the first record started: {failed:?}"
+    );
+    assert!(
+        failed.contains(&"m3".to_string()),
+        "the last record did not: {failed:?}"
+    );
+    let first_failed: usize = failed[0][1..].parse().unwrap();
+    let suffix: Vec<String> = (first_failed..4).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        failed, suffix,
+        "once one is not started, none after it is (one group)"
+    );
+    let ledger = stack.ledger_entries().await.unwrap();
+    for (i, p) in all.iter().enumerate() {
+        let charged = ledger.get(&p.payment_id).copied().unwrap_or(0);
+        let acknowledged = !failed.contains(&format!("m{i}"));
+        assert_eq!(
+            charged,
+            usize::from(acknowledged),
+            "m{i}: acknowledged only with its effect"
+        );
+    }
+    // Redelivered with time to spare: the rest is charged, the first two are not charged again.
+    let again: Vec<_> = records
+        .into_iter()
+        .map(|mut r| {
+            r.attributes
+                .insert("ApproximateReceiveCount".into(), "2".into());
+            r
+        })
+        .collect();
+    let response = app
+        .handle(event(again, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+}
+
+/// Scenario 8: with failures injected in some groups, each group's effects happen in send order,
+/// and the other groups are not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_groups_keep_order_and_do_not_hold_each_other_up() {
+    let stack = Stack::provision(&[("FailPayments", "[flaky]:2"), ("BackoffBaseSeconds", "1")])
+        .await
+        .unwrap();
+    // 6 accounts x 6 payments; in accounts 0 and 1 the third payment fails twice.
+    let all = payments(36, 6, "order", |i| {
+        if i / 6 == 2 && i % 6 < 2 {
+            " [flaky]".into()
+        } else {
+            String::new()
+        }
+    });
+    stack.publish(&all, false).await.unwrap();
+    let running = run_processor(
+        &stack,
+        stack.payment_processor().unwrap(),
+        Consumer::default(),
+    )
+    .unwrap();
+    stack.wait_drained(Duration::from_secs(120)).await.unwrap();
+    let counts = receive_counts(&running.deliveries);
+    let deliveries = running.deliveries.lock().unwrap().clone();
+    running.stop().await;
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+
+    // Effects in send order, per account: ledger entries by creation time.
+    let mut ledger: Vec<(i64, String, String)> = stack
+        .scan("LedgerTable")
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["createdAt"].as_n().unwrap().parse().unwrap(),
+                i["accountId"].as_s().unwrap().clone(),
+                i["paymentId"].as_s().unwrap().clone(),
+            )
+        })
+        .collect();
+    ledger.sort();
+    let position: HashMap<&str, usize> = all
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.payment_id.as_str(), i))
+        .collect();
+    for account in 0..6 {
+        let account = format!("acct-{account:03}");
+        let order: Vec<usize> = ledger
+            .iter()
+            .filter(|(_, a, _)| *a == account)
+            .map(|(_, _, p)| position[p.as_str()])
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{account}: charged out of order: {order:?}"
+        );
+    }
+    // The groups without failures were never held up: each of their messages was received once.
+    let by_payment: HashMap<String, String> = deliveries
+        .iter()
+        .filter_map(|d| Some((d.payment_id.clone()?, d.message_id.clone())))
+        .collect();
+    for p in all
+        .iter()
+        .filter(|p| !matches!(p.account_id.as_str(), "acct-000" | "acct-001"))
+    {
+        let message = &by_payment[&p.payment_id];
+        assert_eq!(
+            counts[message], 1,
+            "{} of {} was received again",
+            p.payment_id, p.account_id
+        );
+    }
+    let held: u32 = all
+        .iter()
+        .filter(|p| p.account_id == "acct-000")
+        .map(|p| counts[&by_payment[&p.payment_id]])
+        .max()
+        .unwrap();
+    assert_eq!(held, 3, "the failing group retried its flaky payment twice");
+}
+
+/// Scenario 9: 20 concurrent POSTs with one Idempotency-Key produce one payment, and every answer
+/// is the stored 201 or a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_posts_with_one_key_make_one_payment() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http();
+    let key = uuid::Uuid::new_v4().to_string();
+    let body =
+        r#"{"accountId":"acct-race","amountCents":4200,"currency":"EUR","description":"race"}"#;
+    let answers =
+        futures_util::future::join_all((0..20).map(|_| http.post_payment(Some(&key), body))).await;
+    let answers: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+    let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
+    assert!(
+        answers.iter().all(|a| a.status == 201 || a.status == 409),
+        "{answers:?}"
+    );
+    assert!(!created.is_empty());
+    assert!(
+        created.windows(2).all(|w| w[0].body == w[1].body),
+        "every 201 is the stored one"
+    );
+    assert_eq!(
+        created.iter().filter(|a| !a.replayed).count(),
+        1,
+        "exactly one POST ran"
+    );
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(stored.payment_status.len(), 1, "one payment");
+    assert_eq!(
+        stored.ledger_entries.values().sum::<usize>(),
+        1,
+        "charged once"
+    );
+    pipeline.stop().await;
+}
+
+/// Scenario 2: the consumer process is killed (SIGKILL) in the middle of a batch, after some
+/// effects; a new process takes over; after the leases end, every message is processed and no
+/// store-protected effect happened twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_consumer_loses_nothing_and_repeats_nothing() {
+    use local_aws::template::Naming;
+    let prefix = format!("crash{}-", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let params = [
+        ("FailPayments", "[slow]:1:sleep=300"),
+        ("BackoffBaseSeconds", "1"),
+    ];
+    let stack = Stack::provision_named(Naming::prefix(prefix.clone()), &params)
+        .await
+        .unwrap();
+    let all = payments(150, 30, "crash", |_| " [slow]".into());
+    stack.publish(&all, false).await.unwrap();
+    let spawn = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_consumer"));
+        command
+            .args([
+                "--prefix",
+                &prefix,
+                "--timeout-secs",
+                "4",
+                "--visibility-timeout-secs",
+                "6",
+            ])
+            .stdout(std::process::Stdio::null());
+        for (k, v) in params {
+            command.args(["--param", &format!("{k}={v}")]);
+        }
+        command.spawn().expect("start the consumer")
+    };
+    let mut first = spawn();
+    wait_until(Duration::from_secs(60), || async {
+        Ok(stack.ledger_entries().await?.values().sum::<usize>() >= 30)
+    })
+    .await
+    .unwrap();
+    first.kill().expect("SIGKILL"); // Child::kill sends SIGKILL on Unix
+    first.wait().unwrap();
+    let charged_at_kill = stack
+        .ledger_entries()
+        .await
+        .unwrap()
+        .values()
+        .sum::<usize>();
+    assert!(
+        charged_at_kill < all.len(),
+        "killed before the end: {charged_at_kill}"
+    );
+
+    let mut second = spawn();
+    let drained = stack.wait_drained(Duration::from_secs(120)).await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    drained.unwrap();
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+    eprintln!("killed after {charged_at_kill} of {} charges", all.len());
+}
+
+/// Scenario 3: the store becomes unreachable during a run and comes back: no record is
+/// acknowledged without being processed, and after the recovery every payment is charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_acknowledges_nothing_unprocessed() {
+    use lambda_idempotency::backoff::VisibilityBackoff;
+    use lambda_idempotency::batch::BatchProcessor;
+    use lambda_idempotency::dead_letter::DeadLetter;
+    use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
+
+    let stack = Stack::provision(&[]).await.unwrap();
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    let proxy = Proxy::start(parse_endpoint(&endpoint).unwrap(), ProxyOptions::default())
+        .await
+        .unwrap();
+    // DynamoDB (the store and the charge) goes through the proxy; SQS does not.
+    let dynamodb_config =
+        aws_sdk_dynamodb::config::Builder::from(&local_aws::sdk_config_for(&proxy.url()).await)
+            .retry_config(
+                aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(2),
+            )
+            .build();
+    let dynamodb = aws_sdk_dynamodb::Client::from_conf(dynamodb_config);
+    let sqs = stack.clients.sqs.clone();
+    let config =
+        payment_processor::Config::from_settings(&stack.settings("payment-processor").unwrap())
+            .unwrap();
+    let processor = BatchProcessor::new()
+        .with_backoff(
+            VisibilityBackoff::new(sqs.clone())
+                .base(Duration::from_secs(1))
+                .max(Duration::from_secs(4)),
+        )
+        .with_dead_letter(DeadLetter::new(
+            sqs.clone(),
+            stack.queue_url("PaymentsDeadLetterQueue"),
+        ));
+    let app = payment_processor::App::new(dynamodb, sqs, config).with_processor(processor);
+
+    let all = payments(80, 20, "outage", |_| String::new());
+    stack.publish(&all, false).await.unwrap();
+    let consumer = Consumer {
+        timeout: Duration::from_secs(5),
+        ..Consumer::default()
+    };
+    let running = run_processor(&stack, app, consumer).unwrap();
+    wait_until(Duration::from_secs(60), || async {
+        Ok(stack.ledger_entries().await?.values().sum::<usize>() >= 10)
+    })
+    .await
+    .unwrap();
+    proxy.set_available(false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = running.runner.stats("payment-processor");
+    proxy.set_available(true);
+    stack.wait_drained(Duration::from_secs(120)).await.unwrap();
+    let stats = running.stop().await;
+
+    assert!(
+        during.records_reported_failed > 0,
+        "the outage failed records: {during:?}"
+    );
+    assert!(
+        proxy.stats().cut + proxy.stats().refused > 0,
+        "{}",
+        proxy.stats()
+    );
+    // Every message is gone from the queue, and every payment has exactly one charge: no message
+    // was acknowledged without its effect, none took effect twice.
+    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+    assert_eq!(stack.depth("PaymentsDeadLetterQueue").await.unwrap(), 0);
+    eprintln!("outage: {during:?}; final: {stats:?}");
+}
