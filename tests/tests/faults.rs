@@ -175,6 +175,18 @@ fn event(records: Vec<SqsMessage>, deadline_in: Duration) -> LambdaEvent<SqsEven
     LambdaEvent::new(e, context)
 }
 
+/// The same records, delivered a second time.
+fn redelivered(records: Vec<SqsMessage>) -> Vec<SqsMessage> {
+    records
+        .into_iter()
+        .map(|mut r| {
+            r.attributes
+                .insert("ApproximateReceiveCount".into(), "2".into());
+            r
+        })
+        .collect()
+}
+
 fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String> {
     response
         .batch_item_failures

@@ -28,7 +28,6 @@ use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json,
 };
-use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
@@ -56,9 +55,6 @@ pub struct Config {
     pub balances_table: String,
     /// `RECEIPTS_QUEUE_URL`.
     pub receipts_queue_url: String,
-    /// `DEAD_LETTER_QUEUE_URL`: where permanent failures go at once. Unset: they are retried
-    /// until the queue's redrive policy moves them.
-    pub dead_letter_queue_url: Option<String>,
     /// `MAX_RECEIVE_COUNT`: the queue's redrive threshold; a payment failing on its last receive
     /// is marked `failed`. Unset: only permanent failures mark it.
     pub max_receive_count: Option<u32>,
@@ -84,7 +80,6 @@ impl Config {
             ledger_table: settings.required("LEDGER_TABLE")?,
             balances_table: settings.required("BALANCES_TABLE")?,
             receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
-            dead_letter_queue_url: settings.get("DEAD_LETTER_QUEUE_URL"),
             max_receive_count,
             failure_switch: FailureSwitch::from_settings(settings)?,
         })
@@ -152,20 +147,20 @@ impl App {
         }
     }
 
-    /// An app from the SDK configuration and the settings, with the visibility backoff
-    /// ([`payments_model::backoff`]) and the dead-letter queue they configure.
+    /// An app from the SDK configuration and the settings, with the visibility backoff and the
+    /// dead-letter queue they configure ([`payments_model::consumer_processor`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         let sqs = aws_sdk_sqs::Client::new(sdk);
-        let config = Config::from_settings(settings)?;
-        let mut processor =
-            BatchProcessor::new().with_backoff(payments_model::backoff(sqs.clone(), settings)?);
-        if let Some(url) = &config.dead_letter_queue_url {
-            processor = processor.with_dead_letter(DeadLetter::new(sqs.clone(), url));
-        }
-        Ok(Self::new(aws_sdk_dynamodb::Client::new(sdk), sqs, config).with_processor(processor))
+        let processor = payments_model::consumer_processor(sqs.clone(), settings)?;
+        Ok(Self::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            sqs,
+            Config::from_settings(settings)?,
+        )
+        .with_processor(processor))
     }
 
     /// Uses another batch processor (concurrency, margins, backoff, dead letters).

@@ -138,6 +138,21 @@ pub fn backoff(
         .enabled(!base.is_zero()))
 }
 
+/// The batch processor of a consumer: the visibility backoff of [`backoff`], and the
+/// dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent failures, when set.
+pub fn consumer_processor(
+    sqs: aws_sdk_sqs::Client,
+    settings: &impl Settings,
+) -> Result<lambda_idempotency::batch::BatchProcessor, ConfigError> {
+    let mut processor = lambda_idempotency::batch::BatchProcessor::new()
+        .with_backoff(backoff(sqs.clone(), settings)?);
+    if let Some(url) = settings.get("DEAD_LETTER_QUEUE_URL") {
+        processor =
+            processor.with_dead_letter(lambda_idempotency::dead_letter::DeadLetter::new(sqs, url));
+    }
+    Ok(processor)
+}
+
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
 /// endpoint).
 pub async fn sdk_config() -> aws_config::SdkConfig {

@@ -15,7 +15,6 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
-use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::record::{Clock, SystemClock};
@@ -32,9 +31,6 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// `RECEIPTS_TABLE`.
     pub receipts_table: String,
-    /// `DEAD_LETTER_QUEUE_URL`: where permanent failures (an event that does not parse) go at
-    /// once.
-    pub dead_letter_queue_url: Option<String>,
 }
 
 impl Config {
@@ -45,7 +41,6 @@ impl Config {
             idempotency_ttl: settings
                 .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
             receipts_table: settings.required("RECEIPTS_TABLE")?,
-            dead_letter_queue_url: settings.get("DEAD_LETTER_QUEUE_URL"),
         })
     }
 }
@@ -75,20 +70,19 @@ impl App {
         }
     }
 
-    /// An app from the SDK configuration and the settings, with the visibility backoff
-    /// ([`payments_model::backoff`]) and the dead-letter queue they configure.
+    /// An app from the SDK configuration and the settings, with the visibility backoff and the
+    /// dead-letter queue they configure ([`payments_model::consumer_processor`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
-        let sqs = aws_sdk_sqs::Client::new(sdk);
-        let config = Config::from_settings(settings)?;
-        let mut processor =
-            BatchProcessor::new().with_backoff(payments_model::backoff(sqs.clone(), settings)?);
-        if let Some(url) = &config.dead_letter_queue_url {
-            processor = processor.with_dead_letter(DeadLetter::new(sqs, url));
-        }
-        Ok(Self::new(aws_sdk_dynamodb::Client::new(sdk), config).with_processor(processor))
+        let processor =
+            payments_model::consumer_processor(aws_sdk_sqs::Client::new(sdk), settings)?;
+        Ok(Self::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            Config::from_settings(settings)?,
+        )
+        .with_processor(processor))
     }
 
     /// Uses another batch processor (concurrency, margins).
