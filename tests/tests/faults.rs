@@ -397,14 +397,7 @@ async fn a_panic_fails_only_its_record() {
             .unwrap(),
     );
     // Redelivered, it succeeds; the others are duplicates.
-    let again: Vec<_> = records
-        .into_iter()
-        .map(|mut r| {
-            r.attributes
-                .insert("ApproximateReceiveCount".into(), "2".into());
-            r
-        })
-        .collect();
+    let again = redelivered(records);
     let response = app
         .handle(event(again, Duration::from_secs(30)))
         .await
@@ -460,14 +453,7 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
         );
     }
     // Redelivered with time to spare: the rest is charged, the first two are not charged again.
-    let again: Vec<_> = records
-        .into_iter()
-        .map(|mut r| {
-            r.attributes
-                .insert("ApproximateReceiveCount".into(), "2".into());
-            r
-        })
-        .collect();
+    let again = redelivered(records);
     let response = app
         .handle(event(again, Duration::from_secs(30)))
         .await
