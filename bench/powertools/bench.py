@@ -329,8 +329,9 @@ def main(argv=None) -> int:
         "events_load_ms": round(events_load_s * 1000, 3),
         "fresh_records": fresh_n,
         "duplicate_records": dup_n,
-        "requests_per_fresh_record": round(per_record["fresh_requests"] / fresh_n, 4) if fresh_n else None,
-        "requests_per_duplicate_record": round(per_record["duplicate_requests"] / dup_n, 4) if dup_n else None,
+        # 0 (not null) when there are no such records: readers may want a plain number.
+        "requests_per_fresh_record": round(per_record["fresh_requests"] / fresh_n, 4) if fresh_n else 0.0,
+        "requests_per_duplicate_record": round(per_record["duplicate_requests"] / dup_n, 4) if dup_n else 0.0,
         "requests_total": requests[0],
         "requests_outside_records": requests[0] - attributed,
         "failures": failures,
