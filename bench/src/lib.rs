@@ -1,0 +1,387 @@
+//! The benchmark: the same SQS workload through this project's batch processor with the
+//! DynamoDB idempotency store, and through AWS Lambda Powertools for Python
+//! (`BatchProcessor` + `idempotent_function` on a `DynamoDBPersistenceLayer`), against one local
+//! DynamoDB endpoint, directly and through a proxy that adds latency.
+//!
+//! Each side runs as a process of its own (`bench-worker`, and `bench/powertools/bench.py`), so
+//! that CPU time, peak memory and cold start are measured the same way for both.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The workload: Lambda SQS events, as Lambda would deliver them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Workload {
+    /// The events, in delivery order.
+    pub events: Vec<Value>,
+}
+
+/// Generates `records` records in batches of 10, `duplicate_share` of them redeliveries of
+/// records of earlier batches (same message id and body); FIFO with `groups` message groups when
+/// `fifo`.
+pub fn workload(
+    records: usize,
+    duplicate_share: f64,
+    fifo: bool,
+    groups: usize,
+    seed: u64,
+) -> Workload {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let queue = if fifo { "bench.fifo" } else { "bench" };
+    let arn = format!("arn:aws:sqs:us-east-1:123456789012:{queue}");
+    let mut sent: Vec<(String, String, String)> = Vec::new(); // (message id, body, group)
+    let mut events = Vec::new();
+    let mut made = 0;
+    let mut delivery = 0;
+    let mut sequence: u128 = 18_849_496_460_467_696_128;
+    while made < records {
+        let n = (records - made).min(10);
+        let earlier = sent.len();
+        let mut batch = Vec::with_capacity(n);
+        let mut ids_in_batch = HashSet::new();
+        for _ in 0..n {
+            let duplicate = earlier > 0 && rng.f64() < duplicate_share;
+            let (id, body, group) = if duplicate {
+                // A redelivery of a record of an earlier batch, never twice in one batch.
+                let mut pick = sent[rng.usize(0..earlier)].clone();
+                while ids_in_batch.contains(&pick.0) {
+                    pick = sent[rng.usize(0..earlier)].clone();
+                }
+                pick
+            } else {
+                let i = sent.len();
+                let group = format!("acct-{:02}", i % groups.max(1));
+                let body = json!({"paymentId": format!("pay-{i:06}"), "accountId": group, "amountCents": 100 + (i % 9_900)}).to_string();
+                let entry = (uuid::Uuid::new_v4().to_string(), body, group);
+                sent.push(entry.clone());
+                entry
+            };
+            ids_in_batch.insert(id.clone());
+            delivery += 1;
+            sequence += 1;
+            let mut attributes = json!({
+                "ApproximateReceiveCount": if duplicate { "2" } else { "1" },
+                "SentTimestamp": "1700000000000",
+                "SenderId": "AIDAIO23YVJENQZJOL4VO",
+                "ApproximateFirstReceiveTimestamp": "1700000000001",
+            });
+            if fifo {
+                attributes["MessageGroupId"] = json!(group);
+                attributes["MessageDeduplicationId"] = json!(id);
+                attributes["SequenceNumber"] = json!(sequence.to_string());
+            }
+            batch.push(json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{delivery}"),
+                "body": body,
+                "attributes": attributes,
+                "messageAttributes": {},
+                "md5OfBody": "00000000000000000000000000000000",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }));
+        }
+        // FIFO: Lambda delivers a group's messages in order; keep each group's records together.
+        if fifo {
+            batch.sort_by(|a, b| {
+                a["attributes"]["MessageGroupId"]
+                    .as_str()
+                    .cmp(&b["attributes"]["MessageGroupId"].as_str())
+            });
+        }
+        made += n;
+        events.push(json!({ "Records": batch }));
+    }
+    Workload { events }
+}
+
+/// What one side measured; `bench/powertools/bench.py` writes the same shape.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SideResult {
+    /// `rust` or `powertools`.
+    pub side: String,
+    /// The library version.
+    #[serde(default)]
+    pub version: String,
+    /// Records processed.
+    pub records: u64,
+    /// Batches processed.
+    pub batches: u64,
+    /// Wall time of each batch, ms.
+    pub batch_ms: Vec<f64>,
+    /// User + system CPU time of the process while processing, ms.
+    pub cpu_ms_total: f64,
+    /// The same per record, µs.
+    pub cpu_us_per_record: f64,
+    /// Peak resident memory, MB.
+    pub peak_rss_mb: f64,
+    /// From process start to the first batch answered, ms.
+    pub cold_start_ms: f64,
+    /// DynamoDB requests per first-seen record.
+    pub requests_per_fresh_record: f64,
+    /// DynamoDB requests per redelivered record.
+    pub requests_per_duplicate_record: f64,
+    /// Records reported failed (must be 0).
+    pub failures: u64,
+}
+
+impl SideResult {
+    /// Median batch time, ms.
+    pub fn median_ms(&self) -> f64 {
+        percentile(&self.batch_ms, 0.5)
+    }
+
+    /// 99th percentile batch time, ms.
+    pub fn p99_ms(&self) -> f64 {
+        percentile(&self.batch_ms, 0.99)
+    }
+
+    /// Mean batch time, ms.
+    pub fn mean_ms(&self) -> f64 {
+        if self.batch_ms.is_empty() {
+            return 0.0;
+        }
+        self.batch_ms.iter().sum::<f64>() / self.batch_ms.len() as f64
+    }
+}
+
+/// The `q` quantile (nearest rank) of `values`.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// User + system CPU time of this process, and its peak resident memory in KiB.
+pub fn rusage() -> (f64, f64) {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    (
+        ms(usage.ru_utime) + ms(usage.ru_stime),
+        usage.ru_maxrss as f64,
+    )
+}
+
+/// One scenario: both sides on one workload and network.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Scenario {
+    /// `standard` or `fifo`.
+    pub queue: String,
+    /// Added latency each way, ms (0: straight to the endpoint).
+    pub latency_ms: u64,
+    /// This project.
+    pub rust: SideResult,
+    /// Powertools for AWS Lambda (Python).
+    pub powertools: SideResult,
+}
+
+/// Publisher throughput.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PublisherResult {
+    /// Added latency each way, ms.
+    pub latency_ms: u64,
+    /// Messages sent in each run.
+    pub messages: usize,
+    /// `Publisher::send_all` (SendMessageBatch, 10 entries, several calls in flight).
+    pub batched_per_second: f64,
+    /// One `SendMessage` per message, one after another.
+    pub single_per_second: f64,
+}
+
+/// Public us-east-1 on-demand prices, as published on the AWS pricing pages in November 2024
+/// (after the DynamoDB on-demand price cut of 2024-11-01).
+pub struct Prices;
+
+impl Prices {
+    /// Lambda, arm64, per GB-second.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    /// Lambda, per request.
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// DynamoDB on-demand, per write request unit.
+    pub const DYNAMODB_WRITE: f64 = 0.625 / 1e6;
+    /// SQS FIFO, per request.
+    pub const SQS_FIFO_REQUEST: f64 = 0.50 / 1e6;
+    /// SQS standard, per request.
+    pub const SQS_STANDARD_REQUEST: f64 = 0.40 / 1e6;
+}
+
+/// Dollars per million messages for one side of a scenario: Lambda GB-seconds at `memory_mb`
+/// for the measured wall time, one Lambda request per batch of 10, one DynamoDB write unit per
+/// measured request (every request of the store is a write of an item under 1 KB) with the given
+/// duplicate share, and the SQS requests of the event source mapping (a receive and a delete per
+/// batch of 10) and of the producer (one send per message).
+pub fn cost_per_million(
+    side: &SideResult,
+    memory_mb: f64,
+    duplicate_share: f64,
+    fifo: bool,
+) -> (f64, [f64; 3]) {
+    let seconds_per_message = side.mean_ms() / 1000.0 / 10.0;
+    let lambda = seconds_per_message * memory_mb / 1024.0 * Prices::LAMBDA_GB_SECOND
+        + Prices::LAMBDA_REQUEST / 10.0;
+    let writes = (1.0 - duplicate_share) * side.requests_per_fresh_record
+        + duplicate_share * side.requests_per_duplicate_record;
+    let dynamodb = writes * Prices::DYNAMODB_WRITE;
+    let sqs_request = if fifo {
+        Prices::SQS_FIFO_REQUEST
+    } else {
+        Prices::SQS_STANDARD_REQUEST
+    };
+    let sqs = (1.0 + 0.1 + 0.1) * sqs_request;
+    let parts = [lambda * 1e6, dynamodb * 1e6, sqs * 1e6];
+    (parts.iter().sum(), parts)
+}
+
+/// A grouped bar chart (SVG) of one figure for both sides, per scenario.
+pub fn bar_chart(
+    title: &str,
+    unit: &str,
+    labels: &[String],
+    rust: &[f64],
+    powertools: &[f64],
+) -> String {
+    let (w, h, left, bottom, top) = (760.0, 360.0, 70.0, 60.0, 40.0);
+    let max = rust
+        .iter()
+        .chain(powertools)
+        .copied()
+        .fold(0.0_f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let plot_h = h - bottom - top;
+    let group_w = (w - left - 20.0) / labels.len().max(1) as f64;
+    let bar_w = group_w * 0.35;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>"#,
+        w / 2.0
+    );
+    for i in 0..=4 {
+        let v = max * i as f64 / 4.0;
+        let y = h - bottom - plot_h * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{v:.1}</text>"##,
+            w - 20.0,
+            left - 6.0,
+            y + 4.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">{unit}</text>"#,
+        h / 2.0,
+        h / 2.0
+    );
+    for (i, label) in labels.iter().enumerate() {
+        let x0 = left + group_w * i as f64 + group_w * 0.12;
+        for (j, (value, color)) in [(rust[i], "#d9480f"), (powertools[i], "#1c7ed6")]
+            .iter()
+            .enumerate()
+        {
+            let bh = plot_h * value / max;
+            let x = x0 + j as f64 * (bar_w + 4.0);
+            let y = h - bottom - bh;
+            let _ = write!(
+                svg,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{bar_w:.1}" height="{bh:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{value:.1}</text>"#,
+                x + bar_w / 2.0,
+                y - 3.0
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{label}</text>"#,
+            x0 + bar_w + 2.0,
+            h - bottom + 18.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<rect x="{left}" y="{}" width="12" height="12" fill="#d9480f"/><text x="{}" y="{}">this project (Rust)</text><rect x="{}" y="{}" width="12" height="12" fill="#1c7ed6"/><text x="{}" y="{}">Powertools (Python)</text></svg>"##,
+        h - 24.0,
+        left + 18.0,
+        h - 14.0,
+        left + 190.0,
+        h - 24.0,
+        left + 208.0,
+        h - 14.0
+    );
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_have_the_asked_shape() {
+        let w = workload(2000, 0.2, true, 10, 1);
+        assert_eq!(w.events.len(), 200);
+        let records: Vec<&Value> = w
+            .events
+            .iter()
+            .flat_map(|e| e["Records"].as_array().unwrap())
+            .collect();
+        assert_eq!(records.len(), 2000);
+        let ids: HashSet<&str> = records
+            .iter()
+            .map(|r| r["messageId"].as_str().unwrap())
+            .collect();
+        let duplicates = 2000 - ids.len();
+        assert!((300..500).contains(&duplicates), "{duplicates} duplicates");
+        for e in &w.events {
+            let batch: Vec<&str> = e["Records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["messageId"].as_str().unwrap())
+                .collect();
+            let unique: HashSet<_> = batch.iter().collect();
+            assert_eq!(unique.len(), batch.len(), "no duplicate within a batch");
+        }
+        let groups: HashSet<&str> = records
+            .iter()
+            .map(|r| r["attributes"]["MessageGroupId"].as_str().unwrap())
+            .collect();
+        assert_eq!(groups.len(), 10);
+        let event: aws_lambda_events::sqs::SqsEvent =
+            serde_json::from_value(w.events[0].clone()).unwrap();
+        assert_eq!(event.records.len(), 10);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn costs_add_up() {
+        let side = SideResult {
+            batch_ms: vec![100.0; 10],
+            requests_per_fresh_record: 3.0,
+            requests_per_duplicate_record: 1.0,
+            ..SideResult::default()
+        };
+        let (total, [lambda, dynamodb, sqs]) = cost_per_million(&side, 128.0, 0.2, false);
+        // 10 ms per message at 1/8 GB, plus 0.1 request: 1,000,000 * (0.01 * 0.125 * 0.0000133334 + 0.02e-6)
+        assert!((lambda - 0.0367).abs() < 0.001, "{lambda}");
+        assert!((dynamodb - 1.625).abs() < 1e-9, "{dynamodb}");
+        assert!((sqs - 0.48).abs() < 1e-9, "{sqs}");
+        assert!((total - (lambda + dynamodb + sqs)).abs() < 1e-9);
+    }
+}
