@@ -120,9 +120,14 @@ impl VisibilityBackoff {
                     continue;
                 }
                 _ => {
-                    let d = self.delay(receive_count(&records[r.index]));
-                    let jitter = crate::publish::jitter(d / 2).saturating_sub(d / 4); // 0..=d/4
-                    (d + jitter).as_secs().max(1) as i64
+                    // Visibility is in whole seconds: the jitter is too, from 0 to a quarter of
+                    // the delay rounded up (so that even a 1 s delay gets some).
+                    let d = self
+                        .delay(receive_count(&records[r.index]))
+                        .as_secs()
+                        .max(1) as i64;
+                    let spread = (d + 3) / 4;
+                    d + (crate::publish::random_u64() % (spread as u64 + 1)) as i64
                 }
             };
             let secs = secs as i32;
