@@ -601,13 +601,17 @@ fn is_client_fault(status: u16, code: Option<&str>) -> bool {
     (400..500).contains(&status) && status != 429 && !code.is_some_and(|c| c.contains("Throttl"))
 }
 
+/// A random number (from the standard library's randomly seeded hasher: no extra dependency).
+pub(crate) fn random_u64() -> u64 {
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
 /// A random duration in `[d/2, d]`.
 pub(crate) fn jitter(d: Duration) -> Duration {
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
     let half = d / 2;
-    half + Duration::from_nanos(random % (half.as_nanos() as u64).max(1))
+    half + Duration::from_nanos(random_u64() % (half.as_nanos() as u64).max(1))
 }
 
 /// Packs messages, in order, into batches of at most 10 entries and 1 MiB.
