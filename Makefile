@@ -21,7 +21,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: demo test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: bench bench-smoke demo test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -104,3 +104,17 @@ local-aws-env:
 PAYMENTS ?= 200
 demo:
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p payments-e2e --bin demo -- $(PAYMENTS)
+
+# --- benchmarks ----------------------------------------------------------------
+
+# This project vs AWS Lambda Powertools (Python) on the same workload and local
+# endpoint, directly and through a +5 ms proxy; writes docs/benchmarks-figures.md,
+# docs/benchmarks.json and the charts. A few minutes.
+bench:
+	$(ROOT)/bench/powertools/setup.sh >/dev/null
+	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --records 2000
+
+# The same with a tiny workload, so that the benchmark never rots (part of CI).
+bench-smoke:
+	$(ROOT)/bench/powertools/setup.sh >/dev/null
+	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --out $(ROOT)/target/bench-smoke
