@@ -420,7 +420,7 @@ async fn a_panic_fails_only_its_record() {
 /// failed; none is lost, none acknowledged without its effect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_not_started_before_the_deadline_are_reported_failed() {
-    let stack = Stack::provision(&[("FailPayments", "[slow]:1:sleep=500")])
+    let stack = Stack::provision(&[("FailPayments", "[slow]:1:sleep=1500")])
         .await
         .unwrap();
     let app = stack.payment_processor().unwrap();
@@ -431,10 +431,10 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
         .enumerate()
         .map(|(i, p)| fifo_record(&format!("m{i}"), &json(p), "one-group", 1))
         .collect();
-    // 2 s left, 1 s start margin, over 500 ms per record: the first starts, the last cannot (how
+    // 4 s left, 1 s start margin, over 1.5 s per record: the first starts, the last cannot (how
     // many run in between depends on the machine's load).
     let response = app
-        .handle(event(records.clone(), Duration::from_millis(2000)))
+        .handle(event(records.clone(), Duration::from_millis(4000)))
         .await
         .unwrap();
     let failed = failed_ids(&response);
