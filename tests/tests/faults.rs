@@ -431,20 +431,17 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
         .enumerate()
         .map(|(i, p)| fifo_record(&format!("m{i}"), &json(p), "one-group", 1))
         .collect();
-    // 4 s left, 1 s start margin, over 1.5 s per record: the first starts, the last cannot (how
-    // many run in between depends on the machine's load).
+    // 4 s left, 1 s start margin, over 1.5 s per record: the last record cannot start, since the
+    // three before it take longer than the time left. How many run before the deadline depends
+    // on the machine's load (on a loaded one, even the first can be cancelled at the deadline).
     let response = app
         .handle(event(records.clone(), Duration::from_millis(4000)))
         .await
         .unwrap();
     let failed = failed_ids(&response);
     assert!(
-        !failed.contains(&"m0".to_string()),
-        "the first record started: {failed:?}"
-    );
-    assert!(
         failed.contains(&"m3".to_string()),
-        "the last record did not: {failed:?}"
+        "the last record did not start: {failed:?}"
     );
     let first_failed: usize = failed[0][1..].parse().unwrap();
     let suffix: Vec<String> = (first_failed..4).map(|i| format!("m{i}")).collect();
