@@ -112,9 +112,11 @@ demo:
 # docs/benchmarks.json and the charts. A few minutes.
 bench:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
+	$(CARGO) build --release --quiet -p bench --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --records 2000
 
 # The same with a tiny workload, so that the benchmark never rots (part of CI).
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
+	$(CARGO) build --quiet -p bench --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --out $(ROOT)/target/bench-smoke

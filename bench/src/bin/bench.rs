@@ -106,6 +106,13 @@ async fn run_side(
     let mut command = match side {
         "rust" => {
             let exe = std::env::current_exe()?.with_file_name("bench-worker");
+            if !exe.exists() {
+                return Err(format!(
+                    "{} is missing: build it with `cargo build -p bench --bins` (make bench does)",
+                    exe.display()
+                )
+                .into());
+            }
             tokio::process::Command::new(exe)
         }
         _ => {
