@@ -67,9 +67,7 @@ pub const DEAD_LETTER_ATTRIBUTE_PREFIX: &str = "DeadLetter";
 const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "DeadLetterSourceMessageId";
 
 /// Most entries in one batch call.
-const MAX_BATCH_ENTRIES: usize = 10;
-/// Largest `SendMessageBatch` request (and message): 1 MiB.
-const MAX_BATCH_BYTES: usize = 1024 * 1024;
+const MAX_BATCH_ENTRIES: usize = lambda_idempotency::publish::MAX_BATCH_ENTRIES;
 /// Longest `MessageDeduplicationId`.
 const MAX_ID_LEN: usize = 128;
 
@@ -656,21 +654,7 @@ fn plan_waves(groups: &[Option<&str>], fifo: bool) -> Vec<Vec<usize>> {
 
 /// Packs items of `sizes`, in order, into batches of at most 10 entries and 1 MiB.
 fn plan_batches(sizes: &[usize]) -> Vec<Vec<usize>> {
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut total = 0;
-    for (i, &s) in sizes.iter().enumerate() {
-        match batches.last_mut() {
-            Some(b) if b.len() < MAX_BATCH_ENTRIES && total + s <= MAX_BATCH_BYTES => {
-                b.push(i);
-                total += s;
-            }
-            _ => {
-                batches.push(vec![i]);
-                total = s;
-            }
-        }
-    }
-    batches
+    lambda_idempotency::publish::plan_batches_by_size(sizes)
 }
 
 /// True for an HTTP 4xx that is not throttling: the caller's mistake, not worth a retry.

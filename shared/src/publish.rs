@@ -616,10 +616,22 @@ pub(crate) fn jitter(d: Duration) -> Duration {
 
 /// Packs messages, in order, into batches of at most 10 entries and 1 MiB.
 pub fn plan_batches<M: std::borrow::Borrow<Message>>(messages: &[M]) -> Vec<Vec<usize>> {
+    let sizes: Vec<usize> = messages.iter().map(|m| m.borrow().size()).collect();
+    plan_batches_by_size(&sizes)
+}
+
+/// Packs items of the given sizes, in order, into `SendMessageBatch` calls of at most 10 entries
+/// and 1 MiB; returns the indices of each batch.
+///
+/// ```
+/// use lambda_idempotency::publish::plan_batches_by_size;
+///
+/// assert_eq!(plan_batches_by_size(&[600_000, 500_000, 10]), vec![vec![0], vec![1, 2]]);
+/// ```
+pub fn plan_batches_by_size(sizes: &[usize]) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = Vec::new();
     let mut size = 0;
-    for (i, m) in messages.iter().enumerate() {
-        let s = m.borrow().size();
+    for (i, &s) in sizes.iter().enumerate() {
         match batches.last_mut() {
             Some(batch) if batch.len() < MAX_BATCH_ENTRIES && size + s <= MAX_MESSAGE_BYTES => {
                 batch.push(i);
