@@ -1,6 +1,6 @@
 import time; T0 = time.perf_counter(); T0_WALL_NS = time.time_ns()  # noqa: E702, I001 -- first: process start
 
-# bench.py: the Python side of the benchmark of issue 5, AWS Lambda Powertools for Python on the
+# bench.py: the Python side of the benchmark (`make bench`), AWS Lambda Powertools for Python on the
 # same work as the Rust library. See README.md beside this file.
 #
 #   python bench.py --events FILE --idempotency-table T --effects-table E (--standard|--fifo)
@@ -176,6 +176,8 @@ def main(argv=None) -> int:
         # Must return None: a non-None value would be taken as the response.
 
     dynamodb.meta.events.register("before-send.dynamodb.*", count_request)
+    # The record handler's own requests (its PutItem), so that the store's can be told apart.
+    handler_requests = [0]
 
     persistence = DynamoDBPersistenceLayer(table_name=args.idempotency_table, boto3_client=dynamodb)
     config = IdempotencyConfig(event_key_jmespath="messageId")
@@ -184,6 +186,7 @@ def main(argv=None) -> int:
     @idempotent_function(data_keyword_argument="record", config=config, persistence_store=persistence)
     def record_handler(record):
         payment = json.loads(record.body)
+        before = requests[0]
         dynamodb.put_item(
             TableName=effects_table,
             Item={
@@ -192,29 +195,36 @@ def main(argv=None) -> int:
                 "amountCents": {"N": str(payment["amountCents"])},
             },
         )
+        handler_requests[0] += requests[0] - before
 
     # Per-record attribution of requests: Powertools' own requests (the conditional PutItem before
     # the handler, the UpdateItem after it) happen inside BatchProcessor._process_record, around
     # the record handler, so the count is taken there. Fresh = first time this messageId is seen
     # in the run; duplicate = seen before.
     seen: set[str] = set()
-    per_record = {"fresh_records": 0, "fresh_requests": 0, "duplicate_records": 0, "duplicate_requests": 0}
+    per_record = {
+        "fresh_records": 0,
+        "fresh_requests": 0,
+        "fresh_handler_requests": 0,
+        "duplicate_records": 0,
+        "duplicate_requests": 0,
+        "duplicate_handler_requests": 0,
+    }
 
     class CountingMixin:
         def _process_record(self, record: dict):
             message_id = record.get("messageId")
-            before = requests[0]
+            before, handler_before = requests[0], handler_requests[0]
             try:
                 return super()._process_record(record)
             finally:
                 spent = requests[0] - before
-                if message_id in seen:
-                    per_record["duplicate_records"] += 1
-                    per_record["duplicate_requests"] += spent
-                else:
-                    seen.add(message_id)
-                    per_record["fresh_records"] += 1
-                    per_record["fresh_requests"] += spent
+                handler_spent = handler_requests[0] - handler_before
+                kind = "duplicate" if message_id in seen else "fresh"
+                seen.add(message_id)
+                per_record[f"{kind}_records"] += 1
+                per_record[f"{kind}_requests"] += spent
+                per_record[f"{kind}_handler_requests"] += handler_spent
 
     class CountingBatchProcessor(CountingMixin, BatchProcessor):
         pass
@@ -318,6 +328,8 @@ def main(argv=None) -> int:
         "peak_rss_mb": round(ru_after.ru_maxrss / 1024, 2),
         "cold_start_ms": round(cold_start_ms, 3),
         "cold_start_from": cold_origin,
+        # From process start to the handler ready (the Lambda init phase).
+        "init_ms": round(cold_start_ms - batch_ms[0] - (first_batch_end - batch_ms[0] / 1000 - t_init_end) * 1000, 3),
         "cold_start_breakdown_ms": {
             "spawn_to_first_line": round(spawn_to_main_ms, 3) if args.started_at_ns is not None else None,
             "first_line_to_imports": round((t_import - T0 - events_load_s) * 1000, 3),
@@ -332,6 +344,16 @@ def main(argv=None) -> int:
         # 0 (not null) when there are no such records: readers may want a plain number.
         "requests_per_fresh_record": round(per_record["fresh_requests"] / fresh_n, 4) if fresh_n else 0.0,
         "requests_per_duplicate_record": round(per_record["duplicate_requests"] / dup_n, 4) if dup_n else 0.0,
+        "store_requests_per_fresh_record": round(
+            (per_record["fresh_requests"] - per_record["fresh_handler_requests"]) / fresh_n, 4
+        )
+        if fresh_n
+        else 0.0,
+        "store_requests_per_duplicate_record": round(
+            (per_record["duplicate_requests"] - per_record["duplicate_handler_requests"]) / dup_n, 4
+        )
+        if dup_n
+        else 0.0,
         "requests_total": requests[0],
         "requests_outside_records": requests[0] - attributed,
         "failures": failures,

@@ -99,6 +99,23 @@ pub fn workload(
     Workload { events }
 }
 
+/// The mean, over a FIFO workload's batches, of the number of records of a batch's largest
+/// message group: the records of a group run one after another, so this is a batch's critical
+/// path in records.
+pub fn longest_group_mean(workload: &Workload) -> f64 {
+    let mut total = 0usize;
+    for event in &workload.events {
+        let mut groups = std::collections::HashMap::<&str, usize>::new();
+        for r in event["Records"].as_array().into_iter().flatten() {
+            *groups
+                .entry(r["attributes"]["MessageGroupId"].as_str().unwrap_or(""))
+                .or_default() += 1;
+        }
+        total += groups.values().copied().max().unwrap_or(0);
+    }
+    total as f64 / workload.events.len().max(1) as f64
+}
+
 /// What one side measured; `bench/powertools/bench.py` writes the same shape.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SideResult {
@@ -121,10 +138,19 @@ pub struct SideResult {
     pub peak_rss_mb: f64,
     /// From process start to the first batch answered, ms.
     pub cold_start_ms: f64,
+    /// Of that, from process start to the handler ready (the Lambda init phase), ms.
+    #[serde(default)]
+    pub init_ms: f64,
     /// DynamoDB requests per first-seen record.
     pub requests_per_fresh_record: f64,
     /// DynamoDB requests per redelivered record.
     pub requests_per_duplicate_record: f64,
+    /// Of those per first-seen record, the idempotency store's (the rest are the handler's).
+    #[serde(default)]
+    pub store_requests_per_fresh_record: f64,
+    /// Of those per redelivered record, the idempotency store's.
+    #[serde(default)]
+    pub store_requests_per_duplicate_record: f64,
     /// Records reported failed (must be 0).
     pub failures: u64,
 }
@@ -175,14 +201,32 @@ pub fn rusage() -> (f64, f64) {
 /// One scenario: both sides on one workload and network.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scenario {
+    /// `moto` (the local AWS endpoint), or `instant` (an endpoint that accepts every request at
+    /// once, in parallel, without storing anything: the client's side alone).
+    #[serde(default)]
+    pub endpoint: String,
     /// `standard` or `fifo`.
     pub queue: String,
     /// Added latency each way, ms (0: straight to the endpoint).
     pub latency_ms: u64,
+    /// One `PutItem` round trip on this network, one request at a time (the mean of 100), ms.
+    #[serde(default)]
+    pub round_trip_ms: f64,
     /// This project.
     pub rust: SideResult,
     /// Powertools for AWS Lambda (Python).
     pub powertools: SideResult,
+}
+
+impl Scenario {
+    /// `standard +5 ms`, with ` (instant endpoint)` when not on moto.
+    pub fn label(&self) -> String {
+        let mut label = format!("{} +{} ms", self.queue, self.latency_ms);
+        if self.endpoint == "instant" {
+            label.push_str(" (instant endpoint)");
+        }
+        label
+    }
 }
 
 /// Publisher throughput.
@@ -215,8 +259,14 @@ impl Prices {
     pub const SQS_STANDARD_REQUEST: f64 = 0.40 / 1e6;
 }
 
+/// Lambda's CPU share: 1,769 MB of memory get one vCPU-second per second, less memory a
+/// proportional share.
+pub const LAMBDA_MB_PER_VCPU: f64 = 1769.0;
+
 /// Dollars per million messages for one side of a scenario: Lambda GB-seconds at `memory_mb`
-/// for the measured wall time, one Lambda request per batch of 10, one DynamoDB write unit per
+/// for the time a batch takes (the measured wall time, or, when longer, the measured CPU time
+/// stretched by Lambda's CPU share at that memory size: at 128 MB a function gets 7 % of a
+/// vCPU), one Lambda request per batch of 10, one DynamoDB write unit per
 /// measured request (every request of the store is a write of an item under 1 KB) with the given
 /// duplicate share, and the SQS requests of the event source mapping (a receive and a delete per
 /// batch of 10) and of the producer (one send per message).
@@ -226,7 +276,9 @@ pub fn cost_per_million(
     duplicate_share: f64,
     fifo: bool,
 ) -> (f64, [f64; 3]) {
-    let seconds_per_message = side.mean_ms() / 1000.0 / 10.0;
+    let wall = side.mean_ms() / 1000.0 / 10.0;
+    let cpu = side.cpu_us_per_record / 1e6 / (memory_mb / LAMBDA_MB_PER_VCPU).min(1.0);
+    let seconds_per_message = wall.max(cpu);
     let lambda = seconds_per_message * memory_mb / 1024.0 * Prices::LAMBDA_GB_SECOND
         + Prices::LAMBDA_REQUEST / 10.0;
     let writes = (1.0 - duplicate_share) * side.requests_per_fresh_record
@@ -362,6 +414,15 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_group_is_counted_per_batch() {
+        let w = workload(2000, 0.0, true, 10, 1);
+        assert_eq!(longest_group_mean(&w), 1.0);
+        let w = workload(2000, 0.2, true, 10, 1);
+        let mean = longest_group_mean(&w);
+        assert!(mean > 1.0 && mean <= 3.0, "{mean}");
+    }
+
+    #[test]
     fn percentiles_use_the_nearest_rank() {
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(percentile(&v, 0.5), 50.0);
@@ -383,5 +444,15 @@ mod tests {
         assert!((dynamodb - 1.625).abs() < 1e-9, "{dynamodb}");
         assert!((sqs - 0.48).abs() < 1e-9, "{sqs}");
         assert!((total - (lambda + dynamodb + sqs)).abs() < 1e-9);
+
+        // 1 ms of CPU per record at 128 MB (1769/128 slower): 13.8 ms per message, more than
+        // the 10 ms of wall time.
+        let cpu_bound = SideResult {
+            cpu_us_per_record: 1000.0,
+            ..side
+        };
+        let (_, [lambda, _, _]) = cost_per_million(&cpu_bound, 128.0, 0.2, false);
+        let expected = 1e6 * (0.001 * 1769.0 / 128.0 * 0.125 * 0.0000133334 + 0.02e-6);
+        assert!((lambda - expected).abs() < 1e-6, "{lambda} {expected}");
     }
 }

@@ -11,6 +11,9 @@
 - SQS: when several in-flight messages of a FIFO group become visible again together, moto
   checks the first one against the group's other messages, still marked in flight, skips it,
   and hands out a later one first. Every message visible again is unmarked before a receive.
+- SQS: moto reads a queue's ContentBasedDeduplication setting by computing all of the queue's
+  attributes, message counts included, three times per message sent: a send cost time in
+  proportion to the queue's depth. While a message is sent, the setting is read directly.
 
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
@@ -20,7 +23,7 @@ import threading
 import time
 
 import moto.server as server
-from moto.sqs.models import SQSBackend
+from moto.sqs.models import Queue, SQSBackend
 
 _dynamodb_lock = threading.Lock()
 _sqs_lock = threading.RLock()
@@ -62,6 +65,33 @@ def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_t
 
 
 SQSBackend.receive_message = _receive_message
+
+_sending = threading.local()
+_all_attributes = Queue.attributes.fget
+
+
+def _attributes(self):
+    if getattr(_sending, "active", False):
+        return {"ContentBasedDeduplication": str(bool(self.content_based_deduplication)).lower()}
+    return _all_attributes(self)
+
+
+def _sending_call(method):
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        outer = getattr(_sending, "active", False)
+        _sending.active = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _sending.active = outer
+
+    return wrapper
+
+
+Queue.attributes = property(_attributes)
+SQSBackend.send_message = _sending_call(SQSBackend.send_message)
+SQSBackend.send_message_batch = _sending_call(SQSBackend.send_message_batch)
 for _name in (
     "send_message",
     "send_message_batch",

@@ -3,7 +3,8 @@
 //! and through a proxy adding latency, measures the publisher, and writes the report.
 //!
 //! `bench [--records N] [--latency-ms MS] [--publisher-messages N] [--out DIR] [--rust-only]` against
-//! `AWS_ENDPOINT_URL`; `make bench` runs it with a fresh local endpoint.
+//! `AWS_ENDPOINT_URL`; `make bench` runs it with a fresh local endpoint. `bench --render
+//! DIR/benchmarks.json [--out DIR]` writes the report and charts again from a run's figures.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -13,7 +14,10 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use bench::{PublisherResult, Scenario, SideResult, bar_chart, cost_per_million, workload};
+use bench::{
+    PublisherResult, Scenario, SideResult, bar_chart, cost_per_million, longest_group_mean,
+    workload,
+};
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
 
@@ -28,6 +32,19 @@ struct Options {
     publisher_messages: usize,
     out: PathBuf,
     rust_only: bool,
+    render: Option<PathBuf>,
+}
+
+/// Everything a run measured: `benchmarks.json`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Report {
+    machine: String,
+    records: usize,
+    latency_ms: u64,
+    /// The SDK's own CPU time per `PutItem`, against an endpoint that answers at once.
+    sdk_cpu_us_per_request: f64,
+    scenarios: Vec<Scenario>,
+    publisher: Vec<PublisherResult>,
 }
 
 fn options() -> Result<Options, BoxError> {
@@ -37,6 +54,7 @@ fn options() -> Result<Options, BoxError> {
         publisher_messages: 300,
         out: PathBuf::from("docs"),
         rust_only: false,
+        render: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -47,6 +65,7 @@ fn options() -> Result<Options, BoxError> {
             "--publisher-messages" => o.publisher_messages = value()?.parse()?,
             "--out" => o.out = PathBuf::from(value()?),
             "--rust-only" => o.rust_only = true,
+            "--render" => o.render = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown argument {other}; see the file's docs").into()),
         }
     }
@@ -82,6 +101,106 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// An endpoint that answers every request at once with `{}` (keeping connections alive), for
+/// the SDK's own cost per request.
+async fn instant_endpoint() -> Result<String, BoxError> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut read = BufReader::new(read);
+                loop {
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if read.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    // 2745614147 is the CRC32 of `{}`, which the SDK checks.
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\nx-amz-crc32: 2745614147\r\ncontent-length: 2\r\n\r\n{}";
+                    if write.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(url)
+}
+
+/// `bench-worker --sdk-floor`: sequential `PutItem` calls against `endpoint`; returns the CPU
+/// and wall time per request, µs.
+async fn sdk_floor(
+    endpoint: &str,
+    table: &str,
+    requests: u32,
+    dir: &Path,
+) -> Result<(f64, f64), BoxError> {
+    let out = dir.join(format!("floor-{}.json", uuid::Uuid::new_v4().simple()));
+    let mut command = tokio::process::Command::new(worker()?);
+    command.args([
+        "--sdk-floor",
+        &requests.to_string(),
+        "--effects-table",
+        table,
+    ]);
+    let v: serde_json::Value = serde_json::from_str(
+        &run_to_file(command, &out, endpoint, "bench-worker --sdk-floor").await?,
+    )?;
+    Ok((
+        v["cpu_us_per_request"].as_f64().unwrap_or(0.0),
+        v["wall_us_per_request"].as_f64().unwrap_or(0.0),
+    ))
+}
+
+/// Runs `command` against `endpoint` with `--out out`, and reads what it wrote there.
+async fn run_to_file(
+    mut command: tokio::process::Command,
+    out: &Path,
+    endpoint: &str,
+    what: &str,
+) -> Result<String, BoxError> {
+    let status = command
+        .arg("--out")
+        .arg(out)
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .status()
+        .await?;
+    if !status.success() {
+        return Err(format!("{what} failed: {status}").into());
+    }
+    Ok(std::fs::read_to_string(out)?)
+}
+
+fn worker() -> Result<PathBuf, BoxError> {
+    let exe = std::env::current_exe()?.with_file_name("bench-worker");
+    if !exe.exists() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build -p bench --bins` (make bench does)",
+            exe.display()
+        )
+        .into());
+    }
+    Ok(exe)
+}
+
 /// Runs one side in a process of its own and reads its result.
 async fn run_side(
     side: &str,
@@ -105,47 +224,32 @@ async fn run_side(
         .to_string();
     let mut command = match side {
         "rust" => {
-            let exe = std::env::current_exe()?.with_file_name("bench-worker");
-            if !exe.exists() {
-                return Err(format!(
-                    "{} is missing: build it with `cargo build -p bench --bins` (make bench does)",
-                    exe.display()
-                )
-                .into());
-            }
-            tokio::process::Command::new(exe)
+            let mut c = tokio::process::Command::new(worker()?);
+            // The same events, one per line, read one at a time.
+            c.arg("--events").arg(events.with_extension("jsonl"));
+            c
         }
         _ => {
             let root = repo_root();
             let mut c = tokio::process::Command::new(root.join(".venv-bench/bin/python"));
-            c.arg(root.join("bench/powertools/bench.py")).arg(if fifo {
-                "--fifo"
-            } else {
-                "--standard"
-            });
+            c.arg(root.join("bench/powertools/bench.py"))
+                .arg(if fifo { "--fifo" } else { "--standard" })
+                .arg("--events")
+                .arg(events);
             c
         }
     };
-    let status = command
-        .arg("--events")
-        .arg(events)
-        .args([
-            "--idempotency-table",
-            &idempotency,
-            "--effects-table",
-            &effects,
-            "--started-at-ns",
-            &started,
-        ])
-        .arg("--out")
-        .arg(&out)
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .status()
-        .await?;
-    if !status.success() {
-        return Err(format!("the {side} side failed: {status}").into());
-    }
-    let result: SideResult = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+    command.args([
+        "--idempotency-table",
+        &idempotency,
+        "--effects-table",
+        &effects,
+        "--started-at-ns",
+        &started,
+    ]);
+    let result: SideResult = serde_json::from_str(
+        &run_to_file(command, &out, endpoint, &format!("the {side} side")).await?,
+    )?;
     if result.failures > 0 {
         return Err(format!(
             "the {side} side reported {} failed records",
@@ -243,6 +347,14 @@ fn machine() -> String {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let o = options()?;
+    if let Some(figures) = &o.render {
+        let report: Report = serde_json::from_str(
+            &std::fs::read_to_string(figures)
+                .map_err(|e| format!("cannot read {}: {e}", figures.display()))?,
+        )?;
+        std::fs::create_dir_all(&o.out)?;
+        return write_report(&o.out, &report);
+    }
     let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(
         |_| "AWS_ENDPOINT_URL is not set: run `make bench`, which starts a local endpoint",
     )?;
@@ -253,60 +365,108 @@ async fn main() -> Result<(), BoxError> {
     std::fs::create_dir_all(&o.out)?;
     let mut scenarios = Vec::new();
     let mut publishers = Vec::new();
-    for latency in [0, o.latency_ms] {
+    let floor_table = "bench-floor";
+    create_table(&dynamodb, floor_table).await?;
+    eprintln!("bench: the SDK's own CPU per request, against an endpoint that answers at once ...");
+    let instant = instant_endpoint().await?;
+    let (floor_cpu_us, _) = sdk_floor(&instant, floor_table, 500, &work).await?;
+    // moto straight and through the proxy; then, to show the client's side alone, an endpoint
+    // that answers every request at once, in parallel, through the proxy.
+    for (server, latency) in [
+        ("moto", 0),
+        ("moto", o.latency_ms),
+        ("instant", 0),
+        ("instant", o.latency_ms),
+    ] {
+        let upstream = if server == "moto" {
+            &endpoint
+        } else {
+            &instant
+        };
         let proxy = Proxy::start(
-            parse_endpoint(&endpoint)?,
+            parse_endpoint(upstream)?,
             ProxyOptions::with_latency(Duration::from_millis(latency)),
         )
         .await?;
         let url = if latency == 0 {
-            endpoint.clone()
+            upstream.clone()
         } else {
             proxy.url()
         };
+        eprintln!("bench: {server}, one PutItem round trip, +{latency} ms each way ...");
+        let (_, round_trip_us) = sdk_floor(&url, floor_table, 100, &work).await?;
         for (queue, fifo) in [("standard", false), ("fifo", true)] {
             let events = work.join(format!("events-{queue}.json"));
-            std::fs::write(
-                &events,
-                serde_json::to_string(&workload(o.records, DUPLICATES, fifo, 10, 7))?,
-            )?;
-            eprintln!("bench: {queue} queue, +{latency} ms each way: this project ...");
+            let w = workload(o.records, DUPLICATES, fifo, 10, 7);
+            let mut lines = String::new();
+            for e in &w.events {
+                lines.push_str(&serde_json::to_string(e)?);
+                lines.push('\n');
+            }
+            std::fs::write(events.with_extension("jsonl"), lines)?;
+            std::fs::write(&events, serde_json::to_string(&w)?)?;
+            eprintln!("bench: {server}, {queue} queue, +{latency} ms each way: this project ...");
             let rust = run_side("rust", &url, &events, fifo, &dynamodb, &work).await?;
-            eprintln!("bench: {queue} queue, +{latency} ms each way: Powertools ...");
+            eprintln!("bench: {server}, {queue} queue, +{latency} ms each way: Powertools ...");
             let powertools = if o.rust_only {
                 SideResult::default()
             } else {
                 run_side("powertools", &url, &events, fifo, &dynamodb, &work).await?
             };
             scenarios.push(Scenario {
+                endpoint: server.into(),
                 queue: queue.into(),
                 latency_ms: latency,
+                round_trip_ms: round_trip_us / 1000.0,
                 rust,
                 powertools,
             });
         }
-        let sqs_config = local_aws::sdk_config_for(&url).await;
-        eprintln!("bench: publisher, +{latency} ms each way ...");
-        publishers.push(
-            publisher(
-                &aws_sdk_sqs::Client::new(&sqs_config),
-                o.publisher_messages,
-                latency,
-            )
-            .await?,
-        );
+        if server == "moto" {
+            let sqs_config = local_aws::sdk_config_for(&url).await;
+            eprintln!("bench: publisher, +{latency} ms each way ...");
+            publishers.push(
+                publisher(
+                    &aws_sdk_sqs::Client::new(&sqs_config),
+                    o.publisher_messages,
+                    latency,
+                )
+                .await?,
+            );
+        }
         proxy.shutdown().await;
     }
-    let report = render(&o, &scenarios, &publishers);
+    let report = Report {
+        machine: machine(),
+        records: o.records,
+        latency_ms: o.latency_ms,
+        sdk_cpu_us_per_request: floor_cpu_us,
+        scenarios,
+        publisher: publishers,
+    };
+    write_report(&o.out, &report)?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// Writes `benchmarks.json`, `benchmarks-figures.md` and the charts into `out`.
+fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
+    let scenarios = &report.scenarios;
     std::fs::write(
-        o.out.join("benchmarks.json"),
-        serde_json::to_string_pretty(
-            &serde_json::json!({"scenarios": scenarios, "publisher": publishers}),
-        )?,
+        out.join("benchmarks.json"),
+        serde_json::to_string_pretty(report)?,
     )?;
     let labels: Vec<String> = scenarios
         .iter()
-        .map(|s| format!("{} +{}ms", s.queue, s.latency_ms))
+        .map(|s| {
+            let short = if s.queue == "standard" { "std" } else { "fifo" };
+            let instant = if s.endpoint == "instant" {
+                " inst."
+            } else {
+                ""
+            };
+            format!("{short} +{}ms{instant}", s.latency_ms)
+        })
         .collect();
     let pick = |f: &dyn Fn(&SideResult) -> f64, rust: bool| -> Vec<f64> {
         scenarios
@@ -315,7 +475,7 @@ async fn main() -> Result<(), BoxError> {
             .collect()
     };
     std::fs::write(
-        o.out.join("benchmarks-batch-latency.svg"),
+        out.join("benchmarks-batch-latency.svg"),
         bar_chart(
             "Wall time per batch of 10 (median)",
             "ms",
@@ -325,7 +485,7 @@ async fn main() -> Result<(), BoxError> {
         ),
     )?;
     std::fs::write(
-        o.out.join("benchmarks-cpu.svg"),
+        out.join("benchmarks-cpu.svg"),
         bar_chart(
             "CPU time per record (user + sys)",
             "µs",
@@ -334,25 +494,26 @@ async fn main() -> Result<(), BoxError> {
             &pick(&|s| s.cpu_us_per_record, false),
         ),
     )?;
-    std::fs::write(o.out.join("benchmarks-figures.md"), &report)?;
-    println!("{report}");
-    let _ = std::fs::remove_dir_all(&work);
+    let figures = render(report);
+    std::fs::write(out.join("benchmarks-figures.md"), &figures)?;
+    println!("{figures}");
     Ok(())
 }
 
-fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -> String {
+fn render(report: &Report) -> String {
+    let (scenarios, publishers) = (&report.scenarios, &report.publisher);
     let mut md = String::new();
     let _ = writeln!(md, "<!-- written by `make bench`; do not edit -->");
     let _ = writeln!(
         md,
         "Machine: {}. Workload: {} records in batches of 10, {:.0} % duplicates of earlier records; FIFO with 10 message groups.\n",
-        machine(),
-        o.records,
+        report.machine,
+        report.records,
         DUPLICATES * 100.0
     );
     let _ = writeln!(
         md,
-        "| scenario | side | batch median ms | batch p99 ms | CPU µs/record | requests/fresh | requests/duplicate | peak MB | cold start ms | $ per million |"
+        "| scenario | side | batch median ms | batch p99 ms | CPU µs/record | requests/fresh (store's) | requests/duplicate (store's) | peak MB | cold start ms (init) | $ per million |"
     );
     let _ = writeln!(
         md,
@@ -363,16 +524,18 @@ fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -
             let (cost, _) = cost_per_million(r, MEMORY_MB, DUPLICATES, s.queue == "fifo");
             let _ = writeln!(
                 md,
-                "| {} +{} ms | {name} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.1} | {:.0} | {:.2} |",
-                s.queue,
-                s.latency_ms,
+                "| {} | {name} | {:.2} | {:.2} | {:.0} | {:.2} ({:.2}) | {:.2} ({:.2}) | {:.1} | {:.0} ({:.0}) | {:.2} |",
+                s.label(),
                 r.median_ms(),
                 r.p99_ms(),
                 r.cpu_us_per_record,
                 r.requests_per_fresh_record,
+                r.store_requests_per_fresh_record,
                 r.requests_per_duplicate_record,
+                r.store_requests_per_duplicate_record,
                 r.peak_rss_mb,
                 r.cold_start_ms,
+                r.init_ms,
                 cost
             );
         }
@@ -390,9 +553,8 @@ fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         let _ = writeln!(
             md,
-            "| {} +{} ms | {:.3} | {:.3} | {:.3} | {:.3} |",
-            s.queue,
-            s.latency_ms,
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            s.label(),
             ratio(s.rust.median_ms(), s.powertools.median_ms()),
             ratio(s.rust.cpu_us_per_record, s.powertools.cpu_us_per_record),
             ratio(s.rust.peak_rss_mb, s.powertools.peak_rss_mb),
@@ -421,7 +583,7 @@ fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -
     }
     let breakdown: HashMap<&str, [f64; 3]> = scenarios
         .iter()
-        .filter(|s| s.latency_ms > 0 && s.queue == "standard")
+        .filter(|s| s.endpoint == "moto" && s.latency_ms > 0 && s.queue == "standard")
         .flat_map(|s| {
             [
                 (
@@ -437,8 +599,8 @@ fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -
         .collect();
     let _ = writeln!(
         md,
-        "\nCost per million messages (standard queue, +{} ms each way), by service:\n",
-        o.latency_ms
+        "\nCost per million messages (standard queue, moto, +{} ms each way), by service:\n",
+        report.latency_ms
     );
     let _ = writeln!(md, "| side | Lambda | DynamoDB | SQS | total |");
     let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
@@ -455,5 +617,121 @@ fn render(o: &Options, scenarios: &[Scenario], publishers: &[PublisherResult]) -
             l + d + q
         );
     }
+    targets(&mut md, report);
     md
+}
+
+/// The targets, each with what was measured and whether it was met.
+fn targets(md: &mut String, report: &Report) {
+    let (scenarios, publishers) = (&report.scenarios, &report.publisher);
+    let (latency_ms, floor_cpu_us) = (report.latency_ms, report.sdk_cpu_us_per_request);
+    let chain = longest_group_mean(&workload(report.records, DUPLICATES, true, 10, 7));
+    let mark = |met: bool| if met { "met" } else { "missed" };
+    let find = |endpoint: &str, queue: &str, latency: u64| {
+        scenarios
+            .iter()
+            .find(|s| s.endpoint == endpoint && s.queue == queue && s.latency_ms == latency)
+    };
+    let _ = writeln!(
+        md,
+        "\nThe SDK's own CPU per request (sequential `PutItem`, an endpoint that answers at once): {floor_cpu_us:.0} µs; a fresh record takes 3 requests.\n"
+    );
+    let _ = writeln!(md, "| target | measured | |");
+    let _ = writeln!(md, "| --- | --- | --- |");
+    let cpu = scenarios
+        .iter()
+        .filter(|s| s.endpoint == "moto")
+        .map(|s| s.rust.cpu_us_per_record / s.powertools.cpu_us_per_record)
+        .fold(0.0_f64, f64::max);
+    let _ = writeln!(
+        md,
+        "| CPU per record at most 1/20 of Powertools' | at most 1/{:.1} | {} |",
+        1.0 / cpu,
+        mark(cpu <= 0.05)
+    );
+    for (endpoint, on) in [("moto", "moto"), ("instant", "the instant endpoint")] {
+        let Some(s) = find(endpoint, "standard", latency_ms) else {
+            continue;
+        };
+        let bound = 3.0 * s.round_trip_ms;
+        let _ = writeln!(
+            md,
+            "| standard batch at +{} ms within 1.3x of 3 round trips ({bound:.1} ms on {on}) | {:.1} ms, {:.2}x | {} |",
+            latency_ms,
+            s.rust.median_ms(),
+            s.rust.median_ms() / bound,
+            mark(s.rust.median_ms() <= 1.3 * bound)
+        );
+        let speedup = s.powertools.median_ms() / s.rust.median_ms();
+        let _ = writeln!(
+            md,
+            "| standard batch at +{} ms at least 8x faster than Powertools, on {on} | {speedup:.1}x | {} |",
+            latency_ms,
+            mark(speedup >= 8.0)
+        );
+        if let Some(f) = find(endpoint, "fifo", latency_ms) {
+            let ratio = f.rust.median_ms() / s.rust.median_ms();
+            let _ = writeln!(
+                md,
+                "| FIFO (10 groups) about the same as standard, +{} ms, on {on} | {ratio:.2}x standard (a batch's largest group: {chain:.2} records in a row) | {} |",
+                latency_ms,
+                mark((0.8..=1.25).contains(&ratio))
+            );
+        }
+    }
+    let on_moto = || scenarios.iter().filter(|s| s.endpoint == "moto");
+    let (fresh, duplicate) = on_moto().fold((0.0_f64, 0.0_f64), |(f, d), s| {
+        (
+            f.max(s.rust.store_requests_per_fresh_record),
+            d.max(s.rust.store_requests_per_duplicate_record),
+        )
+    });
+    let _ = writeln!(
+        md,
+        "| store requests: 2 per fresh record, 1 per duplicate | {fresh:.2}, {duplicate:.2} | {} |",
+        mark(fresh <= 2.0 && duplicate <= 1.0)
+    );
+    let worst = |f: &dyn Fn(&Scenario) -> f64, endpoint: &str| {
+        scenarios
+            .iter()
+            .filter(|s| s.endpoint == endpoint)
+            .map(f)
+            .fold(0.0_f64, f64::max)
+    };
+    let (cold, init) = (
+        worst(&|s| s.rust.cold_start_ms, "moto"),
+        worst(&|s| s.rust.init_ms, "moto"),
+    );
+    let _ = writeln!(
+        md,
+        "| cold start at most 50 ms, on moto | {cold:.0} ms, of which init {init:.0} ms | {} |",
+        mark(cold <= 50.0)
+    );
+    if scenarios.iter().any(|s| s.endpoint == "instant") {
+        let cold = worst(&|s| s.rust.cold_start_ms, "instant");
+        let _ = writeln!(
+            md,
+            "| cold start at most 50 ms, on the instant endpoint at +{} ms | {cold:.0} ms | {} |",
+            latency_ms,
+            mark(cold <= 50.0)
+        );
+    }
+    let peak = scenarios
+        .iter()
+        .map(|s| s.rust.peak_rss_mb)
+        .fold(0.0_f64, f64::max);
+    let _ = writeln!(
+        md,
+        "| peak memory at most 32 MB | {peak:.1} MB | {} |",
+        mark(peak <= 32.0)
+    );
+    for p in publishers {
+        let ratio = p.batched_per_second / p.single_per_second;
+        let _ = writeln!(
+            md,
+            "| publisher at least 8x one SendMessage per message, +{} ms | {ratio:.1}x | {} |",
+            p.latency_ms,
+            mark(ratio >= 8.0)
+        );
+    }
 }
