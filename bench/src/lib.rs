@@ -302,7 +302,8 @@ pub fn bar_chart(
     rust: &[f64],
     powertools: &[f64],
 ) -> String {
-    let (w, h, left, bottom, top) = (760.0, 360.0, 70.0, 60.0, 40.0);
+    let (h, left, bottom, top) = (360.0, 70.0, 60.0, 40.0);
+    let w = (110.0 * labels.len() as f64 + left + 20.0).max(760.0);
     let max = rust
         .iter()
         .chain(powertools)

@@ -638,17 +638,21 @@ fn targets(md: &mut String, report: &Report) {
     );
     let _ = writeln!(md, "| target | measured | |");
     let _ = writeln!(md, "| --- | --- | --- |");
-    let cpu = scenarios
-        .iter()
-        .filter(|s| s.endpoint == "moto")
-        .map(|s| s.rust.cpu_us_per_record / s.powertools.cpu_us_per_record)
-        .fold(0.0_f64, f64::max);
-    let _ = writeln!(
-        md,
-        "| CPU per record at most 1/20 of Powertools' | at most 1/{:.1} | {} |",
-        1.0 / cpu,
-        mark(cpu <= 0.05)
-    );
+    for (endpoint, on) in [("moto", "moto"), ("instant", "the instant endpoint")] {
+        let cpu = scenarios
+            .iter()
+            .filter(|s| s.endpoint == endpoint)
+            .map(|s| s.rust.cpu_us_per_record / s.powertools.cpu_us_per_record)
+            .fold(f64::NAN, f64::max);
+        if cpu.is_finite() {
+            let _ = writeln!(
+                md,
+                "| CPU per record at most 1/20 of Powertools', on {on} | 1/{:.1} at worst | {} |",
+                1.0 / cpu,
+                mark(cpu <= 0.05)
+            );
+        }
+    }
     for (endpoint, on) in [("moto", "moto"), ("instant", "the instant endpoint")] {
         let Some(s) = find(endpoint, "standard", latency_ms) else {
             continue;
@@ -707,12 +711,13 @@ fn targets(md: &mut String, report: &Report) {
         "| cold start at most 50 ms, on moto | {cold:.0} ms, of which init {init:.0} ms | {} |",
         mark(cold <= 50.0)
     );
-    if scenarios.iter().any(|s| s.endpoint == "instant") {
-        let cold = worst(&|s| s.rust.cold_start_ms, "instant");
+    for s in scenarios.iter().filter(|s| s.endpoint == "instant") {
+        let cold = s.rust.cold_start_ms;
         let _ = writeln!(
             md,
-            "| cold start at most 50 ms, on the instant endpoint at +{} ms | {cold:.0} ms | {} |",
-            latency_ms,
+            "| cold start at most 50 ms, {} | {cold:.0} ms, of which init {:.0} ms | {} |",
+            s.label(),
+            s.rust.init_ms,
             mark(cold <= 50.0)
         );
     }
