@@ -496,7 +496,28 @@ fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
     )?;
     let figures = render(report);
     std::fs::write(out.join("benchmarks-figures.md"), &figures)?;
+    embed(&out.join("benchmarks.md"), &figures)?;
     println!("{figures}");
+    Ok(())
+}
+
+/// Where a document shows the figures of the last run.
+const FIGURES_START: &str = "<!-- figures: start -->";
+const FIGURES_END: &str = "<!-- figures: end -->";
+
+/// Puts `figures` between the markers of the document at `path`, when it has them.
+fn embed(path: &Path, figures: &str) -> Result<(), BoxError> {
+    let Ok(doc) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let (Some(start), Some(end)) = (doc.find(FIGURES_START), doc.find(FIGURES_END)) else {
+        return Ok(());
+    };
+    if end < start {
+        return Err(format!("{}: the figures' end marker comes first", path.display()).into());
+    }
+    let updated = format!("{}{FIGURES_START}\n{figures}{}", &doc[..start], &doc[end..]);
+    std::fs::write(path, updated)?;
     Ok(())
 }
 
