@@ -761,3 +761,40 @@ fn targets(md: &mut String, report: &Report) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_go_between_the_markers_and_nowhere_else() {
+        let dir = std::env::temp_dir().join(format!("bench-embed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let doc = dir.join("benchmarks.md");
+        std::fs::write(
+            &doc,
+            format!("# Title\n\n{FIGURES_START}\nold figures\n{FIGURES_END}\n\nAfter.\n"),
+        )
+        .unwrap();
+        embed(&doc, "| new | figures |\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&doc).unwrap(),
+            format!("# Title\n\n{FIGURES_START}\n| new | figures |\n{FIGURES_END}\n\nAfter.\n")
+        );
+
+        let plain = dir.join("plain.md");
+        std::fs::write(&plain, "no markers here\n").unwrap();
+        embed(&plain, "| new |\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&plain).unwrap(),
+            "no markers here\n"
+        );
+
+        embed(&dir.join("missing.md"), "x").unwrap();
+        assert!(!dir.join("missing.md").exists());
+
+        std::fs::write(&doc, format!("{FIGURES_END}\n{FIGURES_START}\n")).unwrap();
+        assert!(embed(&doc, "x").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
