@@ -197,6 +197,22 @@ fn redelivered(records: Vec<SqsMessage>) -> Vec<SqsMessage> {
         .collect()
 }
 
+/// Delivers `records` again with 30 s to spare: every record succeeds, and every payment of
+/// `all` is charged exactly once.
+async fn redeliver_with_time_to_spare(
+    app: &payment_processor::App,
+    records: Vec<SqsMessage>,
+    stack: &Stack,
+    all: &[PaymentRequested],
+) {
+    let response = app
+        .handle(event(redelivered(records), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_exactly_once(stack.charged_exactly_once(all).await.unwrap());
+}
+
 fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String> {
     response
         .batch_item_failures
@@ -407,13 +423,7 @@ async fn a_panic_fails_only_its_record() {
             .unwrap(),
     );
     // Redelivered, it succeeds; the others are duplicates.
-    let again = redelivered(records);
-    let response = app
-        .handle(event(again, Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert!(response.batch_item_failures.is_empty());
-    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+    redeliver_with_time_to_spare(&app, records, &stack, &all).await;
 }
 
 /// Scenario 7: a batch whose deadline passes part way: the records not started are reported
@@ -460,13 +470,7 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
         );
     }
     // Redelivered with time to spare: the rest is charged, the first two are not charged again.
-    let again = redelivered(records);
-    let response = app
-        .handle(event(again, Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert!(response.batch_item_failures.is_empty());
-    assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
+    redeliver_with_time_to_spare(&app, records, &stack, &all).await;
 }
 
 /// Scenario 8: with failures injected in some groups, each group's effects happen in send order,

@@ -104,42 +104,27 @@ fn repo_root() -> PathBuf {
 /// An endpoint that answers every request at once with `{}` (keeping connections alive), for
 /// the SDK's own cost per request.
 async fn instant_endpoint() -> Result<String, BoxError> {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    use http_body_util::{BodyExt, Full};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
+    let service = hyper::service::service_fn(
+        |request: hyper::Request<hyper::body::Incoming>| async move {
+            // Read the whole request, as a service would, before answering.
+            request.into_body().collect().await?;
+            Ok::<_, BoxError>(
+                hyper::Response::builder()
+                    .header("content-type", "application/x-amz-json-1.0")
+                    // The CRC32 of `{}`, which the SDK checks.
+                    .header("x-amz-crc32", "2745614147")
+                    .body(Full::new(bytes::Bytes::from_static(b"{}")))?,
+            )
+        },
+    );
     tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (read, mut write) = socket.into_split();
-                let mut read = BufReader::new(read);
-                loop {
-                    let mut length = 0usize;
-                    loop {
-                        let mut line = String::new();
-                        if read.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let line = line.trim_end();
-                        if line.is_empty() {
-                            break;
-                        }
-                        if let Some((name, value)) = line.split_once(':')
-                            && name.eq_ignore_ascii_case("content-length")
-                        {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if read.read_exact(&mut body).await.is_err() {
-                        return;
-                    }
-                    // 2745614147 is the CRC32 of `{}`, which the SDK checks.
-                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\nx-amz-crc32: 2745614147\r\ncontent-length: 2\r\n\r\n{}";
-                    if write.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
+        while let Ok((stream, _)) = listener.accept().await {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::spawn(connection);
         }
     });
     Ok(url)
@@ -368,6 +353,19 @@ async fn main() -> Result<(), BoxError> {
     let floor_table = "bench-floor";
     create_table(&dynamodb, floor_table).await?;
     eprintln!("bench: the SDK's own CPU per request, against an endpoint that answers at once ...");
+    // The same events for every network: as one JSON document for Python, one event per line
+    // for the Rust worker.
+    for (queue, fifo) in [("standard", false), ("fifo", true)] {
+        let events = work.join(format!("events-{queue}.json"));
+        let w = workload(o.records, DUPLICATES, fifo, 10, 7);
+        let mut lines = String::new();
+        for e in &w.events {
+            lines.push_str(&serde_json::to_string(e)?);
+            lines.push('\n');
+        }
+        std::fs::write(events.with_extension("jsonl"), lines)?;
+        std::fs::write(&events, serde_json::to_string(&w)?)?;
+    }
     let instant = instant_endpoint().await?;
     let (floor_cpu_us, _) = sdk_floor(&instant, floor_table, 500, &work).await?;
     // moto straight and through the proxy; then, to show the client's side alone, an endpoint
@@ -397,14 +395,6 @@ async fn main() -> Result<(), BoxError> {
         let (_, round_trip_us) = sdk_floor(&url, floor_table, 100, &work).await?;
         for (queue, fifo) in [("standard", false), ("fifo", true)] {
             let events = work.join(format!("events-{queue}.json"));
-            let w = workload(o.records, DUPLICATES, fifo, 10, 7);
-            let mut lines = String::new();
-            for e in &w.events {
-                lines.push_str(&serde_json::to_string(e)?);
-                lines.push('\n');
-            }
-            std::fs::write(events.with_extension("jsonl"), lines)?;
-            std::fs::write(&events, serde_json::to_string(&w)?)?;
             eprintln!("bench: {server}, {queue} queue, +{latency} ms each way: this project ...");
             let rust = run_side("rust", &url, &events, fifo, &dynamodb, &work).await?;
             eprintln!("bench: {server}, {queue} queue, +{latency} ms each way: Powertools ...");
