@@ -3,26 +3,30 @@
 //! Without it, a failed record comes back after the queue's whole visibility timeout (at least 6x
 //! the function's timeout: minutes), however transient the failure. With [`VisibilityBackoff`]
 //! on a [`BatchProcessor`](crate::batch::BatchProcessor), each failed record's visibility is set
-//! to `min(base * 2^(ApproximateReceiveCount - 1), max)` plus up to a quarter more of jitter, in
-//! `ChangeMessageVisibilityBatch` calls of up to 10 entries (one call for a batch of 10). A record
-//! in progress in another invocation comes back when that invocation's lease ends instead, and a
-//! FIFO record that did not run because an earlier one of its group failed comes back with that
-//! one.
+//! to `min(base * 2^(attempt - 1), max)` plus up to a quarter more of jitter, in
+//! `ChangeMessageVisibilityBatch` calls of up to 10 entries (one call for a batch of 10).
 //!
-//! A failure of the call is logged; the records stay failed and come back after the queue's
-//! visibility timeout. The function needs `sqs:ChangeMessageVisibility` and `sqs:GetQueueUrl` on
-//! the queue.
+//! The attempt is the handler's own count of failures, kept by the idempotency store (see
+//! [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts)), never SQS's
+//! receive count, which grows for a FIFO record blocked behind a failing one without its running.
+//! A record in progress in another invocation comes back when that invocation's lease ends (up
+//! to SQS's 12-hour limit), and a FIFO record that did not run because an earlier one of its group
+//! failed comes back with that one.
+//!
+//! Each call is bounded by a timeout and by the time the processor has left; an entry SQS
+//! reports failed is retried once, then logged. Records whose visibility did not change come back
+//! after the queue's visibility timeout. The function needs `sqs:ChangeMessageVisibility` and
+//! `sqs:GetQueueUrl` on the queue.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use crate::batch::{BatchReport, RecordError};
-use crate::record::{Clock, SystemClock};
+use crate::outcome::RecordError;
 
 /// Longest visibility timeout SQS accepts: 12 hours.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
@@ -82,8 +86,8 @@ impl VisibilityBackoff {
         self
     }
 
-    /// The delay before the next receive of a record received `receive_count` times, without
-    /// jitter: `min(base * 2^(receive_count - 1), max)`.
+    /// The delay after a record's `attempt`-th failed attempt, without jitter:
+    /// `min(base * 2^(attempt - 1), max)`.
     ///
     /// ```
     /// # use lambda_idempotency::backoff::VisibilityBackoff;
@@ -93,85 +97,66 @@ impl VisibilityBackoff {
     /// let delays: Vec<_> = (1..=7).map(|n| backoff.delay(n).as_secs()).collect();
     /// assert_eq!(delays, [2, 4, 8, 16, 32, 60, 60]);
     /// ```
-    pub fn delay(&self, receive_count: u32) -> Duration {
-        let exponent = receive_count.saturating_sub(1).min(31);
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(31);
         self.base.saturating_mul(1 << exponent).min(self.max)
     }
 
-    /// The visibility timeout (whole seconds) for each failed record of `report`, by index.
-    pub fn timeouts<T>(
-        &self,
-        records: &[SqsMessage],
-        report: &BatchReport<T>,
-    ) -> Vec<(usize, i32)> {
-        let now_ms = SystemClock.now_ms();
-        let max_secs = self.max.as_secs().max(1) as i64;
-        let mut by_id: HashMap<&str, i32> = HashMap::new();
-        let mut out = Vec::new();
-        let mut blocked = Vec::new();
-        for r in report.failures() {
-            let Err(error) = &r.result else { continue };
-            let secs = match error {
-                RecordError::InProgress { lease_until_ms } => {
-                    ((lease_until_ms - now_ms + 999) / 1000).clamp(1, max_secs)
-                }
-                RecordError::GroupBlocked { failed, .. } | RecordError::BatchStopped { failed } => {
-                    blocked.push((r.index, failed.as_str()));
-                    continue;
-                }
-                _ => {
-                    // Visibility is in whole seconds: the jitter is too, from 0 to a quarter of
-                    // the delay rounded up (so that even a 1 s delay gets some).
-                    let d = self
-                        .delay(receive_count(&records[r.index]))
-                        .as_secs()
-                        .max(1) as i64;
-                    let spread = (d + 3) / 4;
-                    d + (crate::publish::random_u64() % (spread as u64 + 1)) as i64
-                }
-            };
-            let secs = secs as i32;
-            by_id.insert(r.message_id.as_str(), secs);
-            out.push((r.index, secs));
-        }
-        for (index, failed) in blocked {
-            let secs = by_id.get(failed).copied().unwrap_or_else(|| {
-                self.delay(receive_count(&records[index])).as_secs().max(1) as i32
-            });
-            out.push((index, secs));
-        }
-        out.sort_unstable();
-        out
+    /// The visibility timeout (whole seconds) for a record that failed with `error` on its
+    /// `attempt`-th attempt, at `now_ms`: the end of the lease of an invocation that holds its key
+    /// (at most 12 hours away), otherwise the backoff's delay plus jitter (from 0 to a quarter of
+    /// the delay, rounded up, so that even a 1 s delay gets some).
+    pub fn visibility(&self, error: &RecordError, attempt: u32, now_ms: i64) -> i32 {
+        let secs = match error.cause() {
+            RecordError::InProgress { lease_until_ms } => ((lease_until_ms - now_ms + 999) / 1000)
+                .clamp(1, MAX_VISIBILITY.as_secs() as i64),
+            _ => {
+                let d = self.delay(attempt).as_secs().max(1) as i64;
+                let spread = (d + 3) / 4;
+                d + (jitter_u64() % (spread as u64 + 1)) as i64
+            }
+        };
+        secs.min(MAX_VISIBILITY.as_secs() as i64) as i32
     }
 
-    /// Applies the backoff to the failed records of `report`; returns how many were changed.
-    pub async fn apply<T>(&self, records: &[SqsMessage], report: &BatchReport<T>) -> usize {
-        if !self.enabled {
-            return 0;
-        }
-        let timeouts = self.timeouts(records, report);
-        if timeouts.is_empty() {
+    /// Sets the visibility of `records[index]` to `secs` for each `(index, secs)`, in calls of up
+    /// to 10 entries, each bounded by `call_timeout` and all by `until`; entries SQS reports
+    /// failed are retried once. Returns how many changed.
+    pub async fn change(
+        &self,
+        records: &[SqsMessage],
+        visibility: &[(usize, i32)],
+        until: Option<SystemTime>,
+        call_timeout: Duration,
+    ) -> usize {
+        if !self.enabled || visibility.is_empty() {
             return 0;
         }
         let Some(arn) = records.first().and_then(|r| r.event_source_arn.as_deref()) else {
             tracing::warn!("no eventSourceARN: visibility backoff skipped");
             return 0;
         };
-        let queue_url = match self.queue_url(arn).await {
-            Ok(url) => url,
-            Err(e) => {
-                tracing::warn!(
-                    arn,
-                    error = e,
-                    "visibility backoff skipped: queue URL unknown"
-                );
+        let bound = |until: Option<SystemTime>| {
+            let left = until.map_or(Duration::MAX, |u| {
+                u.duration_since(SystemTime::now()).unwrap_or_default()
+            });
+            left.min(call_timeout)
+        };
+        let queue_url = match tokio::time::timeout(bound(until), self.queue_url(arn)).await {
+            Ok(Ok(url)) => url,
+            Ok(Err(e)) => {
+                tracing::warn!(arn, error = e, "visibility backoff skipped: queue URL unknown");
+                return 0;
+            }
+            Err(_) => {
+                tracing::warn!(arn, "visibility backoff skipped: no time left for GetQueueUrl");
                 return 0;
             }
         };
-        let entries: Vec<_> = timeouts
+        let entries: Vec<_> = visibility
             .iter()
             .filter_map(|&(index, secs)| {
-                let handle = records[index].receipt_handle.as_deref()?;
+                let handle = records.get(index)?.receipt_handle.as_deref()?;
                 ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(index.to_string())
                     .receipt_handle(handle)
@@ -182,26 +167,41 @@ impl VisibilityBackoff {
             .collect();
         let mut changed = 0;
         for chunk in entries.chunks(10) {
-            match self
-                .client
-                .change_message_visibility_batch()
-                .queue_url(&queue_url)
-                .set_entries(Some(chunk.to_vec()))
-                .send()
-                .await
-            {
-                Ok(output) => {
-                    changed += output.successful().len();
-                    for failed in output.failed() {
-                        tracing::warn!(
-                            entry = failed.id(),
-                            code = failed.code(),
-                            "visibility not changed"
-                        );
-                    }
+            let mut pending = chunk.to_vec();
+            for round in 0..2 {
+                if pending.is_empty() {
+                    break;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %DisplayErrorContext(&e), "ChangeMessageVisibilityBatch failed")
+                let call = self
+                    .client
+                    .change_message_visibility_batch()
+                    .queue_url(&queue_url)
+                    .set_entries(Some(pending.clone()))
+                    .send();
+                match tokio::time::timeout(bound(until), call).await {
+                    Ok(Ok(output)) => {
+                        changed += output.successful().len();
+                        let failed: Vec<_> = output.failed().iter().collect();
+                        for f in &failed {
+                            tracing::warn!(
+                                entry = f.id(),
+                                code = f.code(),
+                                retry = round == 0 && !f.sender_fault(),
+                                "visibility not changed"
+                            );
+                        }
+                        pending.retain(|e| {
+                            failed.iter().any(|f| f.id() == e.id() && !f.sender_fault())
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %DisplayErrorContext(&e), "ChangeMessageVisibilityBatch failed");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::warn!("ChangeMessageVisibilityBatch timed out: no time left");
+                        return changed;
+                    }
                 }
             }
         }
@@ -240,10 +240,15 @@ impl VisibilityBackoff {
     }
 }
 
-fn receive_count(record: &SqsMessage) -> u32 {
-    record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(1)
+/// A random number for the jitter.
+fn jitter_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    hasher.finish()
 }

@@ -1,11 +1,12 @@
-//! Permanent failures go straight to the dead-letter queue.
+//! Records that fail for good go to the dead-letter queue, right where they fail.
 //!
-//! A record that fails permanently ([`RecordError::is_permanent`]: the handler said so with a
-//! [`PermanentError`](crate::batch::PermanentError), the body does not deserialize, no key can
-//! be taken from it, or its key was used with another payload) would fail on every receive until
-//! the queue's `maxReceiveCount` moves it: with a [`DeadLetter`] on the
+//! A record that fails permanently ([`RecordError::is_permanent`](crate::outcome::RecordError::is_permanent):
+//! the handler said so with a [`PermanentError`](crate::outcome::PermanentError), the body does not
+//! deserialize, no key can be taken from it, or its key was used with another payload), or whose
+//! attempt budget is used up, would otherwise stay on the queue until its `maxReceiveCount`, and
+//! on a FIFO queue hold up every message of its group behind it: with a [`DeadLetter`] on the
 //! [`BatchProcessor`](crate::batch::BatchProcessor), it is sent to the dead-letter queue at once
-//! and acknowledged instead.
+//! and acknowledged, and the rest of its group runs on.
 //!
 //! The copy keeps the body, the message attributes and, for a FIFO queue, the message group, and
 //! carries three more attributes: `DeadLetterReason` (the error), `DeadLetterSourceMessageId` and
@@ -16,7 +17,6 @@ use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
-use crate::batch::{BatchReport, RecordError};
 use crate::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use crate::record::truncate_error;
 
@@ -60,8 +60,9 @@ impl DeadLetter {
         self.publisher.queue_url()
     }
 
-    /// The copy of `record` for the dead-letter queue, or why there is none.
-    pub fn message_for(&self, record: &SqsMessage, error: &RecordError) -> Result<Message, String> {
+    /// The copy of `record` for the dead-letter queue, with `reason` in its
+    /// [`REASON_ATTRIBUTE`], or why there is none.
+    pub fn message_for(&self, record: &SqsMessage, reason: &str) -> Result<Message, String> {
         let body = record
             .body
             .clone()
@@ -109,7 +110,7 @@ impl DeadLetter {
             }
         }
         message
-            .with_attribute(REASON_ATTRIBUTE, truncate_error(&error.to_string()))
+            .with_attribute(REASON_ATTRIBUTE, truncate_error(reason))
             .and_then(|m| m.with_attribute(SOURCE_MESSAGE_ID_ATTRIBUTE, message_id))
             .and_then(|m| {
                 m.with_attribute(
@@ -123,50 +124,13 @@ impl DeadLetter {
             .map_err(|e| e.to_string())
     }
 
-    /// Sends the permanently failed records of `report` and marks those sent as dead-lettered.
-    pub async fn apply<T>(&self, records: &[SqsMessage], report: &mut BatchReport<T>) {
-        let mut candidates = Vec::new();
-        let mut messages = Vec::new();
-        for (position, r) in report.records.iter().enumerate() {
-            let Err(error) = &r.result else { continue };
-            if !error.is_permanent() {
-                continue;
-            }
-            match self.message_for(&records[r.index], error) {
-                Ok(message) => {
-                    candidates.push(position);
-                    messages.push(message);
-                }
-                Err(why) => tracing::warn!(
-                    message_id = r.message_id,
-                    why,
-                    "permanent failure not sent to the dead-letter queue; it stays failed"
-                ),
-            }
-        }
-        if messages.is_empty() {
-            return;
-        }
-        for (position, sent) in candidates
-            .into_iter()
-            .zip(self.publisher.send_all(messages).await)
-        {
-            let record = &mut report.records[position];
-            match sent {
-                Ok(_) => {
-                    tracing::warn!(
-                        message_id = record.message_id,
-                        queue = self.queue_url(),
-                        "moved to the dead-letter queue"
-                    );
-                    record.dead_lettered = true;
-                }
-                Err(e) => tracing::warn!(
-                    message_id = record.message_id,
-                    error = %e,
-                    "could not move to the dead-letter queue; reported failed"
-                ),
-            }
-        }
+    /// Sends the copy of `record` (see [`message_for`](Self::message_for)).
+    pub async fn send(&self, record: &SqsMessage, reason: &str) -> Result<(), String> {
+        let message = self.message_for(record, reason)?;
+        self.publisher
+            .send(message)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }

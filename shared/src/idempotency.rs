@@ -12,17 +12,20 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::key::{sha256_hex, stored_key};
-use crate::record::{Clock, Record, Status, SystemClock, system_time_ms};
-use crate::store::{Backend, Put, StoreError, Update};
+use crate::outcome::panic_message;
+use crate::record::{Clock, Record, Status, SystemClock, new_owner_token, system_time_ms};
+use crate::store::{Backend, Put, StoreError, Update, Updated};
 
-/// Largest DynamoDB item, in bytes. A result that would make the record larger is not stored.
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+pub use crate::store::MAX_ITEM_BYTES;
 
 /// Default time a completed record blocks duplicates: 24 hours.
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Default lease when the caller knows no deadline: 60 seconds.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// Tries of [`Idempotency::complete_with_retries`].
+pub const COMPLETE_ATTEMPTS: u32 = 4;
 
 /// What [`Idempotency::acquire`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,12 +63,15 @@ pub enum AcquireError {
 }
 
 /// Proof that the caller holds a key: given by [`Acquired::Started`], taken by
-/// [`Idempotency::complete`] and [`Idempotency::fail`].
+/// [`Idempotency::complete`] and [`Idempotency::fail`], which apply only while the record still
+/// carries this lease's owner token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     key: String,
     stored_key: String,
     lease_until_ms: i64,
+    owner: String,
+    attempts: u32,
 }
 
 impl Lease {
@@ -83,6 +89,16 @@ impl Lease {
     pub fn lease_until_ms(&self) -> i64 {
         self.lease_until_ms
     }
+
+    /// The owner token this attempt wrote (see [`Record::owner`]).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// How many attempts at this key failed before this one: this is attempt `attempts() + 1`.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
 }
 
 /// What [`Idempotency::run`] did.
@@ -93,6 +109,10 @@ pub enum Outcome<T> {
     /// The work had run before; this is the stored result (`None` when none was stored or it was
     /// too large to store).
     Replayed(Option<T>),
+    /// The work ran now, but marking its record completed failed, even after retries (the error is
+    /// logged). Its effects happened: do not run it again. A duplicate arriving after the lease
+    /// ends would run it again, as after a crash.
+    RanNotRecorded(T),
 }
 
 /// Why [`Idempotency::run`] did not give a result.
@@ -247,11 +267,16 @@ impl<B: Backend> Idempotency<B> {
     ) -> Result<Acquired, AcquireError> {
         let now_ms = self.clock.now_ms();
         let lease_until_ms = self.lease_end(now_ms, deadline);
+        let owner = new_owner_token();
         let record = Record {
             key: self.stored_key(key),
             status: Status::InProgress,
-            expires_at: self.expires_at(now_ms),
-            lease_until_ms,
+            // An in-progress record never expires before its lease ends.
+            expires_at: self
+                .expires_at(now_ms)
+                .max(lease_until_ms.div_euclid(1000) + 1),
+            lease_until_ms: Some(lease_until_ms),
+            owner: Some(owner.clone()),
             payload_hash: payload_hash.to_owned(),
             attempts: 0,
             last_error: None,
@@ -259,36 +284,42 @@ impl<B: Backend> Idempotency<B> {
             result_omitted: false,
         };
         match self.backend.put(&record, now_ms).await? {
-            Put::Written => Ok(Acquired::Started(Lease {
+            Put::Written { attempts } => Ok(Acquired::Started(Lease {
                 key: key.to_owned(),
                 stored_key: record.key,
                 lease_until_ms,
+                owner,
+                attempts,
             })),
             Put::Exists(existing) => classify(key, existing, payload_hash, now_ms),
         }
     }
 
-    /// Marks the work done, storing `result` (JSON) when given. A result too large for one
-    /// DynamoDB item is not stored: the record says so and a warning is logged, and the call
-    /// still succeeds.
-    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), StoreError> {
+    /// Marks the work done, storing `result` (JSON) when given. A result too large for the
+    /// backend's item limit (with every other attribute at its largest) is not stored: the record
+    /// says so and a warning is logged, and the call still succeeds.
+    ///
+    /// Fenced: [`Updated::NotApplied`] when the record no longer carries this lease (another
+    /// attempt took it over after the lease ended); nothing is changed then.
+    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<Updated, StoreError> {
         let now_ms = self.clock.now_ms();
         let mut result = result.map(str::to_owned);
         let mut result_omitted = false;
-        if let Some(r) = &result {
-            let size = lease.stored_key.len() + 64 + 200 + r.len();
-            if size > MAX_ITEM_BYTES {
+        if let (Some(r), Some(max)) = (&result, self.backend.max_result_bytes(&lease.stored_key)) {
+            if r.len() > max {
                 tracing::warn!(
                     key = lease.key,
                     result_bytes = r.len(),
-                    "result too large for the idempotency record ({MAX_ITEM_BYTES} bytes per item): \
-                     not stored; duplicates will be skipped without it"
+                    max_bytes = max,
+                    "result too large for the idempotency record: not stored; \
+                     duplicates will be skipped without it"
                 );
                 result = None;
                 result_omitted = true;
             }
         }
         let update = Update::Complete {
+            owner: lease.owner.clone(),
             expires_at: self.expires_at(now_ms),
             result,
             result_omitted,
@@ -296,13 +327,55 @@ impl<B: Backend> Idempotency<B> {
         self.backend.update(&lease.stored_key, &update).await
     }
 
+    /// [`complete`](Self::complete), retried with backoff (50 ms doubling, at most
+    /// [`COMPLETE_ATTEMPTS`] tries) while the store fails and `until` (if given) leaves time for
+    /// another try. The last error is returned when every try failed.
+    pub async fn complete_with_retries(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+        until: Option<SystemTime>,
+    ) -> Result<Updated, StoreError> {
+        let mut delay = Duration::from_millis(50);
+        let mut tries = 1;
+        loop {
+            match self.complete(lease, result).await {
+                Ok(updated) => return Ok(updated),
+                Err(e) => {
+                    let room = until.is_none_or(|until| {
+                        system_time_ms(until) - self.clock.now_ms() > 2 * delay.as_millis() as i64
+                    });
+                    if tries >= COMPLETE_ATTEMPTS || !room {
+                        return Err(e);
+                    }
+                    tracing::warn!(key = lease.key, error = %e, tries, "completion failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    tries += 1;
+                }
+            }
+        }
+    }
+
     /// Marks the attempt failed: one more failed attempt, the error stored (truncated). The next
-    /// delivery may acquire the key again.
-    pub async fn fail(&self, lease: &Lease, error: &str) -> Result<(), StoreError> {
+    /// delivery may acquire the key again. [`Updated::Applied`] carries the record's failed
+    /// attempts after this one (the backend returns them in the same request).
+    ///
+    /// Fenced like [`complete`](Self::complete).
+    pub async fn fail(&self, lease: &Lease, error: &str) -> Result<Updated, StoreError> {
         let update = Update::Fail {
+            owner: lease.owner.clone(),
             error: error.to_owned(),
         };
         self.backend.update(&lease.stored_key, &update).await
+    }
+
+    /// Sets the failed attempts of `key`'s record back to 0, when it is failed: its message went
+    /// to the dead-letter queue, and a redrive starts a new attempt budget.
+    pub async fn reset_attempts(&self, key: &str) -> Result<Updated, StoreError> {
+        self.backend
+            .update(&self.stored_key(key), &Update::ResetAttempts)
+            .await
     }
 
     /// Reads the record of `key` (expired or not).
@@ -319,7 +392,9 @@ impl<B: Backend> Idempotency<B> {
     /// result (JSON) and returns it; a duplicate gets the stored result without running `work`.
     ///
     /// A failure is recorded and returned, and the key may be acquired again. A panic in `work` is
-    /// recorded as a failure and then resumed.
+    /// recorded as a failure and then resumed. When `work` succeeded but its completion could not
+    /// be recorded (after retries until `deadline`), the result is
+    /// [`Outcome::RanNotRecorded`], never an error that would invite running it again.
     pub async fn run<T, E, F, Fut>(
         &self,
         key: &str,
@@ -352,10 +427,24 @@ impl<B: Backend> Idempotency<B> {
         match AssertUnwindSafe(work()).catch_unwind().await {
             Ok(Ok(value)) => {
                 let json = serde_json::to_string(&value).ok().filter(|j| j != "null");
-                self.complete(&lease, json.as_deref())
+                match self
+                    .complete_with_retries(&lease, json.as_deref(), deadline)
                     .await
-                    .map_err(RunError::Store)?;
-                Ok(Outcome::Ran(value))
+                {
+                    Ok(Updated::Applied { .. }) => Ok(Outcome::Ran(value)),
+                    Ok(Updated::NotApplied) => {
+                        tracing::warn!(
+                            key,
+                            "ran, but another attempt took the key over after this one's lease \
+                             ended: its record was left as it is"
+                        );
+                        Ok(Outcome::RanNotRecorded(value))
+                    }
+                    Err(e) => {
+                        tracing::error!(key, error = %e, "ran, but the completion could not be recorded");
+                        Ok(Outcome::RanNotRecorded(value))
+                    }
+                }
             }
             Ok(Err(e)) => {
                 if let Err(store) = self.fail(&lease, &e.to_string()).await {
@@ -364,7 +453,7 @@ impl<B: Backend> Idempotency<B> {
                 Err(RunError::Failed(e))
             }
             Err(panic) => {
-                let message = crate::batch::panic_message(&panic);
+                let message = panic_message(&panic);
                 if let Err(store) = self.fail(&lease, &format!("panicked: {message}")).await {
                     tracing::warn!(key, error = %store, "could not record the panic");
                 }
@@ -405,7 +494,9 @@ fn classify(
         // A failed record or ended lease only blocks when another attempt replaced it between
         // our clock reading and the write: report it as held, to be retried.
         Status::InProgress | Status::Failed => Acquired::InProgress {
-            lease_until_ms: existing.lease_until_ms,
+            lease_until_ms: existing
+                .lease_until_ms
+                .unwrap_or(existing.expires_at.saturating_mul(1000)),
         },
     })
 }

@@ -45,6 +45,7 @@ pub mod dead_letter;
 pub mod idempotency;
 pub mod key;
 pub mod metrics;
+pub mod outcome;
 pub mod publish;
 pub mod record;
 pub mod store;

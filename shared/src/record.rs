@@ -56,8 +56,12 @@ pub struct Record {
     /// expired record is replaceable even while the TTL sweeper has not deleted it yet.
     pub expires_at: i64,
     /// When the in-progress attempt's lease ends, in epoch milliseconds: the Lambda deadline of
-    /// the invocation that holds it.
-    pub lease_until_ms: i64,
+    /// the invocation that holds it. `None` for a record written without one (by another tool):
+    /// such a lease lasts until the record expires.
+    pub lease_until_ms: Option<i64>,
+    /// The token of the attempt that wrote the record last. Completing or failing a record is
+    /// conditional on it (fencing): an attempt whose lease was taken over changes nothing.
+    pub owner: Option<String>,
     /// SHA-256 (hex) of the payload the key was first seen with.
     pub payload_hash: String,
     /// How many attempts have failed.
@@ -75,23 +79,29 @@ pub const MAX_ERROR_LEN: usize = 1024;
 
 impl Record {
     /// True when a new attempt carrying `payload_hash` may take this key over at `now_ms`:
-    /// the record has expired, or it carries the same payload and either its lease has ended
-    /// (in progress) or it failed.
+    /// no lease holds it ([`Record::is_held`]), and either the record has expired or it carries
+    /// the same payload and is not completed.
     ///
     /// A completed record that has not expired is never replaceable, and neither is a record of
-    /// another payload: that is a payload mismatch for the caller.
+    /// another payload: that is a payload mismatch for the caller. An in-progress record never
+    /// expires before its lease ends.
     pub fn is_replaceable_by(&self, payload_hash: &str, now_ms: i64) -> bool {
-        if self.is_expired(now_ms) {
-            return true;
-        }
-        if self.payload_hash != payload_hash {
+        if self.is_held(now_ms) {
             return false;
         }
-        match self.status {
-            Status::InProgress => self.lease_until_ms < now_ms,
-            Status::Failed => true,
-            Status::Completed => false,
-        }
+        self.is_expired(now_ms)
+            || (self.payload_hash == payload_hash && self.status != Status::Completed)
+    }
+
+    /// True while an in-progress attempt's lease holds the record at `now_ms`: until
+    /// [`lease_until_ms`](Record::lease_until_ms), or, for a record without a lease, until it
+    /// expires.
+    pub fn is_held(&self, now_ms: i64) -> bool {
+        self.status == Status::InProgress
+            && match self.lease_until_ms {
+                Some(lease) => lease >= now_ms,
+                None => !self.is_expired(now_ms),
+            }
     }
 
     /// True when the record's expiry (epoch seconds) has passed at `now_ms`.
@@ -99,16 +109,21 @@ impl Record {
         self.expires_at < now_ms.div_euclid(1000)
     }
 
-    /// Rough size of the record as a DynamoDB item, attribute names included.
-    pub fn approximate_size(&self) -> usize {
-        const OVERHEAD: usize = 200; // attribute names and numbers
-        OVERHEAD
-            + self.key.len()
-            + self.payload_hash.len()
-            + self.last_error.as_ref().map_or(0, String::len)
-            + self.result.as_ref().map_or(0, String::len)
-    }
 }
+
+/// A new random owner token (32 hex characters) for one attempt: see [`Record::owner`].
+pub fn new_owner_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = || {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_i64(SystemClock.now_ms());
+        hasher.finish()
+    };
+    format!("{:016x}{:016x}", random(), random())
+}
+
+/// Length of the tokens made by [`new_owner_token`].
+pub const OWNER_TOKEN_LEN: usize = 32;
 
 /// Truncates an error message to at most [`MAX_ERROR_LEN`] bytes, on a character boundary.
 pub fn truncate_error(message: &str) -> String {
@@ -197,7 +212,8 @@ mod tests {
             key: "k".into(),
             status,
             expires_at: 100,
-            lease_until_ms: 50_000,
+            lease_until_ms: Some(50_000),
+            owner: Some("t".into()),
             payload_hash: "h".into(),
             attempts: 0,
             last_error: None,
@@ -236,6 +252,27 @@ mod tests {
         let r = record(Status::InProgress);
         assert!(!r.is_replaceable_by("other", 60_000));
         assert!(r.is_replaceable_by("other", 101_000));
+    }
+
+    #[test]
+    fn in_progress_never_expires_before_its_lease_ends() {
+        let mut r = record(Status::InProgress);
+        r.lease_until_ms = Some(200_000);
+        assert!(!r.is_replaceable_by("h", 150_000), "expired, but leased");
+        assert!(!r.is_replaceable_by("other", 150_000));
+        assert!(r.is_replaceable_by("other", 200_001));
+    }
+
+    #[test]
+    fn a_record_without_a_lease_is_held_until_it_expires() {
+        let mut r = record(Status::InProgress);
+        r.lease_until_ms = None;
+        assert!(r.is_held(100_999));
+        assert!(!r.is_replaceable_by("h", 100_999));
+        assert!(r.is_replaceable_by("h", 101_000));
+        r.status = Status::Failed;
+        assert!(!r.is_held(0), "only an in-progress record is held");
+        assert!(r.is_replaceable_by("h", 0));
     }
 
     #[test]

@@ -3,10 +3,13 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::{Backend, Put, StoreError, Update};
-use crate::record::{Record, Status, truncate_error};
+use super::{Backend, Put, StoreError, Update, Updated};
+use crate::record::{MAX_ERROR_LEN, OWNER_TOKEN_LEN, Record, Status, truncate_error};
+
+/// Largest DynamoDB item: 400 KB, attribute names included.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 
 /// Attribute names of the idempotency table. The defaults:
 ///
@@ -21,6 +24,7 @@ use crate::record::{Record, Status, truncate_error};
 /// | last error | `last_error` | S |
 /// | stored result | `data` | S, JSON |
 /// | result too large to store | `result_omitted` | BOOL |
+/// | owner token of the attempt that wrote it last | `owner` | S |
 ///
 /// `id`, `expiration` and `in_progress_expiration` are the names AWS Lambda Powertools uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +47,25 @@ pub struct Attributes {
     pub result: String,
     /// Result too large to store.
     pub result_omitted: String,
+    /// Owner token (fencing).
+    pub owner: String,
+}
+
+impl Attributes {
+    fn all(&self) -> [&str; 10] {
+        [
+            &self.key,
+            &self.status,
+            &self.expiry,
+            &self.lease,
+            &self.payload_hash,
+            &self.attempts,
+            &self.last_error,
+            &self.result,
+            &self.result_omitted,
+            &self.owner,
+        ]
+    }
 }
 
 impl Default for Attributes {
@@ -57,6 +80,7 @@ impl Default for Attributes {
             last_error: "last_error".into(),
             result: "data".into(),
             result_omitted: "result_omitted".into(),
+            owner: "owner".into(),
         }
     }
 }
@@ -129,6 +153,7 @@ impl DynamoDbBackend {
                     "#err" => &a.last_error,
                     "#result" => &a.result,
                     "#omitted" => &a.result_omitted,
+                    "#owner" => &a.owner,
                     other => unreachable!("unknown placeholder {other}"),
                 };
                 (p.to_owned(), attribute.clone())
@@ -177,7 +202,8 @@ impl DynamoDbBackend {
             status,
             expires_at: number(&a.expiry)?
                 .ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
-            lease_until_ms: number(&a.lease)?.unwrap_or(0),
+            lease_until_ms: number(&a.lease)?,
+            owner: string(&a.owner),
             payload_hash: string(&a.payload_hash).unwrap_or_default(),
             attempts: u32::try_from(number(&a.attempts)?.unwrap_or(0)).unwrap_or(u32::MAX),
             last_error: string(&a.last_error),
@@ -209,6 +235,22 @@ where
     }
 }
 
+/// The largest result a record of `key` can carry within [`MAX_ITEM_BYTES`], with every other
+/// attribute at its largest. DynamoDB counts every attribute's name and value: strings by their
+/// UTF-8 bytes, numbers at up to 21 bytes, booleans 1 byte.
+pub fn max_result_bytes(attributes: &Attributes, key: &str) -> usize {
+    const NUMBER: usize = 21;
+    let names: usize = attributes.all().iter().map(|n| n.len()).sum();
+    let values = key.len()
+        + Status::InProgress.as_str().len()
+        + 3 * NUMBER // expiry, lease, attempts
+        + 64 // payload hash, SHA-256 hex
+        + MAX_ERROR_LEN
+        + 1 // result_omitted
+        + OWNER_TOKEN_LEN;
+    MAX_ITEM_BYTES.saturating_sub(names + values)
+}
+
 fn n(value: impl ToString) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
@@ -217,44 +259,81 @@ fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
-impl Backend for DynamoDbBackend {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
-        // Mirrors Record::is_replaceable_by.
-        const CONDITION: &str = "attribute_not_exists(#key) OR #exp < :now_s \
-             OR (#hash = :hash AND ((#status = :in_progress AND #lease < :now_ms) OR #status = :failed))";
-        let result = self
+/// The condition under which an acquire replaces the stored record; mirrors
+/// [`Record::is_replaceable_by`] (a missing lease holds until the record expires, as
+/// [`Record::is_held`] says).
+const NOT_HELD: &str = "NOT (#status = :in_progress AND (#lease >= :now_ms \
+     OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
+
+impl DynamoDbBackend {
+    /// One acquire: `expired` chooses between replacing a live record of the same payload (keeps
+    /// its attempts and last error) and replacing an expired record (resets them).
+    async fn acquire(
+        &self,
+        record: &Record,
+        now_ms: i64,
+        expired: bool,
+    ) -> Result<Put, StoreError> {
+        let (condition, update) = if expired {
+            (
+                format!("{NOT_HELD} AND #exp < :now_s"),
+                "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \
+                 #owner = :owner, #attempts = :zero REMOVE #result, #omitted, #err",
+            )
+        } else {
+            (
+                format!(
+                    "attribute_not_exists(#key) OR ({NOT_HELD} AND #exp >= :now_s AND #hash = :hash \
+                     AND (#status = :in_progress OR #status = :failed))"
+                ),
+                "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \
+                 #owner = :owner, #attempts = if_not_exists(#attempts, :zero) REMOVE #result, #omitted",
+            )
+        };
+        let mut placeholders = vec![
+            "#key", "#exp", "#hash", "#status", "#lease", "#attempts", "#result", "#omitted",
+            "#owner",
+        ];
+        let mut request = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_value(&record.key)))
-            .update_expression(
-                "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \
-                 #attempts = if_not_exists(#attempts, :zero) REMOVE #result, #omitted",
-            )
-            .condition_expression(CONDITION)
-            .set_expression_attribute_names(Some(self.names(&[
-                "#key",
-                "#exp",
-                "#hash",
-                "#status",
-                "#lease",
-                "#attempts",
-                "#result",
-                "#omitted",
-            ])))
+            .update_expression(update)
+            .condition_expression(condition)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
             .expression_attribute_values(":exp", n(record.expires_at))
-            .expression_attribute_values(":lease", n(record.lease_until_ms))
+            .expression_attribute_values(
+                ":lease",
+                n(record.lease_until_ms.unwrap_or(record.expires_at * 1000)),
+            )
             .expression_attribute_values(":hash", s(&record.payload_hash))
+            .expression_attribute_values(":owner", s(record.owner.as_deref().unwrap_or_default()))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
             .expression_attribute_values(":now_ms", n(now_ms))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_values(ReturnValue::UpdatedNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if expired {
+            placeholders.retain(|p| *p != "#key");
+            placeholders.push("#err");
+        } else {
+            request = request.expression_attribute_values(":failed", s(Status::Failed.as_str()));
+        }
+        let result = request
+            .set_expression_attribute_names(Some(self.names(&placeholders)))
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Put::Written),
+            Ok(output) => {
+                let attempts = output
+                    .attributes()
+                    .and_then(|a| a.get(&self.attributes.attempts))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                Ok(Put::Written { attempts })
+            }
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
@@ -263,6 +342,12 @@ impl Backend for DynamoDbBackend {
                 };
                 match failed.item() {
                     Some(item) => Ok(Put::Exists(self.record_from_item(item)?)),
+                    None if expired => Ok(Put::Exists(Record {
+                        // Deleted between the two requests: report it as held, to be retried.
+                        status: Status::InProgress,
+                        lease_until_ms: Some(now_ms),
+                        ..record.clone()
+                    })),
                     None => Err(StoreError::Malformed {
                         key: record.key.clone(),
                         reason: "the conditional write failed but returned no item \
@@ -272,6 +357,21 @@ impl Backend for DynamoDbBackend {
                 }
             }
             Err(e) => Err(request_error("UpdateItem", e)),
+        }
+    }
+}
+
+impl Backend for DynamoDbBackend {
+    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+        match self.acquire(record, now_ms, false).await? {
+            Put::Exists(existing)
+                if existing.is_expired(now_ms) && !existing.is_held(now_ms) =>
+            {
+                // Rare: an expired record the TTL sweeper has not deleted yet. A second
+                // conditional write replaces it and starts its attempts again.
+                self.acquire(record, now_ms, true).await
+            }
+            other => Ok(other),
         }
     }
 
@@ -291,20 +391,24 @@ impl Backend for DynamoDbBackend {
             .transpose()
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<(), StoreError> {
+    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
         let request = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_value(key)));
+        const HELD: &str = "#status = :in_progress AND #owner = :owner";
         let (request, placeholders): (_, &[&str]) = match update {
             Update::Complete {
+                owner,
                 expires_at,
                 result,
                 result_omitted,
             } => {
                 let request = request
-                    .condition_expression("attribute_exists(#key)")
+                    .condition_expression(HELD)
+                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                    .expression_attribute_values(":owner", s(owner))
                     .expression_attribute_values(":status", s(Status::Completed.as_str()))
                     .expression_attribute_values(":exp", n(expires_at))
                     .expression_attribute_values(":omitted", AttributeValue::Bool(*result_omitted));
@@ -314,17 +418,27 @@ impl Backend for DynamoDbBackend {
                         .expression_attribute_values(":result", s(result)),
                     None => request.update_expression("SET #status = :status, #exp = :exp, #omitted = :omitted REMOVE #result"),
                 };
-                (request, &["#key", "#status", "#exp", "#omitted", "#result"])
+                (request, &["#status", "#owner", "#exp", "#omitted", "#result"])
             }
-            Update::Fail { error } => {
+            Update::Fail { owner, error } => {
                 let request = request
-                    .condition_expression("attribute_exists(#key) AND #status <> :completed")
+                    .condition_expression(HELD)
                     .update_expression("SET #status = :failed, #err = :err ADD #attempts :one")
+                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                    .expression_attribute_values(":owner", s(owner))
                     .expression_attribute_values(":failed", s(Status::Failed.as_str()))
-                    .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                     .expression_attribute_values(":err", s(&truncate_error(error)))
-                    .expression_attribute_values(":one", n(1));
-                (request, &["#key", "#status", "#attempts", "#err"])
+                    .expression_attribute_values(":one", n(1))
+                    .return_values(ReturnValue::UpdatedNew);
+                (request, &["#status", "#owner", "#attempts", "#err"])
+            }
+            Update::ResetAttempts => {
+                let request = request
+                    .condition_expression("#status = :failed")
+                    .update_expression("SET #attempts = :zero")
+                    .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+                    .expression_attribute_values(":zero", n(0));
+                (request, &["#status", "#attempts"])
             }
         };
         match request
@@ -332,19 +446,28 @@ impl Backend for DynamoDbBackend {
             .send()
             .await
         {
-            Ok(_) => Ok(()),
-            // The record is gone, or already completed by another attempt: nothing to change.
+            Ok(output) => Ok(Updated::Applied {
+                attempts: output
+                    .attributes()
+                    .and_then(|a| a.get(&self.attributes.attempts))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse().ok()),
+            }),
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
                 tracing::debug!(
                     key,
-                    "idempotency record not updated: it is gone or already completed"
+                    "idempotency record not updated: it is gone, completed, or held by another attempt"
                 );
-                Ok(())
+                Ok(Updated::NotApplied)
             }
             Err(e) => Err(request_error("UpdateItem", e)),
         }
+    }
+
+    fn max_result_bytes(&self, key: &str) -> Option<usize> {
+        Some(max_result_bytes(&self.attributes, key))
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Backend, Put, StoreError, Update};
+use super::{Backend, Put, StoreError, Update, Updated};
 use crate::record::{Record, Status, truncate_error};
 
 /// A backend that keeps records in this process's memory. **For unit tests only.**
@@ -44,48 +44,75 @@ impl Backend for InMemoryBackend {
     async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
         let mut records = self.lock();
         let mut new = record.clone();
+        new.attempts = 0;
+        new.last_error = None;
         if let Some(old) = records.get(&record.key) {
             if !old.is_replaceable_by(&record.payload_hash, now_ms) {
                 return Ok(Put::Exists(old.clone()));
             }
-            new.attempts = old.attempts;
-            new.last_error = old.last_error.clone();
+            if !old.is_expired(now_ms) {
+                new.attempts = old.attempts;
+                new.last_error = old.last_error.clone();
+            }
         }
         new.result = None;
         new.result_omitted = false;
+        let attempts = new.attempts;
         records.insert(new.key.clone(), new);
-        Ok(Put::Written)
+        Ok(Put::Written { attempts })
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         Ok(self.lock().get(key).cloned())
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<(), StoreError> {
+    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
         let mut records = self.lock();
         let Some(record) = records.get_mut(key) else {
-            return Ok(());
+            return Ok(Updated::NotApplied);
+        };
+        let held_by = |record: &Record, owner: &str| {
+            record.status == Status::InProgress && record.owner.as_deref() == Some(owner)
         };
         match update {
             Update::Complete {
+                owner,
                 expires_at,
                 result,
                 result_omitted,
             } => {
+                if !held_by(record, owner) {
+                    return Ok(Updated::NotApplied);
+                }
                 record.status = Status::Completed;
                 record.expires_at = *expires_at;
                 record.result = result.clone();
                 record.result_omitted = *result_omitted;
             }
-            Update::Fail { error } => {
-                if record.status != Status::Completed {
-                    record.status = Status::Failed;
-                    record.attempts += 1;
-                    record.last_error = Some(truncate_error(error));
+            Update::Fail { owner, error } => {
+                if !held_by(record, owner) {
+                    return Ok(Updated::NotApplied);
                 }
+                record.status = Status::Failed;
+                record.attempts += 1;
+                record.last_error = Some(truncate_error(error));
+            }
+            Update::ResetAttempts => {
+                if record.status != Status::Failed {
+                    return Ok(Updated::NotApplied);
+                }
+                record.attempts = 0;
             }
         }
-        Ok(())
+        Ok(Updated::Applied {
+            attempts: Some(record.attempts),
+        })
+    }
+
+    /// The same limit as [`super::DynamoDbBackend`] with its default attribute names, so that
+    /// unit tests see what a function would.
+    fn max_result_bytes(&self, key: &str) -> Option<usize> {
+        Some(super::max_result_bytes(&super::Attributes::default(), key))
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

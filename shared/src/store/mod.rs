@@ -14,7 +14,7 @@ mod memory;
 
 use std::future::Future;
 
-pub use dynamodb::{Attributes, DynamoDbBackend};
+pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
 pub use memory::InMemoryBackend;
 
 use crate::record::Record;
@@ -26,16 +26,26 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Put {
     /// The record was written: the caller holds the key.
-    Written,
+    Written {
+        /// Failed attempts the record carries: kept from the record it replaced, unless that
+        /// one had expired (then 0).
+        attempts: u32,
+    },
     /// A record that is not replaceable holds the key; here it is, as stored.
     Exists(Record),
 }
 
 /// A change to a stored record.
+///
+/// [`Update::Complete`] and [`Update::Fail`] are fenced: they apply only while the record is in
+/// progress and carries the caller's `owner` token, so an attempt whose lease ended and was taken
+/// over by another cannot overwrite that one's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
     /// Marks the record completed, with a new expiry and the result, if one is stored.
     Complete {
+        /// The token of the attempt that holds the record.
+        owner: String,
         /// New expiry, epoch seconds.
         expires_at: i64,
         /// The result to store (JSON), if any.
@@ -44,11 +54,29 @@ pub enum Update {
         result_omitted: bool,
     },
     /// Marks the record failed, adds one to its attempts and stores the (truncated) error.
-    /// A completed record is left as it is.
     Fail {
+        /// The token of the attempt that holds the record.
+        owner: String,
         /// The error message.
         error: String,
     },
+    /// Sets a failed record's attempts back to 0 (its message went to the dead-letter queue, so
+    /// a redrive starts a new budget); the last error stays. Applies only to a failed record.
+    ResetAttempts,
+}
+
+/// What [`Backend::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Updated {
+    /// The update applied.
+    Applied {
+        /// The record's failed attempts after the update, when the backend returns them (every
+        /// backend does for [`Update::Fail`]).
+        attempts: Option<u32>,
+    },
+    /// Nothing changed: the record is gone, or no longer in the state the update requires (for a
+    /// fenced update: another attempt holds it now, or it is completed).
+    NotApplied,
 }
 
 /// A backend's failure. The engine never treats one as success.
@@ -82,9 +110,11 @@ pub trait Backend: Send + Sync {
     /// Writes `record` (an in-progress record) unless a record that is not replaceable holds its
     /// key, in one atomic step. A stored record is replaceable when
     /// [`Record::is_replaceable_by`]`(&record.payload_hash, now_ms)` is true; the new record keeps
-    /// the stored record's `attempts` and `last_error`, and clears its result.
+    /// the stored record's `attempts` and `last_error` (both reset when the stored record has
+    /// expired), and clears its result.
     ///
-    /// When the key is held, returns [`Put::Exists`] with the stored record (no second request).
+    /// When the key is held, returns [`Put::Exists`] with the stored record (no second request
+    /// for a live record; replacing an expired one may take a second, conditional, request).
     fn put(
         &self,
         record: &Record,
@@ -94,12 +124,20 @@ pub trait Backend: Send + Sync {
     /// Reads the record of `key`, expired or not.
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
-    /// Applies `update` to the record of `key`, in one request.
+    /// Applies `update` to the record of `key`, in one request, under the update's condition.
     fn update(
         &self,
         key: &str,
         update: &Update,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<Updated, StoreError>> + Send;
+
+    /// The largest stored result (bytes of JSON) a record of `key` can carry, with every other
+    /// attribute at its largest (a last error of [`MAX_ERROR_LEN`](crate::record::MAX_ERROR_LEN)
+    /// bytes included); `None` when the backend has no item size limit.
+    fn max_result_bytes(&self, key: &str) -> Option<usize> {
+        let _ = key;
+        None
+    }
 
     /// Deletes the record of `key`, if there is one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -120,8 +158,11 @@ impl<B: Backend> Backend for std::sync::Arc<B> {
         &self,
         key: &str,
         update: &Update,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    ) -> impl Future<Output = Result<Updated, StoreError>> + Send {
         (**self).update(key, update)
+    }
+    fn max_result_bytes(&self, key: &str) -> Option<usize> {
+        (**self).max_result_bytes(key)
     }
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).delete(key)

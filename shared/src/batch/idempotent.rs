@@ -1,0 +1,243 @@
+//! The [`Idempotent`] wrapper: a handler that runs its inner handler at most once per
+//! idempotency key, in effect.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::SqsMessage;
+use futures_util::FutureExt;
+use serde::Serialize;
+
+use super::{RecordContext, RecordHandler};
+use crate::idempotency::{AcquireError, Acquired, Idempotency, Lease};
+use crate::key::KeyConfig;
+use crate::outcome::{RecordError, panic_message};
+use crate::store::{Backend, Updated};
+
+/// What an [`Idempotent`] handler did with a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deduplicated<T> {
+    /// The inner handler ran; its output is stored as the record's result.
+    Processed(T),
+    /// The record's key was completed before: the inner handler did not run.
+    Duplicate {
+        /// The stored result (JSON), if any.
+        stored: Option<String>,
+    },
+}
+
+impl<T> Deduplicated<T> {
+    /// True for a skipped duplicate.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, Deduplicated::Duplicate { .. })
+    }
+}
+
+/// A handler that runs its inner handler at most once per idempotency key (in effect).
+///
+/// - A key completed before: success, without running the inner handler
+///   ([`Deduplicated::Duplicate`]).
+/// - A key in progress in another invocation: [`RecordError::InProgress`] (retried later).
+/// - The same key with another payload: [`RecordError::PayloadMismatch`].
+/// - The store unreachable: [`RecordError::Store`]; never a success.
+/// - The inner handler fails or panics: the failure is recorded and the record fails with
+///   [`RecordError::Attempt`], carrying the key's failed attempts (what the processor's attempt
+///   budget and backoff go by).
+///
+/// The inner handler runs with [`RecordContext::attempt`] set from the store, and is cancelled at
+/// [`RecordContext::stop_at`]; marking the record completed or failed is not cancelled with it
+/// (it is bounded by [`RecordContext::finish_by`]). Once the inner handler has succeeded, the
+/// record is a success even if marking it completed fails after retries (the error is logged):
+/// reporting it failed would run its effects again.
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, batch::{json, RecordContext, RecordHandlerExt}, key::KeyConfig};
+/// use lambda_idempotency::store::InMemoryBackend;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { payment_id: String }
+///
+/// let handler = json(|p: Payment, _ctx: RecordContext| async move { Ok::<_, std::io::Error>(p.payment_id) })
+///     .idempotent(Idempotency::new(InMemoryBackend::default()))
+///     .with_keys(KeyConfig::json_pointer("/payment_id"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Idempotent<H, B> {
+    inner: H,
+    engine: Idempotency<B>,
+    keys: KeyConfig,
+}
+
+impl<H, B> Idempotent<H, B> {
+    /// Deduplicates `inner` with `engine`, keyed on the message id.
+    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
+        Self {
+            inner,
+            engine,
+            keys: KeyConfig::default(),
+        }
+    }
+
+    /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
+    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Idempotency<B> {
+        &self.engine
+    }
+}
+
+/// Time kept between the end of the bookkeeping and [`RecordContext::finish_by`].
+const WRITE_SLACK: Duration = Duration::from_millis(50);
+
+impl<H, B> Idempotent<H, B>
+where
+    H: RecordHandler,
+    B: Backend,
+{
+    /// Records the failure; the error carries the key's failed attempts when the store gave them.
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        ctx: &RecordContext,
+        error: RecordError,
+    ) -> RecordError {
+        let text = error.to_string();
+        match bounded(ctx.finish_by, self.engine.fail(lease, &text)).await {
+            Some(Ok(Updated::Applied {
+                attempts: Some(attempts),
+            })) => RecordError::Attempt {
+                attempts,
+                error: Box::new(error),
+            },
+            Some(Ok(Updated::Applied { attempts: None })) => RecordError::Attempt {
+                attempts: lease.attempts() + 1,
+                error: Box::new(error),
+            },
+            Some(Ok(Updated::NotApplied)) => {
+                tracing::warn!(
+                    message_id = ctx.message_id,
+                    key = lease.key(),
+                    "failure not recorded: another attempt holds the key now"
+                );
+                error
+            }
+            Some(Err(e)) => {
+                tracing::warn!(message_id = ctx.message_id, key = lease.key(), error = %e, "could not record the failure");
+                error
+            }
+            None => {
+                tracing::warn!(
+                    message_id = ctx.message_id,
+                    key = lease.key(),
+                    "could not record the failure before the deadline"
+                );
+                error
+            }
+        }
+    }
+}
+
+/// Runs `write` until `finish_by` (less a little slack); `None` when it did not finish.
+async fn bounded<T>(finish_by: Option<SystemTime>, write: impl Future<Output = T>) -> Option<T> {
+    match finish_by {
+        None => Some(write.await),
+        Some(at) => {
+            let left = at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .saturating_sub(WRITE_SLACK);
+            tokio::time::timeout(left, write).await.ok()
+        }
+    }
+}
+
+impl<H, B> RecordHandler for Idempotent<H, B>
+where
+    H: RecordHandler,
+    H::Output: Serialize,
+    B: Backend,
+{
+    type Output = Deduplicated<H::Output>;
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.keys.key(message).ok()
+    }
+
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+
+    async fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> Result<Self::Output, RecordError> {
+        let key_error = |source| RecordError::Key {
+            message_id: ctx.message_id.clone(),
+            source,
+        };
+        let key = self.keys.key(message).map_err(key_error)?;
+        let hash = self.keys.payload_hash(message).map_err(key_error)?;
+        let lease = match self.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
+            Ok(Acquired::Started(lease)) => lease,
+            Ok(Acquired::Completed { result, .. }) => {
+                tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+                return Ok(Deduplicated::Duplicate { stored: result });
+            }
+            Ok(Acquired::InProgress { lease_until_ms }) => {
+                return Err(RecordError::InProgress { lease_until_ms });
+            }
+            Err(AcquireError::PayloadMismatch { key }) => {
+                return Err(RecordError::PayloadMismatch { key });
+            }
+            Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
+        };
+        let mut inner_ctx = ctx.clone();
+        inner_ctx.attempt = lease.attempts() + 1;
+        let work = ctx.cancellable(self.inner.handle(message, &inner_ctx));
+        match AssertUnwindSafe(work).catch_unwind().await {
+            Ok(Ok(output)) => {
+                let json = serde_json::to_string(&output).ok().filter(|j| j != "null");
+                let write = self.engine.complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
+                let problem = match bounded(ctx.finish_by, write).await {
+                    Some(Ok(Updated::Applied { .. })) => None,
+                    Some(Ok(Updated::NotApplied)) => {
+                        Some("another attempt took the key over after this one's lease ended".into())
+                    }
+                    Some(Err(e)) => Some(e.to_string()),
+                    None => Some("no time left before the deadline".to_owned()),
+                };
+                if let Some(problem) = problem {
+                    tracing::error!(
+                        message_id = ctx.message_id,
+                        key,
+                        problem,
+                        "processed, but the record could not be marked completed; \
+                         a redelivery after the lease ends would run again"
+                    );
+                }
+                Ok(Deduplicated::Processed(output))
+            }
+            Ok(Err(error)) => Err(self.record_failure(&lease, ctx, error).await),
+            Err(panic) => {
+                let error = RecordError::Panicked(panic_message(&panic));
+                Err(self.record_failure(&lease, ctx, error).await)
+            }
+        }
+    }
+
+    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        // The failures this wrapper recorded: the redriven message starts a new budget.
+        if error.attempts().is_some()
+            && let Ok(key) = self.keys.key(message)
+            && let Some(Err(e)) = bounded(ctx.finish_by, self.engine.reset_attempts(&key)).await
+        {
+            tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
+        }
+        self.inner.dead_lettered(message, ctx, error).await;
+    }
+}

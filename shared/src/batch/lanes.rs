@@ -1,0 +1,249 @@
+//! One batch being processed: records run in lanes (a FIFO message group, the whole batch in
+//! strict order, or a single record of a standard queue), and a record that fails for good goes
+//! to the dead-letter queue right where it fails, so that the rest of its lane runs on.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::SqsMessage;
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::processor::{at_ms, attempt_of, receive_count};
+use super::{BatchProcessor, RecordContext, RecordHandler};
+use crate::outcome::{RecordError, panic_message};
+
+/// What became of one record.
+pub(super) struct Outcome<T> {
+    pub(super) result: Result<T, RecordError>,
+    pub(super) dead_lettered: bool,
+}
+
+/// One batch being processed.
+pub(super) struct Run<'a, H> {
+    processor: &'a BatchProcessor,
+    handler: &'a H,
+    records: &'a [SqsMessage],
+    ids: &'a [&'a str],
+    deadline_ms: Option<i64>,
+    request_id: &'a str,
+    /// For a message id that came earlier in the batch: that first record's index.
+    repeats: HashMap<usize, usize>,
+    /// Records sharing an idempotency key run one at a time.
+    key_locks: HashMap<usize, Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl<'a, H: RecordHandler> Run<'a, H> {
+    pub(super) fn new(
+        processor: &'a BatchProcessor,
+        handler: &'a H,
+        records: &'a [SqsMessage],
+        ids: &'a [&'a str],
+        deadline_ms: Option<i64>,
+        request_id: &'a str,
+    ) -> Self {
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut repeats = HashMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(&f) = first.get(id) {
+                repeats.insert(i, f);
+            } else {
+                first.insert(id, i);
+            }
+        }
+        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, record) in records.iter().enumerate() {
+            if let Some(key) = handler.key(record) {
+                by_key.entry(key).or_default().push(i);
+            }
+        }
+        let mut key_locks = HashMap::new();
+        for indices in by_key.into_values().filter(|v| v.len() > 1) {
+            let lock = Arc::new(tokio::sync::Mutex::new(()));
+            for i in indices {
+                key_locks.insert(i, lock.clone());
+            }
+        }
+        Self {
+            processor,
+            handler,
+            records,
+            ids,
+            deadline_ms,
+            request_id,
+            repeats,
+            key_locks,
+        }
+    }
+
+    /// The invocation's deadline.
+    pub(super) fn deadline(&self) -> Option<SystemTime> {
+        self.deadline_ms.map(at_ms)
+    }
+
+    /// Runs the records of one lane one after another. A record that fails and is not moved to
+    /// the dead-letter queue blocks the rest of the lane: they are reported failed without
+    /// running. A record moved there does not.
+    pub(super) async fn lane(
+        &self,
+        indices: Vec<usize>,
+        group: Option<String>,
+    ) -> Vec<(usize, Outcome<H::Output>)> {
+        let mut out = Vec::with_capacity(indices.len());
+        let mut failed: Option<&str> = None;
+        for i in indices {
+            if let Some(&first_index) = self.repeats.get(&i) {
+                let result = Err(RecordError::Repeated { first_index });
+                out.push((i, Outcome { result, dead_lettered: false }));
+                continue;
+            }
+            if let Some(first) = failed {
+                let error = match &group {
+                    Some(group_id) => RecordError::GroupBlocked {
+                        group_id: group_id.clone(),
+                        failed: first.to_owned(),
+                    },
+                    None => RecordError::BatchStopped {
+                        failed: first.to_owned(),
+                    },
+                };
+                out.push((i, Outcome { result: Err(error), dead_lettered: false }));
+                continue;
+            }
+            let (ctx, result) = self.one(i).await;
+            let dead_lettered = match &result {
+                Err(error) if self.goes_to_dead_letter(error, &self.records[i]) => {
+                    self.dead_letter(i, &ctx, error).await
+                }
+                _ => false,
+            };
+            if result.is_err() && !dead_lettered {
+                failed = Some(self.ids[i]);
+            }
+            out.push((i, Outcome { result, dead_lettered }));
+        }
+        out
+    }
+
+    /// True when `error` sends its record to the dead-letter queue: one is configured, and the
+    /// error is permanent or the attempt budget is used up.
+    fn goes_to_dead_letter(&self, error: &RecordError, record: &SqsMessage) -> bool {
+        let p = self.processor;
+        if p.dead_letter.is_none() {
+            return false;
+        }
+        if error.is_permanent() {
+            return true;
+        }
+        let Some(max) = p.max_attempts else {
+            return false;
+        };
+        if !error.is_attempt() || (self.handler.counts_attempts() && error.attempts().is_none()) {
+            return false;
+        }
+        attempt_of(self.handler, error, record) >= max
+    }
+
+    /// Sends record `i` to the dead-letter queue within the time left, then tells the handler.
+    /// True when it was sent.
+    async fn dead_letter(&self, i: usize, ctx: &RecordContext, error: &RecordError) -> bool {
+        let p = self.processor;
+        let Some(dead_letter) = &p.dead_letter else {
+            return false;
+        };
+        let message_id = self.ids[i];
+        let Some(budget) = self.time_left_until(ctx.finish_by).map(|left| left.min(p.call_timeout))
+        else {
+            tracing::warn!(message_id, "no time left to move to the dead-letter queue; reported failed");
+            return false;
+        };
+        let reason = if error.is_permanent() {
+            error.to_string()
+        } else {
+            format!("attempt budget used up: {error}")
+        };
+        match tokio::time::timeout(budget, dead_letter.send(&self.records[i], &reason)).await {
+            Ok(Ok(())) => {
+                tracing::warn!(message_id, queue = dead_letter.queue_url(), reason, "moved to the dead-letter queue");
+                let hook = self.handler.dead_lettered(&self.records[i], ctx, error);
+                let left = self.time_left_until(ctx.finish_by).unwrap_or_default();
+                if tokio::time::timeout(left, hook).await.is_err() {
+                    tracing::error!(message_id, "the dead-letter hook did not finish before the deadline");
+                }
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(message_id, error = e, "could not move to the dead-letter queue; reported failed");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(message_id, ?budget, "moving to the dead-letter queue timed out; reported failed");
+                false
+            }
+        }
+    }
+
+    /// Time from now until `at` (`None` when there is none left); unbounded without a deadline.
+    fn time_left_until(&self, at: Option<SystemTime>) -> Option<Duration> {
+        let Some(at) = at else {
+            return Some(Duration::MAX);
+        };
+        let left = crate::record::system_time_ms(at) - self.processor.clock.now_ms();
+        (left > 0).then(|| Duration::from_millis(left as u64))
+    }
+
+    /// Runs one record: deadline checks, the key's lock, panic isolation.
+    async fn one(&self, i: usize) -> (RecordContext, Result<H::Output, RecordError>) {
+        let p = self.processor;
+        let message = &self.records[i];
+        let receive_count = receive_count(message);
+        let deadline = self.deadline();
+        let ctx = RecordContext {
+            message_id: self.ids[i].to_owned(),
+            deadline,
+            receive_count,
+            attempt: receive_count.max(1),
+            group_id: message.attributes.get("MessageGroupId").cloned(),
+            request_id: self.request_id.to_owned(),
+            stop_at: deadline.map(|d| d - p.stop_margin),
+            finish_by: deadline.map(|d| d - p.finish_margin),
+        };
+        if let Some(deadline_ms) = self.deadline_ms {
+            let left = deadline_ms - p.clock.now_ms();
+            if left < millis(p.start_margin) {
+                let margin = p.start_margin;
+                return (ctx, Err(RecordError::DeadlineNear { margin }));
+            }
+        }
+        let _key = match self.key_locks.get(&i) {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
+        let span = tracing::info_span!("record", message_id = ctx.message_id);
+        // Boxed: keeps the future types of deeply composed handlers shallow enough for rustc's
+        // layout recursion limit, for one allocation per record.
+        let outcome = {
+            let work = AssertUnwindSafe(Box::pin(self.handler.handle(message, &ctx)))
+                .catch_unwind()
+                .instrument(span);
+            let reached = || RecordError::DeadlineReached {
+                margin: p.finish_margin,
+            };
+            match self.time_left_until(ctx.finish_by) {
+                None => Ok(Err(reached())),
+                Some(left) => tokio::time::timeout(left, work)
+                    .await
+                    .unwrap_or_else(|_| Ok(Err(reached()))),
+            }
+        };
+        let result =
+            outcome.unwrap_or_else(|panic| Err(RecordError::Panicked(panic_message(&panic))));
+        (ctx, result)
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

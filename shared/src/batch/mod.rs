@@ -1,0 +1,45 @@
+//! SQS batch processing with partial batch responses.
+//!
+//! [`BatchProcessor::process`] runs a [`RecordHandler`] over every record of an SQS event and
+//! reports only the failed records in `batchItemFailures`, so that SQS redelivers those alone
+//! (the event source mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
+//!
+//! - Standard queues: records run concurrently, up to a limit; records with the same idempotency
+//!   key run one after the other.
+//! - FIFO queues (source ARN ending in `.fifo`): each message group runs in order, one record at
+//!   a time, groups concurrently; after a failure the rest of that group is reported failed
+//!   without running, and other groups go on. [`BatchProcessor::strict_order`] stops the whole
+//!   batch at the first failure instead.
+//! - A record whose error is permanent, or whose attempt budget
+//!   ([`BatchProcessor::max_attempts`], counted by the idempotency store) is used up, goes to the
+//!   dead-letter queue right where it fails ([`BatchProcessor::with_dead_letter`]), and the rest
+//!   of its group runs on: a message behind a failing one never collects receives on its
+//!   account. The handler hears of it ([`RecordHandlerExt::on_dead_letter`]).
+//! - A panic, a body that does not deserialize or an approaching deadline fails that record
+//!   only. Near the deadline only the handler's work is cancelled, never the write that records
+//!   its outcome.
+//! - Every reported `itemIdentifier` is a non-empty message id of the batch, reported once; a
+//!   record without a message id fails the whole invocation (see [`BatchError`]).
+//!
+//! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`idempotent`]
+//! (the deduplicating wrapper), [`report`] (what a batch gave), [`processor`] (the settings and
+//! `process`), and the lane loop.
+
+pub mod handler;
+pub mod idempotent;
+mod lanes;
+pub mod processor;
+pub mod report;
+
+pub use handler::{
+    DeadLettered, JsonHandler, MessageHandler, OnDeadLetter, RecordContext, RecordHandler,
+    RecordHandlerExt, json, message,
+};
+pub use idempotent::{Deduplicated, Idempotent};
+pub use processor::{
+    BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
+    DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,
+};
+pub use report::{BatchError, BatchReport, RecordReport};
+
+pub use crate::outcome::{PermanentError, RecordError, panic_message};

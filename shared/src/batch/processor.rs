@@ -1,0 +1,355 @@
+//! [`BatchProcessor`]: its settings, and `process`, which runs a handler over one SQS event.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::SqsEvent;
+use futures_util::{FutureExt, StreamExt, stream};
+use lambda_runtime::LambdaEvent;
+
+use super::lanes::{Outcome, Run};
+use super::{BatchError, BatchReport, RecordHandler, RecordReport};
+use crate::backoff::VisibilityBackoff;
+use crate::dead_letter::DeadLetter;
+use crate::outcome::RecordError;
+use crate::record::{Clock, SystemClock};
+
+/// Runs a [`RecordHandler`] over SQS batches.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+/// use lambda_idempotency::batch::{BatchProcessor, message};
+/// use lambda_runtime::{Context, LambdaEvent};
+///
+/// let mut event = SqsEvent::default();
+/// for (id, body) in [("a", "ok"), ("b", "bad")] {
+///     let mut m = SqsMessage::default();
+///     m.message_id = Some(id.into());
+///     m.body = Some(body.into());
+///     event.records.push(m);
+/// }
+/// let handler = message(|m, _ctx| async move {
+///     if m.body.as_deref() == Some("bad") { Err("refused") } else { Ok(()) }
+/// });
+/// let report = BatchProcessor::new()
+///     .process(&LambdaEvent::new(event, Context::default()), &handler)
+///     .await
+///     .unwrap();
+/// let failed: Vec<_> = report.response().batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+/// assert_eq!(failed, ["b"]);
+/// # });
+/// ```
+///
+/// In a function:
+///
+/// ```no_run
+/// use lambda_idempotency::batch::{BatchProcessor, message};
+/// use lambda_runtime::{service_fn, LambdaEvent, Error};
+/// use aws_lambda_events::sqs::SqsEvent;
+///
+/// # async fn main_() -> Result<(), Error> {
+/// let processor = BatchProcessor::new();
+/// let handler = message(|_m, _ctx| async { Ok::<_, Error>(()) });
+/// lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
+///     let (processor, handler) = (&processor, &handler);
+///     async move { Ok::<_, Error>(processor.process(&event, handler).await?.response()) }
+/// }))
+/// .await
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct BatchProcessor {
+    pub(super) concurrency: usize,
+    pub(super) start_margin: Duration,
+    pub(super) stop_margin: Duration,
+    pub(super) finish_margin: Duration,
+    pub(super) call_timeout: Duration,
+    pub(super) strict_order: bool,
+    pub(super) max_attempts: Option<u32>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) backoff: Option<Arc<VisibilityBackoff>>,
+    pub(super) dead_letter: Option<Arc<DeadLetter>>,
+}
+
+impl Default for BatchProcessor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Default number of records (or FIFO groups) in flight at once.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default time before the deadline after which no record starts.
+pub const DEFAULT_START_MARGIN: Duration = Duration::from_millis(2000);
+/// Default time before the deadline at which running handlers are cancelled.
+pub const DEFAULT_STOP_MARGIN: Duration = Duration::from_millis(1500);
+/// Default time before the deadline by which every record's own writes and dead-letter sends are
+/// done; what is left is for the visibility changes and the response.
+pub const DEFAULT_FINISH_MARGIN: Duration = Duration::from_millis(500);
+/// Default bound on each SQS call the processor makes (dead-letter sends, visibility changes).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time kept before the deadline for the response to reach Lambda.
+pub const RESPONSE_MARGIN: Duration = Duration::from_millis(50);
+
+impl BatchProcessor {
+    /// A processor with the defaults: 10 in flight, start margin 2 s, stop margin 1.5 s, finish
+    /// margin 500 ms, FIFO failures blocking their message group only, no attempt budget.
+    pub fn new() -> Self {
+        Self {
+            concurrency: DEFAULT_CONCURRENCY,
+            start_margin: DEFAULT_START_MARGIN,
+            stop_margin: DEFAULT_STOP_MARGIN,
+            finish_margin: DEFAULT_FINISH_MARGIN,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            strict_order: false,
+            max_attempts: None,
+            clock: Arc::new(SystemClock),
+            backoff: None,
+            dead_letter: None,
+        }
+    }
+
+    /// Sends records to a dead-letter queue and acknowledges them, right where they fail, when
+    /// their error is permanent ([`RecordError::is_permanent`]) or their attempt budget
+    /// ([`max_attempts`](Self::max_attempts)) is used up. On a FIFO queue the rest of the group
+    /// then runs on in the same invocation. If the send fails, the record fails (and blocks its
+    /// group) as any other.
+    pub fn with_dead_letter(mut self, dead_letter: DeadLetter) -> Self {
+        self.dead_letter = Some(Arc::new(dead_letter));
+        self
+    }
+
+    /// The attempt budget: a record whose handler has failed `attempts` times goes to the
+    /// dead-letter queue (see [`with_dead_letter`](Self::with_dead_letter)).
+    ///
+    /// Attempts are the handler's own failures, counted by the idempotency store under
+    /// [`Idempotent`](super::Idempotent); receives of a FIFO record that did not run because an
+    /// earlier record of its group failed never count. Without a store the budget falls back to
+    /// SQS's `ApproximateReceiveCount`, which does count those receives.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// Spaces out the retries of failed records by setting their visibility timeout (see
+    /// [`VisibilityBackoff`]).
+    pub fn with_backoff(mut self, backoff: VisibilityBackoff) -> Self {
+        self.backoff = Some(Arc::new(backoff));
+        self
+    }
+
+    /// How many records (standard queues) or message groups (FIFO) run at once (at least 1).
+    pub fn concurrency(mut self, limit: usize) -> Self {
+        self.concurrency = limit.max(1);
+        self
+    }
+
+    /// A record does not start when less than `margin` is left before the deadline; it is
+    /// reported failed and redelivered.
+    pub fn start_margin(mut self, margin: Duration) -> Self {
+        self.start_margin = margin;
+        self
+    }
+
+    /// Handlers still running `margin` before the deadline are cancelled and their records
+    /// reported failed. Only the handler's work is cancelled: recording its completion or failure
+    /// goes on until the [`finish_margin`](Self::finish_margin).
+    pub fn stop_margin(mut self, margin: Duration) -> Self {
+        self.stop_margin = margin;
+        self
+    }
+
+    /// By `margin` before the deadline every record's own writes and dead-letter sends are done
+    /// (anything still running is reported failed); the rest is for the visibility changes and
+    /// the response, so that the response reaches Lambda before it stops the invocation (which
+    /// would redeliver the whole batch).
+    pub fn finish_margin(mut self, margin: Duration) -> Self {
+        self.finish_margin = margin;
+        self
+    }
+
+    /// Bounds each SQS call the processor makes itself (dead-letter sends, visibility changes).
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// FIFO queues: stop the whole batch at the first failure (every later record is reported
+    /// failed), instead of only the failed record's message group.
+    pub fn strict_order(mut self, strict: bool) -> Self {
+        self.strict_order = strict;
+        self
+    }
+
+    /// Uses another clock for the deadline checks.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Runs `handler` over every record of `event`.
+    pub async fn process<H: RecordHandler>(
+        &self,
+        event: &LambdaEvent<SqsEvent>,
+        handler: &H,
+    ) -> Result<BatchReport<H::Output>, BatchError> {
+        let records = &event.payload.records;
+        let mut ids = Vec::with_capacity(records.len());
+        for (index, record) in records.iter().enumerate() {
+            match record.message_id.as_deref() {
+                Some(id) if !id.is_empty() => ids.push(id),
+                _ => return Err(BatchError::MissingMessageId { index }),
+            }
+        }
+        let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
+        let run = Run::new(
+            self,
+            handler,
+            records,
+            &ids,
+            (deadline_ms > 0).then_some(deadline_ms),
+            &event.context.request_id,
+        );
+        let is_fifo = records
+            .first()
+            .and_then(|r| r.event_source_arn.as_deref())
+            .is_some_and(|arn| arn.ends_with(".fifo"));
+        let mut outcomes: Vec<Option<Outcome<H::Output>>> =
+            (0..records.len()).map(|_| None).collect();
+        let lanes: Vec<(Option<String>, Vec<usize>)> = if !is_fifo {
+            (0..records.len()).map(|i| (None, vec![i])).collect()
+        } else if self.strict_order {
+            vec![(None, (0..records.len()).collect())]
+        } else {
+            fifo_groups(records)
+                .into_iter()
+                .map(|(group, indices)| (Some(group), indices))
+                .collect()
+        };
+        let done: Vec<_> = stream::iter(lanes)
+            .map(|(group, indices)| run.lane(indices, group).boxed())
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        for (i, outcome) in done.into_iter().flatten() {
+            outcomes[i] = Some(outcome);
+        }
+        let records = outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(index, outcome)| {
+                let outcome = outcome.expect("every record has an outcome");
+                RecordReport {
+                    index,
+                    message_id: ids[index].to_owned(),
+                    result: outcome.result,
+                    dead_lettered: outcome.dead_lettered,
+                }
+            })
+            .collect::<Vec<_>>();
+        let report = BatchReport { records };
+        for r in report.failures() {
+            if let Err(e) = &r.result {
+                tracing::warn!(message_id = r.message_id, error = %e, "record failed");
+            }
+        }
+        if let Some(backoff) = &self.backoff {
+            let until = run.deadline().map(|d| d - RESPONSE_MARGIN);
+            let visibility = self.visibility(backoff, handler, &event.payload.records, &report);
+            backoff
+                .change(&event.payload.records, &visibility, until, self.call_timeout)
+                .await;
+        }
+        Ok(report)
+    }
+
+    /// The visibility timeout (whole seconds) for each reported failure, by index: the backoff
+    /// of its attempt, the end of another invocation's lease, or, for a FIFO record that did not
+    /// run, that of the record that blocked it.
+    fn visibility<H: RecordHandler, T>(
+        &self,
+        backoff: &VisibilityBackoff,
+        handler: &H,
+        records: &[aws_lambda_events::sqs::SqsMessage],
+        report: &BatchReport<T>,
+    ) -> Vec<(usize, i32)> {
+        let now_ms = self.clock.now_ms();
+        let mut by_id: HashMap<&str, i32> = HashMap::new();
+        let mut out = Vec::new();
+        let mut blocked = Vec::new();
+        for r in report.failures() {
+            let Err(error) = &r.result else { continue };
+            match error.cause() {
+                RecordError::GroupBlocked { failed, .. } | RecordError::BatchStopped { failed } => {
+                    blocked.push((r.index, failed.as_str()));
+                }
+                _ => {
+                    let attempt = attempt_of(handler, error, &records[r.index]);
+                    let secs = backoff.visibility(error, attempt, now_ms);
+                    by_id.insert(r.message_id.as_str(), secs);
+                    out.push((r.index, secs));
+                }
+            }
+        }
+        for (index, failed) in blocked {
+            let secs = by_id
+                .get(failed)
+                .copied()
+                .unwrap_or_else(|| backoff.visibility(&RecordError::Panicked(String::new()), 1, now_ms));
+            out.push((index, secs));
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+/// The attempt a failure counts as: the store's count when the handler keeps one, else the
+/// receive count.
+pub(super) fn attempt_of<H: RecordHandler>(
+    handler: &H,
+    error: &RecordError,
+    record: &aws_lambda_events::sqs::SqsMessage,
+) -> u32 {
+    match error.attempts() {
+        Some(attempts) => attempts,
+        None if handler.counts_attempts() => 1,
+        None => receive_count(record).max(1),
+    }
+}
+
+/// `ApproximateReceiveCount` of `record` (0 when absent).
+pub(super) fn receive_count(record: &aws_lambda_events::sqs::SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The records of a FIFO batch by message group, each group in batch order, groups in order of
+/// first appearance. Records without a group id form one group.
+pub fn fifo_groups(records: &[aws_lambda_events::sqs::SqsMessage]) -> Vec<(String, Vec<usize>)> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    for (i, record) in records.iter().enumerate() {
+        let group = record
+            .attributes
+            .get("MessageGroupId")
+            .map_or("", String::as_str);
+        match position.get(group) {
+            Some(&g) => groups[g].1.push(i),
+            None => {
+                position.insert(group, groups.len());
+                groups.push((group.to_owned(), vec![i]));
+            }
+        }
+    }
+    groups
+}
+
+/// `ms` epoch milliseconds as a time.
+pub(super) fn at_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
