@@ -125,48 +125,158 @@ async fn failed_records_back_off_exponentially_in_one_call() {
     );
 }
 
+/// Fails as the idempotent wrapper would: `fail` with the store's attempt count `attempts`,
+/// `busy` as held elsewhere until `lease`.
+struct Handler {
+    lease: i64,
+    attempts: u32,
+}
+
+impl RecordHandler for Handler {
+    type Output = ();
+    async fn handle(&self, m: &SqsMessage, _: &RecordContext) -> Result<(), RecordError> {
+        match m.body.as_deref() {
+            Some("fail") => Err(RecordError::Attempt {
+                attempts: self.attempts,
+                error: Box::new(RecordError::handler("refused")),
+            }),
+            Some("busy") => Err(RecordError::InProgress {
+                lease_until_ms: self.lease,
+            }),
+            _ => Ok(()),
+        }
+    }
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+}
+
+fn timeouts_by_handle(calls: &Calls) -> Vec<(String, i32)> {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .map(|(_, rh, t)| (rh.clone(), *t))
+        .collect()
+}
+
 #[tokio::test]
 async fn blocked_fifo_records_come_back_with_the_failed_one_and_in_progress_at_lease_end() {
     let calls = Calls::default();
-    let backoff = VisibilityBackoff::new(mocked_sqs(&calls)).base(Duration::from_secs(8));
+    let processor = BatchProcessor::new().with_backoff(
+        VisibilityBackoff::new(mocked_sqs(&calls))
+            .base(Duration::from_secs(8))
+            .max(Duration::from_secs(300)),
+    );
     let records = vec![
         record("a1", "fail", 2, Some("A")),
-        record("a2", "ok", 1, Some("A")),
+        // Blocked behind a1 on many receives: its receive count must not lengthen anything.
+        record("a2", "ok", 9, Some("A")),
         record("b1", "busy", 1, Some("B")),
+        record("c1", "busy2h", 1, Some("C")),
     ];
-    /// Fails as the idempotent wrapper would for a key held elsewhere.
-    struct Handler(i64);
-    impl RecordHandler for Handler {
-        type Output = ();
-        async fn handle(&self, m: &SqsMessage, _: &RecordContext) -> Result<(), RecordError> {
-            match m.body.as_deref() {
-                Some("fail") => Err(RecordError::handler("refused")),
-                Some("busy") => Err(RecordError::InProgress {
-                    lease_until_ms: self.0,
-                }),
-                _ => Ok(()),
-            }
-        }
-    }
-    let handler = Handler(system_time_ms(SystemTime::now()) + 30_000);
-    let report = BatchProcessor::new()
-        .process(&event(records.clone()), &handler)
-        .await
-        .unwrap();
-    let timeouts = backoff.timeouts(&records, &report);
-    let a1 = timeouts.iter().find(|(i, _)| *i == 0).unwrap().1;
-    let a2 = timeouts.iter().find(|(i, _)| *i == 1).unwrap().1;
-    let b1 = timeouts.iter().find(|(i, _)| *i == 2).unwrap().1;
-    assert!((16..=20).contains(&a1), "{timeouts:?}");
+    let now = system_time_ms(SystemTime::now());
+    let handler = Handler {
+        lease: now + 30_000,
+        attempts: 3,
+    };
+    processor.process(&event(records), &handler).await.unwrap();
+    let timeouts = timeouts_by_handle(&calls);
+    let get = |rh: &str| timeouts.iter().find(|(r, _)| r == rh).unwrap().1;
+    assert!(
+        (32..=40).contains(&get("rh-a1")),
+        "8 * 2^(3 - 1), by the store's attempts, not the receive count 2: {timeouts:?}"
+    );
     assert_eq!(
-        a2, a1,
+        get("rh-a2"),
+        get("rh-a1"),
         "a blocked record comes back with the failure that blocked it"
     );
     assert!(
-        (29..=30).contains(&b1),
+        (29..=30).contains(&get("rh-b1")),
         "in progress: at the lease end: {timeouts:?}"
     );
-    assert_eq!(backoff.apply(&records, &report).await, 3);
+    assert!(
+        timeouts.iter().all(|(r, _)| r != "rh-c1"),
+        "an ok record is not changed"
+    );
+}
+
+#[tokio::test]
+async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maximum() {
+    let calls = Calls::default();
+    let processor = BatchProcessor::new().with_backoff(
+        VisibilityBackoff::new(mocked_sqs(&calls))
+            .base(Duration::from_secs(2))
+            .max(Duration::from_secs(60)),
+    );
+    let now = system_time_ms(SystemTime::now());
+    for (lease_ms, expected) in [(7_200_000, 7_199..=7_200), (20 * 3_600_000, 43_200..=43_200)] {
+        calls.lock().unwrap().clear();
+        let handler = Handler {
+            lease: now + lease_ms,
+            attempts: 1,
+        };
+        processor
+            .process(&event(vec![record("x", "busy", 1, None)]), &handler)
+            .await
+            .unwrap();
+        let secs = timeouts_by_handle(&calls)[0].1;
+        assert!(
+            expected.contains(&secs),
+            "lease {lease_ms} ms away: visibility {secs} s, never the backoff's 60 s maximum, \
+             at most SQS's 12 hours"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_visibility_entry_is_retried_once() {
+    let calls = Calls::default();
+    let log = calls.clone();
+    let url = mock!(aws_sdk_sqs::Client::get_queue_url).then_output(|| {
+        GetQueueUrlOutput::builder()
+            .queue_url("https://sqs.local/123456789012/q")
+            .build()
+    });
+    // Every entry fails on each call (not the sender's fault): the entry is sent twice, no more.
+    let change = mock!(aws_sdk_sqs::Client::change_message_visibility_batch).then_compute_output(
+        move |input| {
+            let entries: Vec<_> = input
+                .entries()
+                .iter()
+                .map(|e| (e.id().to_owned(), e.receipt_handle().to_owned(), 0))
+                .collect();
+            log.lock().unwrap().push(entries.clone());
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(
+                    entries
+                        .iter()
+                        .map(|(id, _, _)| {
+                            aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                                .id(id)
+                                .code("InternalError")
+                                .sender_fault(false)
+                                .build()
+                                .unwrap()
+                        })
+                        .collect(),
+                ))
+                .build()
+                .unwrap()
+        },
+    );
+    let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&url, &change]);
+    let processor = BatchProcessor::new().with_backoff(VisibilityBackoff::new(sqs));
+    let handler = message(|_, _| async { Err::<(), _>("refused") });
+    let report = processor
+        .process(&event(vec![record("x", "b", 1, None)]), &handler)
+        .await
+        .unwrap();
+    assert_eq!(report.failures().count(), 1, "the record stays failed");
+    assert_eq!(calls.lock().unwrap().len(), 2, "one call, one retry");
 }
 
 #[tokio::test]

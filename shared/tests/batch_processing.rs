@@ -11,7 +11,7 @@ use lambda_idempotency::batch::{
     BatchError, BatchProcessor, RecordContext, RecordError, RecordHandlerExt, json, message,
 };
 use lambda_idempotency::record::{Record, system_time_ms};
-use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update};
+use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
 
@@ -202,7 +202,11 @@ async fn records_not_started_near_the_deadline_fail() {
     // 1.5 s left, start margin 1 s: the first record starts, finishes after 300 ms, the
     // second at 1.2 s left, ... then the margin is reached.
     let e = with_deadline(event(records), Duration::from_millis(1500));
-    let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
+    let processor = BatchProcessor::new()
+        .start_margin(Duration::from_secs(1))
+        .stop_margin(Duration::from_millis(250))
+        .finish_margin(Duration::from_millis(100));
+    let report = processor.process(&e, &handler).await.unwrap();
     let failed = failed_ids(&report.response());
     assert!(!failed.is_empty() && failed.len() < 4, "{failed:?}");
     assert!(
@@ -231,7 +235,7 @@ async fn records_running_at_the_deadline_are_cancelled_and_reported() {
             record("fast", "ok", None),
             record("slow", "slow", None),
         ]),
-        Duration::from_millis(1600),
+        Duration::from_millis(2600),
     );
     let started = std::time::Instant::now();
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
@@ -336,7 +340,7 @@ impl Backend for Unreachable {
     async fn get(&self, _: &str) -> Result<Option<Record>, StoreError> {
         Err(unreachable())
     }
-    async fn update(&self, _: &str, _: &Update) -> Result<(), StoreError> {
+    async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> {
         Err(unreachable())
     }
     async fn delete(&self, _: &str) -> Result<(), StoreError> {

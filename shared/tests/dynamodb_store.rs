@@ -82,7 +82,7 @@ async fn fresh_key<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
     let r = e.get("fresh").await.unwrap().expect("record written");
     assert_eq!(r.key, "fn#fresh");
     assert_eq!(r.status, Status::InProgress);
-    assert_eq!(r.lease_until_ms, clock.now_ms() + 5_000);
+    assert_eq!(r.lease_until_ms, Some(clock.now_ms() + 5_000));
     assert_eq!(r.expires_at, clock.now_ms() / 1000 + 3600);
     assert_eq!(r.payload_hash, lambda_idempotency::key::sha256_hex(b"body"));
     assert_eq!(r.attempts, 0);
