@@ -14,6 +14,9 @@
 - SQS: moto reads a queue's ContentBasedDeduplication setting by computing all of the queue's
   attributes, message counts included, three times per message sent: a send cost time in
   proportion to the queue's depth. While a message is sent, the setting is read directly.
+- DynamoDB: an item may hold 400 KB (409,600 bytes), attribute names included. moto rejects an
+  item over 405,000 bytes, and while it replaces an attribute it counts the old value and the new
+  one together. The size is checked as DynamoDB does: the item as it would be, against 409,600.
 
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
@@ -23,6 +26,9 @@ import threading
 import time
 
 import moto.server as server
+from moto.dynamodb.exceptions import ItemSizeTooLarge
+from moto.dynamodb.models import dynamo_type
+from moto.dynamodb.models.utilities import bytesize
 from moto.sqs.models import Queue, SQSBackend
 
 _dynamodb_lock = threading.Lock()
@@ -105,6 +111,23 @@ for _name in (
     setattr(SQSBackend, _name, _locked(getattr(SQSBackend, _name)))
 
 server.DomainDispatcherApplication = _SerializedDynamoDB
+
+MAX_ITEM_BYTES = 400 * 1024
+
+
+def _attribute_size(name, value):
+    size = value.size() if type(value) is dynamo_type.DynamoType else bytesize(str(value))
+    return bytesize(name) + size
+
+
+def _set_item_attribute(self, key, value):
+    after = sum(_attribute_size(k, v) for k, v in self.items() if k != key)
+    if after + _attribute_size(key, value) > MAX_ITEM_BYTES:
+        raise ItemSizeTooLarge
+    dict.__setitem__(self, key, value)
+
+
+dynamo_type.LimitedSizeDict.__setitem__ = _set_item_attribute
 
 if __name__ == "__main__":
     server.main()

@@ -10,7 +10,9 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::record::{Clock, ManualClock, Status};
-use lambda_idempotency::store::{Attributes, Backend, DynamoDbBackend, InMemoryBackend};
+use lambda_idempotency::store::{
+    Attributes, Backend, DynamoDbBackend, InMemoryBackend, Updated,
+};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -241,6 +243,184 @@ async fn concurrent_acquires<B: Backend>(e: &Idempotency<B>, _clock: &ManualCloc
         .filter(|r| matches!(r, Ok(Acquired::InProgress { .. })))
         .count();
     assert_eq!((started, waiting), (1, 9), "{results:?}");
+}
+
+async fn late_writes_after_a_takeover<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    let first = started(e, "fenced", b"body", deadline_in(clock, 1_000)).await;
+    clock.advance(Duration::from_millis(1_500));
+    let second = started(e, "fenced", b"body", deadline_in(clock, 5_000)).await;
+    assert_ne!(first.owner(), second.owner());
+    assert_eq!(
+        e.complete(&first, Some("\"late\"")).await.unwrap(),
+        Updated::NotApplied,
+        "a writer that lost its lease cannot complete the record of the one that took it over"
+    );
+    assert_eq!(e.fail(&first, "late").await.unwrap(), Updated::NotApplied);
+    let record = e.get("fenced").await.unwrap().unwrap();
+    assert_eq!((record.status, record.attempts), (Status::InProgress, 0));
+    assert_eq!(record.owner.as_deref(), Some(second.owner()));
+    assert!(matches!(
+        e.complete(&second, Some("1")).await.unwrap(),
+        Updated::Applied { .. }
+    ));
+    assert_eq!(
+        e.fail(&second, "after completion").await.unwrap(),
+        Updated::NotApplied,
+        "a completed record is never failed"
+    );
+    assert_eq!(e.get("fenced").await.unwrap().unwrap().status, Status::Completed);
+}
+on_both_backends!(
+    a_late_complete_or_fail_after_a_takeover_changes_nothing,
+    late_writes_after_a_takeover
+);
+
+async fn attempts_counted_by_the_store<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    for n in 1..=3 {
+        let lease = started(e, "counted", b"body", None).await;
+        assert_eq!(lease.attempts(), n - 1, "failed attempts before this one");
+        assert_eq!(
+            e.fail(&lease, &format!("failure {n}")).await.unwrap(),
+            Updated::Applied {
+                attempts: Some(n)
+            },
+            "the fail update returns the new count"
+        );
+    }
+    assert!(matches!(
+        e.reset_attempts("counted").await.unwrap(),
+        Updated::Applied { .. }
+    ));
+    let lease = started(e, "counted", b"body", None).await;
+    assert_eq!(lease.attempts(), 0, "reset after a dead letter");
+    e.fail(&lease, "again").await.unwrap();
+    // Past the expiry, the record is replaced: attempts and last error start again.
+    clock.advance(Duration::from_secs(3_601));
+    let lease = started(e, "counted", b"body", None).await;
+    assert_eq!(lease.attempts(), 0);
+    let record = e.get("counted").await.unwrap().unwrap();
+    assert_eq!((record.attempts, record.last_error), (0, None));
+}
+on_both_backends!(
+    the_store_counts_attempts_and_an_expired_record_starts_again,
+    attempts_counted_by_the_store
+);
+
+async fn lease_outlives_expiry<B: Backend>(e: &Idempotency<B>, clock: &ManualClock) {
+    // The expiry is 1 hour; this lease 2 hours.
+    let lease = started(e, "long", b"body", deadline_in(clock, 7_200_000)).await;
+    clock.advance(Duration::from_secs(5_400));
+    assert!(
+        matches!(
+            e.acquire("long", b"body", None).await,
+            Ok(Acquired::InProgress { .. })
+        ),
+        "an in-progress record never expires before its lease ends"
+    );
+    clock.advance(Duration::from_secs(1_900));
+    assert!(matches!(
+        e.acquire("long", b"other", None).await,
+        Ok(Acquired::Started(_))
+    ));
+    assert_eq!(e.complete(&lease, None).await.unwrap(), Updated::NotApplied);
+}
+on_both_backends!(
+    an_in_progress_record_never_expires_before_its_lease_ends,
+    lease_outlives_expiry
+);
+
+#[tokio::test]
+async fn a_record_without_a_lease_attribute_is_held_until_it_expires() {
+    let f = fixture().await;
+    let now_s = f.clock.now_ms() / 1000;
+    let client = common::dynamodb(&f.counter).await;
+    let table = f.dynamodb.backend().table().to_owned();
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.into());
+    let hash = lambda_idempotency::key::sha256_hex(b"body");
+    client
+        .put_item()
+        .table_name(&table)
+        .item("id", s("fn#foreign"))
+        .item("status", s("IN_PROGRESS"))
+        .item("payload_hash", s(&hash))
+        .item(
+            "expiration",
+            aws_sdk_dynamodb::types::AttributeValue::N((now_s + 100).to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut record = f.dynamodb.get("foreign").await.unwrap().unwrap();
+    assert_eq!(record.lease_until_ms, None);
+    record.key = "fn#foreign".into();
+    f.memory.backend().put(&record, f.clock.now_ms()).await.unwrap();
+    for e in [&f.dynamodb as &dyn AcquireProbe, &f.memory] {
+        assert!(
+            matches!(e.probe("foreign").await, Ok(Acquired::InProgress { .. })),
+            "the condition and the code agree: held until the record expires"
+        );
+    }
+    f.clock.advance(Duration::from_secs(101));
+    for e in [&f.dynamodb as &dyn AcquireProbe, &f.memory] {
+        assert!(matches!(e.probe("foreign").await, Ok(Acquired::Started(_))));
+    }
+}
+
+/// `acquire` on either backend, behind one type.
+trait AcquireProbe {
+    fn probe<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Acquired, AcquireError>> + 'a>>;
+}
+
+impl<B: Backend> AcquireProbe for Idempotency<B> {
+    fn probe<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Acquired, AcquireError>> + 'a>>
+    {
+        Box::pin(self.acquire(key, b"body", None))
+    }
+}
+
+#[tokio::test]
+async fn a_result_at_the_size_limit_is_stored_beside_the_longest_last_error() {
+    let f = fixture().await;
+    let e = &f.dynamodb;
+    let lease = started(e, "boundary", b"body", None).await;
+    e.fail(&lease, &"e".repeat(5_000)).await.unwrap();
+    let stored = e.get("boundary").await.unwrap().unwrap();
+    assert_eq!(
+        stored.last_error.as_ref().map(String::len),
+        Some(lambda_idempotency::record::MAX_ERROR_LEN)
+    );
+    let lease = started(e, "boundary", b"body", None).await;
+    let max = e.backend().max_result_bytes(lease.stored_key()).unwrap();
+    let result = format!("\"{}\"", "x".repeat(max - 2));
+    assert!(matches!(
+        e.complete(&lease, Some(&result)).await,
+        Ok(Updated::Applied { .. })
+    ));
+    assert_eq!(
+        e.acquire("boundary", b"body", None).await.unwrap(),
+        Acquired::Completed {
+            result: Some(result),
+            result_omitted: false
+        },
+        "a result of exactly the limit is stored"
+    );
+    let lease = started(e, "boundary-2", b"body", None).await;
+    let over = format!("\"{}\"", "x".repeat(max - 1));
+    e.complete(&lease, Some(&over)).await.unwrap();
+    assert_eq!(
+        e.acquire("boundary-2", b"body", None).await.unwrap(),
+        Acquired::Completed {
+            result: None,
+            result_omitted: true
+        },
+        "one byte more is not stored, and the completion still succeeds"
+    );
 }
 
 #[tokio::test]

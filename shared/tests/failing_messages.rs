@@ -493,8 +493,11 @@ struct Generated {
 fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, near_deadline: bool) -> Generated {
     // A record may repeat the message id of an earlier one (same body, as SQS would deliver it).
     let mut records: Vec<SqsMessage> = Vec::new();
+    let mut fates: Vec<Option<Fate>> = Vec::new();
     for (i, (group, fate, repeat)) in spec.iter().enumerate() {
+        fates.push(Some(*fate));
         if let Some(r) = repeat.filter(|&r| r < records.len()) {
+            fates[i] = None;
             let mut again = records[r].clone();
             if fifo {
                 again.attributes.insert("MessageGroupId".into(), format!("g{group}"));
@@ -524,8 +527,8 @@ fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, n
         .unwrap();
     runtime.block_on(async {
         let store = Idempotency::new(Arc::new(Flaky::default()));
-        for (r, (_, fate, _)) in records.iter().zip(spec) {
-            if *fate == Fate::InProgress {
+        for (r, fate) in records.iter().zip(&fates) {
+            if *fate == Some(Fate::InProgress) {
                 let held = store
                     .acquire(
                         r.message_id.as_deref().unwrap(),

@@ -312,7 +312,8 @@ impl DynamoDbBackend {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
             .expression_attribute_values(":now_ms", n(now_ms))
-            .return_values(ReturnValue::UpdatedNew)
+            // ALL_NEW: the attempts are returned even when `if_not_exists` left them as they were.
+            .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if expired {
             placeholders.retain(|p| *p != "#key");
