@@ -219,9 +219,41 @@ impl<B: Backend> Idempotency<B> {
     }
 
     /// Prefixes every key (`prefix#key`), so that one table serves several functions.
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = Some(prefix.into());
-        self
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is invalid (empty, containing `#`, or longer than
+    /// [`MAX_PREFIX_BYTES`](crate::key::MAX_PREFIX_BYTES)): see
+    /// [`validate_prefix`](crate::key::validate_prefix). The message is the
+    /// [`PrefixError`](crate::key::PrefixError)'s. For a prefix that comes from configuration, use
+    /// [`try_with_key_prefix`](Self::try_with_key_prefix).
+    pub fn with_key_prefix(self, prefix: impl Into<String>) -> Self {
+        self.try_with_key_prefix(prefix)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Prefixes every key (`prefix#key`), or says why `prefix` cannot be a prefix.
+    ///
+    /// ```
+    /// use lambda_idempotency::{Idempotency, key::PrefixError, store::InMemoryBackend};
+    ///
+    /// assert!(matches!(
+    ///     Idempotency::new(InMemoryBackend::default()).try_with_key_prefix("a#b"),
+    ///     Err(PrefixError::ContainsSeparator { .. })
+    /// ));
+    /// let engine = Idempotency::new(InMemoryBackend::default())
+    ///     .try_with_key_prefix("payments")
+    ///     .unwrap();
+    /// assert_eq!(engine.stored_key("p-1"), "payments#p-1");
+    /// ```
+    pub fn try_with_key_prefix(
+        mut self,
+        prefix: impl Into<String>,
+    ) -> Result<Self, crate::key::PrefixError> {
+        let prefix = prefix.into();
+        crate::key::validate_prefix(&prefix)?;
+        self.key_prefix = Some(prefix);
+        Ok(self)
     }
 
     /// Uses another clock (for tests of expiry and leases).

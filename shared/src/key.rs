@@ -16,6 +16,14 @@ use sha2::{Digest, Sha256};
 /// Longest partition key DynamoDB accepts, in bytes. Longer keys are hashed, never truncated.
 pub const MAX_KEY_BYTES: usize = 2048;
 
+/// Longest key prefix, in bytes. A hashed key takes 71 bytes (`sha256:` and 64 hex digits) and
+/// the separator one more, so any stored key with a prefix this long stays far below
+/// [`MAX_KEY_BYTES`], and keys up to 1535 bytes are still stored as they are.
+pub const MAX_PREFIX_BYTES: usize = 512;
+
+/// What separates a key prefix from the key: `prefix#key`. A prefix cannot contain it.
+pub const PREFIX_SEPARATOR: char = '#';
+
 /// SHA-256 of `bytes`, as 64 lower-case hex digits.
 ///
 /// ```
@@ -54,6 +62,59 @@ pub enum KeyError {
     /// A custom key function refused the message.
     #[error("{0}")]
     Custom(String),
+}
+
+/// Why a string cannot be a key prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    /// The prefix is empty: `#key` would be the stored form of the unprefixed key `#key` too.
+    #[error("the idempotency key prefix is empty (leave it out, or give at least one character)")]
+    Empty,
+    /// The prefix contains the separator `#`: prefix `a#b` with key `c` would be stored as prefix
+    /// `a` with key `b#c` is.
+    #[error(
+        "the idempotency key prefix {prefix:?} contains the separator '#' (at byte {position}), so two different keys could be stored alike"
+    )]
+    ContainsSeparator {
+        /// The prefix.
+        prefix: String,
+        /// The byte offset of the first `#`.
+        position: usize,
+    },
+    /// The prefix is longer than [`MAX_PREFIX_BYTES`].
+    #[error("the idempotency key prefix is {len} bytes long (at most {MAX_PREFIX_BYTES})")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+/// Checks that `prefix` can be a key prefix: not empty, no `#` ([`PREFIX_SEPARATOR`]), at most
+/// [`MAX_PREFIX_BYTES`] bytes. With such prefixes, [`stored_key`] never gives two different
+/// (prefix, key) pairs the same stored key.
+///
+/// ```
+/// use lambda_idempotency::key::{PrefixError, validate_prefix};
+///
+/// assert_eq!(validate_prefix("payment-processor"), Ok(()));
+/// assert_eq!(validate_prefix(""), Err(PrefixError::Empty));
+/// assert!(matches!(validate_prefix("a#b"), Err(PrefixError::ContainsSeparator { position: 1, .. })));
+/// assert_eq!(validate_prefix(&"p".repeat(513)), Err(PrefixError::TooLong { len: 513 }));
+/// ```
+pub fn validate_prefix(prefix: &str) -> Result<(), PrefixError> {
+    if prefix.is_empty() {
+        return Err(PrefixError::Empty);
+    }
+    if let Some(position) = prefix.find(PREFIX_SEPARATOR) {
+        return Err(PrefixError::ContainsSeparator {
+            prefix: prefix.to_owned(),
+            position,
+        });
+    }
+    if prefix.len() > MAX_PREFIX_BYTES {
+        return Err(PrefixError::TooLong { len: prefix.len() });
+    }
+    Ok(())
 }
 
 type KeyFn = dyn Fn(&SqsMessage) -> Result<String, KeyError> + Send + Sync;
@@ -213,6 +274,18 @@ fn key_at(body: &Value, pointer: &str) -> Result<String, KeyError> {
 /// [`MAX_KEY_BYTES`]. Two different keys never share a stored form, and a long key is never
 /// truncated.
 ///
+/// `prefix` must pass [`validate_prefix`]: a prefix with a `#` would let two different keys
+/// share a stored form (`a#b` with `c`, and `a` with `b#c`), an empty one would collide with
+/// unprefixed keys, and a prefix over [`MAX_PREFIX_BYTES`] could make the stored key too long for
+/// DynamoDB. [`Idempotency::with_key_prefix`](crate::Idempotency::with_key_prefix) checks it; a
+/// debug build panics here if it was not checked. Keys stored without a prefix and keys stored
+/// with one do not share a table safely: the unprefixed key `a#b` is stored as prefix `a` with
+/// key `b` is.
+///
+/// # Panics
+///
+/// In debug builds, if `prefix` is invalid.
+///
 /// ```
 /// use lambda_idempotency::key::{stored_key, MAX_KEY_BYTES};
 ///
@@ -223,6 +296,11 @@ fn key_at(body: &Value, pointer: &str) -> Result<String, KeyError> {
 /// assert!(stored.starts_with("payments#sha256:") && stored.len() < MAX_KEY_BYTES);
 /// ```
 pub fn stored_key(prefix: Option<&str>, key: &str) -> String {
+    debug_assert!(
+        prefix.is_none_or(|p| validate_prefix(p).is_ok()),
+        "stored_key needs a prefix that passes validate_prefix: {:?}",
+        prefix.map(validate_prefix)
+    );
     let joined = match prefix {
         Some(p) => format!("{p}#{key}"),
         None => key.to_owned(),
@@ -316,5 +394,68 @@ mod tests {
         // A literal key that looks hashed cannot collide with a hashed one.
         let lookalike = stored_key(None, &a);
         assert_ne!(stored_key(None, &lookalike), lookalike);
+    }
+
+    #[test]
+    fn a_prefix_with_the_separator_is_refused() {
+        // Without the check, these two would share the stored key `a#b#c`.
+        assert_eq!(
+            validate_prefix("a#b"),
+            Err(PrefixError::ContainsSeparator {
+                prefix: "a#b".into(),
+                position: 1
+            })
+        );
+        assert_eq!(validate_prefix("a"), Ok(()));
+        assert_eq!(stored_key(Some("a"), "b#c"), "a#b#c");
+        let err = validate_prefix("#").unwrap_err();
+        assert!(err.to_string().contains("separator '#'"), "{err}");
+    }
+
+    #[test]
+    fn prefix_limits() {
+        assert_eq!(validate_prefix(""), Err(PrefixError::Empty));
+        assert_eq!(validate_prefix(&"p".repeat(MAX_PREFIX_BYTES)), Ok(()));
+        assert_eq!(
+            validate_prefix(&"p".repeat(MAX_PREFIX_BYTES + 1)),
+            Err(PrefixError::TooLong {
+                len: MAX_PREFIX_BYTES + 1
+            })
+        );
+        // The limit is in bytes: 171 three-byte characters are 513 bytes.
+        assert_eq!(
+            validate_prefix(&"€".repeat(171)),
+            Err(PrefixError::TooLong { len: 513 })
+        );
+        assert_eq!(validate_prefix("é-ü"), Ok(()));
+    }
+
+    #[test]
+    fn a_valid_prefix_gives_prefix_hash_key() {
+        assert_eq!(stored_key(Some("payments"), "p-1"), "payments#p-1");
+        assert_eq!(stored_key(Some("payments"), "a#b"), "payments#a#b");
+    }
+
+    #[test]
+    fn keys_with_the_longest_prefix_fit_dynamodb() {
+        let prefix = "p".repeat(MAX_PREFIX_BYTES);
+        let room = MAX_KEY_BYTES - MAX_PREFIX_BYTES - 1;
+        for len in [1, room, room + 1, MAX_KEY_BYTES, 100_000] {
+            let key = "k".repeat(len);
+            let stored = stored_key(Some(&prefix), &key);
+            assert!(stored.len() <= MAX_KEY_BYTES, "{len}: {}", stored.len());
+            assert!(stored.starts_with(&format!("{prefix}#")));
+            // Kept as it is while it fits, hashed after.
+            assert_eq!(stored.ends_with(&key), len <= room, "{len}");
+        }
+        let multibyte = "€".repeat(1000);
+        assert!(stored_key(Some(&prefix), &multibyte).len() <= MAX_KEY_BYTES);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "ContainsSeparator")]
+    fn stored_key_with_an_unchecked_prefix_panics_in_debug_builds() {
+        stored_key(Some("a#b"), "c");
     }
 }

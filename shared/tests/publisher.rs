@@ -22,6 +22,14 @@ fn fifo(group: &str, key: &str, body: &str) -> Message {
     .unwrap()
 }
 
+/// A new FIFO queue on the local endpoint, and a client whose requests `counter` counts.
+async fn fifo_queue() -> (RequestCounter, aws_sdk_sqs::Client, String) {
+    let counter = RequestCounter::default();
+    let client = common::sqs(&counter).await;
+    let queue = common::create_fifo_queue(&client).await;
+    (counter, client, queue)
+}
+
 /// Receives until the queue is empty, deleting as it goes; returns (group, body) in order received.
 async fn drain(client: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -62,14 +70,12 @@ async fn drain(client: &aws_sdk_sqs::Client, queue_url: &str) -> Vec<(String, St
 }
 
 #[tokio::test]
-async fn twenty_five_messages_take_three_calls_and_keep_group_order() {
-    let counter = RequestCounter::default();
-    let client = common::sqs(&counter).await;
-    let queue = common::create_fifo_queue(&client).await;
+async fn twenty_five_messages_in_ten_groups_take_three_calls_and_keep_group_order() {
+    let (counter, client, queue) = fifo_queue().await;
     let messages: Vec<_> = (0..25)
         .map(|i| {
             fifo(
-                &format!("acct-{}", i % 3),
+                &format!("acct-{}", i % 10),
                 &format!("payment-{i}"),
                 &format!("{i}"),
             )
@@ -103,19 +109,37 @@ async fn twenty_five_messages_take_three_calls_and_keep_group_order() {
             .or_default()
             .push(body.parse().unwrap());
     }
-    assert_eq!(by_group.len(), 3);
+    assert_eq!(by_group.len(), 10);
     for (group, bodies) in by_group {
         let g: u32 = group.trim_start_matches("acct-").parse().unwrap();
-        let expected: Vec<u32> = (0..25).filter(|i| i % 3 == g).collect();
+        let expected: Vec<u32> = (0..25).filter(|i| i % 10 == g).collect();
         assert_eq!(bodies, expected, "group {group} in send order");
     }
 }
 
 #[tokio::test]
+async fn the_messages_of_one_group_go_one_call_each_in_order() {
+    let (counter, client, queue) = fifo_queue().await;
+    let messages: Vec<_> = (0..3)
+        .map(|i| fifo("acct-1", &format!("p-{i}"), &i.to_string()))
+        .collect();
+    counter.reset();
+    let results = Publisher::new(client.clone(), &queue)
+        .send_all(messages)
+        .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(counter.count("SendMessageBatch"), 3);
+    let bodies: Vec<_> = drain(&client, &queue)
+        .await
+        .into_iter()
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(bodies, ["0", "1", "2"]);
+}
+
+#[tokio::test]
 async fn the_same_dedup_id_twice_is_one_message() {
-    let counter = RequestCounter::default();
-    let client = common::sqs(&counter).await;
-    let queue = common::create_fifo_queue(&client).await;
+    let (_, client, queue) = fifo_queue().await;
     let publisher = Publisher::new(client.clone(), &queue);
     let first = publisher
         .send(fifo("acct-1", "payment-7", "charge 7"))
@@ -132,13 +156,11 @@ async fn the_same_dedup_id_twice_is_one_message() {
 
 #[tokio::test]
 async fn a_message_without_group_is_refused_for_a_fifo_queue_before_any_call() {
-    let counter = RequestCounter::default();
-    let client = common::sqs(&counter).await;
-    let queue = common::create_fifo_queue(&client).await;
+    let (counter, client, queue) = fifo_queue().await;
     let messages = vec![
         fifo("acct-1", "p-1", "ok"),
         Message::standard("no group").unwrap(),
-        fifo("acct-1", "p-2", "ok too"),
+        fifo("acct-2", "p-2", "ok too"),
     ];
     counter.reset();
     let results = Publisher::new(client.clone(), &queue)
@@ -197,7 +219,11 @@ async fn an_entry_refused_as_the_senders_fault_is_reported_not_retried() {
     });
     let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
     let results = Publisher::new(client, "https://queue.example/q.fifo")
-        .send_all((0..3).map(|i| fifo("g", &format!("k{i}"), "b")).collect())
+        .send_all(
+            (0..3)
+                .map(|i| fifo(&format!("g{i}"), &format!("k{i}"), "b"))
+                .collect(),
+        )
         .await;
     assert_eq!(rule.num_calls(), 1);
     assert!(results[0].is_ok() && results[2].is_ok());
@@ -266,7 +292,9 @@ async fn only_the_failed_entries_are_retried() {
         std::time::Duration::from_millis(1),
         std::time::Duration::from_millis(5),
     );
-    let messages: Vec<_> = (0..5).map(|i| fifo("g", &format!("k{i}"), "b")).collect();
+    let messages: Vec<_> = (0..5)
+        .map(|i| fifo(&format!("g{i}"), &format!("k{i}"), "b"))
+        .collect();
     let results = publisher.send_all(messages).await;
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls, vec![vec!["0", "1", "2", "3", "4"], vec!["1", "3"]]);
@@ -299,4 +327,186 @@ async fn retries_are_bounded() {
     assert!(
         matches!(result, Err(PublishError::Exhausted { attempts: 3, ref last_error }) if last_error.contains("InternalError"))
     );
+}
+
+/// What the mocked FIFO queue does with an entry, by body.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Fails (a server fault) this many more times, then is accepted.
+    Transient(u32),
+    /// Refused as the sender's fault, every time.
+    Refused,
+}
+
+/// A FIFO queue behind a mocked client: it accepts entries in their order in each call, fails the
+/// ones it is told to, and records what it accepted.
+#[derive(Clone, Default)]
+struct MockFifo {
+    faults: Arc<Mutex<HashMap<String, Fault>>>,
+    /// (group, body) of every accepted entry, in the order accepted.
+    accepted: Arc<Mutex<Vec<(String, String)>>>,
+    /// The groups of each call's entries.
+    calls: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl MockFifo {
+    fn failing(faults: &[(&str, Fault)]) -> Self {
+        let queue = Self::default();
+        queue.faults.lock().unwrap().extend(
+            faults
+                .iter()
+                .map(|(body, fault)| (body.to_string(), *fault)),
+        );
+        queue
+    }
+
+    fn publisher(&self) -> Publisher {
+        let queue = self.clone();
+        let rule = mock!(aws_sdk_sqs::Client::send_message_batch)
+            .then_compute_output(move |input| queue.respond(input));
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+        Publisher::new(client, "https://queue.example/q.fifo")
+            .max_attempts(3)
+            .backoff(
+                std::time::Duration::from_millis(1),
+                std::time::Duration::from_millis(5),
+            )
+    }
+
+    fn respond(
+        &self,
+        input: &aws_sdk_sqs::operation::send_message_batch::SendMessageBatchInput,
+    ) -> SendMessageBatchOutput {
+        let mut out = SendMessageBatchOutput::builder()
+            .set_successful(Some(vec![]))
+            .set_failed(Some(vec![]));
+        let mut groups = Vec::new();
+        for e in input.entries() {
+            let group = e.message_group_id().unwrap_or_default().to_owned();
+            groups.push(group.clone());
+            let fault = self
+                .faults
+                .lock()
+                .unwrap()
+                .get_mut(e.message_body())
+                .and_then(|f| match f {
+                    Fault::Transient(0) => None,
+                    Fault::Transient(n) => {
+                        *n -= 1;
+                        Some(failed_entry(e.id()))
+                    }
+                    Fault::Refused => Some(
+                        BatchResultErrorEntry::builder()
+                            .id(e.id())
+                            .sender_fault(true)
+                            .code("InvalidMessageContents")
+                            .build()
+                            .unwrap(),
+                    ),
+                });
+            out = match fault {
+                Some(failed) => out.failed(failed),
+                None => {
+                    let body = e.message_body().to_owned();
+                    self.accepted.lock().unwrap().push((group, body));
+                    out.successful(ok_entry(e.id()))
+                }
+            };
+        }
+        self.calls.lock().unwrap().push(groups);
+        out.build().unwrap()
+    }
+
+    /// The bodies of `group`, in the order the queue accepted them.
+    fn accepted(&self, group: &str) -> Vec<String> {
+        let accepted = self.accepted.lock().unwrap();
+        accepted
+            .iter()
+            .filter(|(g, _)| g == group)
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    fn assert_no_call_holds_a_group_twice(&self) {
+        for call in self.calls.lock().unwrap().iter() {
+            let mut groups = call.clone();
+            groups.sort();
+            groups.dedup();
+            assert_eq!(groups.len(), call.len(), "one call: {call:?}");
+        }
+    }
+}
+
+/// Two interleaved groups, `g` and `h`, of three messages each: `g0 h0 g1 h1 g2 h2`.
+fn two_groups() -> Vec<Message> {
+    (0..3)
+        .flat_map(|i| ["g", "h"].map(|g| fifo(g, &format!("{g}{i}"), &format!("{g}{i}"))))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_middle_message_that_fails_for_a_while_keeps_its_place_in_the_group() {
+    let queue = MockFifo::failing(&[("g1", Fault::Transient(2))]);
+    let results = queue.publisher().send_all(two_groups()).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(queue.accepted("g"), ["g0", "g1", "g2"]);
+    assert_eq!(queue.accepted("h"), ["h0", "h1", "h2"]);
+    queue.assert_no_call_holds_a_group_twice();
+}
+
+#[tokio::test]
+async fn after_a_refused_message_the_rest_of_its_group_is_not_sent() {
+    let queue = MockFifo::failing(&[("g1", Fault::Refused)]);
+    let results = queue.publisher().send_all(two_groups()).await;
+    assert_eq!(queue.accepted("g"), ["g0"]);
+    assert_eq!(queue.accepted("h"), ["h0", "h1", "h2"]);
+    assert!(
+        matches!(&results[2], Err(PublishError::Rejected { code, .. }) if code == "InvalidMessageContents")
+    );
+    assert_eq!(
+        results[4],
+        Err(PublishError::EarlierInGroupFailed {
+            group_id: "g".into(),
+            earlier: 2
+        })
+    );
+    for i in [0, 1, 3, 5] {
+        assert!(results[i].is_ok(), "{i}: {results:?}");
+    }
+    queue.assert_no_call_holds_a_group_twice();
+}
+
+#[tokio::test]
+async fn after_a_message_that_never_gets_through_the_rest_of_its_group_is_not_sent() {
+    let queue = MockFifo::failing(&[("g0", Fault::Transient(u32::MAX))]);
+    let results = queue.publisher().send_all(two_groups()).await;
+    assert!(queue.accepted("g").is_empty());
+    assert_eq!(queue.accepted("h"), ["h0", "h1", "h2"]);
+    assert!(
+        matches!(
+            &results[0],
+            Err(PublishError::Exhausted { attempts: 3, .. })
+        ),
+        "{results:?}"
+    );
+    for i in [2, 4] {
+        assert_eq!(
+            results[i],
+            Err(PublishError::EarlierInGroupFailed {
+                group_id: "g".into(),
+                earlier: 0
+            })
+        );
+        assert!(
+            results[i]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("message 0 of group g")
+        );
+    }
+    // g0 was tried 3 times; g1 and g2 never.
+    let calls = queue.calls.lock().unwrap().clone();
+    let tries_of_g: usize = calls.iter().flatten().filter(|g| *g == "g").count();
+    assert_eq!(tries_of_g, 3, "{calls:?}");
 }

@@ -1,0 +1,325 @@
+//! Messages to send: validated FIFO identifiers, and messages that fit SQS's limits.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+
+use super::{MAX_ID_LEN, MAX_MESSAGE_BYTES};
+use crate::key::sha256_hex;
+
+/// Why an identifier or a message is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidMessage {
+    /// The identifier is empty.
+    #[error("{field} is empty (1 to 128 characters required)")]
+    EmptyId {
+        /// `MessageGroupId` or `MessageDeduplicationId`.
+        field: &'static str,
+    },
+    /// The identifier is longer than 128 characters.
+    #[error("{field} is {len} characters long (at most 128)")]
+    IdTooLong {
+        /// Which identifier.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// The identifier has a character SQS does not accept.
+    #[error(
+        "{field} has {ch:?} at position {position}: only a-z, A-Z, 0-9 and ASCII punctuation are allowed"
+    )]
+    IdCharacter {
+        /// Which identifier.
+        field: &'static str,
+        /// The character.
+        ch: char,
+        /// Its position (in characters).
+        position: usize,
+    },
+    /// The message (body and attributes) is over 1 MiB.
+    #[error("the message is {size} bytes, over the SQS limit of {MAX_MESSAGE_BYTES} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+    },
+    /// An attribute is invalid.
+    #[error("message attribute `{name}` is invalid: {reason}")]
+    Attribute {
+        /// Its name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn validate_id(field: &'static str, value: &str) -> Result<(), InvalidMessage> {
+    if value.is_empty() {
+        return Err(InvalidMessage::EmptyId { field });
+    }
+    if let Some((position, ch)) = value
+        .chars()
+        .enumerate()
+        .find(|(_, c)| !(c.is_ascii_alphanumeric() || c.is_ascii_punctuation()))
+    {
+        return Err(InvalidMessage::IdCharacter {
+            field,
+            ch,
+            position,
+        });
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(InvalidMessage::IdTooLong {
+            field,
+            len: value.len(),
+        });
+    }
+    Ok(())
+}
+
+/// A valid `MessageGroupId`.
+///
+/// ```
+/// use lambda_idempotency::publish::MessageGroupId;
+///
+/// assert!(MessageGroupId::new("account-42").is_ok());
+/// assert!(MessageGroupId::new("").is_err());
+/// assert!(MessageGroupId::new("has space").is_err());
+/// assert!(MessageGroupId::new("x".repeat(129)).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessageGroupId(String);
+
+impl MessageGroupId {
+    /// Validates `value`.
+    pub fn new(value: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let value = value.into();
+        validate_id("MessageGroupId", &value)?;
+        Ok(Self(value))
+    }
+
+    /// The identifier.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MessageGroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A valid `MessageDeduplicationId`.
+///
+/// ```
+/// use lambda_idempotency::publish::DeduplicationId;
+///
+/// // Any domain key, however long or whatever its characters, gives a valid id.
+/// let id = DeduplicationId::from_key("payment: Zoë's order #1 / retry");
+/// assert_eq!(id.as_str().len(), 64);
+/// assert_eq!(id, DeduplicationId::from_key("payment: Zoë's order #1 / retry"));
+/// assert!(DeduplicationId::new("é").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeduplicationId(String);
+
+impl DeduplicationId {
+    /// Validates `value`.
+    pub fn new(value: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let value = value.into();
+        validate_id("MessageDeduplicationId", &value)?;
+        Ok(Self(value))
+    }
+
+    /// A valid id derived from any domain key: the SHA-256 of the key, in hex. The same key
+    /// always gives the same id.
+    pub fn from_key(key: &str) -> Self {
+        Self(sha256_hex(key.as_bytes()))
+    }
+
+    /// The identifier.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DeduplicationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A message to send: FIFO ([`Message::fifo`]) or standard ([`Message::standard`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    body: String,
+    group_id: Option<MessageGroupId>,
+    dedup_id: Option<DeduplicationId>,
+    attributes: HashMap<String, MessageAttributeValue>,
+}
+
+impl Message {
+    /// A FIFO message.
+    ///
+    /// ```
+    /// use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId};
+    ///
+    /// let message = Message::fifo(
+    ///     MessageGroupId::new("acct-42").unwrap(),
+    ///     DeduplicationId::from_key("payment-1"),
+    ///     r#"{"amountCents":100}"#,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(message.group_id().unwrap().as_str(), "acct-42");
+    /// assert!(Message::standard("x".repeat(1024 * 1024 + 1)).is_err());
+    /// ```
+    pub fn fifo(
+        group_id: MessageGroupId,
+        dedup_id: DeduplicationId,
+        body: impl Into<String>,
+    ) -> Result<Self, InvalidMessage> {
+        let message = Self {
+            body: body.into(),
+            group_id: Some(group_id),
+            dedup_id: Some(dedup_id),
+            attributes: HashMap::new(),
+        };
+        message.check_size()
+    }
+
+    /// A message for a standard queue.
+    pub fn standard(body: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let message = Self {
+            body: body.into(),
+            group_id: None,
+            dedup_id: None,
+            attributes: HashMap::new(),
+        };
+        message.check_size()
+    }
+
+    /// Adds a `String` message attribute.
+    pub fn with_attribute(
+        self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<Self, InvalidMessage> {
+        let name = name.into();
+        let value = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value)
+            .build()
+            .map_err(|e| InvalidMessage::Attribute {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
+        self.with_attribute_value(name, value)
+    }
+
+    /// Adds a message attribute of any type.
+    pub fn with_attribute_value(
+        mut self,
+        name: impl Into<String>,
+        value: MessageAttributeValue,
+    ) -> Result<Self, InvalidMessage> {
+        self.attributes.insert(name.into(), value);
+        self.check_size()
+    }
+
+    /// The body.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// The message group, for FIFO messages.
+    pub fn group_id(&self) -> Option<&MessageGroupId> {
+        self.group_id.as_ref()
+    }
+
+    /// The deduplication id, for FIFO messages.
+    pub fn dedup_id(&self) -> Option<&DeduplicationId> {
+        self.dedup_id.as_ref()
+    }
+
+    /// The attributes.
+    pub fn attributes(&self) -> &HashMap<String, MessageAttributeValue> {
+        &self.attributes
+    }
+
+    /// Size as SQS counts it: body, and each attribute's name, type and value.
+    pub fn size(&self) -> usize {
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|(name, v)| {
+                    name.len()
+                        + v.data_type().len()
+                        + v.string_value().map_or(0, str::len)
+                        + v.binary_value().map_or(0, |b| b.as_ref().len())
+                })
+                .sum::<usize>()
+    }
+
+    fn check_size(self) -> Result<Self, InvalidMessage> {
+        match self.size() {
+            size if size > MAX_MESSAGE_BYTES => Err(InvalidMessage::TooLarge { size }),
+            _ => Ok(self),
+        }
+    }
+
+    /// The batch entry for this message, under `id`.
+    pub(super) fn entry(&self, id: String) -> SendMessageBatchRequestEntry {
+        SendMessageBatchRequestEntry::builder()
+            .id(id)
+            .message_body(&self.body)
+            .set_message_group_id(self.group_id.as_ref().map(|g| g.0.clone()))
+            .set_message_deduplication_id(self.dedup_id.as_ref().map(|d| d.0.clone()))
+            .set_message_attributes((!self.attributes.is_empty()).then(|| self.attributes.clone()))
+            .build()
+            .expect("id and body are set")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn id_validation_names_the_problem() {
+        assert_eq!(
+            MessageGroupId::new("a b"),
+            Err(InvalidMessage::IdCharacter {
+                field: "MessageGroupId",
+                ch: ' ',
+                position: 1
+            })
+        );
+        assert!(MessageGroupId::new("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~aZ9").is_ok());
+        assert!(matches!(
+            DeduplicationId::new("x".repeat(129)),
+            Err(InvalidMessage::IdTooLong { len: 129, .. })
+        ));
+        assert!(DeduplicationId::new("x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn attributes_count_toward_the_size() {
+        let body = "x".repeat(MAX_MESSAGE_BYTES - 10);
+        let m = Message::standard(body).unwrap();
+        assert!(matches!(
+            m.with_attribute("name", "0123456789"),
+            Err(InvalidMessage::TooLarge { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn derived_dedup_ids_are_always_valid(key in ".*") {
+            let id = DeduplicationId::from_key(&key);
+            prop_assert!(DeduplicationId::new(id.as_str()).is_ok());
+        }
+    }
+}
