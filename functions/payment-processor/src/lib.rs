@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json,
+    BatchProcessor, DeadLettered, PermanentError, RecordContext, RecordHandlerExt, json,
 };
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
@@ -55,9 +55,6 @@ pub struct Config {
     pub balances_table: String,
     /// `RECEIPTS_QUEUE_URL`.
     pub receipts_queue_url: String,
-    /// `MAX_RECEIVE_COUNT`: the queue's redrive threshold; a payment failing on its last receive
-    /// is marked `failed`. Unset: only permanent failures mark it.
-    pub max_receive_count: Option<u32>,
     /// `FAIL_PAYMENTS`: the failure switch (tests and demos only).
     pub failure_switch: Option<FailureSwitch>,
 }
@@ -65,13 +62,6 @@ pub struct Config {
 impl Config {
     /// Reads the settings.
     pub fn from_settings(settings: &impl Settings) -> Result<Self, ConfigError> {
-        let max_receive_count = match settings.get("MAX_RECEIVE_COUNT") {
-            None => None,
-            Some(v) => Some(v.parse().map_err(|e| ConfigError::Invalid {
-                name: "MAX_RECEIVE_COUNT",
-                reason: format!("`{v}`: {e}"),
-            })?),
-        };
         Ok(Self {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
             idempotency_ttl: settings
@@ -80,7 +70,6 @@ impl Config {
             ledger_table: settings.required("LEDGER_TABLE")?,
             balances_table: settings.required("BALANCES_TABLE")?,
             receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
-            max_receive_count,
             failure_switch: FailureSwitch::from_settings(settings)?,
         })
     }
@@ -90,7 +79,7 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ChargeError {
     /// The failure switch fired.
-    #[error("injected failure (FAIL_PAYMENTS) on receive {0}")]
+    #[error("injected failure (FAIL_PAYMENTS) on attempt {0}")]
     Injected(u32),
     /// The payment can never be charged (permanent: dead-lettered at once).
     #[error("invalid payment: {0}")]
@@ -186,6 +175,7 @@ impl App {
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
         let handler =
             json(|payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx))
+                .on_dead_letter(|dead| self.dead_lettered(dead))
                 .idempotent(self.idempotency.clone())
                 .with_keys(KeyConfig::json_pointer("/paymentId"));
         let report = self.processor.process(&event, &handler).await?;
@@ -203,21 +193,26 @@ impl App {
     ) -> Result<Charged, Error> {
         match self.charge_once(&payment, &ctx).await {
             Ok(charged) => Ok(charged),
-            Err(e) => {
-                let permanent = matches!(e, ChargeError::Invalid(_));
-                let last = self
-                    .config
-                    .max_receive_count
-                    .is_some_and(|max| ctx.receive_count >= max);
-                if permanent || last {
-                    self.mark_failed(&payment, &e.to_string()).await;
-                }
-                if permanent {
-                    Err(PermanentError::new(e).into())
-                } else {
-                    Err(e.into())
-                }
-            }
+            Err(e @ ChargeError::Invalid(_)) => Err(PermanentError::new(e).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A payment's message went to the dead-letter queue (its error was permanent, or its
+    /// attempts are used up): the payment is marked `failed`.
+    async fn dead_lettered(&self, dead: DeadLettered) {
+        let payment_id = serde_json::from_str::<serde_json::Value>(
+            dead.message.body.as_deref().unwrap_or_default(),
+        )
+        .ok()
+        .and_then(|body| body.get("paymentId")?.as_str().map(str::to_owned));
+        match payment_id {
+            Some(payment_id) => self.mark_failed(&payment_id, &dead.reason).await,
+            None => tracing::error!(
+                message_id = dead.ctx.message_id,
+                reason = dead.reason,
+                "dead-lettered message without a paymentId: no payment to mark failed"
+            ),
         }
     }
 
@@ -230,10 +225,10 @@ impl App {
             .config
             .failure_switch
             .as_ref()
-            .and_then(|s| s.fault(payment.description.as_deref(), ctx.receive_count))
+            .and_then(|s| s.fault(payment.description.as_deref(), ctx.attempt))
         {
             None => {}
-            Some(Fault::Fail) => return Err(ChargeError::Injected(ctx.receive_count)),
+            Some(Fault::Fail) => return Err(ChargeError::Injected(ctx.attempt)),
             Some(Fault::Permanent) => {
                 return Err(ChargeError::Invalid(
                     "injected permanent failure (FAIL_PAYMENTS)".into(),
@@ -362,12 +357,12 @@ impl App {
     }
 
     /// Marks a payment `failed` (never one already charged).
-    async fn mark_failed(&self, payment: &PaymentRequested, error: &str) {
+    async fn mark_failed(&self, payment_id: &str, error: &str) {
         let result = self
             .dynamodb
             .update_item()
             .table_name(&self.config.payments_table)
-            .key("paymentId", AttributeValue::S(payment.payment_id.clone()))
+            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
             .update_expression("SET #status = :failed, lastError = :error")
             .condition_expression("attribute_not_exists(#status) OR #status <> :charged")
             .expression_attribute_names("#status", "status")
@@ -383,7 +378,7 @@ impl App {
             .send()
             .await;
         if let Err(e) = result {
-            tracing::warn!(payment_id = payment.payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
+            tracing::warn!(payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
         }
     }
 }

@@ -146,6 +146,13 @@ pub fn consumer_processor(
 ) -> Result<lambda_idempotency::batch::BatchProcessor, ConfigError> {
     let mut processor = lambda_idempotency::batch::BatchProcessor::new()
         .with_backoff(backoff(sqs.clone(), settings)?);
+    if let Some(v) = settings.get("MAX_ATTEMPTS") {
+        let attempts = v.parse().map_err(|e| ConfigError::Invalid {
+            name: "MAX_ATTEMPTS",
+            reason: format!("`{v}`: {e}"),
+        })?;
+        processor = processor.max_attempts(attempts);
+    }
     if let Some(url) = settings.get("DEAD_LETTER_QUEUE_URL") {
         processor =
             processor.with_dead_letter(lambda_idempotency::dead_letter::DeadLetter::new(sqs, url));
