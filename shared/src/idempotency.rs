@@ -337,18 +337,19 @@ impl<B: Backend> Idempotency<B> {
         let now_ms = self.clock.now_ms();
         let mut result = result.map(str::to_owned);
         let mut result_omitted = false;
-        if let (Some(r), Some(max)) = (&result, self.backend.max_result_bytes(&lease.stored_key)) {
-            if r.len() > max {
-                tracing::warn!(
-                    key = lease.key,
-                    result_bytes = r.len(),
-                    max_bytes = max,
-                    "result too large for the idempotency record: not stored; \
-                     duplicates will be skipped without it"
-                );
-                result = None;
-                result_omitted = true;
-            }
+        let max = self.backend.max_result_bytes(&lease.stored_key);
+        if let (Some(r), Some(max)) = (&result, max)
+            && r.len() > max
+        {
+            tracing::warn!(
+                key = lease.key,
+                result_bytes = r.len(),
+                max_bytes = max,
+                "result too large for the idempotency record: not stored; \
+                 duplicates will be skipped without it"
+            );
+            result = None;
+            result_omitted = true;
         }
         let update = Update::Complete {
             owner: lease.owner.clone(),
@@ -531,150 +532,4 @@ fn classify(
                 .unwrap_or(existing.expires_at.saturating_mul(1000)),
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::record::ManualClock;
-    use crate::store::InMemoryBackend;
-
-    fn engine(clock: &Arc<ManualClock>) -> Idempotency<InMemoryBackend> {
-        Idempotency::new(InMemoryBackend::default())
-            .with_clock(clock.clone())
-            .with_expiry(Duration::from_secs(100))
-    }
-
-    fn deadline(ms: i64) -> Option<SystemTime> {
-        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64))
-    }
-
-    #[tokio::test]
-    async fn lifecycle() {
-        let clock = Arc::new(ManualClock::new(1_000_000));
-        let e = engine(&clock);
-        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap()
-        else {
-            panic!("fresh key must start")
-        };
-        assert_eq!(
-            lease.lease_until_ms(),
-            1_005_000,
-            "the lease ends at the deadline"
-        );
-        assert_eq!(
-            e.acquire("k", b"p", deadline(1_005_000)).await.unwrap(),
-            Acquired::InProgress {
-                lease_until_ms: 1_005_000
-            }
-        );
-        e.fail(&lease, "boom").await.unwrap();
-        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else {
-            panic!("failed key must be re-acquired")
-        };
-        e.complete(&lease, Some("7")).await.unwrap();
-        let record = e.get("k").await.unwrap().unwrap();
-        assert_eq!((record.status, record.attempts), (Status::Completed, 1));
-        assert_eq!(record.last_error.as_deref(), Some("boom"));
-        assert_eq!(
-            e.acquire("k", b"p", None).await.unwrap(),
-            Acquired::Completed {
-                result: Some("7".into()),
-                result_omitted: false
-            }
-        );
-        assert!(matches!(
-            e.acquire("k", b"other", None).await,
-            Err(AcquireError::PayloadMismatch { .. })
-        ));
-        clock.advance(Duration::from_secs(101));
-        assert!(
-            matches!(
-                e.acquire("k", b"other", None).await,
-                Ok(Acquired::Started(_))
-            ),
-            "expired"
-        );
-    }
-
-    #[tokio::test]
-    async fn lease_is_never_zero() {
-        let clock = Arc::new(ManualClock::new(10_000));
-        let e = engine(&clock).with_default_lease(Duration::ZERO);
-        let Acquired::Started(lease) = e.acquire("k", b"p", deadline(0)).await.unwrap() else {
-            panic!()
-        };
-        assert_eq!(lease.lease_until_ms(), 11_000);
-        let Acquired::Started(lease) = e.acquire("k2", b"p", None).await.unwrap() else {
-            panic!()
-        };
-        assert!(lease.lease_until_ms() > 10_000);
-    }
-
-    #[tokio::test]
-    async fn lease_end_lets_another_attempt_in() {
-        let clock = Arc::new(ManualClock::new(0));
-        let e = engine(&clock);
-        assert!(matches!(
-            e.acquire("k", b"p", deadline(3_000)).await,
-            Ok(Acquired::Started(_))
-        ));
-        clock.set(3_000);
-        assert!(matches!(
-            e.acquire("k", b"p", None).await,
-            Ok(Acquired::InProgress { .. })
-        ));
-        clock.set(3_001);
-        assert!(matches!(
-            e.acquire("k", b"p", None).await,
-            Ok(Acquired::Started(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn oversized_result_is_omitted_not_an_error() {
-        let clock = Arc::new(ManualClock::new(0));
-        let e = engine(&clock);
-        let Acquired::Started(lease) = e.acquire("k", b"p", None).await.unwrap() else {
-            panic!()
-        };
-        let big = "x".repeat(MAX_ITEM_BYTES);
-        e.complete(&lease, Some(&big)).await.unwrap();
-        assert_eq!(
-            e.acquire("k", b"p", None).await.unwrap(),
-            Acquired::Completed {
-                result: None,
-                result_omitted: true
-            }
-        );
-    }
-
-    #[tokio::test]
-    async fn run_records_failures_and_panics() {
-        let clock = Arc::new(ManualClock::new(0));
-        let e = engine(&clock);
-        let failed = e
-            .run("k", b"p", None, || async { Err::<u8, _>("nope") })
-            .await;
-        assert!(matches!(failed, Err(RunError::Failed("nope"))));
-        let panicked = AssertUnwindSafe(e.run("k", b"p", None, || async {
-            if true {
-                panic!("kaboom");
-            }
-            Ok::<u8, String>(1)
-        }))
-        .catch_unwind()
-        .await;
-        assert!(panicked.is_err());
-        let record = e.get("k").await.unwrap().unwrap();
-        assert_eq!(record.status, Status::Failed);
-        assert_eq!(record.attempts, 2);
-        assert_eq!(record.last_error.as_deref(), Some("panicked: kaboom"));
-        assert_eq!(
-            e.run("k", b"p", None, || async { Ok::<_, String>(5) })
-                .await
-                .unwrap(),
-            Outcome::Ran(5)
-        );
-    }
 }

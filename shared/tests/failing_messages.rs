@@ -176,7 +176,7 @@ async fn followers_of_a_failing_message_keep_their_attempts_and_run_once_it_is_d
         [(1, 1), (2, 2), (3, 3), (1, 3), (1, 3)],
         "(attempt, receive count): the followers' third receive is their first attempt"
     );
-    let hooked = hooked.lock().unwrap();
+    let hooked = hooked.lock().unwrap().clone();
     assert_eq!(hooked.len(), 1);
     assert_eq!(hooked[0].ctx.message_id, "m-poison");
     assert_eq!(hooked[0].attempts, Some(3));
@@ -396,9 +396,8 @@ async fn dead_letter_sends_and_visibility_changes_fit_before_the_deadline() {
     let handler = json(|p: Payment, _ctx: RecordContext| async move {
         match p.amount {
             -2 => Err(Box::new(PermanentError::new("invalid")) as Box<dyn std::error::Error + Send + Sync>),
-            _ => Err("declined".into()),
+            _ => Err::<(), _>("declined".into()),
         }
-        .map(|()| ())
     });
     let processor = BatchProcessor::new()
         .with_dead_letter(DeadLetter::new(sqs.clone(), "http://unanswered/q/dlq"))
@@ -606,11 +605,7 @@ proptest! {
             let expect_reported = if near_deadline || blocked.contains(&lane) {
                 true
             } else {
-                match fate {
-                    Fate::Succeed => false,
-                    Fate::Permanent | Fate::BadBody => false,
-                    _ => true,
-                }
+                !matches!(fate, Fate::Succeed | Fate::Permanent | Fate::BadBody)
             };
             prop_assert_eq!(reported.contains(id), expect_reported, "{} ({:?}) in lane {}: {:?}", id, fate, lane, g.reported);
             if !near_deadline && !blocked.contains(&lane) {
