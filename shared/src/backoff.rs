@@ -108,8 +108,9 @@ impl VisibilityBackoff {
     /// the delay, rounded up, so that even a 1 s delay gets some).
     pub fn visibility(&self, error: &RecordError, attempt: u32, now_ms: i64) -> i32 {
         let secs = match error.cause() {
-            RecordError::InProgress { lease_until_ms } => ((lease_until_ms - now_ms + 999) / 1000)
-                .clamp(1, MAX_VISIBILITY.as_secs() as i64),
+            RecordError::InProgress { lease_until_ms } => {
+                ((lease_until_ms - now_ms + 999) / 1000).clamp(1, MAX_VISIBILITY.as_secs() as i64)
+            }
             _ => {
                 let d = self.delay(attempt).as_secs().max(1) as i64;
                 let spread = (d + 3) / 4;
@@ -145,11 +146,18 @@ impl VisibilityBackoff {
         let queue_url = match tokio::time::timeout(bound(until), self.queue_url(arn)).await {
             Ok(Ok(url)) => url,
             Ok(Err(e)) => {
-                tracing::warn!(arn, error = e, "visibility backoff skipped: queue URL unknown");
+                tracing::warn!(
+                    arn,
+                    error = e,
+                    "visibility backoff skipped: queue URL unknown"
+                );
                 return 0;
             }
             Err(_) => {
-                tracing::warn!(arn, "visibility backoff skipped: no time left for GetQueueUrl");
+                tracing::warn!(
+                    arn,
+                    "visibility backoff skipped: no time left for GetQueueUrl"
+                );
                 return 0;
             }
         };

@@ -333,7 +333,11 @@ impl<B: Backend> Idempotency<B> {
     ///
     /// Fenced: [`Updated::NotApplied`] when the record no longer carries this lease (another
     /// attempt took it over after the lease ended); nothing is changed then.
-    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<Updated, StoreError> {
+    pub async fn complete(
+        &self,
+        lease: &Lease,
+        result: Option<&str>,
+    ) -> Result<Updated, StoreError> {
         let now_ms = self.clock.now_ms();
         let mut result = result.map(str::to_owned);
         let mut result_omitted = false;

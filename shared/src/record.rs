@@ -108,7 +108,6 @@ impl Record {
     pub fn is_expired(&self, now_ms: i64) -> bool {
         self.expires_at < now_ms.div_euclid(1000)
     }
-
 }
 
 /// A new random owner token (32 hex characters) for one attempt: see [`Record::owner`].

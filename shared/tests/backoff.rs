@@ -36,6 +36,12 @@ fn record(id: &str, body: &str, receives: u32, group: Option<&str>) -> SqsMessag
 type Calls = Arc<Mutex<Vec<Vec<(String, String, i32)>>>>;
 
 fn mocked_sqs(calls: &Calls) -> aws_sdk_sqs::Client {
+    mocked_sqs_answering(calls, true)
+}
+
+/// An SQS client that logs every visibility change; each entry succeeds when `succeed`, else
+/// fails through no fault of the sender.
+fn mocked_sqs_answering(calls: &Calls, succeed: bool) -> aws_sdk_sqs::Client {
     let log = calls.clone();
     let url = mock!(aws_sdk_sqs::Client::get_queue_url)
         .match_requests(|r| r.queue_name() == Some("q") || r.queue_name() == Some("q.fifo"))
@@ -58,19 +64,29 @@ fn mocked_sqs(calls: &Calls) -> aws_sdk_sqs::Client {
                 })
                 .collect();
             log.lock().unwrap().push(entries.clone());
+            let ids = entries.iter().map(|(id, _, _)| id);
+            let (ok, failed): (Vec<_>, Vec<_>) = if succeed {
+                let ok = ids.map(|id| {
+                    ChangeMessageVisibilityBatchResultEntry::builder()
+                        .id(id)
+                        .build()
+                        .unwrap()
+                });
+                (ok.collect(), vec![])
+            } else {
+                let failed = ids.map(|id| {
+                    aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                        .id(id)
+                        .code("InternalError")
+                        .sender_fault(false)
+                        .build()
+                        .unwrap()
+                });
+                (vec![], failed.collect())
+            };
             ChangeMessageVisibilityBatchOutput::builder()
-                .set_successful(Some(
-                    entries
-                        .iter()
-                        .map(|(id, _, _)| {
-                            ChangeMessageVisibilityBatchResultEntry::builder()
-                                .id(id)
-                                .build()
-                                .unwrap()
-                        })
-                        .collect(),
-                ))
-                .set_failed(Some(vec![]))
+                .set_successful(Some(ok))
+                .set_failed(Some(failed))
                 .build()
                 .unwrap()
         },
@@ -212,7 +228,10 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
             .max(Duration::from_secs(60)),
     );
     let now = system_time_ms(SystemTime::now());
-    for (lease_ms, expected) in [(7_200_000, 7_199..=7_200), (20 * 3_600_000, 43_200..=43_200)] {
+    for (lease_ms, expected) in [
+        (7_200_000, 7_199..=7_200),
+        (20 * 3_600_000, 43_200..=43_200),
+    ] {
         calls.lock().unwrap().clear();
         let handler = Handler {
             lease: now + lease_ms,
@@ -234,41 +253,8 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
 #[tokio::test]
 async fn a_failed_visibility_entry_is_retried_once() {
     let calls = Calls::default();
-    let log = calls.clone();
-    let url = mock!(aws_sdk_sqs::Client::get_queue_url).then_output(|| {
-        GetQueueUrlOutput::builder()
-            .queue_url("https://sqs.local/123456789012/q")
-            .build()
-    });
     // Every entry fails on each call (not the sender's fault): the entry is sent twice, no more.
-    let change = mock!(aws_sdk_sqs::Client::change_message_visibility_batch).then_compute_output(
-        move |input| {
-            let entries: Vec<_> = input
-                .entries()
-                .iter()
-                .map(|e| (e.id().to_owned(), e.receipt_handle().to_owned(), 0))
-                .collect();
-            log.lock().unwrap().push(entries.clone());
-            ChangeMessageVisibilityBatchOutput::builder()
-                .set_successful(Some(vec![]))
-                .set_failed(Some(
-                    entries
-                        .iter()
-                        .map(|(id, _, _)| {
-                            aws_sdk_sqs::types::BatchResultErrorEntry::builder()
-                                .id(id)
-                                .code("InternalError")
-                                .sender_fault(false)
-                                .build()
-                                .unwrap()
-                        })
-                        .collect(),
-                ))
-                .build()
-                .unwrap()
-        },
-    );
-    let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&url, &change]);
+    let sqs = mocked_sqs_answering(&calls, false);
     let processor = BatchProcessor::new().with_backoff(VisibilityBackoff::new(sqs));
     let handler = message(|_, _| async { Err::<(), _>("refused") });
     let report = processor

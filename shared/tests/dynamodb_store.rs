@@ -10,9 +10,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::record::{Clock, ManualClock, Status};
-use lambda_idempotency::store::{
-    Attributes, Backend, DynamoDbBackend, InMemoryBackend, Updated,
-};
+use lambda_idempotency::store::{Attributes, Backend, DynamoDbBackend, InMemoryBackend, Updated};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -268,7 +266,10 @@ async fn late_writes_after_a_takeover<B: Backend>(e: &Idempotency<B>, clock: &Ma
         Updated::NotApplied,
         "a completed record is never failed"
     );
-    assert_eq!(e.get("fenced").await.unwrap().unwrap().status, Status::Completed);
+    assert_eq!(
+        e.get("fenced").await.unwrap().unwrap().status,
+        Status::Completed
+    );
 }
 on_both_backends!(
     a_late_complete_or_fail_after_a_takeover_changes_nothing,
@@ -281,9 +282,7 @@ async fn attempts_counted_by_the_store<B: Backend>(e: &Idempotency<B>, clock: &M
         assert_eq!(lease.attempts(), n - 1, "failed attempts before this one");
         assert_eq!(
             e.fail(&lease, &format!("failure {n}")).await.unwrap(),
-            Updated::Applied {
-                attempts: Some(n)
-            },
+            Updated::Applied { attempts: Some(n) },
             "the fail update returns the new count"
         );
     }
@@ -353,7 +352,11 @@ async fn a_record_without_a_lease_attribute_is_held_until_it_expires() {
     let mut record = f.dynamodb.get("foreign").await.unwrap().unwrap();
     assert_eq!(record.lease_until_ms, None);
     record.key = "fn#foreign".into();
-    f.memory.backend().put(&record, f.clock.now_ms()).await.unwrap();
+    f.memory
+        .backend()
+        .put(&record, f.clock.now_ms())
+        .await
+        .unwrap();
     for e in [&f.dynamodb as &dyn AcquireProbe, &f.memory] {
         assert!(
             matches!(e.probe("foreign").await, Ok(Acquired::InProgress { .. })),

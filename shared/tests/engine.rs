@@ -12,7 +12,6 @@ use lambda_idempotency::record::{ManualClock, Record, Status};
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome, RunError};
 
-
 fn engine(clock: &Arc<ManualClock>) -> Idempotency<InMemoryBackend> {
     Idempotency::new(InMemoryBackend::default())
         .with_clock(clock.clone())
@@ -27,8 +26,7 @@ fn deadline(ms: i64) -> Option<SystemTime> {
 async fn lifecycle() {
     let clock = Arc::new(ManualClock::new(1_000_000));
     let e = engine(&clock);
-    let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap()
-    else {
+    let Acquired::Started(lease) = e.acquire("k", b"p", deadline(1_005_000)).await.unwrap() else {
         panic!("fresh key must start")
     };
     assert_eq!(
@@ -194,7 +192,11 @@ async fn a_completion_that_fails_is_retried() {
         .await
         .unwrap();
     assert_eq!(outcome, Outcome::Ran(3));
-    assert_eq!(e.backend().tried.load(Ordering::SeqCst), 3, "two failures, then recorded");
+    assert_eq!(
+        e.backend().tried.load(Ordering::SeqCst),
+        3,
+        "two failures, then recorded"
+    );
     assert_eq!(e.get("k").await.unwrap().unwrap().status, Status::Completed);
 }
 
@@ -233,7 +235,8 @@ async fn completion_retries_stop_at_the_deadline() {
         .unwrap();
     assert_eq!(outcome, Outcome::RanNotRecorded(3));
     assert!(
-        e.backend().tried.load(Ordering::SeqCst) < lambda_idempotency::idempotency::COMPLETE_ATTEMPTS,
+        e.backend().tried.load(Ordering::SeqCst)
+            < lambda_idempotency::idempotency::COMPLETE_ATTEMPTS,
         "no retry without room for it before the deadline"
     );
 }

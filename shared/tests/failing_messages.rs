@@ -107,7 +107,11 @@ struct Payment {
 type Runs = Arc<Mutex<Vec<(String, RecordContext)>>>;
 
 /// amount > 0: charged; -1: transient failure; -2: permanent failure; 0: panic.
-async fn charge(runs: Runs, p: Payment, ctx: RecordContext) -> Result<i64, Box<dyn std::error::Error + Send + Sync>> {
+async fn charge(
+    runs: Runs,
+    p: Payment,
+    ctx: RecordContext,
+) -> Result<i64, Box<dyn std::error::Error + Send + Sync>> {
     runs.lock().unwrap().push((p.id.clone(), ctx));
     match p.amount {
         0 => panic!("generated panic"),
@@ -170,7 +174,10 @@ async fn followers_of_a_failing_message_keep_their_attempts_and_run_once_it_is_d
     let runs = runs.lock().unwrap().clone();
     let order: Vec<_> = runs.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(order, ["poison", "poison", "poison", "f1", "f2"]);
-    let attempts: Vec<_> = runs.iter().map(|(_, c)| (c.attempt, c.receive_count)).collect();
+    let attempts: Vec<_> = runs
+        .iter()
+        .map(|(_, c)| (c.attempt, c.receive_count))
+        .collect();
     assert_eq!(
         attempts,
         [(1, 1), (2, 2), (3, 3), (1, 3), (1, 3)],
@@ -298,7 +305,11 @@ async fn records_with_the_same_key_run_one_after_the_other() {
         record("m2", &body("same", 7), None, 1),
     ]);
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
-    assert!(reported(report.response()).is_empty(), "{:?}", report.records);
+    assert!(
+        reported(report.response()).is_empty(),
+        "{:?}",
+        report.records
+    );
     let duplicates = report.successes().filter(|(_, d)| d.is_duplicate()).count();
     assert_eq!(duplicates, 1);
 }
@@ -351,7 +362,11 @@ async fn the_stop_margin_cancels_the_handler_never_the_completion_that_follows_i
         Ok(Deduplicated::Processed(1))
     ));
     let record = store.get("p").await.unwrap().unwrap();
-    assert_eq!(record.status, Status::Completed, "the effect happened and is recorded");
+    assert_eq!(
+        record.status,
+        Status::Completed,
+        "the effect happened and is recorded"
+    );
 }
 
 #[tokio::test]
@@ -395,7 +410,8 @@ async fn dead_letter_sends_and_visibility_changes_fit_before_the_deadline() {
     let (_listener, sqs) = unanswered_sqs();
     let handler = json(|p: Payment, _ctx: RecordContext| async move {
         match p.amount {
-            -2 => Err(Box::new(PermanentError::new("invalid")) as Box<dyn std::error::Error + Send + Sync>),
+            -2 => Err(Box::new(PermanentError::new("invalid"))
+                as Box<dyn std::error::Error + Send + Sync>),
             _ => Err::<(), _>("declined".into()),
         }
     });
@@ -416,7 +432,11 @@ async fn dead_letter_sends_and_visibility_changes_fit_before_the_deadline() {
         "answered {:?} after the start, past the 3.5 s deadline",
         started.elapsed()
     );
-    assert_eq!(reported(report.response()), ["m1", "m2"], "what did not fit is reported failed");
+    assert_eq!(
+        reported(report.response()),
+        ["m1", "m2"],
+        "what did not fit is reported failed"
+    );
 }
 
 // --- the invariants of the response over random batches --------------------------------------
@@ -489,7 +509,12 @@ struct Generated {
     ids: Vec<String>,
 }
 
-fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, near_deadline: bool) -> Generated {
+fn run_generated(
+    spec: &[(u8, Fate, Option<usize>)],
+    fifo: bool,
+    strict: bool,
+    near_deadline: bool,
+) -> Generated {
     // A record may repeat the message id of an earlier one (same body, as SQS would deliver it).
     let mut records: Vec<SqsMessage> = Vec::new();
     let mut fates: Vec<Option<Fate>> = Vec::new();
@@ -499,7 +524,9 @@ fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, n
             fates[i] = None;
             let mut again = records[r].clone();
             if fifo {
-                again.attributes.insert("MessageGroupId".into(), format!("g{group}"));
+                again
+                    .attributes
+                    .insert("MessageGroupId".into(), format!("g{group}"));
             }
             records.push(again);
             continue;
@@ -519,7 +546,10 @@ fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, n
         let group = format!("g{group}");
         records.push(record(&id, &text, fifo.then_some(group.as_str()), 1));
     }
-    let ids: Vec<String> = records.iter().map(|r| r.message_id.clone().unwrap()).collect();
+    let ids: Vec<String> = records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -562,9 +592,17 @@ fn run_generated(spec: &[(u8, Fate, Option<usize>)], fifo: bool, strict: bool, n
             .unwrap();
         Generated {
             reported: reported(report.response()),
-            dead_lettered: report.dead_lettered().map(|r| r.message_id.clone()).collect(),
+            dead_lettered: report
+                .dead_lettered()
+                .map(|r| r.message_id.clone())
+                .collect(),
             hooked: hooked.lock().unwrap().clone(),
-            ran: runs.lock().unwrap().iter().map(|(_, c)| c.message_id.clone()).collect(),
+            ran: runs
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, c)| c.message_id.clone())
+                .collect(),
             ids,
         }
     })

@@ -202,12 +202,14 @@ where
         match AssertUnwindSafe(work).catch_unwind().await {
             Ok(Ok(output)) => {
                 let json = serde_json::to_string(&output).ok().filter(|j| j != "null");
-                let write = self.engine.complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
+                let write =
+                    self.engine
+                        .complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
                 let problem = match bounded(ctx.finish_by, write).await {
                     Some(Ok(Updated::Applied { .. })) => None,
-                    Some(Ok(Updated::NotApplied)) => {
-                        Some("another attempt took the key over after this one's lease ended".into())
-                    }
+                    Some(Ok(Updated::NotApplied)) => Some(
+                        "another attempt took the key over after this one's lease ended".into(),
+                    ),
                     Some(Err(e)) => Some(e.to_string()),
                     None => Some("no time left before the deadline".to_owned()),
                 };

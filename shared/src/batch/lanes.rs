@@ -96,7 +96,13 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         for i in indices {
             if let Some(&first_index) = self.repeats.get(&i) {
                 let result = Err(RecordError::Repeated { first_index });
-                out.push((i, Outcome { result, dead_lettered: false }));
+                out.push((
+                    i,
+                    Outcome {
+                        result,
+                        dead_lettered: false,
+                    },
+                ));
                 continue;
             }
             if let Some(first) = failed {
@@ -109,7 +115,13 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                         failed: first.to_owned(),
                     },
                 };
-                out.push((i, Outcome { result: Err(error), dead_lettered: false }));
+                out.push((
+                    i,
+                    Outcome {
+                        result: Err(error),
+                        dead_lettered: false,
+                    },
+                ));
                 continue;
             }
             let (ctx, result) = self.one(i).await;
@@ -122,7 +134,13 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             if result.is_err() && !dead_lettered {
                 failed = Some(self.ids[i]);
             }
-            out.push((i, Outcome { result, dead_lettered }));
+            out.push((
+                i,
+                Outcome {
+                    result,
+                    dead_lettered,
+                },
+            ));
         }
         out
     }
@@ -154,9 +172,14 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             return false;
         };
         let message_id = self.ids[i];
-        let Some(budget) = self.time_left_until(ctx.finish_by).map(|left| left.min(p.call_timeout))
+        let Some(budget) = self
+            .time_left_until(ctx.finish_by)
+            .map(|left| left.min(p.call_timeout))
         else {
-            tracing::warn!(message_id, "no time left to move to the dead-letter queue; reported failed");
+            tracing::warn!(
+                message_id,
+                "no time left to move to the dead-letter queue; reported failed"
+            );
             return false;
         };
         let reason = if error.is_permanent() {
@@ -166,20 +189,36 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         };
         match tokio::time::timeout(budget, dead_letter.send(&self.records[i], &reason)).await {
             Ok(Ok(())) => {
-                tracing::warn!(message_id, queue = dead_letter.queue_url(), reason, "moved to the dead-letter queue");
+                tracing::warn!(
+                    message_id,
+                    queue = dead_letter.queue_url(),
+                    reason,
+                    "moved to the dead-letter queue"
+                );
                 let hook = self.handler.dead_lettered(&self.records[i], ctx, error);
                 let left = self.time_left_until(ctx.finish_by).unwrap_or_default();
                 if tokio::time::timeout(left, hook).await.is_err() {
-                    tracing::error!(message_id, "the dead-letter hook did not finish before the deadline");
+                    tracing::error!(
+                        message_id,
+                        "the dead-letter hook did not finish before the deadline"
+                    );
                 }
                 true
             }
             Ok(Err(e)) => {
-                tracing::warn!(message_id, error = e, "could not move to the dead-letter queue; reported failed");
+                tracing::warn!(
+                    message_id,
+                    error = e,
+                    "could not move to the dead-letter queue; reported failed"
+                );
                 false
             }
             Err(_) => {
-                tracing::warn!(message_id, ?budget, "moving to the dead-letter queue timed out; reported failed");
+                tracing::warn!(
+                    message_id,
+                    ?budget,
+                    "moving to the dead-letter queue timed out; reported failed"
+                );
                 false
             }
         }

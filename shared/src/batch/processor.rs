@@ -259,7 +259,12 @@ impl BatchProcessor {
             let until = run.deadline().map(|d| d - RESPONSE_MARGIN);
             let visibility = self.visibility(backoff, handler, &event.payload.records, &report);
             backoff
-                .change(&event.payload.records, &visibility, until, self.call_timeout)
+                .change(
+                    &event.payload.records,
+                    &visibility,
+                    until,
+                    self.call_timeout,
+                )
                 .await;
         }
         Ok(report)
@@ -294,10 +299,9 @@ impl BatchProcessor {
             }
         }
         for (index, failed) in blocked {
-            let secs = by_id
-                .get(failed)
-                .copied()
-                .unwrap_or_else(|| backoff.visibility(&RecordError::Panicked(String::new()), 1, now_ms));
+            let secs = by_id.get(failed).copied().unwrap_or_else(|| {
+                backoff.visibility(&RecordError::Panicked(String::new()), 1, now_ms)
+            });
             out.push((index, secs));
         }
         out.sort_unstable();

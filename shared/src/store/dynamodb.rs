@@ -291,7 +291,14 @@ impl DynamoDbBackend {
             )
         };
         let mut placeholders = vec![
-            "#key", "#exp", "#hash", "#status", "#lease", "#attempts", "#result", "#omitted",
+            "#key",
+            "#exp",
+            "#hash",
+            "#status",
+            "#lease",
+            "#attempts",
+            "#result",
+            "#omitted",
             "#owner",
         ];
         let mut request = self
@@ -365,9 +372,7 @@ impl DynamoDbBackend {
 impl Backend for DynamoDbBackend {
     async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
         match self.acquire(record, now_ms, false).await? {
-            Put::Exists(existing)
-                if existing.is_expired(now_ms) && !existing.is_held(now_ms) =>
-            {
+            Put::Exists(existing) if existing.is_expired(now_ms) && !existing.is_held(now_ms) => {
                 // Rare: an expired record the TTL sweeper has not deleted yet. A second
                 // conditional write replaces it and starts its attempts again.
                 self.acquire(record, now_ms, true).await
@@ -419,7 +424,10 @@ impl Backend for DynamoDbBackend {
                         .expression_attribute_values(":result", s(result)),
                     None => request.update_expression("SET #status = :status, #exp = :exp, #omitted = :omitted REMOVE #result"),
                 };
-                (request, &["#status", "#owner", "#exp", "#omitted", "#result"])
+                (
+                    request,
+                    &["#status", "#owner", "#exp", "#omitted", "#result"],
+                )
             }
             Update::Fail { owner, error } => {
                 let request = request
