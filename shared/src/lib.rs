@@ -47,6 +47,7 @@ pub mod key;
 pub mod metrics;
 pub mod publish;
 pub mod record;
+pub mod redrive_policy;
 pub mod store;
 
 pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};

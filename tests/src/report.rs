@@ -11,7 +11,7 @@ use crate::checks::{Check, checks};
 use crate::pipeline::{Options, Pipeline};
 use crate::workload::{Fault, Tally, Workload, failure_switch};
 
-/// Receives before a flaky payment succeeds (below the template's MaxReceiveCount of 5).
+/// Failed attempts before a flaky payment succeeds (below the template's MaxAttempts of 5).
 pub const FLAKY_RECEIVES: u32 = 2;
 
 /// What a run did and found.
