@@ -304,18 +304,7 @@ async fn bad_input_fails_alone_with_a_clear_error() {
         "{reasons:?}"
     );
     assert!(reasons["long-key"].contains("paymentId"), "{reasons:?}");
-    let status: HashMap<String, String> = stack
-        .scan("PaymentsTable")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["paymentId"].as_s().unwrap().clone(),
-                i["status"].as_s().unwrap().clone(),
-            )
-        })
-        .collect();
+    let status = stack.payment_statuses().await.unwrap();
     assert_eq!(status[&negative.payment_id], "failed");
 
     // A record without a messageId fails the invocation, with a clear error.
