@@ -138,14 +138,18 @@ pub fn backoff(
         .enabled(!base.is_zero()))
 }
 
-/// The batch processor of a consumer: the visibility backoff of [`backoff`], and the
-/// dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent failures, when set.
+/// The batch processor of a consumer: the visibility backoff of [`backoff`], the attempts of
+/// [`max_attempts`] when set, and the dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent
+/// failures and used-up attempts, when set.
 pub fn consumer_processor(
     sqs: aws_sdk_sqs::Client,
     settings: &impl Settings,
 ) -> Result<lambda_idempotency::batch::BatchProcessor, ConfigError> {
     let mut processor = lambda_idempotency::batch::BatchProcessor::new()
         .with_backoff(backoff(sqs.clone(), settings)?);
+    if let Some(n) = max_attempts(settings)? {
+        processor = processor.max_attempts(n);
+    }
     if let Some(url) = settings.get("DEAD_LETTER_QUEUE_URL") {
         processor =
             processor.with_dead_letter(lambda_idempotency::dead_letter::DeadLetter::new(sqs, url));
