@@ -1,4 +1,4 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test`.
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
 #   make lint              template-lint + rustfmt check + clippy with warnings denied

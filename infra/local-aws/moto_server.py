@@ -8,9 +8,13 @@
   receives can both take messages of one group, and a consumer then handles them out of order.
   Each receive (without its long-poll wait) and each call that changes messages runs under one
   lock; a long poll waits outside it and tries again every 20 ms.
-- SQS: when several in-flight messages of a FIFO group become visible again together, moto
-  checks the first one against the group's other messages, still marked in flight, skips it,
-  and hands out a later one first. Every message visible again is unmarked before a receive.
+- SQS: moto keeps its own set of in-flight messages, and it drifts from what SQS means by in
+  flight (received, and not visible again yet): when several in-flight messages of a FIFO group
+  become visible again together, moto checks the first one against the group's other messages,
+  still marked in flight, skips it, and hands out a later one first; and a group whose earlier
+  messages were still invisible after a failed batch had a later message handed out alone, so
+  the group was charged out of order. Before each receive the set is rebuilt from the messages
+  themselves: received and not visible.
 - SQS: moto reads a queue's ContentBasedDeduplication setting by computing all of the queue's
   attributes, message counts included, three times per message sent: a send cost time in
   proportion to the queue's depth. While a message is sent, the setting is read directly.
@@ -62,8 +66,12 @@ def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_t
     while True:
         with _sqs_lock:
             queue = self.get_queue(queue_name)
-            for message in [m for m in queue.pending_messages if m.visible]:
-                queue.pending_messages.discard(message)
+            # In flight, as SQS means it: received, and not visible again yet.
+            for message in queue._messages:
+                if message.approximate_receive_count > 0 and not message.visible:
+                    queue.pending_messages.add(message)
+                else:
+                    queue.pending_messages.discard(message)
             result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
         if result or time.monotonic() >= deadline:
             return result

@@ -7,7 +7,8 @@
 //! silently ignored, so the harness never runs something different from what is deployed.
 //!
 //! Values are resolved while parsing where they can be: parameters (defaults, or the overrides
-//! in [`TemplateOptions`]) and `AWS::*` pseudo parameters inside names. References to resources
+//! in [`TemplateOptions`]), `AWS::*` pseudo parameters inside names, and `!FindInMap` lookups in
+//! the template's [`Mappings`]. References to resources
 //! (`!Ref PaymentsQueue`, `!GetAtt PaymentsQueue.Arn`) in environment variables stay symbolic
 //! ([`Expr`]) until the resources exist; see
 //! [`Provisioned::function_env`](crate::provision::Provisioned::function_env).
@@ -17,12 +18,13 @@
 //!
 //! let options = TemplateOptions::default()
 //!     .naming(Naming::prefix("t1-"))
-//!     .parameter("MaxReceiveCount", "3");
+//!     .parameter("MaxAttempts", "3");
 //! let template = Template::load_project(&options).unwrap();
 //!
 //! let queue = &template.queues["PaymentsQueue"];
 //! assert_eq!(queue.name, "t1-payments.fifo");
-//! assert_eq!(queue.redrive.as_ref().unwrap().max_receive_count, 3);
+//! // Derived from MaxAttempts through Mappings.RedriveBackstop: (10 - 1) * (3 - 1) + 3.
+//! assert_eq!(queue.redrive.as_ref().unwrap().max_receive_count, 21);
 //! assert_eq!(template.functions["PaymentProcessorFunction"].timeout_seconds, 30);
 //! ```
 
@@ -39,6 +41,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
+
+mod mappings;
+
+pub use mappings::{MapValue, Mappings};
 
 /// Why a template could not be turned into a [`Template`].
 #[derive(Debug, thiserror::Error)]
@@ -502,6 +508,8 @@ pub struct Template {
     pub tables: BTreeMap<String, Table>,
     /// Functions by logical id.
     pub functions: BTreeMap<String, Function>,
+    /// The `Mappings` section (every `!FindInMap` is already resolved with it).
+    pub mappings: Mappings,
     /// The naming the names were built with.
     pub naming: Naming,
 }
@@ -556,10 +564,18 @@ impl Template {
             ));
         }
         let parameters = parse_parameters(root, options)?;
-        let resources = match root.get("Resources") {
-            Some(Value::Mapping(m)) => m,
+        let mappings = Mappings::parse(root)?;
+        let env = mappings::Env {
+            parameters: &parameters,
+            options,
+        };
+        let resolved_resources = match root.get("Resources") {
+            Some(r @ Value::Mapping(_)) => mappings.resolve(r, &env, "Resources")?,
             _ => return Err(invalid("Resources", "missing or not a mapping")),
         };
+        let resources = resolved_resources
+            .as_mapping()
+            .expect("resolving keeps a mapping a mapping");
         let mut types = BTreeMap::new();
         for (id, resource) in resources {
             let id = key_str(id, "Resources")?;
@@ -587,10 +603,15 @@ impl Template {
             queues: BTreeMap::new(),
             tables: BTreeMap::new(),
             functions: BTreeMap::new(),
+            mappings: mappings.clone(),
             naming: options.naming.clone(),
         };
-        let globals = root
+        let resolved_globals = root
             .get("Globals")
+            .map(|g| mappings.resolve(g, &env, "Globals"))
+            .transpose()?;
+        let globals = resolved_globals
+            .as_ref()
             .and_then(|g| g.get("Function"))
             .and_then(Value::as_mapping);
         for (id, resource) in resources {
@@ -694,7 +715,11 @@ impl Template {
     /// reject but that break exactly-once-in-effect processing or waste retries: visibility
     /// timeout at least 6 x the consumer's timeout, FIFO/standard dead-letter queues matching
     /// their source, FIFO batch limits, `ReportBatchItemFailures`, `MaximumConcurrency` range,
-    /// dead-letter retention at least the source's.
+    /// dead-letter retention at least the source's; and, for a consumer with `MAX_ATTEMPTS` in its
+    /// environment, a redrive `maxReceiveCount` that a message blocked behind others of its FIFO
+    /// group cannot reach before its attempts are used up
+    /// ([`min_max_receive_count`](lambda_idempotency::redrive_policy::min_max_receive_count)), and
+    /// an `EVENT_SOURCE_BATCH_SIZE` equal to the event source's `BatchSize`.
     ///
     /// ```
     /// use local_aws::template::{Template, TemplateOptions};
@@ -787,6 +812,38 @@ impl Template {
                     &at,
                     format!("ScalingConfig.MaximumConcurrency {c} not in 2..=1000"),
                 );
+            }
+            let literal = |name: &str| f.environment.get(name).and_then(Expr::as_literal);
+            if let Some(size) = literal("EVENT_SOURCE_BATCH_SIZE")
+                && size.parse::<u32>().ok() != Some(e.batch_size)
+            {
+                finding(
+                    &at,
+                    format!(
+                        "EVENT_SOURCE_BATCH_SIZE {size} is not the event source's BatchSize {}",
+                        e.batch_size
+                    ),
+                );
+            }
+            if let (Some(attempts), Some(r)) = (literal("MAX_ATTEMPTS"), &q.redrive) {
+                match attempts.parse::<u32>() {
+                    Ok(n) => {
+                        let required = lambda_idempotency::redrive_policy::min_max_receive_count(
+                            e.batch_size,
+                            n,
+                        );
+                        if r.max_receive_count < required {
+                            finding(
+                                &at,
+                                format!(
+                                    "queue {} has maxReceiveCount {}, below {required} = (BatchSize - 1) x (MAX_ATTEMPTS - 1) + MAX_ATTEMPTS for BatchSize {} and MAX_ATTEMPTS {n}: SQS would dead-letter messages blocked behind a failing one of their group",
+                                    q.logical_id, r.max_receive_count, e.batch_size
+                                ),
+                            );
+                        }
+                    }
+                    Err(_) => finding(&at, format!("MAX_ATTEMPTS {attempts:?} is not a number")),
+                }
             }
         }
         findings

@@ -51,7 +51,8 @@ async fn provision_then_verify_matches_and_is_idempotent() {
     assert_eq!(resources.queues.len(), 4);
     assert_eq!(resources.tables.len(), 5);
 
-    // The redrive policy points at the DLQ's ARN with the template's count.
+    // The redrive policy points at the DLQ's ARN with the count derived from MaxAttempts (5)
+    // through Mappings.RedriveBackstop.
     let policy =
         common::queue_attribute(&clients, &payments.url, QueueAttributeName::RedrivePolicy)
             .await
@@ -61,7 +62,10 @@ async fn provision_then_verify_matches_and_is_idempotent() {
         policy["deadLetterTargetArn"],
         resources.queues["PaymentsDeadLetterQueue"].arn
     );
-    assert_eq!(policy["maxReceiveCount"].to_string().trim_matches('"'), "5");
+    assert_eq!(
+        policy["maxReceiveCount"].to_string().trim_matches('"'),
+        "41"
+    );
 
     // Each function's environment, resolved.
     let env = resources
@@ -151,7 +155,7 @@ async fn verify_reports_what_differs() {
     let mut changed = Template::load_project(
         &TemplateOptions::default()
             .naming(naming.clone())
-            .parameter("MaxReceiveCount", "7"),
+            .parameter("MaxAttempts", "7"),
     )
     .unwrap();
     changed.tables.get_mut("PaymentsTable").unwrap().key_schema[0].name = "pk".into();
@@ -252,7 +256,7 @@ async fn the_provision_binary_prints_exports_and_verifies() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("exists is no"));
 
-    let out = run(&["--prefix", &prefix, "--param", "MaxReceiveCount=3"]);
+    let out = run(&["--prefix", &prefix, "--param", "MaxAttempts=3"]);
     assert!(
         out.status.success(),
         "{}",
@@ -271,31 +275,25 @@ async fn the_provision_binary_prints_exports_and_verifies() {
     )));
     assert!(stdout.contains("export FAIL_PAYMENTS=''"));
 
-    let out = run(&[
-        "--prefix",
-        &prefix,
-        "--param",
-        "MaxReceiveCount=3",
-        "--verify",
-    ]);
+    let out = run(&["--prefix", &prefix, "--param", "MaxAttempts=3", "--verify"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // Against the default MaxReceiveCount (5) the redrive policies differ.
+    // Against the default MaxAttempts (5) the derived redrive policies differ: 21 against 41.
     let out = run(&["--prefix", &prefix, "--verify"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains("RedrivePolicy.maxReceiveCount is 3, the template says 5")
+            .contains("RedrivePolicy.maxReceiveCount is 21, the template says 41")
     );
 
     let out = run(&[
         "--prefix",
         &prefix,
         "--param",
-        "MaxReceiveCount=3",
+        "MaxAttempts=3",
         "--function",
         "receipt-sender",
         "--format",
@@ -314,7 +312,7 @@ async fn the_provision_binary_prints_exports_and_verifies() {
         "--prefix",
         &prefix,
         "--param",
-        "MaxReceiveCount=3",
+        "MaxAttempts=3",
         "--format",
         "json",
     ]);

@@ -462,7 +462,7 @@ async fn the_binary_redrives_by_logical_id_from_the_template() {
     let template = Template::load_project(
         &TemplateOptions::default()
             .naming(naming)
-            .parameter("MaxReceiveCount", "1"),
+            .parameter("MaxAttempts", "1"),
     )
     .unwrap();
     let resources = local_aws::provision::provision(&clients, &template)
@@ -488,7 +488,7 @@ async fn the_binary_redrives_by_logical_id_from_the_template() {
         .unwrap();
     assert_eq!(source.url, payments.url);
 
-    // Three payments dead-lettered by the queue itself (maxReceiveCount 1). One per group:
+    // Three payments dead-lettered by the queue itself (MaxAttempts 1: maxReceiveCount 1). One per group:
     // moto's own dead-lettering can reorder a group (it skips a message whose group has
     // another one in flight); the order within groups is tested above.
     fill(

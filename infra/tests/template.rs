@@ -40,7 +40,7 @@ fn queues() {
     assert_eq!(payments.message_retention_period, 345_600);
     let redrive = payments.redrive.as_ref().unwrap();
     assert_eq!(redrive.dead_letter_queue, "PaymentsDeadLetterQueue");
-    assert_eq!(redrive.max_receive_count, 5);
+    assert_eq!(redrive.max_receive_count, 41);
 
     let payments_dlq = &t.queues["PaymentsDeadLetterQueue"];
     assert_eq!(payments_dlq.name, "payments-dlq.fifo");
@@ -55,7 +55,7 @@ fn queues() {
     assert_eq!(receipts.visibility_timeout, 180);
     let redrive = receipts.redrive.as_ref().unwrap();
     assert_eq!(redrive.dead_letter_queue, "ReceiptsDeadLetterQueue");
-    assert_eq!(redrive.max_receive_count, 5);
+    assert_eq!(redrive.max_receive_count, 41);
     assert_eq!(t.queues["ReceiptsDeadLetterQueue"].name, "receipts-dlq");
     assert!(!t.queues["ReceiptsDeadLetterQueue"].fifo);
 
@@ -225,12 +225,12 @@ fn the_template_follows_the_aws_facts() {
 fn naming_and_parameter_overrides() {
     let options = TemplateOptions::default()
         .naming(Naming::prefix("it-").with_suffix("-x"))
-        .parameter("MaxReceiveCount", "2")
+        .parameter("MaxAttempts", "2")
         .parameter("IdempotencyTtlSeconds", "120")
         .parameter("FailPayments", "boom:1")
         .parameter("ReceiptsQueueName", "other-receipts");
     let t = Template::load_project(&options).unwrap();
-    assert_eq!(t.parameter("MaxReceiveCount"), Some("2"));
+    assert_eq!(t.parameter("MaxAttempts"), Some("2"));
     assert_eq!(t.queues["PaymentsQueue"].name, "it-payments-x.fifo");
     assert_eq!(
         t.queues["PaymentsDeadLetterQueue"].name,
@@ -247,7 +247,7 @@ fn naming_and_parameter_overrides() {
             .as_ref()
             .unwrap()
             .max_receive_count,
-        2
+        11
     );
     assert_eq!(
         t.queues["ReceiptsQueue"]
@@ -255,7 +255,7 @@ fn naming_and_parameter_overrides() {
             .as_ref()
             .unwrap()
             .max_receive_count,
-        2
+        11
     );
     let env = &t.functions["PaymentProcessorFunction"].environment;
     assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"].as_literal(), Some("120"));
@@ -263,7 +263,8 @@ fn naming_and_parameter_overrides() {
 
     // Overrides are checked like CloudFormation checks them.
     for (name, value) in [
-        ("MaxReceiveCount", "0"),
+        ("MaxAttempts", "0"),
+        ("MaxAttempts", "11"),
         ("LogRetentionDays", "2"),
         ("NoSuchParameter", "1"),
     ] {

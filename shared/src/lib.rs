@@ -48,6 +48,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod publish;
 pub mod record;
+pub mod redrive_policy;
 pub mod store;
 
 pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};

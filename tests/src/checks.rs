@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::workload::{Fault, Tally};
+use crate::workload::{Accepted, Tally};
 
 /// Names of the tables a run checks.
 #[derive(Debug, Clone)]
@@ -27,12 +27,16 @@ pub struct Stored {
     pub payment_status: HashMap<String, String>,
     /// Payment id to the number of ledger entries.
     pub ledger_entries: HashMap<String, usize>,
+    /// Payment id to when it was charged (its first ledger entry's `createdAt`, epoch ms).
+    pub charged_at: HashMap<String, i64>,
     /// Account to (balance, charges).
     pub balances: BTreeMap<String, (i64, i64)>,
     /// Payment id to the number of receipts.
     pub receipts: HashMap<String, usize>,
     /// Messages in the payments dead-letter queue.
     pub dead_lettered_payments: usize,
+    /// The payment ids of the messages in the payments dead-letter queue (one per message).
+    pub dead_lettered_payment_ids: Vec<String>,
     /// Messages in the receipts dead-letter queue.
     pub dead_lettered_receipts: usize,
 }
@@ -88,10 +92,11 @@ impl Stored {
                 .insert(s(&item, "paymentId"), s(&item, "status"));
         }
         for item in scan(client, &tables.ledger).await? {
-            *stored
-                .ledger_entries
-                .entry(s(&item, "paymentId"))
-                .or_default() += 1;
+            let id = s(&item, "paymentId");
+            let at = n(&item, "createdAt");
+            let first = stored.charged_at.entry(id.clone()).or_insert(at);
+            *first = (*first).min(at);
+            *stored.ledger_entries.entry(id).or_default() += 1;
         }
         for item in scan(client, &tables.balances).await? {
             stored.balances.insert(
@@ -132,16 +137,10 @@ fn check(name: &'static str, offenders: Vec<String>, ok_detail: String) -> Check
 
 /// Every check of a run.
 pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
-    let charged: Vec<_> = tally
+    let (poison, charged): (Vec<_>, Vec<_>) = tally
         .accepted
         .iter()
-        .filter(|a| a.planned.fault != Fault::Poison)
-        .collect();
-    let poison: Vec<_> = tally
-        .accepted
-        .iter()
-        .filter(|a| a.planned.fault == Fault::Poison)
-        .collect();
+        .partition(|a| a.planned.fault.is_fatal());
     let ledger = |id: &str| stored.ledger_entries.get(id).copied().unwrap_or(0);
     let receipts = |id: &str| stored.receipts.get(id).copied().unwrap_or(0);
     let status = |id: &str| {
@@ -232,7 +231,7 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
         .collect();
     if stored.dead_lettered_payments != poison.len() {
         poison_offenders.push(format!(
-            "{} messages in the payments dead-letter queue, {} poison payments",
+            "{} messages in the payments dead-letter queue, {} failing payments",
             stored.dead_lettered_payments,
             poison.len()
         ));
@@ -243,6 +242,8 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
             stored.dead_lettered_receipts
         ));
     }
+    out.push(no_innocent_dead_lettered(&poison, stored));
+    out.push(charged_in_send_order(&charged, stored));
     out.push(check(
         "failing payments dead-lettered, never charged, marked failed",
         poison_offenders,
@@ -266,4 +267,70 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
         format!("{} payments stored", stored.payment_status.len()),
     ));
     out
+}
+
+/// The payments dead-letter queue holds exactly the failing payments, once each: no payment that
+/// never failed was moved there with one that did (as SQS does when a message blocked behind a
+/// failing one of its group reaches the queue's maxReceiveCount).
+fn no_innocent_dead_lettered(failing: &[&Accepted], stored: &Stored) -> Check {
+    let failing_ids: HashMap<&str, &Accepted> = failing
+        .iter()
+        .map(|a| (a.payment_id.as_str(), *a))
+        .collect();
+    let mut in_queue: HashMap<&str, usize> = HashMap::new();
+    for id in &stored.dead_lettered_payment_ids {
+        *in_queue.entry(id.as_str()).or_default() += 1;
+    }
+    let mut offenders: Vec<String> = in_queue
+        .iter()
+        .filter(|(id, _)| !failing_ids.contains_key(*id))
+        .map(|(id, n)| format!("{id} never failed, {n} in the dead-letter queue"))
+        .collect();
+    offenders.sort();
+    for a in failing {
+        let n = in_queue.get(a.payment_id.as_str()).copied().unwrap_or(0);
+        if n != 1 {
+            offenders.push(format!(
+                "{} ({:?}, {} #{}): {n} in the dead-letter queue",
+                a.payment_id, a.planned.fault, a.planned.account, a.planned.position
+            ));
+        }
+    }
+    check(
+        "no innocent payment dead-lettered",
+        offenders,
+        format!(
+            "the dead-letter queue holds the {} failing payments only",
+            failing.len()
+        ),
+    )
+}
+
+/// Each account's payments were charged in the order they were sent (its FIFO group's order),
+/// failing payments aside. Charges in the same millisecond show no order and pass.
+fn charged_in_send_order(charged: &[&Accepted], stored: &Stored) -> Check {
+    let mut by_account: BTreeMap<&str, Vec<(i64, usize, &str)>> = BTreeMap::new();
+    for a in charged {
+        if let Some(at) = stored.charged_at.get(&a.payment_id) {
+            by_account
+                .entry(a.planned.account.as_str())
+                .or_default()
+                .push((*at, a.planned.position, a.payment_id.as_str()));
+        }
+    }
+    let mut offenders = Vec::new();
+    for (account, mut charges) in by_account.iter_mut().map(|(a, c)| (*a, std::mem::take(c))) {
+        charges.sort();
+        if let Some(w) = charges.windows(2).find(|w| w[0].1 > w[1].1) {
+            offenders.push(format!(
+                "{account}: #{} ({}) charged before #{} ({})",
+                w[0].1, w[0].2, w[1].1, w[1].2
+            ));
+        }
+    }
+    check(
+        "each account charged in send order",
+        offenders,
+        format!("{} accounts", by_account.len()),
+    )
 }

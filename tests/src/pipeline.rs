@@ -256,6 +256,12 @@ impl Pipeline {
         let depth = |id: &str| queue_depth(&self.clients.sqs, self.queue_url(id));
         let d = depth("PaymentsDeadLetterQueue").await?;
         stored.dead_lettered_payments = (d.visible + d.not_visible) as usize;
+        stored.dead_lettered_payment_ids = crate::stack::payment_ids_in_queue(
+            &self.clients.sqs,
+            self.queue_url("PaymentsDeadLetterQueue"),
+            Duration::from_secs(300),
+        )
+        .await?;
         let d = depth("ReceiptsDeadLetterQueue").await?;
         stored.dead_lettered_receipts = (d.visible + d.not_visible) as usize;
         Ok(stored)

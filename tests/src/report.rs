@@ -11,8 +11,8 @@ use crate::checks::{Check, checks};
 use crate::pipeline::{Options, Pipeline};
 use crate::workload::{Fault, Tally, Workload, failure_switch};
 
-/// Receives before a flaky payment succeeds (below the template's MaxReceiveCount of 5).
-pub const FLAKY_RECEIVES: u32 = 2;
+/// Failed attempts before a flaky payment succeeds (below the template's MaxAttempts of 5).
+pub const FLAKY_ATTEMPTS: u32 = 2;
 
 /// What a run did and found.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ pub async fn run(
 ) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
     say("provisioning queues and tables from template.yaml, starting the functions");
     let pipeline = Pipeline::start(Options {
-        fail_payments: failure_switch(FLAKY_RECEIVES),
+        fail_payments: failure_switch(FLAKY_ATTEMPTS),
         ..Options::default()
     })
     .await?;
@@ -72,7 +72,7 @@ pub async fn run(
     let resend: Vec<_> = tally
         .accepted
         .iter()
-        .filter(|a| a.planned.fault != Fault::Poison && rng.u32(0..100) < workload.resend_percent)
+        .filter(|a| !a.planned.fault.is_fatal() && rng.u32(0..100) < workload.resend_percent)
         .collect();
     let resent = pipeline.resend(&resend).await?;
     say(&format!(
@@ -126,16 +126,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.tally;
         let first_201 = t.count(201) - t.replayed;
-        let flaky = t
-            .accepted
-            .iter()
-            .filter(|a| a.planned.fault == Fault::Flaky)
-            .count();
-        let poison = t
-            .accepted
-            .iter()
-            .filter(|a| a.planned.fault == Fault::Poison)
-            .count();
+        let count = |fault: Fault| {
+            t.accepted
+                .iter()
+                .filter(|a| a.planned.fault == fault)
+                .count()
+        };
+        let (poison, permanent) = (count(Fault::Poison), count(Fault::Permanent));
         writeln!(f, "\n== client (payments-api over HTTP) ==")?;
         writeln!(
             f,
@@ -156,7 +153,8 @@ impl fmt::Display for Report {
         writeln!(f, "  unavailable (503)      {:>6}", t.count(503))?;
         writeln!(
             f,
-            "  injected: {flaky} flaky payments (fail {FLAKY_RECEIVES} receives), {poison} poison payments"
+            "  injected: {} flaky payments (fail {FLAKY_ATTEMPTS} attempts), {poison} poison payments, {permanent} failing permanently, each with payments of its account behind it",
+            count(Fault::Flaky)
         )?;
         writeln!(
             f,
@@ -190,7 +188,8 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "  dead-lettered payments: {poison} expected; see the checks"
+            "  dead-lettered payments: {} expected; see the checks",
+            poison + permanent
         )?;
         writeln!(f, "\n== checks (from the stored data) ==")?;
         for c in &self.checks {

@@ -158,6 +158,22 @@ impl Stack {
         Ok(entries)
     }
 
+    /// Payment statuses by payment id (empty when a payment has none).
+    pub async fn payment_statuses(&self) -> Result<HashMap<String, String>, BoxError> {
+        let text = |item: &HashMap<String, AttributeValue>, name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Ok(self
+            .scan("PaymentsTable")
+            .await?
+            .iter()
+            .map(|item| (text(item, "paymentId"), text(item, "status")))
+            .collect())
+    }
+
     /// Balances by account: (cents, charges).
     pub async fn balances(&self) -> Result<HashMap<String, (i64, i64)>, BoxError> {
         let n = |item: &HashMap<String, AttributeValue>, name: &str| {
@@ -253,4 +269,37 @@ pub fn payments(
             description: Some(format!("payment {i}{}", suffix(i))),
         })
         .collect()
+}
+
+/// The payment ids in the bodies of every message of a queue (a dead-letter queue, after a run):
+/// receives until the queue has nothing visible, hiding what it received for `hide` so that
+/// each message is read once. Bodies without a payment id count as `?`.
+pub async fn payment_ids_in_queue(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    hide: Duration,
+) -> Result<Vec<String>, BoxError> {
+    let mut ids = Vec::new();
+    loop {
+        let messages = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(hide.as_secs() as i32)
+            .send()
+            .await?
+            .messages
+            .unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(ids);
+        }
+        for m in messages {
+            let id = m
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+                .and_then(|v| v["paymentId"].as_str().map(str::to_owned));
+            ids.push(id.unwrap_or_else(|| "?".into()));
+        }
+    }
 }

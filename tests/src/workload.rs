@@ -1,7 +1,7 @@
 //! The client side of a run: payments sent by real HTTP, with retries of the same key,
 //! concurrent duplicates, reused keys and invalid requests, and what came back.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -27,23 +27,36 @@ pub enum Behaviour {
 /// What payment-processor does with one payment (through the failure switch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
-    /// Charged on the first receive.
+    /// Charged on the first attempt.
     None,
-    /// Fails its first receives, then is charged.
+    /// Fails its first attempts, then is charged.
     Flaky,
-    /// Always fails: reaches the dead-letter queue.
+    /// Always fails: dead-lettered once its attempts are used up.
     Poison,
+    /// Fails permanently on its first attempt: dead-lettered at once.
+    Permanent,
+}
+
+impl Fault {
+    /// Never charged: ends in the dead-letter queue, marked `failed`.
+    pub fn is_fatal(self) -> bool {
+        matches!(self, Fault::Poison | Fault::Permanent)
+    }
 }
 
 /// Description markers of the failure switch.
 pub const FLAKY_MARKER: &str = "[flaky]";
 /// See [`FLAKY_MARKER`].
 pub const POISON_MARKER: &str = "[poison]";
+/// See [`FLAKY_MARKER`].
+pub const PERMANENT_MARKER: &str = "[permanent]";
 
 /// The failure switch (`FAIL_PAYMENTS`) that goes with the workload: flaky payments fail their
-/// first `flaky_receives` receives; poison ones every receive.
-pub fn failure_switch(flaky_receives: u32) -> String {
-    format!("{FLAKY_MARKER}:{flaky_receives},{POISON_MARKER}:1000000")
+/// first `flaky_attempts` attempts; poison ones every attempt; permanent ones fail permanently.
+pub fn failure_switch(flaky_attempts: u32) -> String {
+    format!(
+        "{FLAKY_MARKER}:{flaky_attempts},{POISON_MARKER}:1000000,{PERMANENT_MARKER}:1000000:permanent"
+    )
 }
 
 /// One planned payment.
@@ -61,6 +74,9 @@ pub struct Planned {
     pub behaviour: Behaviour,
     /// Processing fault.
     pub fault: Fault,
+    /// Place in its account's sequence (0 first): the account's payments are sent one after
+    /// another, so this is also their order in the account's FIFO message group.
+    pub position: usize,
 }
 
 impl Planned {
@@ -91,11 +107,12 @@ pub struct Workload {
     pub concurrent_percent: u32,
     /// Percent whose key is then reused with another body.
     pub reuse_percent: u32,
-    /// Percent that fail their first receives in payment-processor.
+    /// Percent that fail their first attempts in payment-processor.
     pub flaky_percent: u32,
-    /// Percent that always fail (dead-lettered).
+    /// Percent that always fail (dead-lettered), at least 2; besides them one payment fails
+    /// permanently. See [`Workload::plan`] for where they go.
     pub poison_percent: u32,
-    /// Percent of the accepted payments (poison ones aside) that a producer sends to the queue
+    /// Percent of the accepted payments (failing ones aside) that a producer sends to the queue
     /// again, as a new message (as a resend after the FIFO deduplication window would be).
     pub resend_percent: u32,
     /// Seed of the plan.
@@ -119,13 +136,20 @@ impl Workload {
         }
     }
 
-    /// The payments, in sending order.
+    /// The payments, in sending order. Failing payments are placed on purpose where they hold
+    /// up others: early in their account's sequence (its FIFO message group), with later
+    /// payments of the account behind them. The first account's first payment fails
+    /// permanently; the second account holds two poison payments (its second and fourth), with a
+    /// flaky one between them; the other poison payments are second in their accounts; flaky
+    /// payments head their accounts, then come third. Client behaviours and amounts are random
+    /// (seeded).
     pub fn plan(&self) -> Vec<Planned> {
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let run = uuid::Uuid::new_v4().simple().to_string();
+        let faults = self.fault_slots();
+        let accounts = self.accounts.max(1);
         (0..self.payments)
             .map(|i| {
-                let pick = |rng: &mut fastrand::Rng, percent: u32| rng.u32(0..100) < percent;
                 let behaviour = match rng.u32(0..100) {
                     r if r < self.retry_percent => Behaviour::ClientRetry,
                     r if r < self.retry_percent + self.concurrent_percent => {
@@ -136,48 +160,90 @@ impl Workload {
                     }
                     _ => Behaviour::Once,
                 };
-                let fault = if pick(&mut rng, self.poison_percent) {
-                    Fault::Poison
-                } else if pick(&mut rng, self.flaky_percent) {
-                    Fault::Flaky
-                } else {
-                    Fault::None
-                };
+                let (account, position) = (i % accounts, i / accounts);
+                let fault = faults
+                    .get(&(account, position))
+                    .copied()
+                    .unwrap_or(Fault::None);
                 let marker = match fault {
                     Fault::None => "",
                     Fault::Flaky => FLAKY_MARKER,
                     Fault::Poison => POISON_MARKER,
+                    Fault::Permanent => PERMANENT_MARKER,
                 };
                 Planned {
                     key: format!("{run}-{i}"),
-                    account: format!("acct-{:02}", i % self.accounts.max(1)),
+                    account: format!("acct-{account:02}"),
                     amount_cents: i64::from(rng.u32(100..10_000)),
                     description: format!("payment {i} {marker}").trim_end().to_owned(),
                     behaviour,
                     fault,
+                    position,
                 }
             })
             .collect()
     }
 
+    /// Where the failing payments go: (account, position) to fault. Only positions with at least
+    /// three payments of the account behind them are used.
+    fn fault_slots(&self) -> HashMap<(usize, usize), Fault> {
+        let accounts = self.accounts.max(1);
+        let per_account =
+            |a: usize| self.payments / accounts + usize::from(a < self.payments % accounts);
+        let percent = |p: u32| self.payments * p as usize / 100;
+        let mut slots = HashMap::new();
+        let mut place = |candidates: Vec<(usize, usize)>, fault: Fault, n: usize| {
+            let free: Vec<_> = candidates
+                .into_iter()
+                .filter(|&(a, k)| a < accounts && k + 3 < per_account(a))
+                .filter(|slot| !slots.contains_key(slot))
+                .take(n)
+                .collect();
+            for slot in free {
+                slots.insert(slot, fault);
+            }
+        };
+        place(vec![(0, 0)], Fault::Permanent, 1);
+        let poison = [(1, 1), (1, 3)]
+            .into_iter()
+            .chain((2..accounts).map(|a| (a, 1)))
+            .collect();
+        place(poison, Fault::Poison, percent(self.poison_percent).max(2));
+        let flaky = [(1, 2)]
+            .into_iter()
+            .chain((0..accounts).map(|a| (a, 0)))
+            .chain((0..accounts).map(|a| (a, 2)))
+            .collect();
+        place(flaky, Fault::Flaky, percent(self.flaky_percent));
+        slots
+    }
+
     /// Sends the plan; `progress` is called with the number of payments done so far.
+    ///
+    /// The accounts are sent concurrently (up to `client_concurrency` at once), each account's
+    /// payments one after another: a payment is sent once the previous one of its account has its
+    /// answer, so the send order of an account is its plan order.
     pub async fn run(&self, client: &HttpClient, progress: impl Fn(usize, usize) + Sync) -> Tally {
         let plan = self.plan();
         let total = plan.len();
+        let mut by_account: BTreeMap<String, Vec<Planned>> = BTreeMap::new();
+        for p in plan {
+            by_account.entry(p.account.clone()).or_default().push(p);
+        }
         let done = AtomicUsize::new(0);
         let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
         invalid_requests(client, &tally).await;
-        stream::iter(plan)
-            .map(|p| {
+        stream::iter(by_account.into_values())
+            .map(|sequence| {
                 let tally = tally.clone();
                 let done = &done;
                 let progress = &progress;
                 async move {
-                    let outcome = send(client, &p).await;
-                    let mut t = tally.lock().unwrap();
-                    t.record(p, outcome);
-                    drop(t);
-                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+                    for p in sequence {
+                        let outcome = send(client, &p).await;
+                        tally.lock().unwrap().record(p, outcome);
+                        progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+                    }
                 }
             })
             .buffer_unordered(self.client_concurrency.max(1))

@@ -86,7 +86,8 @@ async fn duplicates_under_concurrency_take_effect_once() {
 }
 
 /// Scenario 4: a message that always fails reaches the dead-letter queue after the template's
-/// maximum receives, and the gaps between its receives grow.
+/// `MaxAttempts` (the consumer dead-letters it: the queue's maxReceiveCount is only a backstop,
+/// far above), and the gaps between its receives grow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_message_backs_off_then_is_dead_lettered() {
     let stack = Stack::provision(&[
@@ -98,7 +99,7 @@ async fn a_poison_message_backs_off_then_is_dead_lettered() {
     .unwrap();
     let max: u32 = stack
         .template
-        .parameter("MaxReceiveCount")
+        .parameter("MaxAttempts")
         .unwrap()
         .parse()
         .unwrap();
@@ -121,7 +122,7 @@ async fn a_poison_message_backs_off_then_is_dead_lettered() {
     assert_eq!(
         deliveries.len() as u32,
         max,
-        "received exactly MaxReceiveCount times: {deliveries:?}"
+        "received exactly MaxAttempts times: {deliveries:?}"
     );
     let counts: Vec<u32> = deliveries.iter().map(|d| d.receive_count).collect();
     assert_eq!(counts, (1..=max).collect::<Vec<_>>());
@@ -303,18 +304,7 @@ async fn bad_input_fails_alone_with_a_clear_error() {
         "{reasons:?}"
     );
     assert!(reasons["long-key"].contains("paymentId"), "{reasons:?}");
-    let status: HashMap<String, String> = stack
-        .scan("PaymentsTable")
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["paymentId"].as_s().unwrap().clone(),
-                i["status"].as_s().unwrap().clone(),
-            )
-        })
-        .collect();
+    let status = stack.payment_statuses().await.unwrap();
     assert_eq!(status[&negative.payment_id], "failed");
 
     // A record without a messageId fails the invocation, with a clear error.

@@ -138,26 +138,81 @@ pub fn backoff(
         .enabled(!base.is_zero()))
 }
 
-/// The batch processor of a consumer: the visibility backoff of [`backoff`], and the
-/// dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent failures, when set.
+/// The batch processor of a consumer: the visibility backoff of [`backoff`], the attempts of
+/// [`max_attempts`] when set, and the dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent
+/// failures and used-up attempts, when set.
 pub fn consumer_processor(
     sqs: aws_sdk_sqs::Client,
     settings: &impl Settings,
 ) -> Result<lambda_idempotency::batch::BatchProcessor, ConfigError> {
     let mut processor = lambda_idempotency::batch::BatchProcessor::new()
         .with_backoff(backoff(sqs.clone(), settings)?);
-    if let Some(v) = settings.get("MAX_ATTEMPTS") {
-        let attempts = v.parse().map_err(|e| ConfigError::Invalid {
-            name: "MAX_ATTEMPTS",
-            reason: format!("`{v}`: {e}"),
-        })?;
-        processor = processor.max_attempts(attempts);
+    if let Some(n) = max_attempts(settings)? {
+        processor = processor.max_attempts(n);
     }
     if let Some(url) = settings.get("DEAD_LETTER_QUEUE_URL") {
         processor =
             processor.with_dead_letter(lambda_idempotency::dead_letter::DeadLetter::new(sqs, url));
     }
     Ok(processor)
+}
+
+/// `MAX_ATTEMPTS`: attempts of a message before the consumer dead-letters it (at least 1); `None`
+/// when unset (the batch processor's default).
+///
+/// ```
+/// use std::collections::HashMap;
+///
+/// let settings = |v: &str| HashMap::from([("MAX_ATTEMPTS".to_owned(), v.to_owned())]);
+/// assert_eq!(payments_model::max_attempts(&settings("5")), Ok(Some(5)));
+/// assert_eq!(payments_model::max_attempts(&settings("")), Ok(None));
+/// assert!(payments_model::max_attempts(&settings("0")).is_err());
+/// assert_eq!(payments_model::event_source_batch_size(&settings("5")), Ok(10));
+/// ```
+pub fn max_attempts(settings: &impl Settings) -> Result<Option<u32>, ConfigError> {
+    positive(settings, "MAX_ATTEMPTS")
+}
+
+/// `EVENT_SOURCE_BATCH_SIZE`: the `BatchSize` of the consumer's event source (default 10, Lambda's).
+pub fn event_source_batch_size(settings: &impl Settings) -> Result<u32, ConfigError> {
+    Ok(positive(settings, "EVENT_SOURCE_BATCH_SIZE")?.unwrap_or(10))
+}
+
+fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>, ConfigError> {
+    settings
+        .get(name)
+        .map(|v| match v.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                name,
+                reason: format!("`{v}` is not a whole number of at least 1"),
+            }),
+        })
+        .transpose()
+}
+
+/// The cold-start check of a consumer's redrive backstop: reads the `RedrivePolicy` of
+/// `SOURCE_QUEUE_URL` and logs a warning naming the queue, the values and the fix when its
+/// `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
+/// `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a failing
+/// one of their FIFO group). `None` when `SOURCE_QUEUE_URL` or `MAX_ATTEMPTS` is unset. Never
+/// fails the cold start on what it finds: only an invalid setting is an error.
+///
+/// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
+pub async fn check_redrive_backstop(
+    sdk: &aws_config::SdkConfig,
+    settings: &impl Settings,
+) -> Result<Option<lambda_idempotency::redrive_policy::RedriveCheck>, ConfigError> {
+    use lambda_idempotency::redrive_policy::{QueueRef, warn_if_too_low};
+    let batch_size = event_source_batch_size(settings)?;
+    let (Some(url), Some(attempts)) = (settings.get("SOURCE_QUEUE_URL"), max_attempts(settings)?)
+    else {
+        return Ok(None);
+    };
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    Ok(Some(
+        warn_if_too_low(&sqs, &QueueRef::Url(url), batch_size, attempts).await,
+    ))
 }
 
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local

@@ -7,5 +7,8 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_model::sdk_config().await;
     let app = App::from_settings(&sdk, &payments_model::Env)?;
+    // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages:
+    // warn at cold start (the check never stops the function).
+    payments_model::check_redrive_backstop(&sdk, &payments_model::Env).await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| app.handle(event))).await
 }
