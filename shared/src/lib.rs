@@ -5,12 +5,15 @@
 //!   error) over a small [`store::Backend`] trait, with a DynamoDB backend.
 //! - [`batch`]: SQS batch processing with partial batch responses, FIFO-aware.
 //! - [`publish`]: a batching SQS publisher for FIFO and standard queues.
+//! - [`backoff`], [`dead_letter`], [`redrive_policy`]: per-message backoff, dead-lettering with a
+//!   reason, and the check that a queue's redrive backstop cannot dead-letter innocent messages.
+//! - [`outcome`]: what happened to a record ([`outcome::RecordError`]), errors a caller can match on.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 //! use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
-//! use lambda_idempotency::{Idempotency, store::InMemoryBackend};
+//! use lambda_idempotency::{Idempotency, key::KeyConfig, store::InMemoryBackend};
 //! use lambda_runtime::{Context, LambdaEvent};
 //!
 //! #[derive(serde::Deserialize)]
@@ -20,13 +23,18 @@
 //! let handler = json(|p: Payment, _ctx: RecordContext| async move {
 //!     Ok::<_, std::io::Error>(p.amount_cents)
 //! })
-//! .idempotent(Idempotency::new(InMemoryBackend::default()));
+//! .idempotent(Idempotency::new(InMemoryBackend::default()))
+//! .with_keys(KeyConfig::json_pointer("/payment_id"));
 //!
-//! let mut message = SqsMessage::default();
-//! message.message_id = Some("m-1".into());
-//! message.body = Some(r#"{"amount_cents": 500}"#.into());
+//! // A producer sent the same payment twice: two messages, one payment.
+//! let message = |id: &str| {
+//!     let mut m = SqsMessage::default();
+//!     m.message_id = Some(id.into());
+//!     m.body = Some(r#"{"payment_id": "p-1", "amount_cents": 500}"#.into());
+//!     m
+//! };
 //! let mut event = SqsEvent::default();
-//! event.records = vec![message.clone(), message]; // delivered twice
+//! event.records = vec![message("m-1"), message("m-2")];
 //!
 //! let report = BatchProcessor::new()
 //!     .concurrency(1)
