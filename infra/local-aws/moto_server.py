@@ -14,7 +14,9 @@
   still marked in flight, skips it, and hands out a later one first; and a group whose earlier
   messages were still invisible after a failed batch had a later message handed out alone, so
   the group was charged out of order. Before each receive the set is rebuilt from the messages
-  themselves: received and not visible.
+  themselves: received and not visible. The rebuild and the receive read one clock, fixed at the
+  start of the receive: otherwise messages that become visible between the two are still marked
+  in flight when the receive reaches them, and moto hands out the group's last one first.
 - SQS: moto reads a queue's ContentBasedDeduplication setting by computing all of the queue's
   attributes, message counts included, three times per message sent: a send cost time in
   proportion to the queue's depth. While a message is sent, the setting is read directly.
@@ -33,7 +35,8 @@ import moto.server as server
 from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models import dynamo_type
 from moto.dynamodb.models.utilities import bytesize
-from moto.sqs.models import Queue, SQSBackend
+from moto.core.utils import unix_time_millis
+from moto.sqs.models import Message, Queue, SQSBackend
 
 _dynamodb_lock = threading.Lock()
 _sqs_lock = threading.RLock()
@@ -58,6 +61,24 @@ def _locked(method):
 
 
 _receive_once = SQSBackend.receive_message
+_clock = threading.local()
+
+
+def _now_millis():
+    now = getattr(_clock, "millis", None)
+    return unix_time_millis() if now is None else now
+
+
+def _visible(self):
+    return _now_millis() > self.visible_at
+
+
+def _delayed(self):
+    return _now_millis() < self.delayed_until
+
+
+Message.visible = property(_visible)
+Message.delayed = property(_delayed)
 
 
 @functools.wraps(_receive_once)
@@ -65,14 +86,18 @@ def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_t
     deadline = time.monotonic() + (wait_seconds_timeout or 0)
     while True:
         with _sqs_lock:
-            queue = self.get_queue(queue_name)
-            # In flight, as SQS means it: received, and not visible again yet.
-            for message in queue._messages:
-                if message.approximate_receive_count > 0 and not message.visible:
-                    queue.pending_messages.add(message)
-                else:
-                    queue.pending_messages.discard(message)
-            result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            _clock.millis = unix_time_millis()
+            try:
+                queue = self.get_queue(queue_name)
+                # In flight, as SQS means it: received, and not visible again yet.
+                for message in queue._messages:
+                    if message.approximate_receive_count > 0 and not message.visible:
+                        queue.pending_messages.add(message)
+                    else:
+                        queue.pending_messages.discard(message)
+                result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            finally:
+                _clock.millis = None
         if result or time.monotonic() >= deadline:
             return result
         time.sleep(0.02)
