@@ -223,7 +223,8 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 
 /// The failure switch, for tests and demos only (off when unset): comma-separated rules
 /// `MARKER:N[:ACTION]`. A payment whose description contains `MARKER`, on each of its first `N`
-/// receives, gets `ACTION`: `fail` (the default: a retryable error), `permanent` (a permanent
+/// attempts (as the idempotency store counts them: a receive blocked behind a failing payment of
+/// its group is not an attempt), gets `ACTION`: `fail` (the default: a retryable error), `permanent` (a permanent
 /// error: straight to the dead-letter queue), `panic`, or `sleep=MS` (waits, then is charged).
 ///
 /// ```
@@ -281,7 +282,7 @@ impl FailureSwitch {
             }
             let times = times
                 .parse()
-                .map_err(|e| invalid(format!("`{times}` is not a number of receives: {e}")))?;
+                .map_err(|e| invalid(format!("`{times}` is not a number of attempts: {e}")))?;
             let fault = match parts.next() {
                 None | Some("fail") => Fault::Fail,
                 Some("permanent") => Fault::Permanent,
@@ -305,14 +306,12 @@ impl FailureSwitch {
         Self::parse(&settings.get("FAIL_PAYMENTS").unwrap_or_default())
     }
 
-    /// The fault for a payment with `description`, received for the `receive_count`-th time.
-    pub fn fault(&self, description: Option<&str>, receive_count: u32) -> Option<Fault> {
+    /// The fault for a payment with `description`, on its `attempt`-th attempt (1 = first).
+    pub fn fault(&self, description: Option<&str>, attempt: u32) -> Option<Fault> {
         let description = description?;
         self.rules
             .iter()
-            .find(|(marker, times, _)| {
-                description.contains(marker.as_str()) && receive_count <= *times
-            })
+            .find(|(marker, times, _)| description.contains(marker.as_str()) && attempt <= *times)
             .map(|(_, _, fault)| *fault)
     }
 }
