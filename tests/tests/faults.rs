@@ -738,9 +738,19 @@ async fn a_store_outage_acknowledges_nothing_unprocessed() {
     .await
     .unwrap();
     proxy.set_available(false);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The outage lasts until a batch has answered under it (each store call is bounded, so a
+    // batch answers well within its 5 s timeout), at most 30 s.
+    let under_outage = wait_until(Duration::from_secs(30), || async {
+        Ok(running
+            .runner
+            .stats("payment-processor")
+            .records_reported_failed
+            > 0)
+    })
+    .await;
     let during = running.runner.stats("payment-processor");
     proxy.set_available(true);
+    under_outage.unwrap_or_else(|e| panic!("no batch answered during the outage: {e}; {during:?}"));
     // A batch whose invocation timed out under load comes back only after the queue's 180 s
     // visibility timeout, as on Lambda.
     let drained = stack.wait_drained(Duration::from_secs(300)).await;
