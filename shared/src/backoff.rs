@@ -9,6 +9,7 @@
 //! The attempt is the handler's own count of failures, kept by the idempotency store (see
 //! [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts)), never SQS's
 //! receive count, which grows for a FIFO record blocked behind a failing one without its running.
+//! Only a handler without an idempotency store falls back to the receive count.
 //! A record in progress in another invocation comes back when that invocation's lease ends (up
 //! to SQS's 12-hour limit), and a FIFO record that did not run because an earlier one of its group
 //! failed comes back with that one.

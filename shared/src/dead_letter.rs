@@ -29,7 +29,8 @@ pub const SOURCE_QUEUE_ATTRIBUTE: &str = "DeadLetterSourceQueueArn";
 /// SQS accepts at most 10 message attributes.
 const MAX_ATTRIBUTES: usize = 10;
 
-/// Sends permanently failed records to a dead-letter queue; see the module docs.
+/// Sends records to a dead-letter queue (a permanent error, or the attempt budget used up), with
+/// the reason; see the module docs.
 ///
 /// ```no_run
 /// # async fn example() {

@@ -76,10 +76,27 @@ pub enum RedriveCheck {
     Unreadable(String),
 }
 
+/// How long [`check`] may take: a cold start never waits longer on an unreachable endpoint.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Reads the `RedrivePolicy` of `queue` and compares its `maxReceiveCount` with
 /// [`min_max_receive_count`]`(batch_size, max_attempts)`. Needs `sqs:GetQueueAttributes` (and
-/// `sqs:GetQueueUrl` for an ARN) on the queue.
+/// `sqs:GetQueueUrl` for an ARN) on the queue. Gives up after [`CHECK_TIMEOUT`]
+/// ([`RedriveCheck::Unreadable`]).
 pub async fn check(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueueRef,
+    batch_size: u32,
+    max_attempts: u32,
+) -> RedriveCheck {
+    tokio::time::timeout(CHECK_TIMEOUT, read(sqs, queue, batch_size, max_attempts))
+        .await
+        .unwrap_or_else(|_| {
+            RedriveCheck::Unreadable(format!("no answer from SQS within {CHECK_TIMEOUT:?}"))
+        })
+}
+
+async fn read(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueueRef,
     batch_size: u32,

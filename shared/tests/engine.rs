@@ -1,16 +1,20 @@
 //! The idempotency engine on the in-memory backend: the record's life, leases, expiry, results,
 //! failures and panics, and what `run` answers when its completion cannot be recorded.
 
+mod common;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use futures_util::FutureExt;
 use lambda_idempotency::idempotency::MAX_ITEM_BYTES;
-use lambda_idempotency::record::{ManualClock, Record, Status};
-use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
+use lambda_idempotency::record::{ManualClock, Status};
+use lambda_idempotency::store::InMemoryBackend;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome, RunError};
+
+use common::FailingCompletions;
 
 fn engine(clock: &Arc<ManualClock>) -> Idempotency<InMemoryBackend> {
     Idempotency::new(InMemoryBackend::default())
@@ -148,37 +152,6 @@ async fn run_records_failures_and_panics() {
             .unwrap(),
         Outcome::Ran(5)
     );
-}
-
-/// The in-memory backend whose first `failures` completions fail (a store outage).
-#[derive(Debug, Default)]
-struct FailingCompletions {
-    inner: InMemoryBackend,
-    failures: u32,
-    tried: AtomicU32,
-}
-
-impl Backend for FailingCompletions {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
-        self.inner.put(record, now_ms).await
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
-        if matches!(update, Update::Complete { .. })
-            && self.tried.fetch_add(1, Ordering::SeqCst) < self.failures
-        {
-            return Err(StoreError::Malformed {
-                key: key.into(),
-                reason: "generated outage".into(),
-            });
-        }
-        self.inner.update(key, update).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.delete(key).await
-    }
 }
 
 #[tokio::test]

@@ -10,10 +10,8 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::sqs::SqsMessage;
 use serde::de::DeserializeOwned;
 
-use super::Idempotent;
-use crate::Idempotency;
 use crate::outcome::RecordError;
-use crate::store::{Backend, BoxError};
+use crate::store::BoxError;
 
 /// What a handler knows about the record it is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +24,7 @@ pub struct RecordContext {
     /// for every delivery, including those of a FIFO record that did not run because an earlier
     /// one of its group failed: use [`attempt`](Self::attempt) to count the handler's own tries.
     pub receive_count: u32,
-    /// This attempt's number, from 1: under [`Idempotent`], the failed attempts recorded by the
+    /// This attempt's number, from 1: under [`Idempotent`](super::Idempotent), the failed attempts recorded by the
     /// idempotency store plus one; without a store, the receive count.
     pub attempt: u32,
     /// `MessageGroupId`, on FIFO queues.
@@ -58,7 +56,7 @@ impl RecordContext {
 
     /// Runs `work`, cancelling it at [`stop_at`](Self::stop_at) with
     /// [`RecordError::DeadlineReached`]. The [`json`] and [`message`] adapters and the
-    /// [`Idempotent`] wrapper call it around the handler's own work; a hand-written
+    /// [`Idempotent`](super::Idempotent) wrapper call it around the handler's own work; a hand-written
     /// [`RecordHandler`] should too, so that only its work is cancelled and never the bookkeeping
     /// that follows it.
     pub async fn cancellable<T>(
@@ -84,8 +82,8 @@ impl RecordContext {
 /// Processes one SQS record.
 ///
 /// Build one from a function with [`json`] (typed body) or [`message`] (the raw message), or
-/// implement it. Wrap it with [`RecordHandlerExt::idempotent`] to deduplicate, and with
-/// [`RecordHandlerExt::on_dead_letter`] to hear of records moved to the dead-letter queue.
+/// implement it. Wrap it with [`RecordHandlerExt::idempotent`](super::RecordHandlerExt::idempotent) to deduplicate, and with
+/// [`RecordHandlerExt::on_dead_letter`](super::RecordHandlerExt::on_dead_letter) to hear of records moved to the dead-letter queue.
 pub trait RecordHandler: Send + Sync {
     /// What a successful record yields.
     type Output: Send;
@@ -269,11 +267,18 @@ pub struct DeadLettered {
 }
 
 /// A handler that calls a hook when one of its records is moved to the dead-letter queue; see
-/// [`RecordHandlerExt::on_dead_letter`].
+/// [`RecordHandlerExt::on_dead_letter`](super::RecordHandlerExt::on_dead_letter).
 #[derive(Debug, Clone)]
 pub struct OnDeadLetter<H, F> {
     inner: H,
     hook: F,
+}
+
+impl<H, F> OnDeadLetter<H, F> {
+    /// `inner`, with `hook` called once one of its records is in the dead-letter queue.
+    pub fn new(inner: H, hook: F) -> Self {
+        Self { inner, hook }
+    }
 }
 
 impl<H, F, Fut> RecordHandler for OnDeadLetter<H, F>
@@ -298,7 +303,7 @@ where
         self.inner.counts_attempts()
     }
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        self.inner.dead_lettered(message, ctx, error).await;
+        // The application first, within the time the processor reserved for it.
         (self.hook)(DeadLettered {
             message: message.clone(),
             ctx: ctx.clone(),
@@ -307,38 +312,6 @@ where
             attempts: error.attempts(),
         })
         .await;
+        self.inner.dead_lettered(message, ctx, error).await;
     }
 }
-
-/// Composition helpers for every [`RecordHandler`].
-pub trait RecordHandlerExt: RecordHandler + Sized {
-    /// Deduplicates this handler with `engine` (keyed on the message id; see
-    /// [`Idempotent::with_keys`]).
-    fn idempotent<B: Backend>(self, engine: Idempotency<B>) -> Idempotent<Self, B> {
-        Idempotent::new(self, engine)
-    }
-
-    /// Calls `hook` once a record of this handler is in the dead-letter queue (its error was
-    /// permanent, or its attempt budget is used up), so that the application can record it.
-    ///
-    /// ```
-    /// use lambda_idempotency::batch::{DeadLettered, RecordContext, RecordHandlerExt, json};
-    ///
-    /// #[derive(serde::Deserialize)]
-    /// struct Payment { payment_id: String }
-    ///
-    /// let handler = json(|p: Payment, _ctx: RecordContext| async move { Ok::<_, std::io::Error>(p.payment_id) })
-    ///     .on_dead_letter(|dead: DeadLettered| async move {
-    ///         tracing::error!(message_id = dead.ctx.message_id, reason = dead.reason, "gave up");
-    ///     });
-    /// ```
-    fn on_dead_letter<F, Fut>(self, hook: F) -> OnDeadLetter<Self, F>
-    where
-        F: Fn(DeadLettered) -> Fut + Send + Sync,
-        Fut: Future<Output = ()> + Send,
-    {
-        OnDeadLetter { inner: self, hook }
-    }
-}
-
-impl<H: RecordHandler> RecordHandlerExt for H {}

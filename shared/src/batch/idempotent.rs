@@ -233,6 +233,8 @@ where
     }
 
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        // The application first: it is told within the time the processor reserved for it.
+        self.inner.dead_lettered(message, ctx, error).await;
         // The failures this wrapper recorded: the redriven message starts a new budget.
         if error.attempts().is_some()
             && let Ok(key) = self.keys.key(message)
@@ -240,6 +242,5 @@ where
         {
             tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
         }
-        self.inner.dead_lettered(message, ctx, error).await;
     }
 }

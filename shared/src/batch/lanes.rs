@@ -11,9 +11,10 @@ use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
 use tracing::Instrument;
 
-use super::processor::{at_ms, attempt_of, receive_count};
-use super::{BatchProcessor, RecordContext, RecordHandler};
+use super::{RecordContext, RecordHandler};
+use crate::dead_letter::DeadLetter;
 use crate::outcome::{RecordError, panic_message};
+use crate::record::Clock;
 
 /// What became of one record.
 pub(super) struct Outcome<T> {
@@ -21,9 +22,20 @@ pub(super) struct Outcome<T> {
     pub(super) dead_lettered: bool,
 }
 
+/// What a run needs of its processor's settings.
+pub(super) struct Limits<'a> {
+    pub(super) start_margin: Duration,
+    pub(super) stop_margin: Duration,
+    pub(super) finish_margin: Duration,
+    pub(super) call_timeout: Duration,
+    pub(super) max_attempts: Option<u32>,
+    pub(super) clock: &'a dyn Clock,
+    pub(super) dead_letter: Option<&'a DeadLetter>,
+}
+
 /// One batch being processed.
 pub(super) struct Run<'a, H> {
-    processor: &'a BatchProcessor,
+    limits: Limits<'a>,
     handler: &'a H,
     records: &'a [SqsMessage],
     ids: &'a [&'a str],
@@ -37,7 +49,7 @@ pub(super) struct Run<'a, H> {
 
 impl<'a, H: RecordHandler> Run<'a, H> {
     pub(super) fn new(
-        processor: &'a BatchProcessor,
+        limits: Limits<'a>,
         handler: &'a H,
         records: &'a [SqsMessage],
         ids: &'a [&'a str],
@@ -67,7 +79,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             }
         }
         Self {
-            processor,
+            limits,
             handler,
             records,
             ids,
@@ -148,7 +160,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     /// True when `error` sends its record to the dead-letter queue: one is configured, and the
     /// error is permanent or the attempt budget is used up.
     fn goes_to_dead_letter(&self, error: &RecordError, record: &SqsMessage) -> bool {
-        let p = self.processor;
+        let p = &self.limits;
         if p.dead_letter.is_none() {
             return false;
         }
@@ -165,20 +177,26 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     }
 
     /// Sends record `i` to the dead-letter queue within the time left, then tells the handler.
-    /// True when it was sent.
+    /// True when it was sent. The send starts only when, after it, one call's time
+    /// (`call_timeout`) is left for the handler's hook: a record moved without its application
+    /// being told would be lost to it, so under time pressure the record is reported failed
+    /// instead and moved on its next delivery.
     async fn dead_letter(&self, i: usize, ctx: &RecordContext, error: &RecordError) -> bool {
-        let p = self.processor;
+        let p = &self.limits;
         let Some(dead_letter) = &p.dead_letter else {
             return false;
         };
         let message_id = self.ids[i];
-        let Some(budget) = self
-            .time_left_until(ctx.finish_by)
-            .map(|left| left.min(p.call_timeout))
+        let left = self.time_left_until(ctx.finish_by).unwrap_or_default();
+        let Some(budget) = left
+            .checked_sub(p.call_timeout)
+            .filter(|b| !b.is_zero())
+            .map(|b| b.min(p.call_timeout))
         else {
             tracing::warn!(
                 message_id,
-                "no time left to move to the dead-letter queue; reported failed"
+                ?left,
+                "not enough time left to move to the dead-letter queue and run the hook; reported failed"
             );
             return false;
         };
@@ -195,7 +213,12 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                     reason,
                     "moved to the dead-letter queue"
                 );
-                let hook = self.handler.dead_lettered(&self.records[i], ctx, error);
+                // The hook sees the attempt the store counted, when it counted one.
+                let mut ctx = ctx.clone();
+                if let Some(attempts) = error.attempts() {
+                    ctx.attempt = attempts;
+                }
+                let hook = self.handler.dead_lettered(&self.records[i], &ctx, error);
                 let left = self.time_left_until(ctx.finish_by).unwrap_or_default();
                 if tokio::time::timeout(left, hook).await.is_err() {
                     tracing::error!(
@@ -229,13 +252,13 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         let Some(at) = at else {
             return Some(Duration::MAX);
         };
-        let left = crate::record::system_time_ms(at) - self.processor.clock.now_ms();
+        let left = crate::record::system_time_ms(at) - self.limits.clock.now_ms();
         (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
     /// Runs one record: deadline checks, the key's lock, panic isolation.
     async fn one(&self, i: usize) -> (RecordContext, Result<H::Output, RecordError>) {
-        let p = self.processor;
+        let p = &self.limits;
         let message = &self.records[i];
         let receive_count = receive_count(message);
         let deadline = self.deadline();
@@ -260,6 +283,14 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             Some(lock) => Some(lock.lock().await),
             None => None,
         };
+        // Waiting for the key's lock took time: the start margin is checked again.
+        if let (Some(deadline_ms), Some(_)) = (self.deadline_ms, &_key) {
+            let left = deadline_ms - p.clock.now_ms();
+            if left < millis(p.start_margin) {
+                let margin = p.start_margin;
+                return (ctx, Err(RecordError::DeadlineNear { margin }));
+            }
+        }
         let span = tracing::info_span!("record", message_id = ctx.message_id);
         // Boxed: keeps the future types of deeply composed handlers shallow enough for rustc's
         // layout recursion limit, for one allocation per record.
@@ -285,4 +316,32 @@ impl<'a, H: RecordHandler> Run<'a, H> {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The attempt a failure counts as: the store's count when the handler keeps one, else the
+/// receive count.
+pub(super) fn attempt_of<H: RecordHandler>(
+    handler: &H,
+    error: &RecordError,
+    record: &aws_lambda_events::sqs::SqsMessage,
+) -> u32 {
+    match error.attempts() {
+        Some(attempts) => attempts,
+        None if handler.counts_attempts() => 1,
+        None => receive_count(record).max(1),
+    }
+}
+
+/// `ApproximateReceiveCount` of `record` (0 when absent).
+pub(super) fn receive_count(record: &aws_lambda_events::sqs::SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `ms` epoch milliseconds as a time.
+pub(super) fn at_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }

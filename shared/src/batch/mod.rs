@@ -21,19 +21,22 @@
 //! - Every reported `itemIdentifier` is a non-empty message id of the batch, reported once; a
 //!   record without a message id fails the whole invocation (see [`BatchError`]).
 //!
-//! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`idempotent`]
+//! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`ext`]
+//! (composition: `idempotent`, `on_dead_letter`), [`idempotent`]
 //! (the deduplicating wrapper), [`report`] (what a batch gave), [`processor`] (the settings and
 //! `process`), and the lane loop.
 
+pub mod ext;
 pub mod handler;
 pub mod idempotent;
 mod lanes;
 pub mod processor;
 pub mod report;
 
+pub use ext::RecordHandlerExt;
 pub use handler::{
-    DeadLettered, JsonHandler, MessageHandler, OnDeadLetter, RecordContext, RecordHandler,
-    RecordHandlerExt, json, message,
+    DeadLettered, JsonHandler, MessageHandler, OnDeadLetter, RecordContext, RecordHandler, json,
+    message,
 };
 pub use idempotent::{Deduplicated, Idempotent};
 pub use processor::{

@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt, stream};
 use lambda_runtime::LambdaEvent;
 
-use super::lanes::{Outcome, Run};
+use super::lanes::{Limits, Outcome, Run, attempt_of};
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
 use crate::backoff::VisibilityBackoff;
 use crate::dead_letter::DeadLetter;
@@ -204,8 +204,17 @@ impl BatchProcessor {
             }
         }
         let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
+        let limits = Limits {
+            start_margin: self.start_margin,
+            stop_margin: self.stop_margin,
+            finish_margin: self.finish_margin,
+            call_timeout: self.call_timeout,
+            max_attempts: self.max_attempts,
+            clock: &*self.clock,
+            dead_letter: self.dead_letter.as_deref(),
+        };
         let run = Run::new(
-            self,
+            limits,
             handler,
             records,
             &ids,
@@ -309,29 +318,6 @@ impl BatchProcessor {
     }
 }
 
-/// The attempt a failure counts as: the store's count when the handler keeps one, else the
-/// receive count.
-pub(super) fn attempt_of<H: RecordHandler>(
-    handler: &H,
-    error: &RecordError,
-    record: &aws_lambda_events::sqs::SqsMessage,
-) -> u32 {
-    match error.attempts() {
-        Some(attempts) => attempts,
-        None if handler.counts_attempts() => 1,
-        None => receive_count(record).max(1),
-    }
-}
-
-/// `ApproximateReceiveCount` of `record` (0 when absent).
-pub(super) fn receive_count(record: &aws_lambda_events::sqs::SqsMessage) -> u32 {
-    record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The records of a FIFO batch by message group, each group in batch order, groups in order of
 /// first appearance. Records without a group id form one group.
 pub fn fifo_groups(records: &[aws_lambda_events::sqs::SqsMessage]) -> Vec<(String, Vec<usize>)> {
@@ -351,9 +337,4 @@ pub fn fifo_groups(records: &[aws_lambda_events::sqs::SqsMessage]) -> Vec<(Strin
         }
     }
     groups
-}
-
-/// `ms` epoch milliseconds as a time.
-pub(super) fn at_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }

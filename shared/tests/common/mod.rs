@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::store::{InMemoryBackend, Put, StoreError, Update, Updated};
 
 /// The local endpoint. The test command starts it; a test never skips without it.
 pub fn endpoint() -> String {
@@ -116,4 +117,42 @@ pub async fn create_fifo_queue(client: &aws_sdk_sqs::Client) -> String {
         .queue_url()
         .unwrap()
         .to_owned()
+}
+
+/// The in-memory backend whose first `failures` completions fail (a store outage).
+#[derive(Debug, Default)]
+pub struct FailingCompletions {
+    pub inner: InMemoryBackend,
+    pub failures: u32,
+    pub tried: AtomicU32,
+}
+
+impl lambda_idempotency::store::Backend for FailingCompletions {
+    async fn put(
+        &self,
+        record: &lambda_idempotency::record::Record,
+        now_ms: i64,
+    ) -> Result<Put, StoreError> {
+        self.inner.put(record, now_ms).await
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<lambda_idempotency::record::Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+        if matches!(update, Update::Complete { .. })
+            && self.tried.fetch_add(1, Ordering::SeqCst) < self.failures
+        {
+            return Err(StoreError::Malformed {
+                key: key.into(),
+                reason: "generated outage".into(),
+            });
+        }
+        self.inner.update(key, update).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
 }
