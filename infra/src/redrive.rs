@@ -537,19 +537,9 @@ struct Outgoing {
 }
 
 impl Outgoing {
-    /// Size as SQS counts it: body, and each attribute's name, type and value.
+    /// Size as SQS counts it.
     fn size(&self) -> usize {
-        self.body.len()
-            + self
-                .attributes
-                .iter()
-                .map(|(name, v)| {
-                    name.len()
-                        + v.data_type().len()
-                        + v.string_value().map_or(0, str::len)
-                        + v.binary_value().map_or(0, |b| b.as_ref().len())
-                })
-                .sum::<usize>()
+        lambda_idempotency::publish::message_size(&self.body, &self.attributes)
     }
 
     fn entry(&self, id: usize) -> SendMessageBatchRequestEntry {

@@ -256,6 +256,15 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
+    /// `DeadlineNear` when less than the start margin is left before the deadline.
+    fn too_late_to_start(&self) -> Option<RecordError> {
+        let p = &self.limits;
+        let left = self.deadline_ms? - p.clock.now_ms();
+        (left < millis(p.start_margin)).then_some(RecordError::DeadlineNear {
+            margin: p.start_margin,
+        })
+    }
+
     /// Runs one record: deadline checks, the key's lock, panic isolation.
     async fn one(&self, i: usize) -> (RecordContext, Result<H::Output, RecordError>) {
         let p = &self.limits;
@@ -272,24 +281,18 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             stop_at: deadline.map(|d| d - p.stop_margin),
             finish_by: deadline.map(|d| d - p.finish_margin),
         };
-        if let Some(deadline_ms) = self.deadline_ms {
-            let left = deadline_ms - p.clock.now_ms();
-            if left < millis(p.start_margin) {
-                let margin = p.start_margin;
-                return (ctx, Err(RecordError::DeadlineNear { margin }));
-            }
+        if let Some(error) = self.too_late_to_start() {
+            return (ctx, Err(error));
         }
         let _key = match self.key_locks.get(&i) {
             Some(lock) => Some(lock.lock().await),
             None => None,
         };
         // Waiting for the key's lock took time: the start margin is checked again.
-        if let (Some(deadline_ms), Some(_)) = (self.deadline_ms, &_key) {
-            let left = deadline_ms - p.clock.now_ms();
-            if left < millis(p.start_margin) {
-                let margin = p.start_margin;
-                return (ctx, Err(RecordError::DeadlineNear { margin }));
-            }
+        if _key.is_some()
+            && let Some(error) = self.too_late_to_start()
+        {
+            return (ctx, Err(error));
         }
         let span = tracing::info_span!("record", message_id = ctx.message_id);
         // Boxed: keeps the future types of deeply composed handlers shallow enough for rustc's

@@ -247,19 +247,9 @@ impl Message {
         &self.attributes
     }
 
-    /// Size as SQS counts it: body, and each attribute's name, type and value.
+    /// Size as SQS counts it: see [`message_size`].
     pub fn size(&self) -> usize {
-        self.body.len()
-            + self
-                .attributes
-                .iter()
-                .map(|(name, v)| {
-                    name.len()
-                        + v.data_type().len()
-                        + v.string_value().map_or(0, str::len)
-                        + v.binary_value().map_or(0, |b| b.as_ref().len())
-                })
-                .sum::<usize>()
+        message_size(&self.body, &self.attributes)
     }
 
     fn check_size(self) -> Result<Self, InvalidMessage> {
@@ -280,6 +270,21 @@ impl Message {
             .build()
             .expect("id and body are set")
     }
+}
+
+/// A message's size as SQS counts it against its limits: the body, and each attribute's name,
+/// type and value.
+pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
+    body.len()
+        + attributes
+            .iter()
+            .map(|(name, v)| {
+                name.len()
+                    + v.data_type().len()
+                    + v.string_value().map_or(0, str::len)
+                    + v.binary_value().map_or(0, |b| b.as_ref().len())
+            })
+            .sum::<usize>()
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ mod publisher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-pub use message::{DeduplicationId, InvalidMessage, Message, MessageGroupId};
+pub use message::{DeduplicationId, InvalidMessage, Message, MessageGroupId, message_size};
 pub use plan::{plan_batches, plan_batches_by_size};
 pub use publisher::{PublishError, Publisher, Sent};
 
