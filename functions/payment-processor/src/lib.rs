@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`.
     pub idempotency_table: String,
-    /// `IDEMPOTENCY_TTL_SECONDS` (default 24 h).
+    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_model::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
     pub idempotency_ttl: Duration,
     /// `PAYMENTS_TABLE`.
     pub payments_table: String,
@@ -64,8 +64,10 @@ impl Config {
     pub fn from_settings(settings: &impl Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
-            idempotency_ttl: settings
-                .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
+            idempotency_ttl: settings.seconds(
+                "IDEMPOTENCY_TTL_SECONDS",
+                payments_model::DEFAULT_IDEMPOTENCY_TTL,
+            )?,
             payments_table: settings.required("PAYMENTS_TABLE")?,
             ledger_table: settings.required("LEDGER_TABLE")?,
             balances_table: settings.required("BALANCES_TABLE")?,
@@ -281,7 +283,13 @@ impl App {
         ctx: &RecordContext,
     ) -> Result<(String, bool), ChargeError> {
         let entry_id = uuid::Uuid::new_v4().to_string();
-        let now = AttributeValue::N(SystemClock.now_ms().to_string());
+        let now_ms = SystemClock.now_ms();
+        let now = AttributeValue::N(now_ms.to_string());
+        // When payments-publisher's send reached SQS: the relay's lag is queuedAt - createdAt.
+        let queued_at = ctx
+            .sent_at
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(now_ms, |d| d.as_millis() as i64);
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let amount = AttributeValue::N(payment.amount_cents.to_string());
         let ledger = Put::builder()
@@ -307,7 +315,7 @@ impl App {
             .table_name(&self.config.payments_table)
             .key("paymentId", s(&payment.payment_id))
             .update_expression(
-                "SET #status = :charged, chargedAt = :now, ledgerEntryId = :entry, \
+                "SET #status = :charged, chargedAt = :now, queuedAt = :queued, ledgerEntryId = :entry, \
                  accountId = if_not_exists(accountId, :account), amountCents = if_not_exists(amountCents, :amount), \
                  currency = if_not_exists(currency, :currency)",
             )
@@ -316,6 +324,7 @@ impl App {
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":charged", s(PaymentStatus::Charged.as_str()))
             .expression_attribute_values(":now", now)
+            .expression_attribute_values(":queued", AttributeValue::N(queued_at.to_string()))
             .expression_attribute_values(":entry", s(&entry_id))
             .expression_attribute_values(":account", s(&payment.account_id))
             .expression_attribute_values(":amount", amount)

@@ -15,26 +15,52 @@
 //!
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
 
+//! payments-api: `POST /payments` with a required `Idempotency-Key` header, and
+//! `GET /payments/{paymentId}`, behind API Gateway's JWT authorizer. Follows the IETF draft "The
+//! Idempotency-Key HTTP Header Field"; errors are `application/problem+json` (RFC 9457).
+//!
+//! - **Callers.** The caller is the token's `sub`; the account it may charge and read is the
+//!   claim `ACCOUNT_CLAIM` ([`identity::Caller`]). A body naming another account is a 403; a
+//!   payment of another account is a 404. Idempotency keys are scoped to the caller.
+//! - **The outbox.** The first request with a key writes the payment once (one conditional
+//!   `PutItem`, status `accepted`, with the request's fingerprint) and answers `201` with
+//!   `{paymentId, status}`. Nothing is sent to SQS here: payments-publisher relays every new
+//!   payment from the table's stream, so an accepted payment is never left unpublished and SQS
+//!   never makes this API fail.
+//! - **Retries.** The same key and body replays the stored response byte for byte, with
+//!   `Idempotent-Replayed: true`; the same key with another body is `422`, also after the
+//!   idempotency record expired (the payment item keeps the fingerprint); while the first
+//!   request runs, `409` with `Retry-After`.
+//! - **Bad input is refused before anything is stored**: a body over 16 KiB is `413` unparsed, a
+//!   non-JSON content type `415`, a wrong method `405` with `Allow`, an invalid field (or a
+//!   character the queue would refuse) `400` naming it. Problem details never carry SDK errors.
+//!
+//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
+
+pub mod identity;
 pub mod problem;
 pub mod validate;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use lambda_idempotency::key::{canonical_hash, sha256_hex};
 use lambda_idempotency::metrics::Metrics;
-use lambda_idempotency::publish::{DeduplicationId, Message, Publisher};
 use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::DynamoDbBackend;
-use lambda_idempotency::{AcquireError, Acquired, Idempotency};
-use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentRequested, PaymentStatus, Settings};
+use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
+use payments_model::{
+    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::identity::Caller;
 use crate::problem::Problem;
 use crate::validate::NewPayment;
 
@@ -46,12 +72,13 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`.
     pub idempotency_table: String,
-    /// `IDEMPOTENCY_TTL_SECONDS` (default 24 h): how long a key replays its response.
+    /// `IDEMPOTENCY_TTL_SECONDS` (default 18 days, the queues' retention plus the dead-letter
+    /// queues'): how long a key replays its response from its record.
     pub idempotency_ttl: Duration,
     /// `PAYMENTS_TABLE`.
     pub payments_table: String,
-    /// `PAYMENTS_QUEUE_URL`.
-    pub payments_queue_url: String,
+    /// `ACCOUNT_CLAIM` (default `sub`): the JWT claim naming the caller's account.
+    pub account_claim: String,
 }
 
 impl Config {
@@ -60,9 +87,11 @@ impl Config {
         Ok(Self {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
             idempotency_ttl: settings
-                .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
+                .seconds("IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL)?,
             payments_table: settings.required("PAYMENTS_TABLE")?,
-            payments_queue_url: settings.required("PAYMENTS_QUEUE_URL")?,
+            account_claim: settings
+                .get("ACCOUNT_CLAIM")
+                .unwrap_or_else(|| "sub".into()),
         })
     }
 }
@@ -81,16 +110,22 @@ pub struct App {
     idempotency: Idempotency<DynamoDbBackend>,
     dynamodb: aws_sdk_dynamodb::Client,
     payments_table: String,
-    publisher: Publisher,
+    account_claim: String,
+}
+
+/// What the conditional write of a payment found.
+enum Written {
+    /// The payment is stored now.
+    New,
+    /// A payment with this id was stored before, from the same request.
+    SameRequest,
+    /// A payment with this id was stored before, from another body.
+    OtherRequest,
 }
 
 impl App {
-    /// An app over these clients.
-    pub fn new(
-        dynamodb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
-        config: Config,
-    ) -> Self {
+    /// An app over this client.
+    pub fn new(dynamodb: aws_sdk_dynamodb::Client, config: Config) -> Self {
         let idempotency = Idempotency::new(DynamoDbBackend::new(
             dynamodb.clone(),
             config.idempotency_table,
@@ -101,7 +136,7 @@ impl App {
             idempotency,
             dynamodb,
             payments_table: config.payments_table,
-            publisher: Publisher::new(sqs, config.payments_queue_url),
+            account_claim: config.account_claim,
         }
     }
 
@@ -112,43 +147,63 @@ impl App {
     ) -> Result<Self, ConfigError> {
         Ok(Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
-            aws_sdk_sqs::Client::new(sdk),
             Config::from_settings(settings)?,
         ))
     }
 
-    /// Handles one HTTP request (API Gateway HTTP API payload 2.0, or a function URL).
+    /// Handles one HTTP request (API Gateway HTTP API payload 2.0).
     pub async fn handle(&self, request: Request) -> Result<Response<Body>, Error> {
         let path = match request.raw_http_path() {
             "" => request.uri().path().to_owned(),
             raw => raw.to_owned(),
         };
         let path = path.trim_end_matches('/');
-        let response = match (request.method(), path) {
-            (&Method::POST, "/payments") => self.create(&request).await,
-            (_, "/payments") => Problem::method_not_allowed("POST").response(),
-            (&Method::GET, p) if p.starts_with("/payments/") => {
-                self.get(&p["/payments/".len()..]).await
+        let method = request.method();
+        let route = match path {
+            "/payments" => Route::Payments,
+            p if p.starts_with("/payments/") && !p["/payments/".len()..].contains('/') => {
+                Route::Payment(&p["/payments/".len()..])
             }
-            (_, p) if p.starts_with("/payments/") => Problem::method_not_allowed("GET").response(),
-            _ => Problem::not_found(format!("no route for {} {path}", request.method())).response(),
+            _ => {
+                let problem = Problem::not_found(format!("no route for {method} {path}"));
+                return Ok(self.answer("not_found", problem.response()));
+            }
         };
-        Ok(response)
+        let allowed = match route {
+            Route::Payments => "POST",
+            Route::Payment(_) => "GET",
+        };
+        if method.as_str() != allowed {
+            let problem = Problem::method_not_allowed(method.as_str(), allowed);
+            return Ok(self.answer("rejected", problem.response()));
+        }
+        let caller = match Caller::of(&request, &self.account_claim) {
+            Ok(caller) => caller,
+            Err(problem) => return Ok(self.answer("unauthorized", problem.response())),
+        };
+        Ok(match route {
+            Route::Payments => self.create(&request, &caller).await,
+            Route::Payment(id) => self.get(id, &caller).await,
+        })
     }
 
-    async fn create(&self, request: &Request) -> Response<Body> {
-        let key = match validate::idempotency_key(
-            request
-                .headers()
-                .get("idempotency-key")
-                .map(HeaderValue::as_bytes),
-        ) {
+    async fn create(&self, request: &Request, caller: &Caller) -> Response<Body> {
+        let body = request.body().as_ref();
+        let headers = request.headers();
+        let checked = validate::body_size(body)
+            .and_then(|()| {
+                validate::content_type(headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes))
+            })
+            .and_then(|()| {
+                validate::idempotency_key(headers.get("idempotency-key").map(HeaderValue::as_bytes))
+            });
+        let key = match checked {
             Ok(key) => key,
             Err(problem) => return self.answer("rejected", problem.response()),
         };
-        let span = tracing::info_span!("create_payment", idempotency_key = key);
+        let span = tracing::info_span!("create_payment", caller = caller.id, idempotency_key = key);
         let _enter = span.enter();
-        let payment = match validate::new_payment(request.body().as_ref()) {
+        let payment = match validate::new_payment(body, &caller.account) {
             Ok(p) => p,
             Err(problem) => {
                 tracing::info!(
@@ -159,31 +214,18 @@ impl App {
                 return self.answer("rejected", problem.response());
             }
         };
+        let scoped_key = caller.scoped_key(&key);
         let deadline = request.lambda_context_ref().map(|c| c.deadline());
         let hash = canonical_hash(&payment.json);
-        match self.idempotency.acquire_hashed(&key, &hash, deadline).await {
-            Ok(Acquired::Started(lease)) => match self.accept(&key, &payment).await {
-                Ok(stored) => {
-                    let json = serde_json::to_string(&stored).expect("serializable");
-                    if let Err(e) = self.idempotency.complete(&lease, Some(&json)).await {
-                        // The payment is stored and published: answer 201. A retry after the
-                        // lease publishes again with the same deduplication id.
-                        tracing::error!(error = %e, "payment accepted but its key not completed");
-                    }
-                    tracing::info!(payment_id = payment_id(&key), "payment accepted");
-                    self.answer("accepted", stored_response(&stored, false))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "payment not accepted; the key stays retryable");
-                    if let Err(store) = self.idempotency.fail(&lease, &e.to_string()).await {
-                        tracing::warn!(error = %store, "could not record the failure");
-                    }
-                    self.answer(
-                        "unavailable",
-                        Problem::unavailable(e.to_string()).response(),
-                    )
-                }
-            },
+        match self
+            .idempotency
+            .acquire_hashed(&scoped_key, &hash, deadline)
+            .await
+        {
+            Ok(Acquired::Started(lease)) => {
+                self.first(&lease, &scoped_key, &hash, &payment, caller)
+                    .await
+            }
             Ok(Acquired::Completed { result, .. }) => {
                 let stored = match result
                     .as_deref()
@@ -192,7 +234,7 @@ impl App {
                     Some(Ok(stored)) => stored,
                     // Not stored (cannot happen for responses this small) or unreadable: the
                     // response is a function of the key alone, so rebuild it.
-                    _ => accepted_response(&payment_id(&key)),
+                    _ => accepted_response(&payment_id(&scoped_key)),
                 };
                 tracing::info!("replaying the stored response");
                 self.answer("replayed", stored_response(&stored, true))
@@ -219,74 +261,120 @@ impl App {
         }
     }
 
-    /// Stores the payment (once) and publishes it.
-    async fn accept(&self, key: &str, payment: &NewPayment) -> Result<StoredResponse, AcceptError> {
-        let payment_id = payment_id(key);
-        let mut item = vec![
-            ("paymentId", AttributeValue::S(payment_id.clone())),
+    /// The first request with a key (or the first since its record expired): writes the
+    /// payment once, and completes the key with the response.
+    async fn first(
+        &self,
+        lease: &Lease,
+        scoped_key: &str,
+        hash: &str,
+        payment: &NewPayment,
+        caller: &Caller,
+    ) -> Response<Body> {
+        let payment_id = payment_id(scoped_key);
+        let (outcome, replayed) = match self.write(&payment_id, hash, payment, caller).await {
+            Ok(Written::New) => ("accepted", false),
+            Ok(Written::SameRequest) => ("replayed", true),
+            Ok(Written::OtherRequest) => {
+                // The record had expired; the payment remembers the first body. Release the
+                // key (not completed: the first body must still replay).
+                if let Err(e) = self
+                    .idempotency
+                    .fail(lease, "key reused with another body")
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not release the key");
+                }
+                return self.answer("key_reused", Problem::key_reused().response());
+            }
+            Err(e) => {
+                tracing::error!(error = %DisplayErrorContext(&e), "could not store the payment; the key stays retryable");
+                if let Err(store) = self
+                    .idempotency
+                    .fail(lease, "payments table unavailable")
+                    .await
+                {
+                    tracing::warn!(error = %store, "could not record the failure");
+                }
+                return self.answer(
+                    "unavailable",
+                    Problem::unavailable("the payments table is unavailable").response(),
+                );
+            }
+        };
+        let stored = accepted_response(&payment_id);
+        let json = serde_json::to_string(&stored).expect("serializable");
+        if let Err(e) = self.idempotency.complete(lease, Some(&json)).await {
+            // The payment is stored: answer 201. A retry after the lease finds the payment
+            // and replays from it.
+            tracing::error!(error = %e, "payment stored but its key not completed");
+        }
+        tracing::info!(payment_id, "payment accepted");
+        self.answer(outcome, stored_response(&stored, replayed))
+    }
+
+    /// The payment's one conditional write; on a conflict, the stored item's fingerprint tells
+    /// a retry from a reuse, in the same request.
+    async fn write(
+        &self,
+        payment_id: &str,
+        hash: &str,
+        payment: &NewPayment,
+        caller: &Caller,
+    ) -> Result<Written, SdkError<PutItemError>> {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let mut item = HashMap::from([
+            ("paymentId".to_owned(), s(payment_id)),
+            ("accountId".to_owned(), s(payment.account_id.as_str())),
             (
-                "accountId",
-                AttributeValue::S(payment.account_id.to_string()),
-            ),
-            (
-                "amountCents",
+                "amountCents".to_owned(),
                 AttributeValue::N(payment.amount_cents.to_string()),
             ),
-            ("currency", AttributeValue::S(payment.currency.clone())),
+            ("currency".to_owned(), s(&payment.currency)),
+            ("status".to_owned(), s(PaymentStatus::Accepted.as_str())),
             (
-                "status",
-                AttributeValue::S(PaymentStatus::Accepted.as_str().into()),
-            ),
-            (
-                "createdAt",
+                "createdAt".to_owned(),
                 AttributeValue::N(SystemClock.now_ms().to_string()),
             ),
-        ];
+            ("callerId".to_owned(), s(&caller.id)),
+            ("requestHash".to_owned(), s(hash)),
+        ]);
         if let Some(d) = &payment.description {
-            item.push(("description", AttributeValue::S(d.clone())));
+            item.insert("description".to_owned(), s(d));
         }
         let put = self
             .dynamodb
             .put_item()
             .table_name(&self.payments_table)
-            .set_item(Some(
-                item.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-            ))
-            // A retry after a failed publish finds it stored already; never reset its status.
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(paymentId)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match put {
-            Ok(_) => {}
+            Ok(_) => Ok(Written::New),
             Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {}
-            Err(e) => {
-                return Err(AcceptError::Store(
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                ));
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let PutItemError::ConditionalCheckFailedException(conflict) = e.err() else {
+                    unreachable!("matched above")
+                };
+                let stored_hash = conflict
+                    .item()
+                    .and_then(|i| i.get("requestHash"))
+                    .and_then(|v| v.as_s().ok());
+                Ok(if stored_hash.is_some_and(|h| h == hash) {
+                    Written::SameRequest
+                } else {
+                    Written::OtherRequest
+                })
             }
+            Err(e) => Err(e),
         }
-        let body = PaymentRequested {
-            payment_id: payment_id.clone(),
-            account_id: payment.account_id.to_string(),
-            amount_cents: payment.amount_cents,
-            currency: payment.currency.clone(),
-            description: payment.description.clone(),
-        };
-        let message = Message::fifo(
-            payment.account_id.clone(),
-            DeduplicationId::from_key(&payment_id),
-            serde_json::to_string(&body).expect("serializable"),
-        )
-        .map_err(|e| AcceptError::Publish(e.to_string()))?;
-        self.publisher
-            .send(message)
-            .await
-            .map_err(|e| AcceptError::Publish(e.to_string()))?;
-        Ok(accepted_response(&payment_id))
     }
 
-    async fn get(&self, payment_id: &str) -> Response<Body> {
+    /// A payment of the caller's account; any other is a 404, as if it did not exist.
+    async fn get(&self, payment_id: &str, caller: &Caller) -> Response<Body> {
         if payment_id.is_empty()
             || payment_id.len() > 64
             || !payment_id
@@ -310,7 +398,13 @@ impl App {
                 return Problem::unavailable("the payments table is unavailable").response();
             }
         };
-        let Some(item) = item else {
+        let owned = item.filter(|i| {
+            i.get("accountId")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                == Some(caller.account.as_str())
+        });
+        let Some(item) = owned else {
             return Problem::not_found(format!("no payment `{payment_id}`")).response();
         };
         let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
@@ -339,22 +433,19 @@ impl App {
     }
 }
 
-/// Why a payment was not accepted (answered 503, the key stays retryable).
-#[derive(Debug, thiserror::Error)]
-enum AcceptError {
-    #[error("could not store the payment: {0}")]
-    Store(String),
-    #[error("could not publish the payment: {0}")]
-    Publish(String),
-}
-
-/// The payment id of an Idempotency-Key: a retry of the same request gets the same id, so a
-/// payment published before a failure is not published under another id.
+/// The payment id of a caller-scoped Idempotency-Key ([`Caller::scoped_key`]): a retry of the
+/// same request gets the same id, so its conditional write finds the payment it wrote before.
 pub fn payment_id(key: &str) -> String {
     format!(
         "pay_{}",
         &sha256_hex(format!("payments-api\n{key}").as_bytes())[..32]
     )
+}
+
+/// The two routes.
+enum Route<'a> {
+    Payments,
+    Payment(&'a str),
 }
 
 fn accepted_response(payment_id: &str) -> StoredResponse {

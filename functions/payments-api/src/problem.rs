@@ -22,6 +22,9 @@ pub struct Problem {
     /// Seconds after which a retry may succeed (also sent as `Retry-After`).
     #[serde(skip_serializing)]
     pub retry_after: Option<u64>,
+    /// Other response headers (`Allow`, `Accept-Post`, `WWW-Authenticate`).
+    #[serde(skip_serializing)]
+    pub headers: Vec<(&'static str, &'static str)>,
 }
 
 impl Problem {
@@ -34,6 +37,7 @@ impl Problem {
             detail: detail.into(),
             field: Some(field),
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
@@ -46,6 +50,7 @@ impl Problem {
             detail: detail.into(),
             field: Some("Idempotency-Key"),
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
@@ -60,6 +65,7 @@ impl Problem {
             ),
             field: None,
             retry_after: Some(retry_after),
+            headers: Vec::new(),
         }
     }
 
@@ -72,6 +78,7 @@ impl Problem {
             detail: "this Idempotency-Key was already used with a different request body".into(),
             field: Some("Idempotency-Key"),
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
@@ -84,6 +91,7 @@ impl Problem {
             detail: detail.into(),
             field: None,
             retry_after: Some(1),
+            headers: Vec::new(),
         }
     }
 
@@ -96,18 +104,75 @@ impl Problem {
             detail: detail.into(),
             field: None,
             retry_after: None,
+            headers: Vec::new(),
         }
     }
 
-    /// 405.
-    pub fn method_not_allowed(allowed: &str) -> Self {
+    /// 405, with `Allow`.
+    pub fn method_not_allowed(method: &str, allowed: &'static str) -> Self {
         Self {
             kind: "/problems/method-not-allowed",
             title: "Method not allowed",
             status: 405,
-            detail: format!("allowed: {allowed}"),
+            detail: format!("{method} is not allowed here; allowed: {allowed}"),
             field: None,
             retry_after: None,
+            headers: vec![("allow", allowed)],
+        }
+    }
+
+    /// 401: no verified caller.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self {
+            kind: "/problems/unauthorized",
+            title: "Unauthorized",
+            status: 401,
+            detail: detail.into(),
+            field: None,
+            retry_after: None,
+            headers: vec![("www-authenticate", "Bearer")],
+        }
+    }
+
+    /// 403: the caller may not do this (charge another account).
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self {
+            kind: "/problems/forbidden",
+            title: "Forbidden",
+            status: 403,
+            detail: detail.into(),
+            field: Some("accountId"),
+            retry_after: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// 413: the body is over `limit` bytes (it was not parsed).
+    pub fn too_large(size: usize, limit: usize) -> Self {
+        Self {
+            kind: "/problems/body-too-large",
+            title: "Request body too large",
+            status: 413,
+            detail: format!("the body is {size} bytes; at most {limit} are accepted"),
+            field: Some("body"),
+            retry_after: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// 415: the body is not JSON.
+    pub fn unsupported_media_type(content_type: Option<&str>) -> Self {
+        Self {
+            kind: "/problems/unsupported-media-type",
+            title: "Unsupported media type",
+            status: 415,
+            detail: match content_type {
+                Some(ct) => format!("Content-Type `{ct}` is not accepted; send application/json"),
+                None => "the Content-Type header is missing; send application/json".to_owned(),
+            },
+            field: Some("Content-Type"),
+            retry_after: None,
+            headers: vec![("accept-post", "application/json")],
         }
     }
 
@@ -125,6 +190,9 @@ impl Problem {
         );
         if let Some(seconds) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        for (name, value) in &self.headers {
+            headers.insert(*name, HeaderValue::from_static(value));
         }
         response
     }

@@ -1,6 +1,6 @@
 //! Validation of the Idempotency-Key header and of the payment body.
 
-use lambda_idempotency::publish::MessageGroupId;
+use lambda_idempotency::publish::{MessageGroupId, invalid_character};
 use serde_json::{Map, Value};
 
 use crate::problem::Problem;
@@ -9,6 +9,57 @@ use crate::problem::Problem;
 pub const MAX_KEY_LEN: usize = 255;
 /// Longest description accepted, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 500;
+/// Largest `POST /payments` body accepted, in bytes; a larger one is refused unparsed (413).
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Checks the body's size before anything reads it.
+pub fn body_size(body: &[u8]) -> Result<(), Problem> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(Problem::too_large(body.len(), MAX_BODY_BYTES));
+    }
+    Ok(())
+}
+
+/// Checks that the `Content-Type` is JSON: `application/json` or `application/*+json`, with
+/// any parameters (a `charset` must be UTF-8).
+pub fn content_type(value: Option<&[u8]>) -> Result<(), Problem> {
+    let Some(raw) = value else {
+        return Err(Problem::unsupported_media_type(None));
+    };
+    let text = String::from_utf8_lossy(raw);
+    let mut parts = text.split(';');
+    let essence = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    let json = essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|subtype| subtype.ends_with("+json"));
+    let utf8 = parts.all(|p| match p.trim().split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    if json && utf8 {
+        Ok(())
+    } else {
+        Err(Problem::unsupported_media_type(Some(&text)))
+    }
+}
+
+/// A text field with a character SQS would refuse (the payment is relayed to a queue): 400
+/// naming the field and the position.
+fn sqs_text(field: &'static str, text: &str) -> Result<(), Problem> {
+    match invalid_character(text) {
+        None => Ok(()),
+        Some((position, ch)) => Err(Problem::invalid(
+            field,
+            format!(
+                "{field} has {ch:?} (U+{:04X}) at position {position}, a character the payment queue does not accept",
+                u32::from(ch)
+            ),
+        )),
+    }
+}
 
 /// Active ISO 4217 currency codes (fiat, plus the CFA and CFP francs and the East Caribbean
 /// dollar).
@@ -64,8 +115,9 @@ pub fn idempotency_key(value: Option<&[u8]>) -> Result<String, Problem> {
     Ok(text.to_owned())
 }
 
-/// Validates the body of `POST /payments`.
-pub fn new_payment(body: &[u8]) -> Result<NewPayment, Problem> {
+/// Validates the body of `POST /payments` from a caller whose account is `account`: the body's
+/// `accountId` may be left out, and when present must be the caller's (else 403).
+pub fn new_payment(body: &[u8], account: &MessageGroupId) -> Result<NewPayment, Problem> {
     let json: Value = serde_json::from_slice(body)
         .map_err(|e| Problem::invalid("body", format!("the body is not valid JSON: {e}")))?;
     let Value::Object(map) = &json else {
@@ -78,12 +130,26 @@ pub fn new_payment(body: &[u8]) -> Result<NewPayment, Problem> {
             format!("unknown field `{unknown}`; expected {}", FIELDS.join(", ")),
         ));
     }
-    let account_id = account_id(map)?;
+    let account_id = match map.get("accountId") {
+        None => account.clone(),
+        Some(_) => {
+            let given = account_id(map)?;
+            if &given != account {
+                return Err(Problem::forbidden(format!(
+                    "accountId `{given}` is not the caller's account"
+                )));
+            }
+            given
+        }
+    };
     let amount_cents = amount_cents(map)?;
     let currency = currency(map)?;
     let description = match map.get("description") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.chars().count() <= MAX_DESCRIPTION_CHARS => Some(s.clone()),
+        Some(Value::String(s)) if s.chars().count() <= MAX_DESCRIPTION_CHARS => {
+            sqs_text("description", s)?;
+            Some(s.clone())
+        }
         Some(Value::String(_)) => {
             return Err(Problem::invalid(
                 "description",
@@ -156,8 +222,41 @@ fn currency(map: &Map<String, Value>) -> Result<String, Problem> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn content_types_and_sizes() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=UTF-8",
+            "application/merge-patch+json",
+        ] {
+            assert!(content_type(Some(ok.as_bytes())).is_ok(), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "application/json; charset=latin1",
+        ] {
+            assert_eq!(
+                content_type(Some(bad.as_bytes())).unwrap_err().status,
+                415,
+                "{bad}"
+            );
+        }
+        assert_eq!(content_type(None).unwrap_err().status, 415);
+        assert!(body_size(&[b' '; MAX_BODY_BYTES]).is_ok());
+        assert_eq!(
+            body_size(&[b' '; MAX_BODY_BYTES + 1]).unwrap_err().status,
+            413
+        );
+    }
+
+    fn account() -> MessageGroupId {
+        MessageGroupId::new("acct-1").unwrap()
+    }
+
     fn field_of(body: &str) -> Option<&'static str> {
-        new_payment(body.as_bytes()).err().and_then(|p| p.field)
+        let a = MessageGroupId::new("a").unwrap();
+        new_payment(body.as_bytes(), &a).err().and_then(|p| p.field)
     }
 
     #[test]
@@ -181,6 +280,7 @@ mod tests {
     fn bodies() {
         let ok = new_payment(
             br#"{"accountId":"acct-1","amountCents":100,"currency":"EUR","description":"x"}"#,
+            &account(),
         )
         .unwrap();
         assert_eq!((ok.amount_cents, ok.currency.as_str()), (100, "EUR"));
@@ -190,10 +290,14 @@ mod tests {
             field_of(r#"{"accountId":"a","amountCents":1,"currency":"EUR","extra":1}"#),
             Some("body")
         );
-        assert_eq!(
-            field_of(r#"{"amountCents":1,"currency":"EUR"}"#),
-            Some("accountId")
-        );
+        let own = new_payment(br#"{"amountCents":1,"currency":"EUR"}"#, &account()).unwrap();
+        assert_eq!(own.account_id, account());
+        let other = new_payment(
+            br#"{"accountId":"acct-2","amountCents":1,"currency":"EUR"}"#,
+            &account(),
+        )
+        .unwrap_err();
+        assert_eq!((other.status, other.field), (403, Some("accountId")));
         assert_eq!(
             field_of(r#"{"accountId":"a b","amountCents":1,"currency":"EUR"}"#),
             Some("accountId")
@@ -230,9 +334,24 @@ mod tests {
             field_of(r#"{"accountId":"a","amountCents":1,"currency":"EUR","description":7}"#),
             Some("description")
         );
-        let unknown =
-            new_payment(br#"{"accountId":"a","amountCents":1,"currency":"EUR","amount":1}"#)
-                .unwrap_err();
+        let bad = new_payment(
+            br#"{"amountCents":1,"currency":"EUR","description":"nul \u0000 here"}"#,
+            &account(),
+        )
+        .unwrap_err();
+        assert_eq!((bad.status, bad.field), (400, Some("description")));
+        assert!(
+            bad.detail.contains("U+0000 at position 4"),
+            "{}",
+            bad.detail
+        );
+        let fine = r#"{"amountCents":1,"currency":"EUR","description":"tab\t é 😀"}"#;
+        assert!(new_payment(fine.as_bytes(), &account()).is_ok());
+        let unknown = new_payment(
+            br#"{"accountId":"a","amountCents":1,"currency":"EUR","amount":1}"#,
+            &MessageGroupId::new("a").unwrap(),
+        )
+        .unwrap_err();
         assert!(unknown.detail.contains("`amount`"), "{}", unknown.detail);
     }
 }

@@ -9,11 +9,17 @@ use serde::{Deserialize, Serialize};
 /// Metric namespace of the pipeline.
 pub const METRICS_NAMESPACE: &str = "PaymentsPipeline";
 
+/// The default idempotency expiry (`IDEMPOTENCY_TTL_SECONDS`) of the pipeline's functions: the
+/// queues' retention (4 days) plus the dead-letter queues' (14 days), so that a message redriven
+/// on the last day of its dead-letter retention still finds its record. `template.yaml`'s
+/// `IdempotencyTtlSeconds` has the same default and refuses less (MinValue).
+pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(345_600 + 1_209_600);
+
 /// A payment's state, as stored in the payments table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PaymentStatus {
-    /// Stored and published; not charged yet.
+    /// Stored (and relayed to `payments.fifo` by payments-publisher); not charged yet.
     Accepted,
     /// Charged.
     Charged,
@@ -28,6 +34,46 @@ impl PaymentStatus {
             PaymentStatus::Accepted => "accepted",
             PaymentStatus::Charged => "charged",
             PaymentStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A payment as the payments table stores it: written once by payments-api (the outbox record),
+/// relayed by payments-publisher from the table's stream, then updated by payment-processor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentItem {
+    /// The payment: derived from the caller and its Idempotency-Key.
+    pub payment_id: String,
+    /// The account charged (the caller's, from its identity).
+    pub account_id: String,
+    /// Amount in minor units (> 0).
+    pub amount_cents: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Optional free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// [`PaymentStatus`], as stored.
+    pub status: String,
+    /// When payments-api stored it (epoch ms).
+    pub created_at: i64,
+    /// The caller (`sub` of its token) that created it.
+    pub caller_id: String,
+    /// SHA-256 of the canonical request body: the same key with another body is refused even
+    /// after the idempotency record expired.
+    pub request_hash: String,
+}
+
+impl PaymentItem {
+    /// The message payments-publisher sends for it.
+    pub fn requested(&self) -> PaymentRequested {
+        PaymentRequested {
+            payment_id: self.payment_id.clone(),
+            account_id: self.account_id.clone(),
+            amount_cents: self.amount_cents,
+            currency: self.currency.clone(),
+            description: self.description.clone(),
         }
     }
 }

@@ -27,7 +27,7 @@ use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentCharged, Settings};
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`.
     pub idempotency_table: String,
-    /// `IDEMPOTENCY_TTL_SECONDS` (default 24 h).
+    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_model::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
     pub idempotency_ttl: Duration,
     /// `RECEIPTS_TABLE`.
     pub receipts_table: String,
@@ -38,8 +38,10 @@ impl Config {
     pub fn from_settings(settings: &impl Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
-            idempotency_ttl: settings
-                .seconds("IDEMPOTENCY_TTL_SECONDS", Duration::from_secs(86_400))?,
+            idempotency_ttl: settings.seconds(
+                "IDEMPOTENCY_TTL_SECONDS",
+                payments_model::DEFAULT_IDEMPOTENCY_TTL,
+            )?,
             receipts_table: settings.required("RECEIPTS_TABLE")?,
         })
     }

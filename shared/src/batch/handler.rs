@@ -29,6 +29,9 @@ pub struct RecordContext {
     pub attempt: u32,
     /// `MessageGroupId`, on FIFO queues.
     pub group_id: Option<String>,
+    /// When SQS accepted the message (`SentTimestamp`), if the event carries it: the time from
+    /// a producer's write to `sent_at` is the relay's lag, from `sent_at` to now the queue's.
+    pub sent_at: Option<SystemTime>,
     /// The Lambda request id.
     pub request_id: String,
     /// When the handler's own work is cancelled (the deadline minus the processor's stop
@@ -48,6 +51,7 @@ impl RecordContext {
             receive_count: 1,
             attempt: 1,
             group_id: None,
+            sent_at: None,
             request_id: String::new(),
             stop_at: None,
             finish_by: None,

@@ -277,6 +277,11 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             receive_count,
             attempt: receive_count.max(1),
             group_id: message.attributes.get("MessageGroupId").cloned(),
+            sent_at: message
+                .attributes
+                .get("SentTimestamp")
+                .and_then(|ms| ms.parse().ok())
+                .map(at_ms),
             request_id: self.request_id.to_owned(),
             stop_at: deadline.map(|d| d - p.stop_margin),
             finish_by: deadline.map(|d| d - p.finish_margin),

@@ -43,6 +43,19 @@ pub enum InvalidMessage {
         /// Its size.
         size: usize,
     },
+    /// The body or an attribute value has a character SQS rejects (see [`invalid_character`]).
+    #[error(
+        "{field} has {ch:?} (U+{code:04X}) at position {position}: SQS accepts only #x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD and #x10000 to #x10FFFF",
+        code = u32::from(*ch)
+    )]
+    Character {
+        /// `the message body`, or `message attribute `NAME``.
+        field: String,
+        /// The character.
+        ch: char,
+        /// Its position (in characters).
+        position: usize,
+    },
     /// An attribute is invalid.
     #[error("message attribute `{name}` is invalid: {reason}")]
     Attribute {
@@ -51,6 +64,67 @@ pub enum InvalidMessage {
         /// Why.
         reason: String,
     },
+}
+
+/// The first character SQS would reject in a message body or attribute value, with its position
+/// (in characters). SQS accepts only the XML characters `#x9 | #xA | #xD | #x20-#xD7FF |
+/// #xE000-#xFFFD | #x10000-#x10FFFF`; anything else fails the whole `SendMessage` call with
+/// `InvalidMessageContents` on every retry.
+///
+/// ```
+/// use lambda_idempotency::publish::invalid_character;
+///
+/// assert_eq!(invalid_character("tab\t, newline\n and Zoë 😀 are fine"), None);
+/// assert_eq!(invalid_character("nul\u{0}"), Some((3, '\u{0}')));
+/// assert_eq!(invalid_character("bell\u{7}"), Some((4, '\u{7}')));
+/// assert_eq!(invalid_character("\u{FFFE}"), Some((0, '\u{FFFE}')));
+/// ```
+pub fn invalid_character(text: &str) -> Option<(usize, char)> {
+    text.chars().enumerate().find(|&(_, c)| {
+        !matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+    })
+}
+
+fn check_characters(field: impl FnOnce() -> String, text: &str) -> Result<(), InvalidMessage> {
+    match invalid_character(text) {
+        None => Ok(()),
+        Some((position, ch)) => Err(InvalidMessage::Character {
+            field: field(),
+            ch,
+            position,
+        }),
+    }
+}
+
+/// Checks an attribute name as SQS does: 1 to 256 characters of `A-Za-z0-9`, `-`, `_` and `.`,
+/// not starting with `AWS.` or `Amazon.` (any case), no `.` first or last, no `..`.
+fn check_attribute_name(name: &str) -> Result<(), InvalidMessage> {
+    let reason = if name.is_empty() || name.len() > 256 {
+        Some(format!(
+            "the name is {} characters long (1 to 256)",
+            name.len()
+        ))
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        Some(format!(
+            "the name has {c:?}: only A-Z, a-z, 0-9, '-', '_' and '.' are allowed"
+        ))
+    } else if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        Some("the name starts or ends with '.' or has '..'".to_owned())
+    } else {
+        let lower = name.to_ascii_lowercase();
+        (lower.starts_with("aws.") || lower.starts_with("amazon."))
+            .then(|| "names starting with AWS. or Amazon. are reserved".to_owned())
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(InvalidMessage::Attribute {
+            name: name.to_owned(),
+            reason,
+        }),
+    }
 }
 
 fn validate_id(field: &'static str, value: &str) -> Result<(), InvalidMessage> {
@@ -160,7 +234,8 @@ pub struct Message {
 }
 
 impl Message {
-    /// A FIFO message.
+    /// A FIFO message. The body must be at most 1 MiB and hold only characters SQS accepts
+    /// ([`invalid_character`]).
     ///
     /// ```
     /// use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId};
@@ -188,7 +263,15 @@ impl Message {
         message.check_size()
     }
 
-    /// A message for a standard queue.
+    /// A message for a standard queue (same checks as [`Message::fifo`]).
+    ///
+    /// ```
+    /// use lambda_idempotency::publish::{InvalidMessage, Message};
+    ///
+    /// let err = Message::standard("a\u{1b}[31m").unwrap_err();
+    /// assert!(matches!(err, InvalidMessage::Character { position: 1, ch: '\u{1b}', .. }));
+    /// assert!(err.to_string().starts_with("the message body has"));
+    /// ```
     pub fn standard(body: impl Into<String>) -> Result<Self, InvalidMessage> {
         let message = Self {
             body: body.into(),
@@ -217,13 +300,28 @@ impl Message {
         self.with_attribute_value(name, value)
     }
 
-    /// Adds a message attribute of any type.
+    /// Adds a message attribute of any type. Its name follows SQS's rules and a `String` or
+    /// `Number` value holds only characters SQS accepts.
+    ///
+    /// ```
+    /// use lambda_idempotency::publish::Message;
+    ///
+    /// let m = Message::standard("{}").unwrap();
+    /// assert!(m.clone().with_attribute("trace-id", "abc").is_ok());
+    /// assert!(m.clone().with_attribute("AWS.reserved", "x").is_err());
+    /// assert!(m.with_attribute("trace-id", "\u{0}").is_err());
+    /// ```
     pub fn with_attribute_value(
         mut self,
         name: impl Into<String>,
         value: MessageAttributeValue,
     ) -> Result<Self, InvalidMessage> {
-        self.attributes.insert(name.into(), value);
+        let name = name.into();
+        check_attribute_name(&name)?;
+        if let Some(text) = value.string_value() {
+            check_characters(|| format!("message attribute `{name}`"), text)?;
+        }
+        self.attributes.insert(name, value);
         self.check_size()
     }
 
@@ -253,6 +351,7 @@ impl Message {
     }
 
     fn check_size(self) -> Result<Self, InvalidMessage> {
+        check_characters(|| "the message body".to_owned(), &self.body)?;
         match self.size() {
             size if size > MAX_MESSAGE_BYTES => Err(InvalidMessage::TooLarge { size }),
             _ => Ok(self),
@@ -320,7 +419,63 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn characters_sqs_rejects_are_refused_before_any_call() {
+        for bad in [
+            '\u{0}', '\u{8}', '\u{b}', '\u{c}', '\u{1f}', '\u{FFFE}', '\u{FFFF}',
+        ] {
+            let body = format!("ok {bad}");
+            match Message::standard(body.clone()) {
+                Err(InvalidMessage::Character {
+                    ch,
+                    position: 3,
+                    field,
+                }) => {
+                    assert_eq!((ch, field.as_str()), (bad, "the message body"));
+                }
+                other => panic!("{body:?}: {other:?}"),
+            }
+        }
+        for good in [
+            '\t',
+            '\n',
+            '\r',
+            ' ',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{FFFD}',
+            '\u{10000}',
+            '\u{10FFFF}',
+        ] {
+            assert!(Message::standard(format!("ok {good}")).is_ok(), "{good:?}");
+        }
+        let group = MessageGroupId::new("g").unwrap();
+        let err = Message::fifo(group, DeduplicationId::from_key("k"), "\u{7f}\u{0}").unwrap_err();
+        assert!(
+            matches!(err, InvalidMessage::Character { position: 1, .. }),
+            "{err}"
+        );
+        let err = Message::standard("{}")
+            .unwrap()
+            .with_attribute("note", "x\u{2}")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("message attribute `note`"),
+            "{err}"
+        );
+    }
+
     proptest! {
+        #[test]
+        fn valid_text_is_accepted_and_the_position_is_exact(
+            prefix in "[a-zA-Z0-9 \\t\\n\\r\u{e9}\u{1F600}]{0,20}",
+            bad in prop::sample::select(vec!['\u{0}', '\u{1}', '\u{1f}', '\u{FFFE}', '\u{FFFF}']),
+        ) {
+            prop_assert_eq!(invalid_character(&prefix), None);
+            let text = format!("{prefix}{bad}tail");
+            prop_assert_eq!(invalid_character(&text), Some((prefix.chars().count(), bad)));
+        }
+
         #[test]
         fn derived_dedup_ids_are_always_valid(key in ".*") {
             let id = DeduplicationId::from_key(&key);

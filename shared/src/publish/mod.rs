@@ -3,7 +3,8 @@
 //!
 //! [`Message::fifo`] cannot be built with an invalid `MessageGroupId` or
 //! `MessageDeduplicationId` (1 to 128 characters of `a-zA-Z0-9` and ASCII punctuation), nor with a
-//! message over 1 MiB. [`Publisher::send_all`] packs messages into `SendMessageBatch` calls of at
+//! message over 1 MiB or with a character SQS rejects in its body or attributes
+//! ([`invalid_character`]): what SQS would refuse on every retry is refused before the call. [`Publisher::send_all`] packs messages into `SendMessageBatch` calls of at
 //! most 10 entries and 1 MiB, keeps several in flight, retries only the entries in `Failed` (with
 //! bounded exponential backoff) and answers per message.
 //!
@@ -23,7 +24,9 @@ mod publisher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-pub use message::{DeduplicationId, InvalidMessage, Message, MessageGroupId, message_size};
+pub use message::{
+    DeduplicationId, InvalidMessage, Message, MessageGroupId, invalid_character, message_size,
+};
 pub use plan::{plan_batches, plan_batches_by_size};
 pub use publisher::{PublishError, Publisher, Sent};
 

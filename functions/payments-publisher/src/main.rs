@@ -1,0 +1,11 @@
+use aws_lambda_events::dynamodb::Event;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use payments_publisher::App;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let sdk = payments_model::sdk_config().await;
+    let app = App::from_settings(&sdk, &payments_model::Env)?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| app.handle(event))).await
+}
