@@ -29,6 +29,10 @@ pub struct Stored {
     pub ledger_entries: HashMap<String, usize>,
     /// Payment id to when it was charged (its first ledger entry's `createdAt`, epoch ms).
     pub charged_at: HashMap<String, i64>,
+    /// Payment id to the relay's lag: from payments-api's write (`createdAt`) to SQS accepting
+    /// payments-publisher's send (`queuedAt`, the message's `SentTimestamp`), in ms. Only
+    /// payments that reached payment-processor's charge have one.
+    pub relay_lag_ms: HashMap<String, i64>,
     /// Account to (balance, charges).
     pub balances: BTreeMap<String, (i64, i64)>,
     /// Payment id to the number of receipts.
@@ -87,9 +91,12 @@ impl Stored {
     pub async fn read(client: &aws_sdk_dynamodb::Client, tables: &Tables) -> Result<Self, String> {
         let mut stored = Stored::default();
         for item in scan(client, &tables.payments).await? {
-            stored
-                .payment_status
-                .insert(s(&item, "paymentId"), s(&item, "status"));
+            let id = s(&item, "paymentId");
+            if item.contains_key("queuedAt") {
+                let lag = n(&item, "queuedAt") - n(&item, "createdAt");
+                stored.relay_lag_ms.insert(id.clone(), lag);
+            }
+            stored.payment_status.insert(id, s(&item, "status"));
         }
         for item in scan(client, &tables.ledger).await? {
             let id = s(&item, "paymentId");
@@ -242,6 +249,19 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
             stored.dead_lettered_receipts
         ));
     }
+    out.push(check(
+        "no payment left unpublished",
+        stored
+            .payment_status
+            .iter()
+            .filter(|(_, status)| status.as_str() != "charged" && status.as_str() != "failed")
+            .map(|(id, status)| format!("{id}: status {status}"))
+            .collect(),
+        format!(
+            "{} payments stored, each charged or failed",
+            stored.payment_status.len()
+        ),
+    ));
     out.push(no_innocent_dead_lettered(&poison, stored));
     out.push(charged_in_send_order(&charged, stored));
     out.push(check(
@@ -267,6 +287,13 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
         format!("{} payments stored", stored.payment_status.len()),
     ));
     out
+}
+
+/// The relay's lag over the charged payments: (median, max) in ms, `None` without any.
+pub fn relay_lag(stored: &Stored) -> Option<(i64, i64)> {
+    let mut lags: Vec<i64> = stored.relay_lag_ms.values().copied().collect();
+    lags.sort_unstable();
+    Some((*lags.get(lags.len() / 2)?, *lags.last()?))
 }
 
 /// The payments dead-letter queue holds exactly the failing payments, once each: no payment that

@@ -1,4 +1,7 @@
-//! A small HTTP/1.1 client for the local API.
+//! A small HTTP/1.1 client for the local API, calling as a caller with a local test token (the
+//! local gateway checks its issuer, audience and expiry as API Gateway's JWT authorizer would).
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -19,43 +22,115 @@ pub struct Answer {
     pub retry_after: Option<u64>,
     /// `Content-Type`.
     pub content_type: Option<String>,
+    /// `Allow`.
+    pub allow: Option<String>,
 }
 
-/// A client of one base URL.
+/// Who the tokens come from: the JWT authorizer's issuer and an accepted audience.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenIssuer {
+    /// `iss`.
+    pub issuer: String,
+    /// `aud`.
+    pub audience: String,
+}
+
+/// A client of one base URL, calling as one caller (or none).
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     base: String,
     client: Client<HttpConnector, Full<Bytes>>,
+    issuer: Option<TokenIssuer>,
+    token: Option<String>,
 }
 
 impl HttpClient {
-    /// A client of `base` (`http://127.0.0.1:PORT`).
+    /// A client of `base` (`http://127.0.0.1:PORT`) with no identity: see
+    /// [`with_issuer`](Self::with_issuer) and [`as_caller`](Self::as_caller).
     pub fn new(base: impl Into<String>) -> Self {
         Self {
             base: base.into().trim_end_matches('/').to_owned(),
             client: Client::builder(TokioExecutor::new()).build_http(),
+            issuer: None,
+            token: None,
         }
+    }
+
+    /// Mints its tokens for this issuer and audience.
+    pub fn with_issuer(mut self, issuer: TokenIssuer) -> Self {
+        self.issuer = Some(issuer);
+        self
+    }
+
+    /// The same client calling as `sub`, whose account (the `sub` claim, the template's
+    /// default `AccountClaim`) is `sub` too.
+    pub fn as_caller(&self, sub: &str) -> Self {
+        let mut client = self.clone();
+        client.token = self.issuer.as_ref().map(|i| {
+            local_aws::gateway::test_token(
+                &i.issuer,
+                &i.audience,
+                sub,
+                &[],
+                Duration::from_secs(3600),
+            )
+        });
+        client
+    }
+
+    /// The same client with this `Authorization` token (or none).
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
     }
 
     /// `POST /payments` with an optional Idempotency-Key.
     pub async fn post_payment(&self, key: Option<&str>, body: &str) -> Result<Answer, String> {
-        let mut request = http::Request::post(format!("{}/payments", self.base))
-            .header("content-type", "application/json");
+        self.post_raw(key, Some("application/json"), body.as_bytes().to_vec())
+            .await
+    }
+
+    /// `POST /payments` with any content type and body.
+    pub async fn post_raw(
+        &self,
+        key: Option<&str>,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<Answer, String> {
+        let mut headers = Vec::new();
         if let Some(key) = key {
-            request = request.header("idempotency-key", key);
+            headers.push(("idempotency-key", key));
         }
-        self.send(
-            request
-                .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
-                .map_err(|e| e.to_string())?,
-        )
-        .await
+        if let Some(ct) = content_type {
+            headers.push(("content-type", ct));
+        }
+        self.request("POST", "/payments", &headers, body).await
     }
 
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Result<Answer, String> {
-        let request = http::Request::get(format!("{}{path}", self.base))
-            .body(Full::new(Bytes::new()))
+        self.request("GET", path, &[], Vec::new()).await
+    }
+
+    /// Any request, with the caller's token.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<Answer, String> {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
             .map_err(|e| e.to_string())?;
         self.send(request).await
     }
@@ -77,6 +152,7 @@ impl HttpClient {
         let replayed = header("idempotent-replayed").as_deref() == Some("true");
         let retry_after = header("retry-after").and_then(|v| v.parse().ok());
         let content_type = header("content-type");
+        let allow = header("allow");
         let body = response
             .into_body()
             .collect()
@@ -89,6 +165,7 @@ impl HttpClient {
             replayed,
             retry_after,
             content_type,
+            allow,
         })
     }
 }

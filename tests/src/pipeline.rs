@@ -164,9 +164,21 @@ impl Pipeline {
         })
     }
 
-    /// A client of the local API.
+    /// A client of the local API, minting test tokens that the local gateway's JWT authorizer
+    /// accepts (the template's `JwtIssuer` and first `JwtAudience`); call
+    /// [`as_caller`](HttpClient::as_caller) to pick the caller.
     pub fn http(&self) -> HttpClient {
-        HttpClient::new(self.gateway.url())
+        let parameter = |name: &str| self.template.parameter(name).unwrap_or_default().to_owned();
+        let audience = parameter("JwtAudience");
+        HttpClient::new(self.gateway.url()).with_issuer(crate::http::TokenIssuer {
+            issuer: parameter("JwtIssuer"),
+            audience: audience
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        })
     }
 
     /// The API's base URL.

@@ -35,6 +35,8 @@ pub struct Report {
     pub send_time: Duration,
     /// Time from the last answer until the pipeline drained.
     pub drain_time: Duration,
+    /// The outbox relay's lag (write to send), median and max in ms, over the charged payments.
+    pub relay_lag_ms: Option<(i64, i64)>,
 }
 
 impl Report {
@@ -92,6 +94,7 @@ pub async fn run(
     let recovered = pipeline.recovered_charges();
     let stats = pipeline.stop().await;
     let stored = stored?;
+    let relay_lag_ms = crate::checks::relay_lag(&stored);
     let mut checks = checks(&tally, &stored);
     let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
     checks.push(Check {
@@ -119,6 +122,7 @@ pub async fn run(
         recovered_charges: recovered,
         send_time,
         drain_time,
+        relay_lag_ms,
     })
 }
 
@@ -153,6 +157,14 @@ impl fmt::Display for Report {
         writeln!(f, "  unavailable (503)      {:>6}", t.count(503))?;
         writeln!(
             f,
+            "  other 4xx (401/403/404/405/413/415) {:>3}",
+            [401, 403, 404, 405, 413, 415]
+                .iter()
+                .map(|s| t.count(*s))
+                .sum::<usize>()
+        )?;
+        writeln!(
+            f,
             "  injected: {} flaky payments (fail {FLAKY_ATTEMPTS} attempts), {poison} poison payments, {permanent} failing permanently, each with payments of its account behind it",
             count(Fault::Flaky)
         )?;
@@ -166,6 +178,13 @@ impl fmt::Display for Report {
             "  charges recovered after an interrupted attempt (the charge's condition held): {}",
             self.recovered_charges
         )?;
+        match self.relay_lag_ms {
+            Some((median, max)) => writeln!(
+                f,
+                "  outbox relay lag (payment written -> sent to payments.fifo): median {median} ms, max {max} ms"
+            )?,
+            None => writeln!(f, "  outbox relay lag: no payment was charged")?,
+        }
         writeln!(f, "\n== functions ==")?;
         writeln!(
             f,

@@ -240,7 +240,7 @@ impl Workload {
                 let progress = &progress;
                 async move {
                     for p in sequence {
-                        let outcome = send(client, &p).await;
+                        let outcome = send(&client.as_caller(&p.account), &p).await;
                         tally.lock().unwrap().record(p, outcome);
                         progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
                     }
@@ -435,46 +435,129 @@ async fn send(client: &HttpClient, p: &Planned) -> Outcome {
     }
 }
 
-/// A few requests that must be refused with 400, naming the field.
+/// One request the API must refuse, before storing anything.
+struct Refused {
+    what: &'static str,
+    caller: Option<&'static str>,
+    method: &'static str,
+    path: &'static str,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+    status: u16,
+    /// The problem's `field`, when the answer names one.
+    field: Option<&'static str>,
+}
+
+/// Requests that must be refused: each bad input gets its status and (for the function's
+/// answers) a problem+json body naming the field.
 async fn invalid_requests(client: &HttpClient, tally: &Arc<std::sync::Mutex<Tally>>) {
+    let key = || format!("refused-{}", uuid::Uuid::new_v4());
+    let json = || ("content-type", "application/json".to_owned());
+    let post = |what, body: &str, field, status| Refused {
+        what,
+        caller: Some("acct-x"),
+        method: "POST",
+        path: "/payments",
+        headers: vec![json(), ("idempotency-key", key())],
+        body: body.as_bytes().to_vec(),
+        status,
+        field,
+    };
     let valid = r#"{"accountId":"acct-x","amountCents":100,"currency":"EUR"}"#;
-    let cases: [(Option<&str>, &str, &str); 5] = [
-        (None, valid, "Idempotency-Key"),
-        (
-            Some("bad-amount"),
-            r#"{"accountId":"acct-x","amountCents":-5,"currency":"EUR"}"#,
-            "amountCents",
+    let mut cases = vec![
+        post(
+            "a negative amount",
+            r#"{"amountCents":-5,"currency":"EUR"}"#,
+            Some("amountCents"),
+            400,
         ),
-        (
-            Some("bad-currency"),
-            r#"{"accountId":"acct-x","amountCents":5,"currency":"XYZ"}"#,
-            "currency",
+        post(
+            "an unknown currency",
+            r#"{"amountCents":5,"currency":"XYZ"}"#,
+            Some("currency"),
+            400,
         ),
-        (Some("bad-json"), "{", "body"),
-        (
-            Some("unknown-field"),
-            r#"{"accountId":"a","amountCents":5,"currency":"EUR","x":1}"#,
-            "body",
+        post("a body that is not JSON", "{", Some("body"), 400),
+        post(
+            "an unknown field",
+            r#"{"amountCents":5,"currency":"EUR","x":1}"#,
+            Some("body"),
+            400,
+        ),
+        post(
+            "a character SQS refuses",
+            r#"{"amountCents":5,"currency":"EUR","description":"bell \u0007"}"#,
+            Some("description"),
+            400,
+        ),
+        post(
+            "another caller's account",
+            r#"{"accountId":"acct-y","amountCents":5,"currency":"EUR"}"#,
+            Some("accountId"),
+            403,
+        ),
+        post(
+            "a body over 16 KiB",
+            &format!(
+                r#"{{"amountCents":5,"currency":"EUR","description":"{}"}}"#,
+                "x".repeat(17 * 1024)
+            ),
+            Some("body"),
+            413,
         ),
     ];
-    for (key, body, field) in cases {
-        let key = key.map(|k| format!("{k}-{}", uuid::Uuid::new_v4()));
-        let answer = client.post_payment(key.as_deref(), body).await;
+    cases.push(Refused {
+        what: "no Idempotency-Key",
+        headers: vec![json()],
+        ..post("", valid, Some("Idempotency-Key"), 400)
+    });
+    cases.push(Refused {
+        what: "a body that is not JSON by its content type",
+        headers: vec![
+            ("content-type", "text/plain".to_owned()),
+            ("idempotency-key", key()),
+        ],
+        ..post("", valid, Some("Content-Type"), 415)
+    });
+    cases.push(Refused {
+        what: "a wrong method",
+        method: "DELETE",
+        ..post("", "", None, 405)
+    });
+    cases.push(Refused {
+        what: "no token",
+        caller: None,
+        ..post("", valid, None, 401)
+    });
+    for case in cases {
+        let client = match case.caller {
+            Some(caller) => client.as_caller(caller),
+            None => client.clone().with_token(None),
+        };
+        let headers: Vec<(&str, &str)> =
+            case.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let answer = client
+            .request(case.method, case.path, &headers, case.body)
+            .await;
         let mut t = tally.lock().unwrap();
         t.requests += 1;
+        let what = case.what;
         match answer {
             Ok(a) => {
                 *t.statuses.entry(a.status).or_default() += 1;
-                let names_field = serde_json::from_str::<serde_json::Value>(&a.body)
-                    .map(|v| v["field"] == field)
-                    .unwrap_or(false);
-                if a.status != 400 || !names_field {
+                let body = serde_json::from_str::<serde_json::Value>(&a.body).unwrap_or_default();
+                let names_field = case.field.is_none_or(|f| body["field"] == f);
+                let problem = case.caller.is_none()
+                    || a.content_type.as_deref() == Some("application/problem+json");
+                let allow = case.status != 405 || a.allow.as_deref() == Some("POST");
+                if a.status != case.status || !names_field || !problem || !allow {
                     t.unexpected.push(format!(
-                        "invalid request ({field}) not refused with a 400 naming it: {a:?}"
+                        "{what}: not refused with {} naming {:?}: {a:?}",
+                        case.status, case.field
                     ));
                 }
             }
-            Err(e) => t.unexpected.push(format!("invalid request ({field}): {e}")),
+            Err(e) => t.unexpected.push(format!("{what}: {e}")),
         }
     }
 }

@@ -341,7 +341,7 @@ mod tests {
         .unwrap_err();
         assert_eq!((bad.status, bad.field), (400, Some("description")));
         assert!(
-            bad.detail.contains("U+0000 at position 4"),
+            bad.detail.contains("(U+0000) at position 4"),
             "{}",
             bad.detail
         );
