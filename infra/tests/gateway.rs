@@ -11,7 +11,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, Request, RequestExt, Response};
-use local_aws::gateway::{Gateway, GatewayOptions};
+use local_aws::gateway::{
+    Gateway, GatewayOptions, JwtAuthorizer, MAX_BODY_BYTES, test_token, unsigned_token,
+};
 use local_aws::template::{Template, TemplateOptions};
 use serde_json::{Value, json};
 
@@ -114,6 +116,11 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(headers["content-type"], "application/json");
     assert_eq!(headers["set-cookie"], "a=1");
     let seen: Value = serde_json::from_slice(&body).unwrap();
+    // API Gateway's request id header is the request context's (and here the Lambda's) id.
+    assert_eq!(
+        headers["apigw-requestid"],
+        seen["requestId"].as_str().unwrap()
+    );
     assert_eq!(seen["method"], "GET");
     assert_eq!(
         seen["uri"],
@@ -124,7 +131,7 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(seen["path"], "p-42");
     assert_eq!(seen["header"], "yes");
     assert_eq!(seen["forwardedProto"], "http");
-    assert_eq!(seen["routeKey"], "GET /payments/{paymentId}");
+    assert_eq!(seen["routeKey"], "ANY /payments/{paymentId}");
     assert_eq!(seen["sourceIp"], "127.0.0.1");
     assert_eq!(seen["body"], json!({"empty": true}));
     assert_eq!(seen["function"], "payments-api");
@@ -147,7 +154,7 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(status, 201);
     let seen: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen["body"], json!({"text": r#"{"amountCents":100}"#}));
-    assert_eq!(seen["routeKey"], "POST /payments");
+    assert_eq!(seen["routeKey"], "ANY /payments");
 
     let (_, _, body) = call(
         &client,
@@ -161,15 +168,16 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(seen["body"], json!({"binary": 4}));
 
     // No route: API Gateway's 404, and the handler is not called.
-    let (status, _, body) = call(
+    let (status, headers, body) = call(
         &client,
-        "DELETE",
-        &format!("{}/payments/p-42", gateway.url()),
+        "GET",
+        &format!("{}/refunds/r-1", gateway.url()),
         &[],
         b"",
     )
     .await;
     assert_eq!(status, 404);
+    assert_eq!(headers["content-type"], "application/json");
     assert_eq!(&body[..], br#"{"message":"Not Found"}"#);
     gateway.shutdown().await;
 
@@ -251,8 +259,23 @@ async fn serves_requests_concurrently() {
     );
 }
 
+/// The body and headers of an answer API Gateway makes itself, checked against its shape.
+fn assert_gateway_answer(
+    (status, headers, body): &(u16, http::HeaderMap, Bytes),
+    expected_status: u16,
+    message: &str,
+) {
+    assert_eq!(*status, expected_status, "{body:?}");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(
+        serde_json::from_slice::<Value>(body).unwrap(),
+        json!({ "message": message })
+    );
+    assert!(headers.contains_key("apigw-requestid"));
+}
+
 #[tokio::test]
-async fn errors_panics_and_timeouts_are_500_problems() {
+async fn errors_panics_and_timeouts_answer_like_api_gateway() {
     let gateway = Gateway::serve(
         "127.0.0.1:0".parse().unwrap(),
         GatewayOptions::new("failing", Duration::from_millis(500)),
@@ -271,12 +294,9 @@ async fn errors_panics_and_timeouts_are_500_problems() {
     .await
     .unwrap();
     let client = client();
-    for (path, detail) in [
-        ("/error", "the database is down"),
-        ("/panic", "panicked"),
-        ("/slow", "Task timed out after 0.50 seconds"),
-    ] {
-        let (status, headers, body) = call(
+    for path in ["/error", "/panic", "/slow"] {
+        let started = Instant::now();
+        let answer = call(
             &client,
             "GET",
             &format!("{}{path}", gateway.url()),
@@ -284,18 +304,344 @@ async fn errors_panics_and_timeouts_are_500_problems() {
             b"",
         )
         .await;
-        assert_eq!(status, 500, "{path}");
-        assert_eq!(headers["content-type"], "application/problem+json");
-        let problem: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(problem["status"], 500);
-        assert_eq!(problem["title"], "Internal Server Error");
-        assert!(
-            problem["detail"].as_str().unwrap().contains(detail),
-            "{path}: {problem}"
-        );
+        // The function timed out (0.5 s, below the 30 s integration timeout): a function
+        // error, so 500 like the others, not the integration timeout's 503.
+        assert_gateway_answer(&answer, 500, "Internal Server Error");
+        assert!(started.elapsed() < Duration::from_secs(3), "{path}");
     }
     // The server survives all of that.
     let (status, _, body) = call(&client, "GET", &format!("{}/ok", gateway.url()), &[], b"").await;
     assert_eq!((status, &body[..]), (200, &b"fine"[..]));
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn past_the_integration_timeout_is_503() {
+    let mut options = GatewayOptions::new("slow", Duration::from_secs(3));
+    options.integration_timeout = Duration::from_millis(300);
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        options,
+        |_request: Request| async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, Error>(Response::new(Body::from("late")))
+        },
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let answer = call(&client(), "GET", &gateway.url(), &[], b"").await;
+    assert_gateway_answer(&answer, 503, "Service Unavailable");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn payloads_over_lambdas_limit_are_413() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let gateway =
+        Gateway::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            GatewayOptions::new("upload", Duration::from_secs(5)),
+            move |request: Request| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    Ok::<_, Error>(Response::new(Body::from(request.body().len().to_string())))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    let client = client();
+    let url = format!("{}/upload", gateway.url());
+    let text = vec![b'a'; MAX_BODY_BYTES + 1];
+    let answer = call(
+        &client,
+        "POST",
+        &url,
+        &[("content-type", "text/plain")],
+        &text,
+    )
+    .await;
+    assert_gateway_answer(&answer, 413, "Request Too Long");
+    // Binary bodies travel base64-encoded: 4.6 MB of them is over 6 MB in the event.
+    let octets = [("content-type", "application/octet-stream")];
+    let binary = vec![7u8; MAX_BODY_BYTES * 3 / 4 + 1024];
+    let answer = call(&client, "POST", &url, &octets, &binary).await;
+    assert_gateway_answer(&answer, 413, "Request Too Long");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the function was invoked");
+
+    let binary = vec![7u8; 4 * 1024 * 1024];
+    let (status, _, body) = call(&client, "POST", &url, &octets, &binary).await;
+    assert_eq!(
+        (status, &body[..]),
+        (200, format!("{}", binary.len()).as_bytes())
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    gateway.shutdown().await;
+}
+
+const ISSUER: &str = "https://issuer.example.com/";
+
+/// The payments API's options with the template's JWT authorizer (parameters `JwtIssuer`,
+/// `JwtAudience`: `https://issuer.example.com/`, `payments-api`).
+fn authorized_options() -> GatewayOptions {
+    let template = Template::load_project(&TemplateOptions::default()).unwrap();
+    let authorizer = JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap();
+    assert_eq!(authorizer.issuer, ISSUER);
+    GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
+        .with_jwt_authorizer(authorizer)
+}
+
+/// Answers with what the authorizer put in the request context.
+async fn claims(request: Request) -> Result<Response<Body>, Error> {
+    let RequestContext::ApiGatewayV2(ctx) = request.request_context() else {
+        return Err(Error::from("not an API Gateway v2 request"));
+    };
+    let jwt = ctx
+        .authorizer
+        .and_then(|a| a.jwt)
+        .ok_or_else(|| Error::from("no JWT authorizer output"))?;
+    let out = json!({ "claims": jwt.claims, "scopes": jwt.scopes });
+    Ok(Response::new(Body::from(out.to_string())))
+}
+
+#[tokio::test]
+async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        authorized_options(),
+        move |request: Request| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            claims(request)
+        },
+    )
+    .await
+    .unwrap();
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+    let hour = Duration::from_secs(3600);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let expired = unsigned_token(&json!({
+        "iss": ISSUER, "aud": "payments-api", "sub": "alice", "iat": now - 7200, "exp": now - 3600,
+    }));
+    let cases = [
+        ("missing", None, None),
+        (
+            "malformed",
+            Some("Bearer not-a-token".to_owned()),
+            Some("token contains an invalid number of segments"),
+        ),
+        (
+            "wrong issuer",
+            Some(test_token(
+                "https://evil.example.com/",
+                "payments-api",
+                "alice",
+                &[],
+                hour,
+            )),
+            Some("the token does not have a valid issuer"),
+        ),
+        (
+            "wrong audience",
+            Some(test_token(ISSUER, "another-api", "alice", &[], hour)),
+            Some("the token does not have a valid audience"),
+        ),
+        (
+            "expired",
+            Some(format!("Bearer {expired}")),
+            Some("the token has expired"),
+        ),
+    ];
+    for (case, authorization, description) in cases {
+        let headers: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|a| ("authorization", a.as_str()))
+            .collect();
+        let answer = call(&client, "POST", &url, &headers, br#"{"amountCents":1}"#).await;
+        assert_gateway_answer(&answer, 401, "Unauthorized");
+        let challenge = answer.1["www-authenticate"].to_str().unwrap();
+        match description {
+            None => assert_eq!(challenge, "Bearer", "{case}"),
+            Some(description) => assert_eq!(
+                challenge,
+                format!(
+                    r#"Bearer scope="" error="invalid_token" error_description="{description}""#
+                ),
+                "{case}"
+            ),
+        }
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "a refused request reached the function"
+    );
+
+    // Routing comes first: no route is 404 even without a token.
+    let answer = call(
+        &client,
+        "GET",
+        &format!("{}/refunds", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_gateway_answer(&answer, 404, "Not Found");
+
+    // A valid token, with or without `Bearer `, reaches it.
+    let token = test_token(ISSUER, "payments-api", "alice", &[], hour);
+    for authorization in [format!("Bearer {token}"), token] {
+        let (status, _, _) = call(
+            &client,
+            "GET",
+            &format!("{url}/p-1"),
+            &[("authorization", &authorization)],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn claims_reach_the_handler_as_api_gateway_writes_them() {
+    let gateway = Gateway::serve("127.0.0.1:0".parse().unwrap(), authorized_options(), claims)
+        .await
+        .unwrap();
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+
+    let token = test_token(
+        ISSUER,
+        "payments-api",
+        "alice",
+        &[
+            ("scope", "payments/write payments/read"),
+            ("email", "alice@example.com"),
+        ],
+        Duration::from_secs(300),
+    );
+    let (status, _, body) = call(
+        &client,
+        "POST",
+        &url,
+        &[("authorization", &format!("Bearer {token}"))],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{body:?}");
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["claims"]["sub"], "alice");
+    assert_eq!(seen["claims"]["iss"], ISSUER);
+    assert_eq!(seen["claims"]["aud"], "payments-api");
+    assert_eq!(seen["claims"]["email"], "alice@example.com");
+    assert_eq!(seen["claims"]["scope"], "payments/write payments/read");
+    // Numbers are strings too.
+    let exp: u64 = seen["claims"]["exp"].as_str().unwrap().parse().unwrap();
+    assert!(
+        exp > SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
+    // The routes have no authorization scopes: API Gateway sends no scopes.
+    assert_eq!(seen["scopes"], Value::Null);
+
+    // Non-string claims, as API Gateway writes them; a Cognito access token has `client_id`
+    // instead of `aud`.
+    let exp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let token = unsigned_token(&json!({
+        "iss": ISSUER,
+        "client_id": "payments-api",
+        "sub": "bob",
+        "exp": exp,
+        "auth_time": 1767225600,
+        "ratio": 0.25,
+        "email_verified": true,
+        "cognito:groups": ["admin", "ops"],
+        "address": {"country": "NZ"},
+        "nickname": null,
+    }));
+    let (status, _, body) = call(
+        &client,
+        "GET",
+        &format!("{url}/p-1"),
+        &[("authorization", &token)],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{body:?}");
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        seen["claims"],
+        json!({
+            "iss": ISSUER,
+            "client_id": "payments-api",
+            "sub": "bob",
+            "exp": exp.to_string(),
+            "auth_time": "1767225600",
+            "ratio": "0.25",
+            "email_verified": "true",
+            "cognito:groups": "[admin ops]",
+            "address": "map[country:NZ]",
+        })
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn routes_with_authorization_scopes_check_them_and_pass_them_on() {
+    let mut options = authorized_options();
+    options.authorizer = options
+        .authorizer
+        .map(|a| a.with_authorization_scopes(["payments/write"]));
+    let gateway = Gateway::serve("127.0.0.1:0".parse().unwrap(), options, claims)
+        .await
+        .unwrap();
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+    let token = |scope: &str| {
+        let token = test_token(
+            ISSUER,
+            "payments-api",
+            "alice",
+            &[("scope", scope)],
+            Duration::from_secs(60),
+        );
+        format!("Bearer {token}")
+    };
+    let answer = call(
+        &client,
+        "POST",
+        &url,
+        &[("authorization", &token("payments/read"))],
+        b"",
+    )
+    .await;
+    assert_gateway_answer(&answer, 403, "Forbidden");
+    let (status, _, body) = call(
+        &client,
+        "POST",
+        &url,
+        &[("authorization", &token("payments/read payments/write"))],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["scopes"], json!(["payments/read", "payments/write"]));
     gateway.shutdown().await;
 }

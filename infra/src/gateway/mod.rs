@@ -1,0 +1,415 @@
+//! A local API Gateway (HTTP API, payload 2.0) / function URL in front of a `lambda_http`
+//! handler.
+//!
+//! Each HTTP request becomes the [`lambda_http::Request`] the handler would get from
+//! `lambda_http::run` behind API Gateway: method, absolute URI built from `Host` (scheme
+//! `http`, from the `x-forwarded-proto` it adds), headers (plus the `x-forwarded-*` ones API
+//! Gateway adds), body as `Empty`, `Text` (textual content types) or `Binary`, query string and
+//! path parameters, the API Gateway v2 request context, and a Lambda
+//! [`Context`](lambda_runtime::Context) whose deadline is now + the function's `Timeout`.
+//! Requests are served concurrently, each on its own task.
+//!
+//! What API Gateway answers itself is answered the same way, as `{"message":"…"}` JSON: 404
+//! `Not Found` for no route, 401 `Unauthorized` (with `www-authenticate`) when the
+//! [JWT authorizer](JwtAuthorizer) refuses the token, 413 `Request Too Long` over Lambda's
+//! payload limit, 500 `Internal Server Error` when the function errors, panics or times out,
+//! 503 `Service Unavailable` past the integration timeout. The real cause of a 5xx is logged
+//! (`tracing`), as it would be in the function's and the API's logs. Every response carries an
+//! `apigw-requestid` header, the request context's `requestId`.
+//!
+//! # JWT authorizer
+//!
+//! With [`GatewayOptions::with_jwt_authorizer`], a request reaches the function only with a
+//! token that passes API Gateway's checks (issuer, audience, times, algorithm). **Signatures are
+//! not verified** (there are no issuer keys locally): mint tokens with [`test_token`] or
+//! [`unsigned_token`]. The gateway logs this once when it starts.
+//!
+//! ## Claims in the request context
+//!
+//! The token's claims reach the handler in `requestContext.authorizer.jwt.claims`, all as
+//! strings, written as API Gateway writes them: strings as they are, numbers and booleans as
+//! text (`1767225600`, `true`), arrays in brackets, space-separated (`[admin ops]`), objects as
+//! `map[key:value]` (undocumented; inferred), `null` claims left out. `scopes` is `None` unless
+//! the route has authorization scopes ([`JwtAuthorizer::with_authorization_scopes`]), as on AWS.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::time::Duration;
+//! use lambda_http::request::RequestContext;
+//! use lambda_http::{Body, Error, Request, RequestExt, Response};
+//! use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer, test_token};
+//!
+//! let issuer = "https://issuer.example.com/";
+//! let gateway = Gateway::serve(
+//!     "127.0.0.1:0".parse().unwrap(),
+//!     GatewayOptions::new("hello", Duration::from_secs(3))
+//!         .with_jwt_authorizer(JwtAuthorizer::new(issuer, ["hello-api"])),
+//!     |request: Request| async move {
+//!         let who = match request.request_context() {
+//!             RequestContext::ApiGatewayV2(ctx) => ctx.authorizer.and_then(|a| a.jwt)
+//!                 .and_then(|jwt| jwt.claims.get("sub").cloned()),
+//!             _ => None,
+//!         };
+//!         Ok::<_, Error>(Response::new(Body::from(format!("hello {}", who.unwrap_or_default()))))
+//!     },
+//! )
+//! .await
+//! .unwrap();
+//! let token = test_token(issuer, "hello-api", "alice", &[], Duration::from_secs(300));
+//! println!("curl -H 'Authorization: Bearer {token}' {}/", gateway.url());
+//! gateway.shutdown().await;
+//! # });
+//! ```
+
+mod answer;
+mod claims;
+mod event;
+mod invoke;
+mod jwt;
+mod routes;
+mod token;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderValue, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use lambda_http::IntoResponse;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use jwt::{JwtAuthorizer, JwtError};
+pub use token::{test_token, unsigned_token};
+
+use answer::Answer;
+use invoke::Limits;
+
+use crate::template::{Function, HttpRoute};
+
+/// Lambda's limit on a synchronous invocation's request payload: the body as the event carries
+/// it (binary bodies base64-encoded) and the headers may not take more.
+pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+
+/// API Gateway's (HTTP API) maximum integration timeout, and the default.
+pub const INTEGRATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// API Gateway's own limit on a request body (10 MB); the gateway stops reading there.
+const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
+
+/// What the gateway needs to know about the function behind it.
+///
+/// ```
+/// use local_aws::gateway::{GatewayOptions, JwtAuthorizer};
+/// use local_aws::template::{Template, TemplateOptions};
+///
+/// let template = Template::load_project(&TemplateOptions::default()).unwrap();
+/// let options = GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
+///     .with_jwt_authorizer(JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap());
+/// assert_eq!(options.timeout.as_secs(), 10);
+/// assert_eq!(options.routes.len(), 2); // ANY /payments, ANY /payments/{paymentId}
+/// let url_options = options.function_url(); // every path and method, like a function URL
+/// assert!(url_options.routes.is_empty());
+/// ```
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// `FunctionName`.
+    pub function_name: String,
+    /// The function's ARN in the Lambda context.
+    pub function_arn: String,
+    /// `MemorySize` in the Lambda context.
+    pub memory_size: u32,
+    /// The function `Timeout`: each request's deadline.
+    pub timeout: Duration,
+    /// API Gateway's integration timeout ([`INTEGRATION_TIMEOUT`] by default): past it, 503.
+    pub integration_timeout: Duration,
+    /// HTTP API routes; a request matching none gets API Gateway's 404. Empty: every request
+    /// goes to the function (a function URL, or a `$default` route).
+    pub routes: Vec<HttpRoute>,
+    /// The routes' JWT authorizer: without a valid token, a request that matches a route gets
+    /// 401 and does not reach the function. `None`: no authorization.
+    pub authorizer: Option<JwtAuthorizer>,
+}
+
+impl GatewayOptions {
+    /// A function URL for `function_name` with `timeout` (128 MB, moto's account).
+    pub fn new(function_name: &str, timeout: Duration) -> Self {
+        Self {
+            function_name: function_name.to_owned(),
+            function_arn: format!("arn:aws:lambda:us-east-1:123456789012:function:{function_name}"),
+            memory_size: 128,
+            timeout,
+            integration_timeout: INTEGRATION_TIMEOUT,
+            routes: Vec::new(),
+            authorizer: None,
+        }
+    }
+
+    /// The function's name, timeout, memory and HTTP API routes from the template (not its
+    /// authorizer: add it with [`with_jwt_authorizer`](Self::with_jwt_authorizer)).
+    pub fn for_function(function: &Function) -> Self {
+        Self {
+            memory_size: function.memory_size,
+            routes: function.http_routes.clone(),
+            ..Self::new(&function.name, function.timeout())
+        }
+    }
+
+    /// Sets the function ARN of the Lambda context (e.g. from
+    /// [`Provisioned::function_arn`](crate::provision::Provisioned::function_arn)).
+    pub fn with_function_arn(mut self, arn: impl Into<String>) -> Self {
+        self.function_arn = arn.into();
+        self
+    }
+
+    /// Puts `authorizer` in front of the function (see [`JwtAuthorizer`]; signatures are not
+    /// verified).
+    pub fn with_jwt_authorizer(mut self, authorizer: JwtAuthorizer) -> Self {
+        self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Without routes: every request goes to the function, like its function URL. (An
+    /// authorizer, if set, stays: a `$default` route with an authorizer.)
+    pub fn function_url(mut self) -> Self {
+        self.routes.clear();
+        self
+    }
+
+    /// Sets the routes.
+    pub fn routes(mut self, routes: Vec<HttpRoute>) -> Self {
+        self.routes = routes;
+        self
+    }
+}
+
+/// A running gateway. Dropping it stops accepting connections; [`shutdown`](Self::shutdown)
+/// also waits for the requests in progress.
+pub struct Gateway {
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds `addr` (port 0: any free port) and serves `handler` until shutdown.
+    pub async fn serve<H, Fut, R, E>(
+        addr: SocketAddr,
+        options: GatewayOptions,
+        handler: H,
+    ) -> std::io::Result<Self>
+    where
+        H: Fn(lambda_http::Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoResponse + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        if let Some(authorizer) = &options.authorizer {
+            tracing::warn!(
+                %addr,
+                issuer = %authorizer.issuer,
+                "gateway JWT authorizer does NOT verify token signatures: local test identities only"
+            );
+        }
+        let shutdown = CancellationToken::new();
+        let state = Arc::new(State {
+            options,
+            handler,
+            addr,
+        });
+        let task = tokio::spawn(accept(listener, state, shutdown.clone()));
+        tracing::info!(%addr, "gateway listening");
+        Ok(Self {
+            addr,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets the requests in progress finish (at most 30 s), and returns.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+struct State<H> {
+    options: GatewayOptions,
+    handler: H,
+    addr: SocketAddr,
+}
+
+async fn accept<H, Fut, R, E>(
+    listener: TcpListener,
+    state: Arc<State<H>>,
+    shutdown: CancellationToken,
+) where
+    H: Fn(lambda_http::Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoResponse + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let http = hyper::server::conn::http1::Builder::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!("gateway accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        let service = hyper::service::service_fn(move |request| {
+            let state = Arc::clone(&state);
+            async move { Ok::<_, Infallible>(handle(&state, request, peer).await) }
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, "gateway connection: {e}");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(30)) => {
+            tracing::warn!("gateway: requests still running 30 s after shutdown; dropping them");
+        }
+    }
+}
+
+/// One request, in API Gateway's order: route, authorizer, payload limit, integration.
+async fn handle<H, Fut, R, E>(
+    state: &State<H>,
+    request: http::Request<Incoming>,
+    peer: SocketAddr,
+) -> http::Response<Full<Bytes>>
+where
+    H: Fn(lambda_http::Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoResponse + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let mut response = match invoke_route(state, request, peer, &request_id).await {
+        Ok(response) => response,
+        Err(answer) => answer.into_response(),
+    };
+    if let Ok(id) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("apigw-requestid", id);
+    }
+    response
+}
+
+async fn invoke_route<H, Fut, R, E>(
+    state: &State<H>,
+    request: http::Request<Incoming>,
+    peer: SocketAddr,
+    request_id: &str,
+) -> Result<http::Response<Full<Bytes>>, Answer>
+where
+    H: Fn(lambda_http::Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoResponse + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let options = &state.options;
+    let received = SystemTime::now();
+    let (mut parts, body) = request.into_parts();
+    let route =
+        routes::select(&options.routes, &parts.method, parts.uri.path()).ok_or(Answer::NotFound)?;
+
+    let jwt = match &options.authorizer {
+        None => None,
+        Some(authorizer) => {
+            let authorization = parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .map(|v| v.to_str().unwrap_or_default());
+            match authorizer.authorize_at(authorization, received) {
+                Ok(jwt) => Some(jwt),
+                Err(e) => {
+                    tracing::info!(request_id, route = %route.route_key, reason = %e, "JWT authorizer refused the request");
+                    return Err(Answer::Refused(e));
+                }
+            }
+        }
+    };
+
+    let bytes = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            tracing::warn!(request_id, "request body unreadable or over 10 MB: {e}");
+            return Err(Answer::RequestTooLong);
+        }
+    };
+    let body = event::body(bytes, parts.headers.get(header::CONTENT_TYPE));
+    event::add_gateway_headers(&mut parts.headers, peer, state.addr);
+    let size = event::payload_size(&body, &parts.headers);
+    if size > MAX_BODY_BYTES {
+        tracing::warn!(
+            request_id,
+            size,
+            "RequestEntityTooLargeException: the invocation payload is over Lambda's {MAX_BODY_BYTES} bytes"
+        );
+        return Err(Answer::RequestTooLong);
+    }
+
+    let request = event::request(
+        parts,
+        body,
+        event::Invocation {
+            options,
+            gateway: state.addr,
+            peer,
+            request_id,
+            received,
+            route,
+            jwt,
+        },
+    );
+    let limits = Limits {
+        function: options.timeout,
+        integration: options.integration_timeout,
+    };
+    invoke::invoke(
+        &options.function_name,
+        request_id,
+        limits,
+        (state.handler)(request),
+    )
+    .await
+}
