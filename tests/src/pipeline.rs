@@ -11,7 +11,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_runtime::{Error, LambdaEvent};
 use local_aws::Clients;
-use local_aws::gateway::{Gateway, GatewayOptions};
+use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
 use local_aws::provision::{Provisioned, provision};
 use local_aws::runner::{InProcess, Runner, RunningRunner, Stats, queue_depth};
 use local_aws::template::{Naming, Template, TemplateOptions};
@@ -106,7 +106,10 @@ impl Pipeline {
             .ok_or("no payments-api")?;
         let gateway = Gateway::serve(
             SocketAddr::from(([127, 0, 0, 1], 0)),
-            GatewayOptions::for_function(api_function),
+            GatewayOptions::for_function(api_function).with_jwt_authorizer(
+                JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience")
+                    .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
+            ),
             move |request| {
                 let api = api.clone();
                 async move { api.handle(request).await }
