@@ -1,0 +1,334 @@
+//! payments-api over HTTP, through the local gateway and its JWT authorizer: bad input is refused
+//! before anything is stored, callers own their payments and their keys, a reused key stays a
+//! 422 after its idempotency record expired, and concurrent POSTs with one key make one payment.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use payments_e2e::{Options, Pipeline};
+
+async fn scan_count(pipeline: &Pipeline, table: &str) -> usize {
+    let name = &pipeline.resources.tables[table].name;
+    let page = pipeline
+        .clients
+        .dynamodb
+        .scan()
+        .table_name(name)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    page.items.unwrap_or_default().len()
+}
+
+fn problem(answer: &payments_e2e::http::Answer) -> serde_json::Value {
+    assert_eq!(
+        answer.content_type.as_deref(),
+        Some("application/problem+json"),
+        "{answer:?}"
+    );
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+/// Each bad input gets its status and a problem+json body naming what is wrong, and neither a
+/// payment nor an idempotency record is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_its_status_and_nothing_is_stored() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http().as_caller("acct-1");
+    let valid = r#"{"amountCents":100,"currency":"EUR"}"#;
+    let long_key = "k".repeat(256);
+    let big = format!(
+        r#"{{"amountCents":1,"currency":"EUR","description":"{}"}}"#,
+        "x".repeat(16 * 1024)
+    );
+    let json = "application/json";
+    // (key, content type, body, status, field)
+    let cases: Vec<(Option<&str>, Option<&str>, &str, u16, Option<&str>)> = vec![
+        (Some(""), Some(json), valid, 400, Some("Idempotency-Key")),
+        (
+            Some(&long_key),
+            Some(json),
+            valid,
+            400,
+            Some("Idempotency-Key"),
+        ),
+        (
+            Some("clé-é"),
+            Some(json),
+            valid,
+            400,
+            Some("Idempotency-Key"),
+        ),
+        (None, Some(json), valid, 400, Some("Idempotency-Key")),
+        (
+            Some("neg"),
+            Some(json),
+            r#"{"amountCents":-1,"currency":"EUR"}"#,
+            400,
+            Some("amountCents"),
+        ),
+        (
+            Some("cur"),
+            Some(json),
+            r#"{"amountCents":1,"currency":"XYZ"}"#,
+            400,
+            Some("currency"),
+        ),
+        (
+            Some("json"),
+            Some(json),
+            "{\"accountId\":",
+            400,
+            Some("body"),
+        ),
+        (
+            Some("shape"),
+            Some(json),
+            r#"{"account":"acct-1","amountCents":1,"currency":"EUR"}"#,
+            400,
+            Some("body"),
+        ),
+        (
+            Some("nul"),
+            Some(json),
+            r#"{"amountCents":1,"currency":"EUR","description":"a\u0000b"}"#,
+            400,
+            Some("description"),
+        ),
+        (
+            Some("fffe"),
+            Some(json),
+            "{\"amountCents\":1,\"currency\":\"EUR\",\"description\":\"a\u{FFFE}\"}",
+            400,
+            Some("description"),
+        ),
+        (
+            Some("other"),
+            Some(json),
+            r#"{"accountId":"acct-2","amountCents":1,"currency":"EUR"}"#,
+            403,
+            Some("accountId"),
+        ),
+        (Some("big"), Some(json), &big, 413, Some("body")),
+        (
+            Some("text"),
+            Some("text/plain"),
+            valid,
+            415,
+            Some("Content-Type"),
+        ),
+        (
+            Some("form"),
+            Some("application/x-www-form-urlencoded"),
+            valid,
+            415,
+            Some("Content-Type"),
+        ),
+        (Some("none"), None, valid, 415, Some("Content-Type")),
+    ];
+    for (key, content_type, body, status, field) in cases {
+        let answer = http
+            .post_raw(key, content_type, body.as_bytes().to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.status, status,
+            "{key:?} {content_type:?}: {answer:?}"
+        );
+        let problem = problem(&answer);
+        assert_eq!(problem["status"], status);
+        assert_eq!(problem["field"].as_str(), field, "{answer:?}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(!detail.is_empty() && !detail.contains("Error"), "{detail}");
+    }
+    for (method, path, allow) in [
+        ("DELETE", "/payments", "POST"),
+        ("PUT", "/payments", "POST"),
+        ("POST", "/payments/pay_x", "GET"),
+    ] {
+        let answer = http.request(method, path, &[], Vec::new()).await.unwrap();
+        assert_eq!(answer.status, 405, "{method} {path}: {answer:?}");
+        assert_eq!(answer.allow.as_deref(), Some(allow));
+        problem(&answer);
+    }
+    let anonymous = http.clone().with_token(None);
+    let answer = anonymous.post_payment(Some("anon"), valid).await.unwrap();
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(
+        scan_count(&pipeline, "PaymentsTable").await,
+        0,
+        "no payment stored"
+    );
+    assert_eq!(
+        scan_count(&pipeline, "IdempotencyTable").await,
+        0,
+        "no key stored"
+    );
+
+    let ok = http
+        .post_payment(Some(&uuid::Uuid::new_v4().to_string()), valid)
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 201, "{ok:?}");
+    assert_eq!(scan_count(&pipeline, "PaymentsTable").await, 1);
+    pipeline.stop().await;
+}
+
+/// A caller charges and reads its own account only, and its keys are its own: two callers using
+/// one key make two payments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_own_their_payments_and_their_keys() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let (alice, bob) = (
+        pipeline.http().as_caller("acct-alice"),
+        pipeline.http().as_caller("acct-bob"),
+    );
+    let key = uuid::Uuid::new_v4().to_string();
+    let body = r#"{"amountCents":700,"currency":"EUR"}"#;
+    let a = alice.post_payment(Some(&key), body).await.unwrap();
+    let b = bob.post_payment(Some(&key), body).await.unwrap();
+    assert_eq!((a.status, b.status), (201, 201), "{a:?} {b:?}");
+    assert!(!b.replayed, "bob's request is not a replay of alice's");
+    let id = |answer: &payments_e2e::http::Answer| {
+        serde_json::from_str::<serde_json::Value>(&answer.body).unwrap()["paymentId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (alice_payment, bob_payment) = (id(&a), id(&b));
+    assert_ne!(
+        alice_payment, bob_payment,
+        "two callers, one key: two payments"
+    );
+
+    let own = alice
+        .get(&format!("/payments/{alice_payment}"))
+        .await
+        .unwrap();
+    assert_eq!(own.status, 200, "{own:?}");
+    let read: serde_json::Value = serde_json::from_str(&own.body).unwrap();
+    assert_eq!(read["accountId"], "acct-alice");
+    let theirs = bob
+        .get(&format!("/payments/{alice_payment}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs.status, 404,
+        "another caller's payment is not found: {theirs:?}"
+    );
+    assert!(!theirs.body.contains("acct-alice"));
+
+    let charge_other = bob
+        .post_payment(
+            Some(&uuid::Uuid::new_v4().to_string()),
+            r#"{"accountId":"acct-alice","amountCents":1,"currency":"EUR"}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(charge_other.status, 403, "{charge_other:?}");
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(stored.balances.get("acct-alice"), Some(&(700, 1)));
+    assert_eq!(stored.balances.get("acct-bob"), Some(&(700, 1)));
+    pipeline.stop().await;
+}
+
+/// After a key's idempotency record expired, the same key with another body is still a 422 (the
+/// payment keeps the request's fingerprint) and stores nothing; the first body still replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_key_is_refused_even_after_its_record_expired() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http().as_caller("acct-1");
+    let key = uuid::Uuid::new_v4().to_string();
+    let first = r#"{"amountCents":100,"currency":"EUR"}"#;
+    let created = http.post_payment(Some(&key), first).await.unwrap();
+    assert_eq!(created.status, 201);
+
+    // Expire the record, as its TTL would.
+    let caller = payments_api::identity::Caller {
+        id: "acct-1".into(),
+        account: lambda_idempotency::publish::MessageGroupId::new("acct-1").unwrap(),
+    };
+    let stored_key =
+        lambda_idempotency::key::stored_key(Some("payments-api"), &caller.scoped_key(&key));
+    pipeline
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(&pipeline.resources.tables["IdempotencyTable"].name)
+        .key("id", AttributeValue::S(stored_key))
+        .update_expression("SET expiration = :past")
+        .condition_expression("attribute_exists(id)")
+        .expression_attribute_values(":past", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+
+    let reused = http
+        .post_payment(Some(&key), r#"{"amountCents":999,"currency":"EUR"}"#)
+        .await
+        .unwrap();
+    assert_eq!(reused.status, 422, "{reused:?}");
+    assert_eq!(problem(&reused)["field"], "Idempotency-Key");
+    let again = http.post_payment(Some(&key), first).await.unwrap();
+    assert_eq!(again.status, 201, "{again:?}");
+    assert!(again.replayed);
+    assert_eq!(again.body, created.body);
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(stored.payment_status.len(), 1);
+    assert_eq!(
+        stored.balances.get("acct-1"),
+        Some(&(100, 1)),
+        "the first body, once"
+    );
+    pipeline.stop().await;
+}
+
+/// 20 concurrent POSTs with one Idempotency-Key produce one payment, and every answer is the
+/// stored 201 or a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_posts_with_one_key_make_one_payment() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http().as_caller("acct-race");
+    let key = uuid::Uuid::new_v4().to_string();
+    let body =
+        r#"{"accountId":"acct-race","amountCents":4200,"currency":"EUR","description":"race"}"#;
+    let answers =
+        futures_util::future::join_all((0..20).map(|_| http.post_payment(Some(&key), body))).await;
+    let answers: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+    let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
+    assert!(
+        answers.iter().all(|a| a.status == 201 || a.status == 409),
+        "{answers:?}"
+    );
+    assert!(!created.is_empty());
+    assert!(
+        created.windows(2).all(|w| w[0].body == w[1].body),
+        "every 201 is the stored one"
+    );
+    assert_eq!(
+        created.iter().filter(|a| !a.replayed).count(),
+        1,
+        "exactly one POST ran"
+    );
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(stored.payment_status.len(), 1, "one payment");
+    assert_eq!(
+        stored.ledger_entries.values().sum::<usize>(),
+        1,
+        "charged once"
+    );
+    pipeline.stop().await;
+}
