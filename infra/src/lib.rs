@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod gateway;
+pub mod iam;
 pub mod provision;
 pub mod proxy;
 pub mod redrive;
