@@ -56,6 +56,12 @@ impl HttpClient {
         }
     }
 
+    /// The same client for another base URL.
+    pub fn with_base(mut self, base: impl Into<String>) -> Self {
+        self.base = base.into().trim_end_matches('/').to_owned();
+        self
+    }
+
     /// Mints its tokens for this issuer and audience.
     pub fn with_issuer(mut self, issuer: TokenIssuer) -> Self {
         self.issuer = Some(issuer);

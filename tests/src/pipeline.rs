@@ -1,6 +1,7 @@
 //! The whole pipeline running locally: queues and tables provisioned from template.yaml on the
-//! local endpoint, payments-api behind a local HTTP gateway, and payment-processor and
-//! receipt-sender fed by the local SQS event source mapping, all three in this process.
+//! local endpoint, payments-api behind a local HTTP gateway (with the template's JWT
+//! authorizer), payments-publisher fed by the payments table's stream, and payment-processor and
+//! receipt-sender fed by the local SQS event source mapping, all four in this process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -13,7 +14,8 @@ use lambda_runtime::{Error, LambdaEvent};
 use local_aws::Clients;
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
 use local_aws::provision::{Provisioned, provision};
-use local_aws::runner::{InProcess, Runner, RunningRunner, Stats, queue_depth};
+use aws_lambda_events::dynamodb::Event as StreamEvent;
+use local_aws::runner::{InProcess, Invoker, Runner, RunningRunner, Stats, queue_depth};
 use local_aws::template::{Naming, Template, TemplateOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +31,8 @@ pub struct Options {
     pub fail_payments: String,
     /// `BackoffBaseSeconds`: the first retry of a failed record comes after this long.
     pub backoff_base_seconds: u32,
+    /// Start payments-publisher with the rest (else: [`Pipeline::start_publisher`]).
+    pub start_publisher: bool,
 }
 
 impl Default for Options {
@@ -37,6 +41,7 @@ impl Default for Options {
             naming: Naming::unique("e2e"),
             fail_payments: String::new(),
             backoff_base_seconds: 1,
+            start_publisher: true,
         }
     }
 }
@@ -54,6 +59,8 @@ pub struct Pipeline {
     pub resources: Provisioned,
     gateway: Gateway,
     runner: RunningRunner,
+    publisher: Option<RunningRunner>,
+    sdk: aws_config::SdkConfig,
     counts: Counts,
     processor: Arc<payment_processor::App>,
 }
@@ -127,7 +134,7 @@ impl Pipeline {
         )?);
         let (c1, c2) = (counts.clone(), counts.clone());
         let processor_app = processor.clone();
-        let runner = Runner::new(clients.sqs.clone())
+        let runner = Runner::from_clients(&clients)
             .wait_time_seconds(1)
             .function(
                 &template,
@@ -156,15 +163,52 @@ impl Pipeline {
                 }),
             )?
             .start(CancellationToken::new());
-        Ok(Self {
+        let mut pipeline = Self {
             clients,
             template,
             resources,
             gateway,
             runner,
+            publisher: None,
+            sdk,
             counts,
             processor: processor_app,
-        })
+        };
+        if options.start_publisher {
+            pipeline.start_publisher()?;
+        }
+        Ok(pipeline)
+    }
+
+    /// Starts payments-publisher on the payments table's stream (from its oldest record, as
+    /// the template's `StartingPosition: TRIM_HORIZON`).
+    pub fn start_publisher(&mut self) -> Result<(), BoxError> {
+        let app = Arc::new(payments_publisher::App::from_settings(
+            &self.sdk,
+            &settings(&self.resources, &self.template, "payments-publisher")?,
+        )?);
+        self.start_publisher_with(InProcess::new(move |event: LambdaEvent<StreamEvent>| {
+            let app = app.clone();
+            async move { app.handle(event).await }
+        }))
+    }
+
+    /// Starts payments-publisher's stream mapping with another handler (fault injection).
+    pub fn start_publisher_with(&mut self, invoker: impl Invoker) -> Result<(), BoxError> {
+        if self.publisher.is_some() {
+            return Err("payments-publisher is running already".into());
+        }
+        let runner = Runner::from_clients(&self.clients)
+            .function(&self.template, &self.resources, "payments-publisher", invoker)?
+            .start(CancellationToken::new());
+        self.publisher = Some(runner);
+        Ok(())
+    }
+
+    /// Stops payments-publisher (what it has not relayed stays in the stream).
+    pub async fn stop_publisher(&mut self) -> Option<Stats> {
+        let runner = self.publisher.take()?;
+        runner.stop().await.remove("payments-publisher")
     }
 
     /// A client of the local API, minting test tokens that the local gateway's JWT authorizer
@@ -203,9 +247,13 @@ impl Pipeline {
         Ok(total)
     }
 
-    /// Waits until both work queues are empty; calls `progress` with what is left, every second.
+    /// Waits until payments-publisher has relayed every payment written so far (when it runs)
+    /// and both work queues are empty; calls `progress` with what is left, every second.
     pub async fn drain(&self, timeout: Duration, progress: impl Fn(u64)) -> Result<(), BoxError> {
         let end = tokio::time::Instant::now() + timeout;
+        if let Some(publisher) = &self.publisher {
+            publisher.wait_streams_caught_up(timeout).await?;
+        }
         let mut empty_polls = 0;
         loop {
             let left = self.in_flight().await?;
@@ -297,12 +345,19 @@ impl Pipeline {
 
     /// Event source statistics by function so far.
     pub fn stats(&self) -> BTreeMap<String, Stats> {
-        self.runner.all_stats()
+        let mut stats = self.runner.all_stats();
+        if let Some(publisher) = &self.publisher {
+            stats.extend(publisher.all_stats());
+        }
+        stats
     }
 
     /// Stops the runner and the gateway; returns the final event source statistics.
     pub async fn stop(self) -> BTreeMap<String, Stats> {
-        let stats = self.runner.stop().await;
+        let mut stats = self.runner.stop().await;
+        if let Some(publisher) = self.publisher {
+            stats.extend(publisher.stop().await);
+        }
         self.gateway.shutdown().await;
         stats
     }

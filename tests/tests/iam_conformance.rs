@@ -1,0 +1,297 @@
+//! IAM, proved both ways on the local endpoint (which enforces no IAM): each function's real code
+//! paths run against the provisioned stack with a recorder on its clients (and on its event
+//! source mapping's, which Lambda runs with the function's role), and every recorded call is
+//! checked against the function's role in template.yaml; every action the role grants must be
+//! used by some path. The paths include the recovery ones: a charge interrupted after its
+//! transaction, a record in progress elsewhere, a failed attempt's visibility backoff, permanent
+//! failures sent to dead-letter queues, a stream record that can never be relayed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::dynamodb::Event as StreamEvent;
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::key::{KeyConfig, stored_key};
+use lambda_idempotency::redrive_policy::{QueueRef, warn_if_too_low};
+use lambda_idempotency::store::DynamoDbBackend;
+use lambda_runtime::LambdaEvent;
+use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
+use local_aws::iam::{CallRecorder, Environment, Report, TemplateRoles, conformance};
+use local_aws::runner::{InProcess, Runner};
+use payments_e2e::Stack;
+use payments_e2e::http::{HttpClient, TokenIssuer};
+use payments_model::PaymentCharged;
+use tokio_util::sync::CancellationToken;
+
+type Settings = HashMap<String, String>;
+
+async fn wait_until_drained(stack: &Stack, queues: &[&str]) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut empty = 0;
+    while empty < 3 {
+        let mut left = 0;
+        for q in queues {
+            left += stack.depth(q).await.unwrap();
+        }
+        empty = if left == 0 { empty + 1 } else { 0 };
+        assert!(tokio::time::Instant::now() < end, "{left} messages left in {queues:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_is_granted_and_every_grant_is_used() {
+    let stack = Stack::provision(&[("FailPayments", "[flaky]:1,[permanent]:1:permanent")])
+        .await
+        .unwrap();
+    let sdk = &stack.sdk;
+    let env = Environment::from_provisioned(&stack.resources)
+        .with_stream_arns(&stack.clients.dynamodb, &stack.resources)
+        .await
+        .unwrap();
+    let roles = TemplateRoles::load_project(&env).unwrap();
+    let recorder = || CallRecorder::new(roles.recorder_config(&env));
+    let (api_rec, pub_rec, proc_rec, send_rec) = (recorder(), recorder(), recorder(), recorder());
+    let settings = |f: &str| -> Settings { stack.settings(f).unwrap() };
+
+    // payments-api, behind the gateway and its JWT authorizer.
+    let api = payments_api::App::new(
+        api_rec.dynamodb_client(sdk),
+        payments_api::Config::from_settings(&settings("payments-api")).unwrap(),
+    );
+    let authorizer =
+        JwtAuthorizer::from_parameters(&stack.template, "JwtIssuer", "JwtAudience").unwrap();
+    let http = HttpClient::new("")
+        .with_issuer(TokenIssuer {
+            issuer: authorizer.issuer.clone(),
+            audience: authorizer.audiences[0].clone(),
+        })
+        .as_caller("acct-1");
+    let gateway = Gateway::serve(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        GatewayOptions::for_function(stack.template.function_by_name("payments-api").unwrap())
+            .with_jwt_authorizer(authorizer),
+        move |request| {
+            let api = api.clone();
+            async move { api.handle(request).await }
+        },
+    )
+    .await
+    .unwrap();
+    let http = http.with_base(gateway.url());
+
+    // The three event-driven functions, each with its own recorded clients, cold start included.
+    let shutdown = CancellationToken::new();
+    let pub_settings = settings("payments-publisher");
+    let publisher = Arc::new(payments_publisher::App::new(
+        pub_rec.sqs_client(sdk),
+        payments_publisher::Config::from_settings(&pub_settings).unwrap(),
+    ));
+    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(sdk)
+            .interceptor(pub_rec.clone())
+            .build(),
+    );
+    let publisher_runner = Runner::new(pub_rec.sqs_client(sdk))
+        .dynamodb_streams(streams)
+        .function(
+            &stack.template,
+            &stack.resources,
+            "payments-publisher",
+            InProcess::new(move |event: LambdaEvent<StreamEvent>| {
+                let app = publisher.clone();
+                async move { app.handle(event).await }
+            }),
+        )
+        .unwrap()
+        .start(shutdown.clone());
+
+    let proc_settings = settings("payment-processor");
+    let proc_sqs = proc_rec.sqs_client(sdk);
+    let processor = Arc::new(
+        payment_processor::App::new(
+            proc_rec.dynamodb_client(sdk),
+            proc_sqs.clone(),
+            payment_processor::Config::from_settings(&proc_settings).unwrap(),
+        )
+        .with_processor(payments_model::consumer_processor(proc_sqs.clone(), &proc_settings).unwrap()),
+    );
+    let send_settings = settings("receipt-sender");
+    let send_sqs = send_rec.sqs_client(sdk);
+    let sender = Arc::new(
+        receipt_sender::App::new(
+            send_rec.dynamodb_client(sdk),
+            receipt_sender::Config::from_settings(&send_settings).unwrap(),
+        )
+        .with_processor(payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap()),
+    );
+    for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
+        let queue = QueueRef::Url(s["SOURCE_QUEUE_URL"].clone());
+        let check = warn_if_too_low(sqs, &queue, 10, 5).await;
+        assert!(matches!(check, lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. }), "{check:?}");
+    }
+    let consumers = |function: &'static str, sqs: &aws_sdk_sqs::Client| {
+        Runner::new(sqs.clone()).wait_time_seconds(1).function(
+            &stack.template,
+            &stack.resources,
+            function,
+            InProcess::new({
+                let (processor, sender) = (processor.clone(), sender.clone());
+                move |event: LambdaEvent<SqsEvent>| {
+                    let (processor, sender) = (processor.clone(), sender.clone());
+                    async move {
+                        if function == "payment-processor" {
+                            processor.handle(event).await
+                        } else {
+                            sender.handle(event).await
+                        }
+                    }
+                }
+            }),
+        )
+    };
+    let processor_runner = consumers("payment-processor", &proc_sqs)
+        .unwrap()
+        .start(shutdown.clone());
+    let sender_runner = consumers("receipt-sender", &send_sqs)
+        .unwrap()
+        .start(shutdown.clone());
+
+    // payments-api: a payment, its replay, its key reused after the record expired, a read.
+    let key = uuid::Uuid::new_v4().to_string();
+    let body = r#"{"amountCents":500,"currency":"EUR","description":"first"}"#;
+    let created = http.post_payment(Some(&key), body).await.unwrap();
+    assert_eq!(created.status, 201, "{created:?}");
+    assert!(http.post_payment(Some(&key), body).await.unwrap().replayed);
+    let scoped = format!("6:acct-1/{key}");
+    stack
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(stack.table("IdempotencyTable"))
+        .key("id", AttributeValue::S(stored_key(Some("payments-api"), &scoped)))
+        .update_expression("SET expiration = :past")
+        .expression_attribute_values(":past", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let reused = http
+        .post_payment(Some(&key), r#"{"amountCents":501,"currency":"EUR"}"#)
+        .await
+        .unwrap();
+    assert_eq!(reused.status, 422, "{reused:?}");
+    let payment_id = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()
+        ["paymentId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(http.get(&format!("/payments/{payment_id}")).await.unwrap().status, 200);
+    // A failed attempt (backoff), a permanent failure (dead letter, payment marked failed).
+    for description in ["[flaky] once", "[permanent] never"] {
+        let body = format!(r#"{{"amountCents":7,"currency":"EUR","description":"{description}"}}"#);
+        let answer = http.post_payment(Some(&uuid::Uuid::new_v4().to_string()), &body).await.unwrap();
+        assert_eq!(answer.status, 201);
+    }
+    // A stream record that is not a payment: dead-lettered by the relay.
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(stack.table("PaymentsTable"))
+        .item("paymentId", AttributeValue::S("not-a-payment".into()))
+        .send()
+        .await
+        .unwrap();
+    // receipt-sender: a receipt whose key is in progress elsewhere (visibility set to the lease's
+    // end), and a body that does not parse (dead-lettered).
+    let charged = PaymentCharged {
+        payment_id: "pay_elsewhere".into(),
+        account_id: "acct-1".into(),
+        amount_cents: 1,
+        currency: "EUR".into(),
+        ledger_entry_id: "entry".into(),
+    };
+    let charged_body = serde_json::to_string(&charged).unwrap();
+    let mut message = SqsMessage::default();
+    message.body = Some(charged_body.clone());
+    let hash = KeyConfig::json_pointer("/paymentId").payload_hash(&message).unwrap();
+    let elsewhere = Idempotency::new(DynamoDbBackend::new(
+        stack.clients.dynamodb.clone(),
+        stack.table("IdempotencyTable"),
+    ))
+    .with_key_prefix("receipt-sender");
+    elsewhere
+        .acquire_hashed("pay_elsewhere", &hash, Some(SystemTime::now() + Duration::from_secs(2)))
+        .await
+        .unwrap();
+    for body in [charged_body.as_str(), "not json"] {
+        stack
+            .clients
+            .sqs
+            .send_message()
+            .queue_url(stack.queue_url("ReceiptsQueue"))
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    publisher_runner
+        .wait_streams_caught_up(Duration::from_secs(60))
+        .await
+        .unwrap();
+    wait_until_drained(&stack, &["PaymentsQueue", "ReceiptsQueue"]).await;
+
+    // payment-processor's recovery path: the charge committed, its record lost (as after a
+    // crash between the two), the message delivered again.
+    stack
+        .clients
+        .dynamodb
+        .delete_item()
+        .table_name(stack.table("IdempotencyTable"))
+        .key("id", AttributeValue::S(stored_key(Some("payment-processor"), &payment_id)))
+        .send()
+        .await
+        .unwrap();
+    let again = payments_model::PaymentRequested {
+        payment_id: payment_id.clone(),
+        account_id: "acct-1".into(),
+        amount_cents: 500,
+        currency: "EUR".into(),
+        description: Some("first".into()),
+    };
+    stack.publish(&[again], true).await.unwrap();
+    wait_until_drained(&stack, &["PaymentsQueue", "ReceiptsQueue"]).await;
+    assert_eq!(stack.ledger_entries().await.unwrap()[&payment_id], 1, "charged once");
+
+    shutdown.cancel();
+    for runner in [publisher_runner, processor_runner, sender_runner] {
+        runner.stop().await;
+    }
+    gateway.shutdown().await;
+
+    let mut reports: Vec<Report> = Vec::new();
+    for (function, rec) in [
+        ("payments-api", &api_rec),
+        ("payments-publisher", &pub_rec),
+        ("payment-processor", &proc_rec),
+        ("receipt-sender", &send_rec),
+    ] {
+        assert!(rec.problems().is_empty(), "{function}: {:?}", rec.problems());
+        let role = roles.for_function(function).unwrap();
+        reports.push(conformance(function, &rec.take(), role));
+    }
+    println!("{}", Report::markdown_header());
+    for r in &reports {
+        println!("{}", r.markdown_row());
+    }
+    let failing: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.is_conformant())
+        .map(ToString::to_string)
+        .collect();
+    assert!(failing.is_empty(), "{}", failing.join("\n\n"));
+}

@@ -1,0 +1,141 @@
+//! The outbox: payments-api only writes payments; payments-publisher relays them from the
+//! payments table's stream. Payments written while the relay is stopped are all sent when it
+//! starts, and a relay that crashes mid-batch (after sending part of it) loses nothing and
+//! charges nothing twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use aws_lambda_events::dynamodb::Event as StreamEvent;
+use lambda_runtime::{Error, LambdaEvent};
+use local_aws::runner::InProcess;
+use payments_e2e::{Options, Pipeline};
+
+/// Posts `n` payments over `accounts` callers; returns (payment id, account, amount).
+async fn post_payments(pipeline: &Pipeline, n: usize, accounts: usize) -> Vec<(String, String, i64)> {
+    let mut accepted = Vec::new();
+    for i in 0..n {
+        let account = format!("acct-{}", i % accounts);
+        let amount = 100 + i as i64;
+        let body = format!(r#"{{"amountCents":{amount},"currency":"EUR","description":"outbox {i}"}}"#);
+        let answer = pipeline
+            .http()
+            .as_caller(&account)
+            .post_payment(Some(&uuid::Uuid::new_v4().to_string()), &body)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 201, "{answer:?}");
+        let id = serde_json::from_str::<serde_json::Value>(&answer.body).unwrap()["paymentId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        accepted.push((id, account, amount));
+    }
+    accepted
+}
+
+/// Every payment charged exactly once (one ledger entry, status `charged`, one receipt), and
+/// every balance the sum of its payments.
+async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, String, i64)]) {
+    let stored = pipeline.stored().await.unwrap();
+    let mut offenders = Vec::new();
+    let mut expected: HashMap<&str, (i64, i64)> = HashMap::new();
+    for (id, account, amount) in accepted {
+        let ledger = stored.ledger_entries.get(id).copied().unwrap_or(0);
+        let receipts = stored.receipts.get(id).copied().unwrap_or(0);
+        let status = stored.payment_status.get(id).map(String::as_str);
+        if ledger != 1 || receipts != 1 || status != Some("charged") {
+            offenders.push(format!("{id}: {ledger} ledger entries, {receipts} receipts, status {status:?}"));
+        }
+        let e = expected.entry(account.as_str()).or_default();
+        e.0 += amount;
+        e.1 += 1;
+    }
+    for (account, want) in expected {
+        let got = stored.balances.get(account).copied().unwrap_or_default();
+        if got != want {
+            offenders.push(format!("{account}: balance {got:?}, expected {want:?}"));
+        }
+    }
+    assert!(offenders.is_empty(), "{} offenders: {offenders:?}", offenders.len());
+    assert_eq!(stored.payment_status.len(), accepted.len(), "no other payment stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_written_while_the_publisher_is_stopped_are_all_sent_once_it_starts() {
+    let mut pipeline = Pipeline::start(Options {
+        start_publisher: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let accepted = post_payments(&pipeline, 24, 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(pipeline.in_flight().await.unwrap(), 0, "nothing is queued without the relay");
+    let stored = pipeline.stored().await.unwrap();
+    assert!(
+        stored.payment_status.values().all(|s| s == "accepted"),
+        "{:?}",
+        stored.payment_status
+    );
+
+    pipeline.start_publisher().unwrap();
+    pipeline.drain(Duration::from_secs(90), |_| {}).await.unwrap();
+    assert_each_charged_once(&pipeline, &accepted).await;
+    let stats = pipeline.stop().await;
+    assert_eq!(stats["payments-publisher"].whole_batch_failures(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
+    let mut pipeline = Pipeline::start(Options {
+        start_publisher: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let accepted = post_payments(&pipeline, 30, 4).await;
+
+    // The relay's first invocations send part of their batch and then die: one with an error,
+    // one with a panic. Lambda retries the whole batch, so the sent part is sent again.
+    let settings: HashMap<String, String> = pipeline
+        .resources
+        .function_env(pipeline.template.function_by_name("payments-publisher").unwrap())
+        .unwrap()
+        .into_iter()
+        .collect();
+    let sdk = local_aws::local_sdk_config().await.unwrap();
+    let app = Arc::new(payments_publisher::App::from_settings(&sdk, &settings).unwrap());
+    let invocations = Arc::new(AtomicU32::new(0));
+    let (seen, relay) = (invocations.clone(), app.clone());
+    pipeline
+        .start_publisher_with(InProcess::new(move |event: LambdaEvent<StreamEvent>| {
+            let (app, seen) = (relay.clone(), seen.clone());
+            async move {
+                let records = &event.payload.records;
+                match seen.fetch_add(1, Ordering::SeqCst) {
+                    0 => {
+                        app.relay(&records[..records.len() / 2]).await;
+                        Err::<_, Error>("crashed after sending half of the batch".into())
+                    }
+                    1 => {
+                        app.relay(&records[..1]).await;
+                        panic!("crashed after sending one record");
+                    }
+                    _ => app.handle(event).await,
+                }
+            }
+        }))
+        .unwrap();
+    pipeline.drain(Duration::from_secs(90), |_| {}).await.unwrap();
+    assert_each_charged_once(&pipeline, &accepted).await;
+    let stats = pipeline.stop().await;
+    assert!(invocations.load(Ordering::SeqCst) > 2);
+    assert!(
+        stats["payments-publisher"].whole_batch_failures() >= 2,
+        "both crashes were retried: {:?}",
+        stats["payments-publisher"]
+    );
+}
