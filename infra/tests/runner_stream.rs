@@ -589,11 +589,12 @@ async fn one_batch_at_a_time_per_shard_in_order_through_failures() {
         .wait_stream_caught_up("ordered", WAIT)
         .await
         .unwrap();
-    let log = log.lock().unwrap();
-    assert_eq!(log.most_in_flight, 1, "two batches of one shard at once");
-    assert_eq!(log.processed, all, "processed once each, in write order");
-    assert!(log.invocations >= 10, "{}", log.invocations);
-    drop(log);
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.most_in_flight, 1, "two batches of one shard at once");
+        assert_eq!(log.processed, all, "processed once each, in write order");
+        assert!(log.invocations >= 10, "{}", log.invocations);
+    }
     let stats = running.stop().await["ordered"];
     assert!(stats.stream.retries >= 3, "{stats:?}");
 }
