@@ -20,6 +20,10 @@
 - SQS: moto reads a queue's ContentBasedDeduplication setting by computing all of the queue's
   attributes, message counts included, three times per message sent: a send cost time in
   proportion to the queue's depth. While a message is sent, the setting is read directly.
+- SQS: moto drops a queue's RedriveAllowPolicy: CreateQueue and SetQueueAttributes accept it and
+  forget it, and GetQueueAttributes rejects the name. It is kept (an empty value removes it),
+  checked as SQS checks its form, and returned like the other attributes. Whether a source queue
+  may use the queue as its dead-letter queue is not enforced.
 - DynamoDB: an item may hold 400 KB (409,600 bytes), attribute names included. moto rejects an
   item over 405,000 bytes, and while it replaces an attribute it counts the old value and the new
   one together. The size is checked as DynamoDB does: the item as it would be, against 409,600.
@@ -28,6 +32,7 @@ Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
 
 import functools
+import json
 import threading
 import time
 
@@ -36,6 +41,7 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge
 from moto.dynamodb.models import dynamo_type
 from moto.dynamodb.models.utilities import bytesize
 from moto.core.utils import unix_time_millis
+from moto.sqs.exceptions import InvalidAttributeValue
 from moto.sqs.models import Message, Queue, SQSBackend
 
 _dynamodb_lock = threading.Lock()
@@ -128,7 +134,51 @@ def _sending_call(method):
     return wrapper
 
 
-Queue.attributes = property(_attributes)
+def _attributes_with_redrive_allow_policy(self):
+    result = _attributes(self)
+    if getattr(_sending, "active", False):
+        return result
+    if self.redrive_allow_policy is None:
+        result.pop("RedriveAllowPolicy", None)
+    return result
+
+
+def _check_redrive_allow_policy(value):
+    """The form SQS accepts: JSON, a known redrivePermission, 1-10 sourceQueueArns for byQueue only."""
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        raise InvalidAttributeValue("RedriveAllowPolicy")
+    if not isinstance(policy, dict):
+        raise InvalidAttributeValue("RedriveAllowPolicy")
+    permission = policy.get("redrivePermission")
+    sources = policy.get("sourceQueueArns")
+    if permission == "byQueue":
+        if not isinstance(sources, list) or not 1 <= len(sources) <= 10:
+            raise InvalidAttributeValue("RedriveAllowPolicy")
+    elif permission not in ("allowAll", "denyAll") or sources is not None:
+        raise InvalidAttributeValue("RedriveAllowPolicy")
+
+
+_set_attributes_once = Queue._set_attributes
+
+
+def _set_attributes(self, attributes, now=None):
+    if "RedriveAllowPolicy" in attributes:
+        attributes = dict(attributes)
+        value = attributes.pop("RedriveAllowPolicy")
+        if value in (None, ""):
+            self.redrive_allow_policy = None
+        else:
+            _check_redrive_allow_policy(value)
+            self.redrive_allow_policy = value
+    _set_attributes_once(self, attributes, now)
+
+
+Queue.redrive_allow_policy = None
+Queue.BASE_ATTRIBUTES = Queue.BASE_ATTRIBUTES + ["RedriveAllowPolicy"]
+Queue._set_attributes = _set_attributes
+Queue.attributes = property(_attributes_with_redrive_allow_policy)
 SQSBackend.send_message = _sending_call(SQSBackend.send_message)
 SQSBackend.send_message_batch = _sending_call(SQSBackend.send_message_batch)
 for _name in (

@@ -3,10 +3,12 @@
 //!
 //! - [`template`]: the template as a model (queues, tables, functions, event sources), with
 //!   parameter overrides and a [`Naming`](template::Naming) prefix for isolated copies;
-//! - [`provision`]: creates the queues and tables on the endpoint, computes each function's
+//! - [`provision`]: creates the queues and tables (with their streams) on the endpoint, computes each function's
 //!   environment, and [`verify`](provision::verify)s what exists against the template;
-//! - [`runner`]: Lambda's SQS event source mapping, feeding batches to in-process handlers or to
-//!   a `cargo lambda watch` server and deleting exactly what real Lambda would delete;
+//! - [`runner`]: Lambda's event source mappings, feeding batches to in-process handlers or to a
+//!   `cargo lambda watch` server: SQS (deleting exactly what real Lambda would delete) and
+//!   DynamoDB streams (shards in order, filters, partial batch responses, bisection, retries and
+//!   the on-failure destination);
 //! - [`gateway`]: API Gateway (HTTP API) / function URL in front of a `lambda_http` handler.
 //!
 //! The whole loop, in-process:
@@ -108,13 +110,15 @@ pub async fn sdk_config_for(endpoint: &str) -> aws_config::SdkConfig {
         .await
 }
 
-/// The SQS and DynamoDB clients the harness works with.
+/// The SQS, DynamoDB and DynamoDB Streams clients the harness works with.
 #[derive(Clone, Debug)]
 pub struct Clients {
     /// SQS.
     pub sqs: aws_sdk_sqs::Client,
     /// DynamoDB.
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// DynamoDB Streams (what stream event source mappings read with).
+    pub dynamodb_streams: aws_sdk_dynamodbstreams::Client,
 }
 
 impl Clients {
@@ -123,6 +127,7 @@ impl Clients {
         Self {
             sqs: aws_sdk_sqs::Client::new(config),
             dynamodb: aws_sdk_dynamodb::Client::new(config),
+            dynamodb_streams: aws_sdk_dynamodbstreams::Client::new(config),
         }
     }
 

@@ -2,9 +2,11 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use aws_sdk_sqs::types::QueueAttributeName;
 use local_aws::provision::{self, Difference};
-use local_aws::template::{Naming, Template, TemplateOptions};
+use local_aws::template::{Naming, RedriveAllowPolicy, StreamViewType, Template, TemplateOptions};
 
 fn template(naming: &Naming) -> Template {
     Template::load_project(&TemplateOptions::default().naming(naming.clone())).unwrap()
@@ -27,7 +29,7 @@ async fn provision_then_verify_matches_and_is_idempotent() {
 
     // Nothing exists yet: every resource is reported missing.
     let missing = provision::verify(&clients, &t).await.unwrap();
-    assert_eq!(missing.len(), 9, "{missing:#?}");
+    assert_eq!(missing.len(), 10, "{missing:#?}");
     assert!(missing.iter().all(|d| d.property == "exists"));
 
     let resources = provision::provision(&clients, &t).await.unwrap();
@@ -48,8 +50,65 @@ async fn provision_then_verify_matches_and_is_idempotent() {
         resources.tables["IdempotencyTable"].name,
         naming.apply("payments-idempotency")
     );
-    assert_eq!(resources.queues.len(), 4);
+    assert_eq!(resources.queues.len(), 5);
     assert_eq!(resources.tables.len(), 5);
+
+    // The payments table has its stream (NEW_IMAGE), the others none.
+    let payments_table = &resources.tables["PaymentsTable"];
+    let stream_arn = payments_table.stream_arn.as_deref().unwrap();
+    assert!(
+        stream_arn.starts_with(&format!("{}/stream/", payments_table.arn)),
+        "{stream_arn}"
+    );
+    let described = clients
+        .dynamodb
+        .describe_table()
+        .table_name(&payments_table.name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let spec = described.stream_specification.unwrap();
+    assert!(spec.stream_enabled);
+    assert_eq!(spec.stream_view_type.unwrap().as_str(), "NEW_IMAGE");
+    assert_eq!(resources.tables["LedgerTable"].stream_arn, None);
+
+    // Each dead-letter queue accepts its source queue only (its local name); the outbox's none.
+    let mut allow = BTreeMap::new();
+    for id in ["PaymentsDeadLetterQueue", "PaymentsOutboxDeadLetterQueue"] {
+        let text = common::queue_attribute(
+            &clients,
+            &resources.queues[id].url,
+            QueueAttributeName::RedriveAllowPolicy,
+        )
+        .await
+        .unwrap();
+        allow.insert(
+            id,
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        );
+    }
+    assert_eq!(
+        allow["PaymentsDeadLetterQueue"],
+        serde_json::json!({
+            "redrivePermission": "byQueue",
+            "sourceQueueArns": [payments.arn],
+        })
+    );
+    assert_eq!(
+        allow["PaymentsOutboxDeadLetterQueue"],
+        serde_json::json!({"redrivePermission": "denyAll"})
+    );
+    assert_eq!(
+        common::queue_attribute(
+            &clients,
+            &payments.url,
+            QueueAttributeName::RedriveAllowPolicy
+        )
+        .await,
+        None
+    );
 
     // The redrive policy points at the DLQ's ARN with the count derived from MaxAttempts (5)
     // through Mappings.RedriveBackstop.
@@ -71,14 +130,34 @@ async fn provision_then_verify_matches_and_is_idempotent() {
     let env = resources
         .function_env(&t.functions["PaymentsApiFunction"])
         .unwrap();
-    assert_eq!(env["PAYMENTS_QUEUE_URL"], payments.url);
     assert_eq!(env["PAYMENTS_TABLE"], naming.apply("payments"));
     assert_eq!(
         env["IDEMPOTENCY_TABLE"],
         naming.apply("payments-idempotency")
     );
-    assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"], "86400");
+    assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"], "1555200");
     assert_eq!(env["RUST_LOG"], "info");
+    let env = resources
+        .function_env(&t.functions["PaymentsPublisherFunction"])
+        .unwrap();
+    assert_eq!(env["PAYMENTS_QUEUE_URL"], payments.url);
+    // `!GetAtt T.StreamArn` resolves to the stream.
+    let yaml = "Resources:
+  PaymentsTable:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      AttributeDefinitions: [{ AttributeName: k, AttributeType: S }]
+      KeySchema: [{ AttributeName: k, KeyType: HASH }]
+  F:
+    Type: AWS::Serverless::Function
+    Properties: { Environment: { Variables: { S: !GetAtt PaymentsTable.StreamArn } } }
+";
+    let expr = Template::parse(yaml, &TemplateOptions::default())
+        .unwrap()
+        .functions["F"]
+        .environment["S"]
+        .clone();
+    assert_eq!(resources.resolve(&expr).unwrap(), stream_arn);
     let env = resources
         .function_env(&t.functions["PaymentProcessorFunction"])
         .unwrap();
@@ -170,17 +249,38 @@ async fn verify_reports_what_differs() {
         .get_mut("ReceiptsDeadLetterQueue")
         .unwrap()
         .visibility_timeout = 45;
+    changed
+        .tables
+        .get_mut("PaymentsTable")
+        .unwrap()
+        .stream_view_type = Some(StreamViewType::NewAndOldImages);
+    changed
+        .tables
+        .get_mut("BalancesTable")
+        .unwrap()
+        .stream_view_type = Some(StreamViewType::KeysOnly);
+    changed
+        .queues
+        .get_mut("PaymentsOutboxDeadLetterQueue")
+        .unwrap()
+        .redrive_allow_policy = Some(RedriveAllowPolicy::ByQueue(vec!["ReceiptsQueue".into()]));
     let differences = provision::verify(&clients, &changed).await.unwrap();
     assert_eq!(
         properties(&differences),
         [
+            ("BalancesTable".to_owned(), "StreamSpecification".to_owned()),
             ("IdempotencyTable".to_owned(), "TimeToLive".to_owned()),
             ("LedgerTable".to_owned(), "TimeToLive".to_owned()),
+            (
+                "PaymentsOutboxDeadLetterQueue".to_owned(),
+                "RedriveAllowPolicy".to_owned()
+            ),
             (
                 "PaymentsQueue".to_owned(),
                 "RedrivePolicy.maxReceiveCount".to_owned()
             ),
             ("PaymentsTable".to_owned(), "KeySchema".to_owned()),
+            ("PaymentsTable".to_owned(), "StreamSpecification".to_owned()),
             (
                 "ReceiptsDeadLetterQueue".to_owned(),
                 "VisibilityTimeout".to_owned()
@@ -207,6 +307,38 @@ async fn verify_reports_what_differs() {
     assert_eq!(
         (key.expected.as_str(), key.actual.as_str()),
         ("pk HASH S", "paymentId HASH S")
+    );
+    let find = |resource: &str, property: &str| {
+        differences
+            .iter()
+            .find(|d| d.resource == resource && d.property == property)
+            .map(|d| (d.expected.as_str(), d.actual.as_str()))
+            .unwrap()
+    };
+    assert_eq!(
+        find("PaymentsTable", "StreamSpecification"),
+        ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
+    );
+    assert_eq!(
+        find("BalancesTable", "StreamSpecification"),
+        ("KEYS_ONLY", "disabled")
+    );
+    assert_eq!(
+        find("PaymentsOutboxDeadLetterQueue", "RedriveAllowPolicy"),
+        (
+            format!("byQueue {}", resources.queues["ReceiptsQueue"].arn).as_str(),
+            "denyAll"
+        )
+    );
+
+    // Provisioning the changed model enables the missing stream (a view type cannot change).
+    let again = provision::provision(&clients, &changed).await.unwrap();
+    assert!(again.tables["BalancesTable"].stream_arn.is_some());
+    let left = provision::verify(&clients, &changed).await.unwrap();
+    assert!(
+        !left.iter().any(|d| d.resource == "BalancesTable"
+            || d.resource == "PaymentsOutboxDeadLetterQueue"),
+        "{left:#?}"
     );
 }
 

@@ -608,9 +608,15 @@ async fn mappings_from_the_template() {
     let resources = local_aws::provision::provision(&clients, &template)
         .await
         .unwrap();
-    let runner = Runner::new(clients.sqs.clone())
+    let runner = Runner::from_clients(&clients)
         .all_functions(&template, &resources, HttpInvoker::cargo_lambda_watch())
         .unwrap();
+    // payments-publisher reads the payments table's stream (tests/runner_stream_template.rs).
+    let streams: Vec<_> = runner
+        .stream_mappings()
+        .map(|m| m.function_name.as_str())
+        .collect();
+    assert_eq!(streams, ["payments-publisher"]);
     let mappings: BTreeMap<&str, &EventSourceMapping> = runner
         .mappings()
         .map(|m| (m.function_name.as_str(), m))

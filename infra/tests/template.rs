@@ -1,6 +1,11 @@
 //! The project's template.yaml, parsed: the model holds the template's real values.
 
-use local_aws::template::{AttributeType, Expr, KeyType, Naming, Part, Template, TemplateOptions};
+use std::time::Duration;
+
+use local_aws::template::{
+    AttributeType, Expr, KeyType, Naming, Part, RedriveAllowPolicy, StartingPosition,
+    StreamViewType, Template, TemplateOptions,
+};
 
 fn project() -> Template {
     Template::load_project(&TemplateOptions::default()).expect("template.yaml parses")
@@ -27,6 +32,7 @@ fn queues() {
         keys(&t.queues),
         [
             "PaymentsDeadLetterQueue",
+            "PaymentsOutboxDeadLetterQueue",
             "PaymentsQueue",
             "ReceiptsDeadLetterQueue",
             "ReceiptsQueue"
@@ -48,6 +54,13 @@ fn queues() {
     assert_eq!(payments_dlq.visibility_timeout, 30);
     assert_eq!(payments_dlq.message_retention_period, 1_209_600);
     assert_eq!(payments_dlq.redrive, None);
+    // Only its source queue may dead-letter to it (the ARN in the template is built from the
+    // queue name parameter; the model names the queue).
+    assert_eq!(
+        payments_dlq.redrive_allow_policy,
+        Some(RedriveAllowPolicy::ByQueue(vec!["PaymentsQueue".into()]))
+    );
+    assert_eq!(payments.redrive_allow_policy, None);
 
     let receipts = &t.queues["ReceiptsQueue"];
     assert_eq!(receipts.name, "receipts");
@@ -58,6 +71,18 @@ fn queues() {
     assert_eq!(redrive.max_receive_count, 41);
     assert_eq!(t.queues["ReceiptsDeadLetterQueue"].name, "receipts-dlq");
     assert!(!t.queues["ReceiptsDeadLetterQueue"].fifo);
+    assert_eq!(
+        t.queues["ReceiptsDeadLetterQueue"].redrive_allow_policy,
+        Some(RedriveAllowPolicy::ByQueue(vec!["ReceiptsQueue".into()]))
+    );
+    let outbox_dlq = &t.queues["PaymentsOutboxDeadLetterQueue"];
+    assert_eq!(outbox_dlq.name, "payments-outbox-dlq");
+    assert!(!outbox_dlq.fifo);
+    assert_eq!(outbox_dlq.message_retention_period, 1_209_600);
+    assert_eq!(
+        outbox_dlq.redrive_allow_policy,
+        Some(RedriveAllowPolicy::DenyAll)
+    );
 
     let order: Vec<_> = t
         .queues_in_creation_order()
@@ -104,6 +129,19 @@ fn tables() {
         assert_eq!(table.partition_key().attribute_type, AttributeType::String);
         assert_eq!(table.ttl_attribute, None, "{id}");
     }
+    // The payments table is the outbox: its stream carries each new payment.
+    assert_eq!(
+        t.tables["PaymentsTable"].stream_view_type,
+        Some(StreamViewType::NewImage)
+    );
+    for id in [
+        "IdempotencyTable",
+        "LedgerTable",
+        "BalancesTable",
+        "ReceiptsTable",
+    ] {
+        assert_eq!(t.tables[id].stream_view_type, None, "{id}");
+    }
 }
 
 #[test]
@@ -114,6 +152,7 @@ fn functions_and_event_sources() {
         [
             "PaymentProcessorFunction",
             "PaymentsApiFunction",
+            "PaymentsPublisherFunction",
             "ReceiptSenderFunction"
         ]
     );
@@ -123,30 +162,69 @@ fn functions_and_event_sources() {
     assert_eq!(api.binary.as_deref(), Some("payments-api"));
     assert_eq!(api.timeout_seconds, 10);
     assert_eq!(api.memory_size, 128);
-    assert!(api.function_url);
+    assert!(!api.function_url);
     assert!(api.sqs_events.is_empty());
+    assert!(api.dynamodb_events.is_empty());
     let routes: Vec<_> = api
         .http_routes
         .iter()
         .map(|r| (r.method.as_str(), r.path.as_str()))
         .collect();
-    assert!(routes.contains(&("POST", "/payments")), "{routes:?}");
-    assert!(
-        routes.contains(&("GET", "/payments/{paymentId}")),
-        "{routes:?}"
+    // ANY: a wrong method reaches the function, which answers 405.
+    assert_eq!(
+        routes,
+        [("ANY", "/payments"), ("ANY", "/payments/{paymentId}")]
     );
     // Globals and the function's own variables, merged.
     assert_eq!(api.environment["RUST_LOG"].as_literal(), Some("info"));
     assert_eq!(api.environment["IDEMPOTENCY_TABLE"], r("IdempotencyTable"));
     assert_eq!(
         api.environment["IDEMPOTENCY_TTL_SECONDS"].as_literal(),
-        Some("86400")
+        Some("1555200")
+    );
+    assert_eq!(
+        api.environment_parameters["IDEMPOTENCY_TTL_SECONDS"],
+        "IdempotencyTtlSeconds"
     );
     assert_eq!(api.environment["PAYMENTS_TABLE"], r("PaymentsTable"));
+    // The API writes the outbox (the table) only; the publisher queues.
+    assert!(!api.environment.contains_key("PAYMENTS_QUEUE_URL"));
+
+    let publisher = &t.functions["PaymentsPublisherFunction"];
+    assert_eq!(publisher.name, "payments-publisher");
+    assert_eq!(publisher.binary.as_deref(), Some("payments-publisher"));
+    assert_eq!(publisher.timeout_seconds, 30);
     assert_eq!(
-        api.environment["PAYMENTS_QUEUE_URL"].parts(),
+        publisher.environment["PAYMENTS_QUEUE_URL"].parts(),
         &[Part::Ref("PaymentsQueue".into())]
     );
+    assert!(publisher.sqs_events.is_empty());
+    let [stream] = publisher.dynamodb_events.as_slice() else {
+        panic!("{:?}", publisher.dynamodb_events);
+    };
+    assert_eq!(stream.name, "NewPayments");
+    assert_eq!(stream.table, "PaymentsTable");
+    assert_eq!(stream.starting_position, StartingPosition::TrimHorizon);
+    assert_eq!(stream.batch_size, 10);
+    assert_eq!(stream.maximum_batching_window_in_seconds, 1);
+    assert!(stream.reports_batch_item_failures());
+    assert!(stream.bisect_batch_on_function_error);
+    assert_eq!(stream.maximum_retry_attempts, 100);
+    assert_eq!(stream.maximum_retry_attempts(), Some(100));
+    assert_eq!(
+        stream.maximum_record_age(),
+        Some(Duration::from_secs(43_200))
+    );
+    assert_eq!(stream.filters.len(), 1);
+    assert_eq!(stream.filters[0].as_str(), r#"{"eventName": ["INSERT"]}"#);
+    assert!(stream.filters[0].matches(&serde_json::json!({"eventName": "INSERT"})));
+    assert!(!stream.filters[0].matches(&serde_json::json!({"eventName": "MODIFY"})));
+    assert_eq!(
+        stream.on_failure_queue.as_deref(),
+        Some("PaymentsOutboxDeadLetterQueue")
+    );
+    assert!(stream.enabled);
+    assert_eq!(t.dynamodb_event_sources().count(), 1);
 
     let processor = &t.functions["PaymentProcessorFunction"];
     assert_eq!(processor.name, "payment-processor");
@@ -222,11 +300,143 @@ fn the_template_follows_the_aws_facts() {
 }
 
 #[test]
+fn idempotency_records_outlive_every_copy_of_a_message() {
+    let text = std::fs::read_to_string(Template::project_path()).unwrap();
+    // The parameter's MinValue lowered: every deployment may now go below 4 + 14 days.
+    let low_min = text.replacen("MinValue: 1555200", "MinValue: 86400", 1);
+    let findings = Template::parse(&low_min, &TemplateOptions::default())
+        .unwrap()
+        .check();
+    // Once per queue it has to cover (both consumers' queues keep messages 4 + 14 days).
+    assert_eq!(findings.len(), 2, "{findings:#?}");
+    for f in &findings {
+        assert_eq!(f.resource, "Parameters.IdempotencyTtlSeconds");
+        assert!(f.message.contains("MinValue 86400 is below 1555200"), "{f}");
+    }
+
+    // And a value below the sum: both consumers are flagged (payments-api and the publisher,
+    // which consume no queue, are not).
+    let options = TemplateOptions::default().parameter("IdempotencyTtlSeconds", "86400");
+    let findings = Template::parse(&low_min, &options).unwrap().check();
+    let mut flagged: Vec<_> = findings.iter().map(|f| f.resource.as_str()).collect();
+    flagged.sort();
+    assert_eq!(
+        flagged,
+        [
+            "Parameters.IdempotencyTtlSeconds",
+            "Parameters.IdempotencyTtlSeconds",
+            "PaymentProcessorFunction",
+            "ReceiptSenderFunction"
+        ],
+        "{findings:#?}"
+    );
+    let processor = findings
+        .iter()
+        .find(|f| f.resource == "PaymentProcessorFunction")
+        .unwrap();
+    assert!(
+        processor.message.contains(
+            "IDEMPOTENCY_TTL_SECONDS 86400 is below 1555200: a message can still be delivered (345600 s in PaymentsQueue + 1209600 s in PaymentsDeadLetterQueue)"
+        ),
+        "{processor}"
+    );
+}
+
+#[test]
+fn a_stream_source_needs_a_stream_and_a_standard_on_failure_queue() {
+    let text = std::fs::read_to_string(Template::project_path()).unwrap();
+    let spec = "      StreamSpecification:\n        StreamViewType: NEW_IMAGE\n";
+    assert!(text.contains(spec));
+    let findings = Template::parse(&text.replacen(spec, "", 1), &TemplateOptions::default())
+        .unwrap()
+        .check();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(
+        findings[0].resource,
+        "PaymentsPublisherFunction.Events.NewPayments"
+    );
+    assert!(
+        findings[0].message.contains("PaymentsTable has no stream"),
+        "{}",
+        findings[0]
+    );
+
+    let destination = "Destination: !GetAtt PaymentsOutboxDeadLetterQueue.Arn";
+    assert!(text.contains(destination));
+    let fifo = text.replacen(
+        destination,
+        "Destination: !GetAtt PaymentsDeadLetterQueue.Arn",
+        1,
+    );
+    let findings = Template::parse(&fifo, &TemplateOptions::default())
+        .unwrap()
+        .check();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].message.contains("is a FIFO queue"),
+        "{}",
+        findings[0]
+    );
+}
+
+#[test]
+fn stream_sources_that_cannot_run_are_rejected() {
+    let text = std::fs::read_to_string(Template::project_path()).unwrap();
+    let filter = r#"'{"eventName": ["INSERT"]}'"#;
+    assert!(text.contains(filter));
+    for (from, to, expected) in [
+        (
+            filter,
+            r#"'{"eventName": [{"anything-but": ["REMOVE"]}]}'"#,
+            "is not supported by the local harness",
+        ),
+        (filter, r#"'{"eventName": "INSERT"}'"#, "must be in a list"),
+        (filter, "'not json'", "not JSON"),
+        (
+            "StartingPosition: TRIM_HORIZON",
+            "StartingPosition: AT_TIMESTAMP",
+            "TRIM_HORIZON or LATEST",
+        ),
+        (
+            "MaximumRetryAttempts: 100",
+            "MaximumRetryAttempts: -2",
+            "-1 (no limit)",
+        ),
+        (
+            "MaximumRecordAgeInSeconds: 43200",
+            "MaximumRecordAgeInSeconds: 30",
+            "60..=604800",
+        ),
+        (
+            "Stream: !GetAtt PaymentsTable.StreamArn",
+            "Stream: !GetAtt PaymentsTable.Arn",
+            ".StreamArn",
+        ),
+        (
+            "Type: SQS\n                Destination",
+            "Type: SNS\n                Destination",
+            "only SQS destinations",
+        ),
+        (
+            "BisectBatchOnFunctionError: true",
+            "BisectBatchOnFunctionError: true\n            ParallelizationFactor: 2",
+            "ParallelizationFactor",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = Template::parse(&text.replacen(from, to, 1), &TemplateOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(expected), "{to}: {e}");
+    }
+}
+
+#[test]
 fn naming_and_parameter_overrides() {
     let options = TemplateOptions::default()
         .naming(Naming::prefix("it-").with_suffix("-x"))
         .parameter("MaxAttempts", "2")
-        .parameter("IdempotencyTtlSeconds", "120")
+        .parameter("IdempotencyTtlSeconds", "2000000")
         .parameter("FailPayments", "boom:1")
         .parameter("ReceiptsQueueName", "other-receipts");
     let t = Template::load_project(&options).unwrap();
@@ -237,6 +447,11 @@ fn naming_and_parameter_overrides() {
         "it-payments-dlq-x.fifo"
     );
     assert_eq!(t.queues["ReceiptsQueue"].name, "it-other-receipts-x");
+    // The dead-letter queue still accepts its source, under the source's new name.
+    assert_eq!(
+        t.queues["ReceiptsDeadLetterQueue"].redrive_allow_policy,
+        Some(RedriveAllowPolicy::ByQueue(vec!["ReceiptsQueue".into()]))
+    );
     assert_eq!(
         t.tables["IdempotencyTable"].name,
         "it-payments-idempotency-x"
@@ -258,7 +473,7 @@ fn naming_and_parameter_overrides() {
         11
     );
     let env = &t.functions["PaymentProcessorFunction"].environment;
-    assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"].as_literal(), Some("120"));
+    assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"].as_literal(), Some("2000000"));
     assert_eq!(env["FAIL_PAYMENTS"].as_literal(), Some("boom:1"));
 
     // Overrides are checked like CloudFormation checks them.
@@ -266,6 +481,8 @@ fn naming_and_parameter_overrides() {
         ("MaxAttempts", "0"),
         ("MaxAttempts", "11"),
         ("LogRetentionDays", "2"),
+        // Below MinValue: a record must outlive the queues' retention (4 + 14 days).
+        ("IdempotencyTtlSeconds", "120"),
         ("NoSuchParameter", "1"),
     ] {
         let options = TemplateOptions::default().parameter(name, value);

@@ -131,7 +131,10 @@ fn print(template: &Template, resources: &Provisioned, args: &Args) -> Result<()
             println!("# queue {id}: {} {} {}", q.name, q.url, q.arn);
         }
         for (id, t) in &resources.tables {
-            println!("# table {id}: {}", t.name);
+            match &t.stream_arn {
+                Some(stream) => println!("# table {id}: {} (stream {stream})", t.name),
+                None => println!("# table {id}: {}", t.name),
+            }
         }
     }
     for (f, env) in &envs {

@@ -1,4 +1,5 @@
-//! The Lambda SQS event for received messages, and the reading of a partial batch response.
+//! The Lambda SQS event for received messages, and the reading of a partial batch response
+//! (SQS and streams alike).
 
 use std::collections::BTreeSet;
 
@@ -113,8 +114,9 @@ pub enum InvalidResponse {
     /// An entry has no string `itemIdentifier`, or an empty one.
     #[error("batchItemFailures[{0}] has no itemIdentifier, or an empty one")]
     MissingIdentifier(usize),
-    /// An `itemIdentifier` is not a message id of the batch.
-    #[error("batchItemFailures[{0}].itemIdentifier {1:?} is not a message id of the batch")]
+    /// An `itemIdentifier` is not an item of the batch (a message id, or a stream record's
+    /// sequence number).
+    #[error("batchItemFailures[{0}].itemIdentifier {1:?} is not an item of the batch")]
     UnknownIdentifier(usize, String),
 }
 
@@ -140,6 +142,18 @@ pub fn failed_message_ids(
     response: &[u8],
     batch_message_ids: &[&str],
 ) -> Result<BTreeSet<String>, InvalidResponse> {
+    Ok(failed_items(response, batch_message_ids)?
+        .into_iter()
+        .map(|i| batch_message_ids[i].to_owned())
+        .collect())
+}
+
+/// The positions in `batch_item_ids` of the items a partial batch response reports failed,
+/// read the way Lambda reads it (see [`failed_message_ids`]).
+pub(crate) fn failed_items(
+    response: &[u8],
+    batch_item_ids: &[&str],
+) -> Result<BTreeSet<usize>, InvalidResponse> {
     let value: Value = serde_json::from_slice(response).map_err(|e| {
         InvalidResponse::NotJson(format!(
             "{e}: {}",
@@ -166,10 +180,11 @@ pub fn failed_message_ids(
             Some(Value::String(s)) if !s.is_empty() => s,
             _ => return Err(InvalidResponse::MissingIdentifier(i)),
         };
-        if !batch_message_ids.contains(&id.as_str()) {
-            return Err(InvalidResponse::UnknownIdentifier(i, id.clone()));
-        }
-        out.insert(id.clone());
+        let position = batch_item_ids
+            .iter()
+            .position(|item| item == id)
+            .ok_or_else(|| InvalidResponse::UnknownIdentifier(i, id.clone()))?;
+        out.insert(position);
     }
     Ok(out)
 }

@@ -1,6 +1,8 @@
-//! How the runner calls a function: in-process, or through a `cargo lambda watch` server.
+//! How the runner calls a function: in-process, or through a `cargo lambda watch` server. Both
+//! take the event as JSON, so one invoker serves SQS and DynamoDB stream mappings alike.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,6 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lambda_runtime::{Config, Context, LambdaEvent};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// One invocation: the event and what the Lambda context carries.
 #[derive(Clone, Debug)]
@@ -153,36 +156,57 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// An in-process function: an async closure taking `LambdaEvent<SqsEvent>`, as given to
-/// `lambda_runtime::service_fn`. It runs on its own task, so a panic is a function error (as
-/// in the real runtime) and a timeout aborts it.
+/// An in-process function: an async closure taking a `LambdaEvent` of its event type (an
+/// [`SqsEvent`], a DynamoDB stream [`Event`](aws_lambda_events::dynamodb::Event), ...), as given
+/// to `lambda_runtime::service_fn`. The event type comes from the closure's argument. It runs on
+/// its own task, so a panic is a function error (as in the real runtime) and a timeout aborts
+/// it; an event that does not deserialize into the type fails the invocation, as in the runtime.
 ///
 /// ```
+/// use aws_lambda_events::dynamodb::Event;
 /// use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+/// use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 /// use lambda_runtime::{Error, LambdaEvent};
 /// use local_aws::runner::InProcess;
 ///
-/// let function = InProcess::new(|event: LambdaEvent<SqsEvent>| async move {
+/// let consumer = InProcess::new(|event: LambdaEvent<SqsEvent>| async move {
 ///     tracing::info!(records = event.payload.records.len(), deadline = event.context.deadline);
 ///     Ok::<_, Error>(SqsBatchResponse::default())
 /// });
+/// let relay = InProcess::new(|event: LambdaEvent<Event>| async move {
+///     let mut response = DynamoDbEventResponse::default();
+///     for record in &event.payload.records {
+///         if record.change.new_image.is_empty() {
+///             let mut failure = DynamoDbBatchItemFailure::default();
+///             failure.item_identifier = record.change.sequence_number.clone();
+///             response.batch_item_failures.push(failure);
+///         }
+///     }
+///     Ok::<_, Error>(response)
+/// });
 /// ```
-pub struct InProcess<F> {
+pub struct InProcess<F, E = SqsEvent> {
     handler: Arc<F>,
+    event: PhantomData<fn() -> E>,
 }
 
-impl<F> InProcess<F> {
+impl<F, E> InProcess<F, E> {
     /// Wraps `handler`.
-    pub fn new(handler: F) -> Self {
+    pub fn new<Fut>(handler: F) -> Self
+    where
+        F: Fn(LambdaEvent<E>) -> Fut,
+    {
         Self {
             handler: Arc::new(handler),
+            event: PhantomData,
         }
     }
 }
 
-impl<F, Fut, R, E> Invoker for InProcess<F>
+impl<F, Ev, Fut, R, E> Invoker for InProcess<F, Ev>
 where
-    F: Fn(LambdaEvent<SqsEvent>) -> Fut + Send + Sync + 'static,
+    F: Fn(LambdaEvent<Ev>) -> Fut + Send + Sync + 'static,
+    Ev: DeserializeOwned + Send + 'static,
     Fut: Future<Output = Result<R, E>> + Send + 'static,
     R: Serialize + Send + 'static,
     E: std::fmt::Display + Send + 'static,
@@ -191,7 +215,7 @@ where
         let handler = Arc::clone(&self.handler);
         Box::pin(async move {
             let context = invocation.context();
-            let event: SqsEvent = serde_json::from_value(invocation.payload)
+            let event: Ev = serde_json::from_value(invocation.payload)
                 .map_err(|e| InvokeError::Event(e.to_string()))?;
             let mut task = AbortOnDrop(tokio::spawn(async move {
                 match handler(LambdaEvent::new(event, context)).await {

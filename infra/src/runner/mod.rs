@@ -1,10 +1,12 @@
-//! A local SQS event source mapping: what Lambda does between a queue and a function.
+//! Local event source mappings: what Lambda does between a queue or a table's stream and a
+//! function.
 //!
-//! For each mapping, `MaximumConcurrency` pollers (5, Lambda's initial poller count, when the
-//! template sets none) each loop: long-poll the queue (`MaxNumberOfMessages` = min(`BatchSize`,
-//! 10), all system and message attributes), gather up to `BatchSize` records within
-//! `MaximumBatchingWindowInSeconds` (standard queues), build the Lambda SQS event, invoke the
-//! function with a deadline of now + its `Timeout`, then delete what real Lambda deletes:
+//! **SQS** ([`EventSourceMapping`]): for each mapping, `MaximumConcurrency` pollers (5,
+//! Lambda's initial poller count, when the template sets none) each loop: long-poll the queue
+//! (`MaxNumberOfMessages` = min(`BatchSize`, 10), all system and message attributes), gather up
+//! to `BatchSize` records within `MaximumBatchingWindowInSeconds` (standard queues), build the
+//! Lambda SQS event, invoke the function with a deadline of now + its `Timeout`, then delete
+//! what real Lambda deletes:
 //!
 //! | outcome | deleted |
 //! | --- | --- |
@@ -16,43 +18,57 @@
 //! invisible while earlier ones are in flight, and redrive to the dead-letter queue happens in
 //! SQS after `maxReceiveCount` receives, as in AWS.
 //!
+//! **DynamoDB streams** ([`StreamEventSourceMapping`]): each shard read in order, one batch at
+//! a time, filtered, retried from the first reported failure, bisected, and given up on to the
+//! on-failure queue; see the [`stream`] module.
+//!
 //! ```no_run
 //! # async fn f(clients: local_aws::Clients, template: local_aws::template::Template,
 //! #            resources: local_aws::provision::Provisioned) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use local_aws::runner::{HttpInvoker, Runner};
 //!
-//! // Every SQS-triggered function of the template, served by `cargo lambda watch`.
+//! // Every function of the template with a queue or a stream, served by `cargo lambda watch`.
 //! let shutdown = tokio_util::sync::CancellationToken::new();
-//! let running = Runner::new(clients.sqs.clone())
+//! let running = Runner::from_clients(&clients)
 //!     .all_functions(&template, &resources, HttpInvoker::cargo_lambda_watch())?
 //!     .start(shutdown.clone());
-//! running.wait_drained(&[resources.queues["PaymentsQueue"].url.as_str()], Duration::from_secs(30)).await?;
+//! // ... write payments; then wait until the publisher relayed every write and the queues drained:
+//! let queues = [resources.queues["PaymentsQueue"].url.as_str(), resources.queues["ReceiptsQueue"].url.as_str()];
+//! running.wait_idle(&queues, Duration::from_secs(60)).await?;
 //! let stats = running.stop().await;
-//! println!("payment-processor: {:?}", stats["payment-processor"]);
+//! println!("payments-publisher: {:?}", stats["payments-publisher"].stream);
 //! # Ok(()) }
 //! ```
 
 mod event;
 mod invoke;
+mod running;
+mod sqs;
+mod stats;
+pub mod stream;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
 
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
-};
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 pub use event::{InvalidResponse, failed_message_ids, sqs_event};
 pub(crate) use invoke::lambda_context;
 pub use invoke::{HttpInvoker, InProcess, Invocation, InvokeError, InvokeFuture, Invoker};
+pub use running::{IdleError, RunningRunner, StreamWaitError};
+pub use sqs::{
+    DEFAULT_CONCURRENCY, DrainError, EventSourceMapping, QueueDepth, queue_depth, wait_drained,
+};
+pub use stats::{Stats, StreamStats};
+pub use stream::{
+    Condition, GivenUp, LastInvocation, ShardRecord, StreamEventSourceMapping, StreamOptions,
+    invocation_record, stream_event, stream_record,
+};
 
-use crate::provision::{Provisioned, ProvisionedQueue};
+use crate::Clients;
+use crate::provision::Provisioned;
 use crate::template::{Function, Template};
+use stats::Counters;
 
 /// Why a runner could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -60,228 +76,58 @@ pub enum RunnerError {
     /// No function has that `FunctionName` or logical id.
     #[error("no function named {0} in the template")]
     NoSuchFunction(String),
-    /// The function has no (enabled) SQS event source.
-    #[error("function {0} has no enabled SQS event source")]
+    /// The function has no (enabled) SQS or DynamoDB stream event source.
+    #[error("function {0} has no enabled SQS or DynamoDB stream event source")]
     NoSqsEvents(String),
-    /// The event source's queue was not provisioned.
+    /// The event source's queue (or on-failure queue) was not provisioned.
     #[error("queue {0} is not provisioned")]
     QueueNotProvisioned(String),
-}
-
-/// One SQS event source mapping, resolved: which queue feeds which function, how.
-///
-/// ```
-/// use std::time::Duration;
-/// use local_aws::provision::ProvisionedQueue;
-/// use local_aws::runner::EventSourceMapping;
-///
-/// let queue = ProvisionedQueue {
-///     name: "jobs".into(),
-///     url: "http://127.0.0.1:4566/123456789012/jobs".into(),
-///     arn: "arn:aws:sqs:us-east-1:123456789012:jobs".into(),
-///     fifo: false,
-/// };
-/// let mapping = EventSourceMapping::new("worker", &queue, Duration::from_secs(5))
-///     .batch_size(3)
-///     .maximum_concurrency(1);
-/// assert!(mapping.report_batch_item_failures);
-/// assert_eq!(mapping.function_arn, "arn:aws:lambda:us-east-1:123456789012:function:worker");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSourceMapping {
-    /// `FunctionName`: what the invoker is told to run, and the key of the [`Stats`].
-    pub function_name: String,
-    /// The cargo binary of the function (`Metadata.BuildProperties.Binary`), if known.
-    pub binary: Option<String>,
-    /// The function's ARN (for the context).
-    pub function_arn: String,
-    /// `MemorySize` (for the context).
-    pub memory_size: u32,
-    /// The function `Timeout`: the deadline of each invocation.
-    pub timeout: Duration,
-    /// The queue URL.
-    pub queue_url: String,
-    /// The queue ARN (`eventSourceARN`).
-    pub queue_arn: String,
-    /// Whether the queue is FIFO (no batching window then).
-    pub fifo: bool,
-    /// `BatchSize`.
-    pub batch_size: u32,
-    /// `MaximumBatchingWindowInSeconds`.
-    pub maximum_batching_window: Duration,
-    /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
-    pub report_batch_item_failures: bool,
-    /// `ScalingConfig.MaximumConcurrency`: pollers, hence concurrent invocations.
-    pub maximum_concurrency: u32,
-}
-
-/// Pollers when the template sets no `MaximumConcurrency` (Lambda starts with 5).
-pub const DEFAULT_CONCURRENCY: u32 = 5;
-
-impl EventSourceMapping {
-    /// A mapping with Lambda's defaults: batch size 10, no batching window,
-    /// `ReportBatchItemFailures` on, [`DEFAULT_CONCURRENCY`] pollers, 128 MB.
-    pub fn new(function_name: &str, queue: &ProvisionedQueue, timeout: Duration) -> Self {
-        let mut arn = queue.arn.splitn(6, ':');
-        let (region, account) = (
-            arn.nth(3).unwrap_or_default(),
-            arn.next().unwrap_or_default(),
-        );
-        Self {
-            function_name: function_name.to_owned(),
-            binary: None,
-            function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
-            memory_size: 128,
-            timeout,
-            queue_url: queue.url.clone(),
-            queue_arn: queue.arn.clone(),
-            fifo: queue.fifo,
-            batch_size: 10,
-            maximum_batching_window: Duration::ZERO,
-            report_batch_item_failures: true,
-            maximum_concurrency: DEFAULT_CONCURRENCY,
-        }
-    }
-
-    /// The enabled SQS event sources of `function`, resolved against `provisioned`.
-    pub fn for_function(
-        function: &Function,
-        provisioned: &Provisioned,
-    ) -> Result<Vec<Self>, RunnerError> {
-        function
-            .sqs_events
-            .iter()
-            .filter(|e| e.enabled)
-            .map(|e| {
-                let queue = provisioned
-                    .queues
-                    .get(&e.queue)
-                    .ok_or_else(|| RunnerError::QueueNotProvisioned(e.queue.clone()))?;
-                let mut mapping = Self::new(&function.name, queue, function.timeout())
-                    .batch_size(e.batch_size)
-                    .maximum_batching_window(Duration::from_secs(
-                        e.maximum_batching_window_in_seconds.into(),
-                    ))
-                    .report_batch_item_failures(e.reports_batch_item_failures())
-                    .maximum_concurrency(e.maximum_concurrency.unwrap_or(DEFAULT_CONCURRENCY));
-                mapping.memory_size = function.memory_size;
-                mapping.binary = function.binary.clone();
-                mapping.function_arn = provisioned.function_arn(&function.name);
-                Ok(mapping)
-            })
-            .collect()
-    }
-
-    /// Sets `BatchSize` (at least 1).
-    pub fn batch_size(mut self, n: u32) -> Self {
-        self.batch_size = n.max(1);
-        self
-    }
-
-    /// Sets the batching window.
-    pub fn maximum_batching_window(mut self, window: Duration) -> Self {
-        self.maximum_batching_window = window;
-        self
-    }
-
-    /// Sets `ReportBatchItemFailures`.
-    pub fn report_batch_item_failures(mut self, on: bool) -> Self {
-        self.report_batch_item_failures = on;
-        self
-    }
-
-    /// Sets the number of pollers (at least 1).
-    pub fn maximum_concurrency(mut self, n: u32) -> Self {
-        self.maximum_concurrency = n.max(1);
-        self
-    }
-
-    /// Sets the function timeout.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-}
-
-/// What a function's mappings did so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Stats {
-    /// Invocations.
-    pub batches: u64,
-    /// Records received (each receive of a message counts).
-    pub records_received: u64,
-    /// Records deleted from the queue.
-    pub records_deleted: u64,
-    /// Records the function reported in `batchItemFailures`.
-    pub records_reported_failed: u64,
-    /// Invocations that returned an error, panicked or could not be made.
-    pub invocation_errors: u64,
-    /// Invocations that ran past the function's timeout.
-    pub timeouts: u64,
-    /// Invocations whose partial batch response was invalid.
-    pub invalid_responses: u64,
-    /// Failed ReceiveMessage calls.
-    pub receive_errors: u64,
-    /// Records whose deletion failed.
-    pub delete_errors: u64,
-}
-
-impl Stats {
-    /// Invocations after which the whole batch was left on the queue.
-    pub fn whole_batch_failures(&self) -> u64 {
-        self.invocation_errors + self.timeouts + self.invalid_responses
-    }
-}
-
-#[derive(Default)]
-struct Counters {
-    batches: AtomicU64,
-    records_received: AtomicU64,
-    records_deleted: AtomicU64,
-    records_reported_failed: AtomicU64,
-    invocation_errors: AtomicU64,
-    timeouts: AtomicU64,
-    invalid_responses: AtomicU64,
-    receive_errors: AtomicU64,
-    delete_errors: AtomicU64,
-}
-
-impl Counters {
-    fn add(counter: &AtomicU64, n: usize) {
-        counter.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            batches: get(&self.batches),
-            records_received: get(&self.records_received),
-            records_deleted: get(&self.records_deleted),
-            records_reported_failed: get(&self.records_reported_failed),
-            invocation_errors: get(&self.invocation_errors),
-            timeouts: get(&self.timeouts),
-            invalid_responses: get(&self.invalid_responses),
-            receive_errors: get(&self.receive_errors),
-            delete_errors: get(&self.delete_errors),
-        }
-    }
+    /// The stream event source's table was not provisioned.
+    #[error("table {0} is not provisioned")]
+    TableNotProvisioned(String),
+    /// The stream event source's table has no stream.
+    #[error("table {0} has no stream (StreamSpecification)")]
+    NoStream(String),
+    /// A stream mapping was added to a runner without a DynamoDB Streams client.
+    #[error(
+        "function {0} reads a DynamoDB stream: build the runner with Runner::from_clients (or .dynamodb_streams(client))"
+    )]
+    NoStreamsClient(String),
 }
 
 /// Builds the set of mappings to run; [`start`](Runner::start) runs them.
 pub struct Runner {
     sqs: aws_sdk_sqs::Client,
+    streams: Option<aws_sdk_dynamodbstreams::Client>,
     wait_time_seconds: i32,
+    stream_options: StreamOptions,
     mappings: Vec<(EventSourceMapping, Arc<dyn Invoker>)>,
+    stream_mappings: Vec<(StreamEventSourceMapping, Arc<dyn Invoker>)>,
 }
 
 impl Runner {
-    /// A runner receiving with `sqs`, long-polling 20 s.
+    /// A runner receiving with `sqs`, long-polling 20 s. For stream mappings it also needs a
+    /// DynamoDB Streams client: see [`from_clients`](Self::from_clients).
     pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
         Self {
             sqs,
+            streams: None,
             wait_time_seconds: 20,
+            stream_options: StreamOptions::default(),
             mappings: Vec::new(),
+            stream_mappings: Vec::new(),
         }
+    }
+
+    /// A runner for queues and streams, with the SQS and DynamoDB Streams clients of `clients`.
+    pub fn from_clients(clients: &Clients) -> Self {
+        Self::new(clients.sqs.clone()).dynamodb_streams(clients.dynamodb_streams.clone())
+    }
+
+    /// The DynamoDB Streams client the stream mappings read with.
+    pub fn dynamodb_streams(mut self, client: aws_sdk_dynamodbstreams::Client) -> Self {
+        self.streams = Some(client);
+        self
     }
 
     /// `WaitTimeSeconds` of each ReceiveMessage (0-20, default 20 like Lambda). Shutdown waits
@@ -291,14 +137,53 @@ impl Runner {
         self
     }
 
-    /// Adds one mapping.
+    /// How the stream pollers pace themselves (poll interval, retry delays).
+    pub fn stream_options(mut self, options: StreamOptions) -> Self {
+        self.stream_options = options;
+        self
+    }
+
+    /// Adds one SQS mapping.
     pub fn mapping(mut self, mapping: EventSourceMapping, invoker: impl Invoker) -> Self {
         self.mappings.push((mapping, Arc::new(invoker)));
         self
     }
 
-    /// Adds every enabled SQS event source of the function with `FunctionName` or logical id
-    /// `function`, invoking it with `invoker`.
+    /// Adds one DynamoDB stream mapping (the runner needs a DynamoDB Streams client).
+    pub fn stream_mapping(
+        mut self,
+        mapping: StreamEventSourceMapping,
+        invoker: impl Invoker,
+    ) -> Result<Self, RunnerError> {
+        if self.streams.is_none() {
+            return Err(RunnerError::NoStreamsClient(mapping.function_name));
+        }
+        self.stream_mappings.push((mapping, Arc::new(invoker)));
+        Ok(self)
+    }
+
+    /// Adds the enabled event sources of `f`; `false` when it has none.
+    fn add_function(
+        &mut self,
+        f: &Function,
+        provisioned: &Provisioned,
+        invoker: &Arc<dyn Invoker>,
+    ) -> Result<bool, RunnerError> {
+        let sqs = EventSourceMapping::for_function(f, provisioned)?;
+        let streams = StreamEventSourceMapping::for_function(f, provisioned)?;
+        if !streams.is_empty() && self.streams.is_none() {
+            return Err(RunnerError::NoStreamsClient(f.name.clone()));
+        }
+        let any = !sqs.is_empty() || !streams.is_empty();
+        self.mappings
+            .extend(sqs.into_iter().map(|m| (m, Arc::clone(invoker))));
+        self.stream_mappings
+            .extend(streams.into_iter().map(|m| (m, Arc::clone(invoker))));
+        Ok(any)
+    }
+
+    /// Adds every enabled event source (SQS queues and DynamoDB streams) of the function with
+    /// `FunctionName` or logical id `function`, invoking it with `invoker`.
     pub fn function(
         mut self,
         template: &Template,
@@ -311,19 +196,16 @@ impl Runner {
             .get(function)
             .or_else(|| template.function_by_name(function))
             .ok_or_else(|| RunnerError::NoSuchFunction(function.to_owned()))?;
-        let mappings = EventSourceMapping::for_function(f, provisioned)?;
-        if mappings.is_empty() {
-            return Err(RunnerError::NoSqsEvents(f.name.clone()));
-        }
         let invoker: Arc<dyn Invoker> = Arc::new(invoker);
-        for m in mappings {
-            self.mappings.push((m, Arc::clone(&invoker)));
+        if !self.add_function(f, provisioned, &invoker)? {
+            return Err(RunnerError::NoSqsEvents(f.name.clone()));
         }
         Ok(self)
     }
 
-    /// Adds every enabled SQS event source of every function, all invoked with `invoker`
-    /// (e.g. one [`HttpInvoker`], which routes by function name).
+    /// Adds every enabled event source of every function, all invoked with `invoker` (e.g. one
+    /// [`HttpInvoker`], which routes by function name). Functions with a stream need a runner
+    /// with a DynamoDB Streams client ([`from_clients`](Self::from_clients)).
     pub fn all_functions(
         mut self,
         template: &Template,
@@ -332,406 +214,56 @@ impl Runner {
     ) -> Result<Self, RunnerError> {
         let invoker: Arc<dyn Invoker> = Arc::new(invoker);
         for f in template.functions.values() {
-            for m in EventSourceMapping::for_function(f, provisioned)? {
-                self.mappings.push((m, Arc::clone(&invoker)));
-            }
+            self.add_function(f, provisioned, &invoker)?;
         }
         Ok(self)
     }
 
-    /// The mappings added so far.
+    /// The SQS mappings added so far.
     pub fn mappings(&self) -> impl Iterator<Item = &EventSourceMapping> {
         self.mappings.iter().map(|(m, _)| m)
     }
 
+    /// The DynamoDB stream mappings added so far.
+    pub fn stream_mappings(&self) -> impl Iterator<Item = &StreamEventSourceMapping> {
+        self.stream_mappings.iter().map(|(m, _)| m)
+    }
+
     /// Starts the pollers (on the current Tokio runtime). They run until `shutdown` is
-    /// cancelled. A poller is never cut off in the middle: its ReceiveMessage call (at most
-    /// `WaitTimeSeconds`) completes, and what it received is invoked and deleted as usual, so
-    /// nothing is left invisible for a visibility timeout by the shutdown itself.
+    /// cancelled. A poller is never cut off in the middle: an SQS poller's ReceiveMessage call
+    /// (at most `WaitTimeSeconds`) completes, and what it received is invoked and deleted as
+    /// usual, so nothing is left invisible for a visibility timeout by the shutdown itself; a
+    /// stream poller finishes the invocation in progress and then stops (retries are not
+    /// waited for).
     pub fn start(self, shutdown: CancellationToken) -> RunningRunner {
-        let mut stats: BTreeMap<String, Arc<Counters>> = BTreeMap::new();
-        let mut tasks = Vec::new();
+        let mut running = RunningRunner::new(self.sqs.clone(), shutdown.clone());
         for (mapping, invoker) in self.mappings {
-            let counters = Arc::clone(stats.entry(mapping.function_name.clone()).or_default());
-            let poller = Arc::new(Poller {
-                sqs: self.sqs.clone(),
-                wait_time_seconds: self.wait_time_seconds,
+            let counters = running.counters(&mapping.function_name);
+            running.add_tasks(sqs::spawn_pollers(
+                self.sqs.clone(),
+                self.wait_time_seconds,
                 mapping,
                 invoker,
                 counters,
-            });
-            for _ in 0..poller.mapping.maximum_concurrency {
-                let (poller, shutdown) = (Arc::clone(&poller), shutdown.clone());
-                tasks.push(tokio::spawn(async move { poller.run(shutdown).await }));
+                &shutdown,
+            ));
+        }
+        if let Some(streams) = self.streams {
+            for (mapping, invoker) in self.stream_mappings {
+                let counters = running.counters(&mapping.function_name);
+                let progress = running.stream_progress(&mapping.function_name);
+                let ctx = stream::MappingContext {
+                    mapping,
+                    invoker,
+                    streams: streams.clone(),
+                    sqs: self.sqs.clone(),
+                    counters,
+                    options: self.stream_options,
+                    progress,
+                };
+                running.add_tasks([stream::spawn_mapping(ctx, &shutdown)]);
             }
         }
-        RunningRunner {
-            sqs: self.sqs,
-            shutdown,
-            tasks,
-            stats,
-        }
-    }
-}
-
-/// Running pollers: their [`Stats`], drain waiting, shutdown.
-pub struct RunningRunner {
-    sqs: aws_sdk_sqs::Client,
-    shutdown: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    stats: BTreeMap<String, Arc<Counters>>,
-}
-
-impl RunningRunner {
-    /// What the mappings of `function_name` did so far (zeros for an unknown name).
-    pub fn stats(&self, function_name: &str) -> Stats {
-        self.stats
-            .get(function_name)
-            .map(|c| c.snapshot())
-            .unwrap_or_default()
-    }
-
-    /// [`Stats`] of every function, by `FunctionName`.
-    pub fn all_stats(&self) -> BTreeMap<String, Stats> {
-        self.stats
-            .iter()
-            .map(|(k, c)| (k.clone(), c.snapshot()))
-            .collect()
-    }
-
-    /// The token that stops the pollers.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
-    /// Waits until `done(stats of function_name)` holds, polling every 20 ms; `false` on timeout.
-    ///
-    /// ```no_run
-    /// # async fn f(running: local_aws::runner::RunningRunner) {
-    /// use std::time::Duration;
-    /// assert!(running.wait_for("worker", |s| s.records_deleted >= 3, Duration::from_secs(5)).await);
-    /// # }
-    /// ```
-    pub async fn wait_for(
-        &self,
-        function_name: &str,
-        done: impl Fn(&Stats) -> bool,
-        timeout: Duration,
-    ) -> bool {
-        let end = Instant::now() + timeout;
-        loop {
-            if done(&self.stats(function_name)) {
-                return true;
-            }
-            if Instant::now() >= end {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// [`wait_drained`] with this runner's client.
-    pub async fn wait_drained(
-        &self,
-        queue_urls: &[&str],
-        timeout: Duration,
-    ) -> Result<(), DrainError> {
-        wait_drained(&self.sqs, queue_urls, timeout).await
-    }
-
-    /// Stops the pollers and waits for them; returns the final [`Stats`].
-    pub async fn stop(self) -> BTreeMap<String, Stats> {
-        self.shutdown.cancel();
-        self.join().await
-    }
-
-    /// Waits until the shutdown token is cancelled (by someone else) and the pollers ended.
-    pub async fn join(self) -> BTreeMap<String, Stats> {
-        for task in self.tasks {
-            if let Err(e) = task.await
-                && e.is_panic()
-            {
-                tracing::error!("a poller panicked: {e}");
-            }
-        }
-        self.stats
-            .iter()
-            .map(|(k, c)| (k.clone(), c.snapshot()))
-            .collect()
-    }
-}
-
-struct Poller {
-    sqs: aws_sdk_sqs::Client,
-    wait_time_seconds: i32,
-    mapping: EventSourceMapping,
-    invoker: Arc<dyn Invoker>,
-    counters: Arc<Counters>,
-}
-
-impl Poller {
-    async fn receive(&self, max: u32, wait_seconds: i32) -> Result<Vec<Message>, String> {
-        let call = self
-            .sqs
-            .receive_message()
-            .queue_url(&self.mapping.queue_url)
-            .max_number_of_messages(max.clamp(1, 10) as i32)
-            .wait_time_seconds(wait_seconds)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send();
-        let limit = Duration::from_secs(wait_seconds.max(0) as u64 + 15);
-        match tokio::time::timeout(limit, call).await {
-            Ok(Ok(out)) => Ok(out.messages.unwrap_or_default()),
-            Ok(Err(e)) => Err(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string()),
-            Err(_) => Err(format!("no answer within {limit:?}")),
-        }
-    }
-
-    async fn run(&self, shutdown: CancellationToken) {
-        let m = &self.mapping;
-        while !shutdown.is_cancelled() {
-            // Not abandoned on shutdown: messages a dropped call had received would stay
-            // invisible for the whole visibility timeout. It returns within WaitTimeSeconds.
-            let received = self.receive(m.batch_size, self.wait_time_seconds).await;
-            let mut batch = match received {
-                Ok(batch) => batch,
-                Err(e) => {
-                    Counters::add(&self.counters.receive_errors, 1);
-                    tracing::warn!(function = %m.function_name, queue = %m.queue_url, "ReceiveMessage failed: {e}");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    }
-                }
-            };
-            if batch.is_empty() {
-                continue;
-            }
-            // Standard queues: fill the batch within the batching window (FIFO has none).
-            if !m.fifo && !m.maximum_batching_window.is_zero() {
-                let end = Instant::now() + m.maximum_batching_window;
-                while (batch.len() as u32) < m.batch_size
-                    && Instant::now() < end
-                    && !shutdown.is_cancelled()
-                {
-                    let want = m.batch_size - batch.len() as u32;
-                    let more = self.receive(want, 0).await;
-                    match more {
-                        Ok(more) if !more.is_empty() => batch.extend(more),
-                        Ok(_) => {
-                            let left = end.saturating_duration_since(Instant::now());
-                            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
-                        }
-                        Err(e) => {
-                            Counters::add(&self.counters.receive_errors, 1);
-                            tracing::warn!(function = %m.function_name, "ReceiveMessage failed: {e}");
-                            break;
-                        }
-                    }
-                }
-            }
-            self.process(batch).await;
-        }
-    }
-
-    async fn process(&self, batch: Vec<Message>) {
-        let m = &self.mapping;
-        let c = &self.counters;
-        Counters::add(&c.batches, 1);
-        Counters::add(&c.records_received, batch.len());
-        let invocation = Invocation {
-            function_name: m.function_name.clone(),
-            binary: m.binary.clone(),
-            function_arn: m.function_arn.clone(),
-            memory_size: m.memory_size,
-            request_id: uuid::Uuid::new_v4().to_string(),
-            deadline: SystemTime::now() + m.timeout,
-            payload: sqs_event(&batch, &m.queue_arn),
-        };
-        let request_id = invocation.request_id.clone();
-        let ids: Vec<&str> = batch
-            .iter()
-            .map(|msg| msg.message_id.as_deref().unwrap_or_default())
-            .collect();
-        tracing::debug!(function = %m.function_name, %request_id, records = batch.len(), "invoking");
-        let outcome = tokio::time::timeout(m.timeout, self.invoker.invoke(invocation)).await;
-        let delete: Vec<&Message> = match outcome {
-            Err(_) => {
-                Counters::add(&c.timeouts, 1);
-                tracing::warn!(function = %m.function_name, %request_id, timeout = ?m.timeout,
-                    "invocation timed out; the whole batch will be retried");
-                return;
-            }
-            Ok(Err(e)) => {
-                Counters::add(&c.invocation_errors, 1);
-                tracing::warn!(function = %m.function_name, %request_id,
-                    "invocation failed, the whole batch will be retried: {e}");
-                return;
-            }
-            Ok(Ok(_)) if !m.report_batch_item_failures => batch.iter().collect(),
-            Ok(Ok(response)) => match failed_message_ids(&response, &ids) {
-                Ok(failed) => {
-                    Counters::add(&c.records_reported_failed, failed.len());
-                    batch
-                        .iter()
-                        .filter(|msg| {
-                            !failed.contains(msg.message_id.as_deref().unwrap_or_default())
-                        })
-                        .collect()
-                }
-                Err(e) => {
-                    Counters::add(&c.invalid_responses, 1);
-                    tracing::warn!(function = %m.function_name, %request_id,
-                        "invalid partial batch response, the whole batch will be retried: {e}");
-                    return;
-                }
-            },
-        };
-        self.delete(&delete).await;
-    }
-
-    async fn delete(&self, messages: &[&Message]) {
-        let c = &self.counters;
-        for chunk in messages.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, msg)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(msg.receipt_handle.as_deref().unwrap_or_default())
-                        .build()
-                        .expect("id and receipt handle are set")
-                })
-                .collect();
-            match self
-                .sqs
-                .delete_message_batch()
-                .queue_url(&self.mapping.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    Counters::add(&c.records_deleted, out.successful.len());
-                    if !out.failed.is_empty() {
-                        Counters::add(&c.delete_errors, out.failed.len());
-                        tracing::warn!(function = %self.mapping.function_name,
-                            "DeleteMessageBatch: {} entries failed: {:?}", out.failed.len(), out.failed);
-                    }
-                }
-                Err(e) => {
-                    Counters::add(&c.delete_errors, chunk.len());
-                    tracing::warn!(function = %self.mapping.function_name,
-                        "DeleteMessageBatch failed: {}", aws_sdk_sqs::error::DisplayErrorContext(&e));
-                }
-            }
-        }
-    }
-}
-
-/// A queue's approximate counts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct QueueDepth {
-    /// `ApproximateNumberOfMessages` (visible).
-    pub visible: u64,
-    /// `ApproximateNumberOfMessagesNotVisible` (in flight).
-    pub not_visible: u64,
-    /// `ApproximateNumberOfMessagesDelayed`.
-    pub delayed: u64,
-}
-
-impl QueueDepth {
-    /// Nothing visible, in flight or delayed.
-    pub fn is_empty(&self) -> bool {
-        self.visible + self.not_visible + self.delayed == 0
-    }
-}
-
-/// Why [`wait_drained`] gave up.
-#[derive(Debug, thiserror::Error)]
-pub enum DrainError {
-    /// A queue still had messages at the timeout.
-    #[error("queues not drained after {timeout:?}: {remaining:?}")]
-    Timeout {
-        /// The timeout.
-        timeout: Duration,
-        /// The queues that were not empty, with their last counts.
-        remaining: BTreeMap<String, QueueDepth>,
-    },
-    /// GetQueueAttributes failed.
-    #[error("GetQueueAttributes {queue}: {message}")]
-    Aws {
-        /// The queue URL.
-        queue: String,
-        /// The error.
-        message: String,
-    },
-}
-
-/// The approximate counts of the queue at `queue_url`.
-pub async fn queue_depth(
-    sqs: &aws_sdk_sqs::Client,
-    queue_url: &str,
-) -> Result<QueueDepth, DrainError> {
-    let attributes: HashMap<QueueAttributeName, String> = sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await
-        .map_err(|e| DrainError::Aws {
-            queue: queue_url.to_owned(),
-            message: aws_sdk_sqs::error::DisplayErrorContext(&e).to_string(),
-        })?
-        .attributes
-        .unwrap_or_default();
-    let get = |n| attributes.get(&n).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Ok(QueueDepth {
-        visible: get(QueueAttributeName::ApproximateNumberOfMessages),
-        not_visible: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    })
-}
-
-/// Waits until every queue in `queue_urls` is empty (nothing visible, in flight or delayed) on
-/// two reads in a row 100 ms apart, or fails with the counts at `timeout`. A record that keeps
-/// failing is "drained" only once it reached the dead-letter queue.
-///
-/// ```no_run
-/// # async fn f(sqs: aws_sdk_sqs::Client, url: String) -> Result<(), local_aws::runner::DrainError> {
-/// local_aws::runner::wait_drained(&sqs, &[url.as_str()], std::time::Duration::from_secs(10)).await?;
-/// # Ok(()) }
-/// ```
-pub async fn wait_drained(
-    sqs: &aws_sdk_sqs::Client,
-    queue_urls: &[&str],
-    timeout: Duration,
-) -> Result<(), DrainError> {
-    let end = Instant::now() + timeout;
-    let mut empty_reads = 0;
-    loop {
-        let mut remaining = BTreeMap::new();
-        for url in queue_urls {
-            let depth = queue_depth(sqs, url).await?;
-            if !depth.is_empty() {
-                remaining.insert((*url).to_owned(), depth);
-            }
-        }
-        if remaining.is_empty() {
-            empty_reads += 1;
-            if empty_reads >= 2 {
-                return Ok(());
-            }
-        } else {
-            empty_reads = 0;
-            if Instant::now() >= end {
-                return Err(DrainError::Timeout { timeout, remaining });
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        running
     }
 }

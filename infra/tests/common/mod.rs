@@ -57,6 +57,7 @@ pub fn queue_model(tag: &str, fifo: bool, visibility_timeout: u32) -> Queue {
         receive_message_wait_time_seconds: None,
         maximum_message_size: None,
         redrive: None,
+        redrive_allow_policy: None,
     }
 }
 

@@ -1,0 +1,511 @@
+//! Lambda's DynamoDB Streams event source mapping: what Lambda does between a table's stream
+//! and a function.
+//!
+//! At start the mapping looks the stream up (`ListStreams` for its table, `DescribeStream` for
+//! its shards) and then looks for new shards every [`StreamOptions::shard_refresh_interval`]; a
+//! child shard waits until its parent is done. Each shard is read in order, one batch at a time
+//! (`ParallelizationFactor` 1): from `TRIM_HORIZON` or `LATEST` (shards found later from their
+//! start), polled every [`StreamOptions::poll_interval`]. Records no filter pattern matches are
+//! consumed without an invocation; the others are gathered into batches of up to `BatchSize`
+//! within `MaximumBatchingWindowInSeconds`, sent as the Lambda DynamoDB event, and then:
+//!
+//! | outcome | next |
+//! | --- | --- |
+//! | success (no `ReportBatchItemFailures`, or no failure reported) | the next batch |
+//! | `batchItemFailures` naming records of the batch | checkpoint before the lowest reported sequence number; retry from it |
+//! | function error or panic, timeout, an invalid partial response (an identifier empty or not in the batch) | retry the whole batch, or with `BisectBatchOnFunctionError` split it in two and run each half (no retry used) |
+//!
+//! Retries wait [`StreamOptions::retry_delay`] (short, so tests run fast). After
+//! `MaximumRetryAttempts` retries, or once records are older than `MaximumRecordAgeInSeconds`,
+//! the batch is given up on: its invocation record ([`invocation_record`], with
+//! `DDBStreamBatchInfo`) goes to the `OnFailure` SQS queue (or the records are discarded without
+//! one) and the shard moves on. Checkpoints live in memory: a new runner starts from the
+//! starting position again.
+
+mod event;
+mod shard;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodbstreams::types::{Shard as StreamShard, ShardIteratorType};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use event::{
+    Condition, EVENT_VERSION, GivenUp, LastInvocation, ShardRecord, invocation_record,
+    stream_event, stream_record,
+};
+
+use super::{Counters, Invoker, RunnerError};
+use crate::provision::{Provisioned, ProvisionedQueue};
+use crate::template::{FilterPattern, Function, StartingPosition};
+
+/// One DynamoDB stream event source mapping, resolved: which stream feeds which function, how.
+///
+/// ```
+/// use std::time::Duration;
+/// use local_aws::runner::StreamEventSourceMapping;
+/// use local_aws::template::StartingPosition;
+///
+/// let stream = "arn:aws:dynamodb:us-east-1:123456789012:table/jobs/stream/2024-01-01T00:00:00.000";
+/// let mapping = StreamEventSourceMapping::new("worker", stream, Duration::from_secs(5))
+///     .batch_size(10)
+///     .starting_position(StartingPosition::Latest)
+///     .maximum_retry_attempts(Some(2))
+///     .bisect_batch_on_function_error(true);
+/// assert_eq!(mapping.table_name(), Some("jobs"));
+/// assert_eq!(mapping.function_arn, "arn:aws:lambda:us-east-1:123456789012:function:worker");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamEventSourceMapping {
+    /// `FunctionName`: what the invoker is told to run, and the key of the
+    /// [`Stats`](super::Stats).
+    pub function_name: String,
+    /// The cargo binary of the function (`Metadata.BuildProperties.Binary`), if known.
+    pub binary: Option<String>,
+    /// The function's ARN (for the context and the invocation record).
+    pub function_arn: String,
+    /// `MemorySize` (for the context).
+    pub memory_size: u32,
+    /// The function `Timeout`: the deadline of each invocation.
+    pub timeout: Duration,
+    /// The stream's ARN (`eventSourceARN`).
+    pub stream_arn: String,
+    /// `StartingPosition`.
+    pub starting_position: StartingPosition,
+    /// `BatchSize`.
+    pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds`.
+    pub maximum_batching_window: Duration,
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`.
+    pub report_batch_item_failures: bool,
+    /// `BisectBatchOnFunctionError`.
+    pub bisect_batch_on_function_error: bool,
+    /// `MaximumRetryAttempts` (`None`: without limit).
+    pub maximum_retry_attempts: Option<u32>,
+    /// `MaximumRecordAgeInSeconds` (`None`: without limit).
+    pub maximum_record_age: Option<Duration>,
+    /// `FilterCriteria` (no pattern: every record).
+    pub filters: Vec<FilterPattern>,
+    /// The `OnFailure` destination.
+    pub on_failure: Option<ProvisionedQueue>,
+}
+
+impl StreamEventSourceMapping {
+    /// A mapping with Lambda's defaults: batch size 100, no batching window, no partial batch
+    /// responses, no bisection, retries and record age without limit, no filter, no on-failure
+    /// destination; from `TRIM_HORIZON`; 128 MB.
+    pub fn new(function_name: &str, stream_arn: &str, timeout: Duration) -> Self {
+        let mut arn = stream_arn.splitn(6, ':');
+        let (region, account) = (
+            arn.nth(3).unwrap_or_default(),
+            arn.next().unwrap_or_default(),
+        );
+        Self {
+            function_name: function_name.to_owned(),
+            binary: None,
+            function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
+            memory_size: 128,
+            timeout,
+            stream_arn: stream_arn.to_owned(),
+            starting_position: StartingPosition::TrimHorizon,
+            batch_size: 100,
+            maximum_batching_window: Duration::ZERO,
+            report_batch_item_failures: false,
+            bisect_batch_on_function_error: false,
+            maximum_retry_attempts: None,
+            maximum_record_age: None,
+            filters: Vec::new(),
+            on_failure: None,
+        }
+    }
+
+    /// The enabled DynamoDB stream event sources of `function`, resolved against `provisioned`.
+    pub fn for_function(
+        function: &Function,
+        provisioned: &Provisioned,
+    ) -> Result<Vec<Self>, RunnerError> {
+        function
+            .dynamodb_events
+            .iter()
+            .filter(|e| e.enabled)
+            .map(|e| {
+                let table = provisioned
+                    .tables
+                    .get(&e.table)
+                    .ok_or_else(|| RunnerError::TableNotProvisioned(e.table.clone()))?;
+                let stream_arn = table
+                    .stream_arn
+                    .as_deref()
+                    .ok_or_else(|| RunnerError::NoStream(e.table.clone()))?;
+                let on_failure = e
+                    .on_failure_queue
+                    .as_ref()
+                    .map(|q| {
+                        provisioned
+                            .queues
+                            .get(q)
+                            .cloned()
+                            .ok_or_else(|| RunnerError::QueueNotProvisioned(q.clone()))
+                    })
+                    .transpose()?;
+                let mut mapping = Self::new(&function.name, stream_arn, function.timeout())
+                    .starting_position(e.starting_position)
+                    .batch_size(e.batch_size)
+                    .maximum_batching_window(Duration::from_secs(
+                        e.maximum_batching_window_in_seconds.into(),
+                    ))
+                    .report_batch_item_failures(e.reports_batch_item_failures())
+                    .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
+                    .maximum_retry_attempts(e.maximum_retry_attempts())
+                    .maximum_record_age(e.maximum_record_age())
+                    .filters(e.filters.clone())
+                    .on_failure(on_failure);
+                mapping.memory_size = function.memory_size;
+                mapping.binary = function.binary.clone();
+                mapping.function_arn = provisioned.function_arn(&function.name);
+                Ok(mapping)
+            })
+            .collect()
+    }
+
+    /// The table of the stream (from its ARN, `...:table/NAME/stream/LABEL`).
+    pub fn table_name(&self) -> Option<&str> {
+        self.stream_arn
+            .split_once(":table/")
+            .and_then(|(_, rest)| rest.split('/').next())
+    }
+
+    /// Whether a record (as the event carries it) passes the filters.
+    pub fn matches(&self, record: &serde_json::Value) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| f.matches(record))
+    }
+
+    /// Sets `StartingPosition`.
+    pub fn starting_position(mut self, position: StartingPosition) -> Self {
+        self.starting_position = position;
+        self
+    }
+
+    /// Sets `BatchSize` (at least 1).
+    pub fn batch_size(mut self, n: u32) -> Self {
+        self.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets the batching window.
+    pub fn maximum_batching_window(mut self, window: Duration) -> Self {
+        self.maximum_batching_window = window;
+        self
+    }
+
+    /// Sets `ReportBatchItemFailures`.
+    pub fn report_batch_item_failures(mut self, on: bool) -> Self {
+        self.report_batch_item_failures = on;
+        self
+    }
+
+    /// Sets `BisectBatchOnFunctionError`.
+    pub fn bisect_batch_on_function_error(mut self, on: bool) -> Self {
+        self.bisect_batch_on_function_error = on;
+        self
+    }
+
+    /// Sets `MaximumRetryAttempts` (`None`: without limit).
+    pub fn maximum_retry_attempts(mut self, n: Option<u32>) -> Self {
+        self.maximum_retry_attempts = n;
+        self
+    }
+
+    /// Sets `MaximumRecordAgeInSeconds` (`None`: without limit; any duration locally, so
+    /// tests need not wait a minute).
+    pub fn maximum_record_age(mut self, age: Option<Duration>) -> Self {
+        self.maximum_record_age = age;
+        self
+    }
+
+    /// Sets the filter patterns.
+    pub fn filters(mut self, filters: Vec<FilterPattern>) -> Self {
+        self.filters = filters;
+        self
+    }
+
+    /// Sets the `OnFailure` destination.
+    pub fn on_failure(mut self, queue: Option<ProvisionedQueue>) -> Self {
+        self.on_failure = queue;
+        self
+    }
+
+    /// Sets the function timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// How the local stream pollers pace themselves (no Lambda setting has these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Between reads of a shard that had nothing new (Lambda: 4 reads a second).
+    pub poll_interval: Duration,
+    /// Between looks for new shards.
+    pub shard_refresh_interval: Duration,
+    /// The delay before the first retry of a failed batch; it doubles per retry.
+    pub retry_base_delay: Duration,
+    /// The longest delay between retries.
+    pub retry_max_delay: Duration,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_millis(250),
+            shard_refresh_interval: Duration::from_secs(5),
+            retry_base_delay: Duration::from_millis(100),
+            retry_max_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+impl StreamOptions {
+    /// The delay before retry number `retry` (1 = the first): `base * 2^(retry - 1)`, at most
+    /// the maximum.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use local_aws::runner::StreamOptions;
+    /// let o = StreamOptions::default();
+    /// assert_eq!(o.retry_delay(1), Duration::from_millis(100));
+    /// assert_eq!(o.retry_delay(3), Duration::from_millis(400));
+    /// assert_eq!(o.retry_delay(60), Duration::from_secs(2));
+    /// ```
+    pub fn retry_delay(&self, retry: u32) -> Duration {
+        let factor = 1u32 << retry.saturating_sub(1).min(20);
+        self.retry_base_delay
+            .saturating_mul(factor)
+            .min(self.retry_max_delay)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How far a shard got.
+#[derive(Default)]
+pub(super) struct ShardProgress {
+    /// When the last read that found nothing new, with nothing left to process, started.
+    at_tip_since: Mutex<Option<Instant>>,
+    /// The shard is closed and every record of it done with.
+    finished: AtomicBool,
+    done: Notify,
+}
+
+impl ShardProgress {
+    fn at_tip(&self, read_started: Instant) {
+        *lock(&self.at_tip_since) = Some(read_started);
+    }
+
+    fn finish(&self) {
+        self.finished.store(true, Ordering::SeqCst);
+        self.done.notify_waiters();
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    async fn wait_finished(&self) {
+        loop {
+            let notified = self.done.notified();
+            if self.is_finished() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn caught_up_since(&self, t: Instant) -> bool {
+        self.is_finished() || lock(&self.at_tip_since).is_some_and(|at| at >= t)
+    }
+}
+
+/// How far a stream mapping got: what [`RunningRunner::wait_stream_caught_up`] reads.
+///
+/// [`RunningRunner::wait_stream_caught_up`]: super::RunningRunner::wait_stream_caught_up
+#[derive(Default)]
+pub(super) struct StreamProgress {
+    /// When the last complete look for shards started.
+    described_at: Mutex<Option<Instant>>,
+    shards: Mutex<BTreeMap<String, Arc<ShardProgress>>>,
+    /// Wakes the mapping to look for shards now.
+    look_now: Notify,
+}
+
+impl StreamProgress {
+    /// Asks the mapping to look for new shards now rather than at its next refresh.
+    pub(super) fn look_for_shards(&self) {
+        self.look_now.notify_one();
+    }
+
+    /// The shards that have not read and processed everything written before `t` (an unknown
+    /// list of shards counts as `"(shards)"`); empty when the mapping caught up.
+    pub(super) fn lagging_since(&self, t: Instant) -> Vec<String> {
+        if !lock(&self.described_at).is_some_and(|at| at >= t) {
+            return vec!["(shards)".to_owned()];
+        }
+        lock(&self.shards)
+            .iter()
+            .filter(|(_, p)| !p.caught_up_since(t))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
+/// Everything the pollers of one stream mapping share.
+pub(super) struct MappingContext {
+    pub(super) mapping: StreamEventSourceMapping,
+    pub(super) invoker: Arc<dyn Invoker>,
+    pub(super) streams: aws_sdk_dynamodbstreams::Client,
+    pub(super) sqs: aws_sdk_sqs::Client,
+    pub(super) counters: Arc<Counters>,
+    pub(super) options: StreamOptions,
+    pub(super) progress: Arc<StreamProgress>,
+}
+
+impl MappingContext {
+    /// Every shard of the stream (`DescribeStream`, page by page).
+    async fn describe_shards(&self) -> Result<Vec<StreamShard>, String> {
+        let mut shards = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let out = self
+                .streams
+                .describe_stream()
+                .stream_arn(&self.mapping.stream_arn)
+                .set_exclusive_start_shard_id(start.take())
+                .send()
+                .await
+                .map_err(|e| aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())?;
+            let description = out
+                .stream_description
+                .ok_or("DescribeStream: the answer has no StreamDescription")?;
+            shards.extend(description.shards.unwrap_or_default());
+            match description.last_evaluated_shard_id {
+                Some(last) => start = Some(last),
+                None => return Ok(shards),
+            }
+        }
+    }
+
+    /// Whether `ListStreams` for the table lists the stream (a warning when it does not: the
+    /// table's stream was replaced, or the ARN is wrong).
+    async fn check_listed(&self) {
+        let m = &self.mapping;
+        let Some(table) = m.table_name() else {
+            return;
+        };
+        match self.streams.list_streams().table_name(table).send().await {
+            Ok(out) => {
+                let listed = out
+                    .streams
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|s| s.stream_arn.as_deref() == Some(m.stream_arn.as_str()));
+                if !listed {
+                    tracing::warn!(function = %m.function_name, stream = %m.stream_arn,
+                        "ListStreams does not list the stream of the mapping for table {table}");
+                }
+            }
+            Err(e) => {
+                Counters::add(&self.counters.receive_errors, 1);
+                tracing::warn!(function = %m.function_name, "ListStreams failed: {}",
+                    aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e));
+            }
+        }
+    }
+}
+
+/// Starts a stream mapping: it finds the shards and runs one poller per shard until `shutdown`.
+/// The task ends after its shards' pollers.
+pub(super) fn spawn_mapping(
+    ctx: MappingContext,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let ctx = Arc::new(ctx);
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        ctx.check_listed().await;
+        let mut shard_tasks = Vec::new();
+        let mut first_look = true;
+        while !shutdown.is_cancelled() {
+            let started = Instant::now();
+            match ctx.describe_shards().await {
+                Ok(shards) => {
+                    let known: HashMap<String, Arc<ShardProgress>> = lock(&ctx.progress.shards)
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Arc::clone(v)))
+                        .collect();
+                    for s in &shards {
+                        let Some(id) = s.shard_id.clone() else {
+                            continue;
+                        };
+                        if known.contains_key(&id) {
+                            continue;
+                        }
+                        let progress = Arc::new(ShardProgress::default());
+                        lock(&ctx.progress.shards).insert(id.clone(), Arc::clone(&progress));
+                        Counters::add(&ctx.counters.shards, 1);
+                        // A child waits for its parent (when the mapping knows the parent).
+                        let parent = s
+                            .parent_shard_id
+                            .as_ref()
+                            .and_then(|p| lock(&ctx.progress.shards).get(p).cloned());
+                        let start = match (first_look, ctx.mapping.starting_position) {
+                            (true, StartingPosition::Latest) => ShardIteratorType::Latest,
+                            _ => ShardIteratorType::TrimHorizon,
+                        };
+                        let shard = shard::Shard {
+                            ctx: Arc::clone(&ctx),
+                            shard_id: id,
+                            progress,
+                            start,
+                        };
+                        let shutdown = shutdown.clone();
+                        shard_tasks.push(tokio::spawn(async move {
+                            if let Some(parent) = parent {
+                                tokio::select! {
+                                    _ = shutdown.cancelled() => return,
+                                    _ = parent.wait_finished() => {}
+                                }
+                            }
+                            shard.run(shutdown).await;
+                        }));
+                    }
+                    first_look = false;
+                    *lock(&ctx.progress.described_at) = Some(started);
+                }
+                Err(e) => {
+                    Counters::add(&ctx.counters.receive_errors, 1);
+                    tracing::warn!(function = %ctx.mapping.function_name,
+                        stream = %ctx.mapping.stream_arn, "DescribeStream failed: {e}");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(ctx.options.shard_refresh_interval) => {}
+                _ = ctx.progress.look_now.notified() => {}
+            }
+        }
+        for task in shard_tasks {
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                tracing::error!("a shard poller panicked: {e}");
+            }
+        }
+    })
+}
