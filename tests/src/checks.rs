@@ -349,9 +349,15 @@ fn charged_in_send_order(charged: &[&Accepted], stored: &Stored) -> Check {
     for (account, mut charges) in by_account.iter_mut().map(|(a, c)| (*a, std::mem::take(c))) {
         charges.sort();
         if let Some(w) = charges.windows(2).find(|w| w[0].1 > w[1].1) {
+            let lag = |id: &str| stored.relay_lag_ms.get(id).copied();
             offenders.push(format!(
-                "{account}: #{} ({}) charged before #{} ({})",
-                w[0].1, w[0].2, w[1].1, w[1].2
+                "{account}: #{} ({}, relayed after {:?} ms) charged before #{} ({}, relayed after {:?} ms)",
+                w[0].1,
+                w[0].2,
+                lag(w[0].2),
+                w[1].1,
+                w[1].2,
+                lag(w[1].2)
             ));
         }
     }

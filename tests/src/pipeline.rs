@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_lambda_events::dynamodb::Event as StreamEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_runtime::{Error, LambdaEvent};
 use local_aws::Clients;
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
 use local_aws::provision::{Provisioned, provision};
-use aws_lambda_events::dynamodb::Event as StreamEvent;
 use local_aws::runner::{InProcess, Invoker, Runner, RunningRunner, Stats, queue_depth};
 use local_aws::template::{Naming, Template, TemplateOptions};
 use tokio_util::sync::CancellationToken;
@@ -199,7 +199,12 @@ impl Pipeline {
             return Err("payments-publisher is running already".into());
         }
         let runner = Runner::from_clients(&self.clients)
-            .function(&self.template, &self.resources, "payments-publisher", invoker)?
+            .function(
+                &self.template,
+                &self.resources,
+                "payments-publisher",
+                invoker,
+            )?
             .start(CancellationToken::new());
         self.publisher = Some(runner);
         Ok(())

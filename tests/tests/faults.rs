@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_runtime::{Context, LambdaEvent};
+use payments_e2e::Stack;
 use payments_e2e::faults::{Consumer, receive_counts, run_processor, wait_until};
 use payments_e2e::stack::payments;
-use payments_e2e::Stack;
 use payments_model::PaymentRequested;
 
 fn assert_exactly_once(offenders: Vec<String>) {

@@ -38,7 +38,10 @@ async fn wait_until_drained(stack: &Stack, queues: &[&str]) {
             left += stack.depth(q).await.unwrap();
         }
         empty = if left == 0 { empty + 1 } else { 0 };
-        assert!(tokio::time::Instant::now() < end, "{left} messages left in {queues:?}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{left} messages left in {queues:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -118,7 +121,9 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             proc_sqs.clone(),
             payment_processor::Config::from_settings(&proc_settings).unwrap(),
         )
-        .with_processor(payments_model::consumer_processor(proc_sqs.clone(), &proc_settings).unwrap()),
+        .with_processor(
+            payments_model::consumer_processor(proc_sqs.clone(), &proc_settings).unwrap(),
+        ),
     );
     let send_settings = settings("receipt-sender");
     let send_sqs = send_rec.sqs_client(sdk);
@@ -127,12 +132,20 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             send_rec.dynamodb_client(sdk),
             receipt_sender::Config::from_settings(&send_settings).unwrap(),
         )
-        .with_processor(payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap()),
+        .with_processor(
+            payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
+        ),
     );
     for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
         let queue = QueueRef::Url(s["SOURCE_QUEUE_URL"].clone());
         let check = warn_if_too_low(sqs, &queue, 10, 5).await;
-        assert!(matches!(check, lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. }), "{check:?}");
+        assert!(
+            matches!(
+                check,
+                lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. }
+            ),
+            "{check:?}"
+        );
     }
     let consumers = |function: &'static str, sqs: &aws_sdk_sqs::Client| {
         Runner::new(sqs.clone()).wait_time_seconds(1).function(
@@ -173,7 +186,10 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .dynamodb
         .update_item()
         .table_name(stack.table("IdempotencyTable"))
-        .key("id", AttributeValue::S(stored_key(Some("payments-api"), &scoped)))
+        .key(
+            "id",
+            AttributeValue::S(stored_key(Some("payments-api"), &scoped)),
+        )
         .update_expression("SET expiration = :past")
         .expression_attribute_values(":past", AttributeValue::N("1".into()))
         .send()
@@ -184,16 +200,24 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .await
         .unwrap();
     assert_eq!(reused.status, 422, "{reused:?}");
-    let payment_id = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()
-        ["paymentId"]
+    let payment_id = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["paymentId"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(http.get(&format!("/payments/{payment_id}")).await.unwrap().status, 200);
+    assert_eq!(
+        http.get(&format!("/payments/{payment_id}"))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
     // A failed attempt (backoff), a permanent failure (dead letter, payment marked failed).
     for description in ["[flaky] once", "[permanent] never"] {
         let body = format!(r#"{{"amountCents":7,"currency":"EUR","description":"{description}"}}"#);
-        let answer = http.post_payment(Some(&uuid::Uuid::new_v4().to_string()), &body).await.unwrap();
+        let answer = http
+            .post_payment(Some(&uuid::Uuid::new_v4().to_string()), &body)
+            .await
+            .unwrap();
         assert_eq!(answer.status, 201);
     }
     // A stream record that is not a payment: dead-lettered by the relay.
@@ -218,14 +242,20 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let charged_body = serde_json::to_string(&charged).unwrap();
     let mut message = SqsMessage::default();
     message.body = Some(charged_body.clone());
-    let hash = KeyConfig::json_pointer("/paymentId").payload_hash(&message).unwrap();
+    let hash = KeyConfig::json_pointer("/paymentId")
+        .payload_hash(&message)
+        .unwrap();
     let elsewhere = Idempotency::new(DynamoDbBackend::new(
         stack.clients.dynamodb.clone(),
         stack.table("IdempotencyTable"),
     ))
     .with_key_prefix("receipt-sender");
     elsewhere
-        .acquire_hashed("pay_elsewhere", &hash, Some(SystemTime::now() + Duration::from_secs(2)))
+        .acquire_hashed(
+            "pay_elsewhere",
+            &hash,
+            Some(SystemTime::now() + Duration::from_secs(2)),
+        )
         .await
         .unwrap();
     for body in [charged_body.as_str(), "not json"] {
@@ -252,7 +282,10 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .dynamodb
         .delete_item()
         .table_name(stack.table("IdempotencyTable"))
-        .key("id", AttributeValue::S(stored_key(Some("payment-processor"), &payment_id)))
+        .key(
+            "id",
+            AttributeValue::S(stored_key(Some("payment-processor"), &payment_id)),
+        )
         .send()
         .await
         .unwrap();
@@ -265,7 +298,11 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     };
     stack.publish(&[again], true).await.unwrap();
     wait_until_drained(&stack, &["PaymentsQueue", "ReceiptsQueue"]).await;
-    assert_eq!(stack.ledger_entries().await.unwrap()[&payment_id], 1, "charged once");
+    assert_eq!(
+        stack.ledger_entries().await.unwrap()[&payment_id],
+        1,
+        "charged once"
+    );
 
     shutdown.cancel();
     for runner in [publisher_runner, processor_runner, sender_runner] {
@@ -280,7 +317,11 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         ("payment-processor", &proc_rec),
         ("receipt-sender", &send_rec),
     ] {
-        assert!(rec.problems().is_empty(), "{function}: {:?}", rec.problems());
+        assert!(
+            rec.problems().is_empty(),
+            "{function}: {:?}",
+            rec.problems()
+        );
         let role = roles.for_function(function).unwrap();
         reports.push(conformance(function, &rec.take(), role));
     }

@@ -14,12 +14,17 @@ use local_aws::runner::InProcess;
 use payments_e2e::{Options, Pipeline};
 
 /// Posts `n` payments over `accounts` callers; returns (payment id, account, amount).
-async fn post_payments(pipeline: &Pipeline, n: usize, accounts: usize) -> Vec<(String, String, i64)> {
+async fn post_payments(
+    pipeline: &Pipeline,
+    n: usize,
+    accounts: usize,
+) -> Vec<(String, String, i64)> {
     let mut accepted = Vec::new();
     for i in 0..n {
         let account = format!("acct-{}", i % accounts);
         let amount = 100 + i as i64;
-        let body = format!(r#"{{"amountCents":{amount},"currency":"EUR","description":"outbox {i}"}}"#);
+        let body =
+            format!(r#"{{"amountCents":{amount},"currency":"EUR","description":"outbox {i}"}}"#);
         let answer = pipeline
             .http()
             .as_caller(&account)
@@ -47,7 +52,9 @@ async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, Stri
         let receipts = stored.receipts.get(id).copied().unwrap_or(0);
         let status = stored.payment_status.get(id).map(String::as_str);
         if ledger != 1 || receipts != 1 || status != Some("charged") {
-            offenders.push(format!("{id}: {ledger} ledger entries, {receipts} receipts, status {status:?}"));
+            offenders.push(format!(
+                "{id}: {ledger} ledger entries, {receipts} receipts, status {status:?}"
+            ));
         }
         let e = expected.entry(account.as_str()).or_default();
         e.0 += amount;
@@ -59,8 +66,16 @@ async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, Stri
             offenders.push(format!("{account}: balance {got:?}, expected {want:?}"));
         }
     }
-    assert!(offenders.is_empty(), "{} offenders: {offenders:?}", offenders.len());
-    assert_eq!(stored.payment_status.len(), accepted.len(), "no other payment stored");
+    assert!(
+        offenders.is_empty(),
+        "{} offenders: {offenders:?}",
+        offenders.len()
+    );
+    assert_eq!(
+        stored.payment_status.len(),
+        accepted.len(),
+        "no other payment stored"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,7 +88,11 @@ async fn payments_written_while_the_publisher_is_stopped_are_all_sent_once_it_st
     .unwrap();
     let accepted = post_payments(&pipeline, 24, 3).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(pipeline.in_flight().await.unwrap(), 0, "nothing is queued without the relay");
+    assert_eq!(
+        pipeline.in_flight().await.unwrap(),
+        0,
+        "nothing is queued without the relay"
+    );
     let stored = pipeline.stored().await.unwrap();
     assert!(
         stored.payment_status.values().all(|s| s == "accepted"),
@@ -82,7 +101,10 @@ async fn payments_written_while_the_publisher_is_stopped_are_all_sent_once_it_st
     );
 
     pipeline.start_publisher().unwrap();
-    pipeline.drain(Duration::from_secs(90), |_| {}).await.unwrap();
+    pipeline
+        .drain(Duration::from_secs(90), |_| {})
+        .await
+        .unwrap();
     assert_each_charged_once(&pipeline, &accepted).await;
     let stats = pipeline.stop().await;
     assert_eq!(stats["payments-publisher"].whole_batch_failures(), 0);
@@ -102,7 +124,12 @@ async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
     // one with a panic. Lambda retries the whole batch, so the sent part is sent again.
     let settings: HashMap<String, String> = pipeline
         .resources
-        .function_env(pipeline.template.function_by_name("payments-publisher").unwrap())
+        .function_env(
+            pipeline
+                .template
+                .function_by_name("payments-publisher")
+                .unwrap(),
+        )
         .unwrap()
         .into_iter()
         .collect();
@@ -129,7 +156,10 @@ async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
             }
         }))
         .unwrap();
-    pipeline.drain(Duration::from_secs(90), |_| {}).await.unwrap();
+    pipeline
+        .drain(Duration::from_secs(90), |_| {})
+        .await
+        .unwrap();
     assert_each_charged_once(&pipeline, &accepted).await;
     let stats = pipeline.stop().await;
     assert!(invocations.load(Ordering::SeqCst) > 2);

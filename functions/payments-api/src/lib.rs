@@ -276,13 +276,10 @@ impl App {
             Ok(Written::New) => ("accepted", false),
             Ok(Written::SameRequest) => ("replayed", true),
             Ok(Written::OtherRequest) => {
-                // The record had expired; the payment remembers the first body. Release the
-                // key (not completed: the first body must still replay).
-                if let Err(e) = self
-                    .idempotency
-                    .fail(lease, "key reused with another body")
-                    .await
-                {
+                // The record had expired; the payment remembers the first body. Forget the
+                // record this request took (it holds the other body's hash): the first body
+                // must still replay, from the payment.
+                if let Err(e) = self.idempotency.forget(lease.key()).await {
                     tracing::warn!(error = %e, "could not release the key");
                 }
                 return self.answer("key_reused", Problem::key_reused().response());

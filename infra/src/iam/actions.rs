@@ -188,7 +188,21 @@ pub fn authorizations(call: &Call) -> Result<Vec<Authorization>, ActionError> {
         Service::DynamoDb if DYNAMODB_ACCOUNT_OPERATIONS.contains(&op) => {
             Ok(vec![everything(prefix, op)])
         }
-        Service::DynamoDbStreams if op == "ListStreams" => Ok(vec![everything(prefix, op)]),
+        // With a TableName, the streams of that table (`table/NAME/stream/*`, the resource of
+        // AWS's own example policy for a Lambda on a stream); without one, every stream.
+        Service::DynamoDbStreams if op == "ListStreams" => {
+            Ok(vec![match call.resources.iter().find_map(|r| match r {
+                Resource::Table { arn, .. } => Some(arn.clone()),
+                _ => None,
+            }) {
+                Some(table) => Authorization {
+                    action: format!("{prefix}:{op}"),
+                    resource: format!("{table}/stream/*"),
+                    leading_keys: None,
+                },
+                None => everything(prefix, op),
+            }])
+        }
         Service::DynamoDbStreams
             if matches!(op, "DescribeStream" | "GetShardIterator" | "GetRecords") =>
         {

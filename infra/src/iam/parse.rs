@@ -59,7 +59,7 @@ pub fn parse_call(target: &str, body: &[u8], config: &RecorderConfig) -> Result<
         .ok_or_else(|| malformed("the body is not a JSON object".into()))?;
     let resources = match service {
         Service::DynamoDb => dynamodb(operation, body, config),
-        Service::DynamoDbStreams => Ok(streams(body)),
+        Service::DynamoDbStreams => Ok(streams(body, config)),
         Service::Sqs => Ok(sqs(body, config)),
     }
     .map_err(malformed)?;
@@ -266,8 +266,18 @@ fn query_key(config: &RecorderConfig, table: &str, body: &Map<String, Value>) ->
     unknown("no equality on the partition key in KeyConditionExpression")
 }
 
-fn streams(body: &Map<String, Value>) -> Vec<Resource> {
+fn streams(body: &Map<String, Value>, config: &RecorderConfig) -> Vec<Resource> {
     let mut out = Vec::new();
+    // ListStreams may name its table.
+    if let Some(name) = body.get("TableName").and_then(Value::as_str) {
+        out.push(Resource::Table {
+            name: name.to_owned(),
+            arn: config.table_arn(name),
+            index: None,
+            item: None,
+            leading_keys: LeadingKeys::Known(Vec::new()),
+        });
+    }
     if let Some(arn) = body.get("StreamArn").and_then(Value::as_str) {
         out.push(Resource::Stream {
             arn: arn.to_owned(),
