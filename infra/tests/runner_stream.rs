@@ -1,174 +1,20 @@
 //! The DynamoDB stream event source mapping against moto's DynamoDB Streams: records delivered
-//! in order from TRIM_HORIZON or LATEST, filtered, retried from the first reported failure,
-//! bisected on errors, given up on to the on-failure queue with Lambda's invocation record.
+//! in order from TRIM_HORIZON or LATEST, as Lambda's event, filtered, one batch at a time per
+//! shard; stopping; the Invoke API of `cargo lambda watch`. Failures: `runner_stream_failures.rs`.
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::dynamodb::Event;
-use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_lambda_events::streams::DynamoDbEventResponse;
 use lambda_runtime::{Error, LambdaEvent};
-use local_aws::Clients;
-use local_aws::provision::{ProvisionedQueue, ProvisionedTable};
-use local_aws::runner::{
-    InProcess, Runner, RunningRunner, StreamEventSourceMapping, StreamOptions,
-};
-use local_aws::template::{
-    AttributeType, FilterPattern, KeyAttribute, KeyType, StartingPosition, StreamViewType, Table,
-};
+use local_aws::runner::{InProcess, Runner};
+use local_aws::template::{FilterPattern, StartingPosition, StreamViewType};
 use tokio_util::sync::CancellationToken;
 
-const WAIT: Duration = Duration::from_secs(20);
-
-/// Fast local pacing: tests wait milliseconds, not seconds.
-fn fast() -> StreamOptions {
-    StreamOptions {
-        poll_interval: Duration::from_millis(20),
-        shard_refresh_interval: Duration::from_millis(200),
-        retry_base_delay: Duration::from_millis(10),
-        retry_max_delay: Duration::from_millis(50),
-    }
-}
-
-/// A table (key `k`) with a stream of `view`.
-async fn table(clients: &Clients, view: StreamViewType) -> ProvisionedTable {
-    let model = Table {
-        logical_id: "T".into(),
-        name: common::unique_name("st", false),
-        key_schema: vec![KeyAttribute {
-            name: "k".into(),
-            attribute_type: AttributeType::String,
-            key_type: KeyType::Hash,
-        }],
-        ttl_attribute: None,
-        stream_view_type: Some(view),
-    };
-    let table = local_aws::provision::create_table(&clients.dynamodb, &model)
-        .await
-        .expect("create the table");
-    assert!(table.stream_arn.is_some(), "{table:?}");
-    table
-}
-
-async fn put(clients: &Clients, table: &ProvisionedTable, key: &str, value: &str) {
-    clients
-        .dynamodb
-        .put_item()
-        .table_name(&table.name)
-        .item("k", AttributeValue::S(key.into()))
-        .item("v", AttributeValue::S(value.into()))
-        .send()
-        .await
-        .expect("PutItem");
-}
-
-async fn delete(clients: &Clients, table: &ProvisionedTable, key: &str) {
-    clients
-        .dynamodb
-        .delete_item()
-        .table_name(&table.name)
-        .key("k", AttributeValue::S(key.into()))
-        .send()
-        .await
-        .expect("DeleteItem");
-}
-
-fn keys(n: usize) -> Vec<String> {
-    (1..=n).map(|i| format!("r{i:02}")).collect()
-}
-
-/// Every batch every invocation saw: the keys, in order.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<Vec<String>>>>);
-
-impl Seen {
-    fn record(&self, event: &Event) -> Vec<(String, String)> {
-        let batch: Vec<(String, String)> = event
-            .records
-            .iter()
-            .map(|r| {
-                let key = match r.change.keys.get("k") {
-                    Some(serde_dynamo::AttributeValue::S(k)) => k.clone(),
-                    other => panic!("no key: {other:?}"),
-                };
-                (key, r.change.sequence_number.clone().unwrap_or_default())
-            })
-            .collect();
-        self.0
-            .lock()
-            .unwrap()
-            .push(batch.iter().map(|(k, _)| k.clone()).collect());
-        batch
-    }
-
-    fn batches(&self) -> Vec<Vec<String>> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn flat(&self) -> Vec<String> {
-        self.batches().concat()
-    }
-}
-
-fn failures(sequence_numbers: &[String]) -> DynamoDbEventResponse {
-    let mut response = DynamoDbEventResponse::default();
-    for s in sequence_numbers {
-        let mut f = DynamoDbBatchItemFailure::default();
-        f.item_identifier = Some(s.clone());
-        response.batch_item_failures.push(f);
-    }
-    response
-}
-
-/// Runs `mapping` with a handler that records each batch and answers `respond(invocation
-/// index, batch of (key, sequence number))`.
-fn start(
-    clients: &Clients,
-    mapping: StreamEventSourceMapping,
-    seen: &Seen,
-    respond: impl Fn(usize, &[(String, String)]) -> Result<DynamoDbEventResponse, String>
-    + Send
-    + Sync
-    + 'static,
-) -> RunningRunner {
-    let (seen, respond) = (seen.clone(), Arc::new(respond));
-    Runner::from_clients(clients)
-        .stream_options(fast())
-        .stream_mapping(
-            mapping,
-            InProcess::new(move |event: LambdaEvent<Event>| {
-                let (seen, respond) = (seen.clone(), Arc::clone(&respond));
-                async move {
-                    let index = seen.batches().len();
-                    let batch = seen.record(&event.payload);
-                    respond(index, &batch).map_err(Error::from)
-                }
-            }),
-        )
-        .expect("a runner with a streams client")
-        .start(CancellationToken::new())
-}
-
-fn mapping(name: &str, table: &ProvisionedTable) -> StreamEventSourceMapping {
-    StreamEventSourceMapping::new(
-        name,
-        table.stream_arn.as_deref().unwrap(),
-        Duration::from_secs(5),
-    )
-}
-
-/// The invocation records on the on-failure queue.
-async fn invocation_records(clients: &Clients, queue: &ProvisionedQueue) -> Vec<serde_json::Value> {
-    common::receive_all(clients, &queue.url)
-        .await
-        .iter()
-        .map(|b| serde_json::from_str(b).unwrap())
-        .collect()
-}
+use common::stream::*;
 
 #[tokio::test]
 async fn records_written_before_the_mapping_starts_are_all_delivered_in_order() {
@@ -310,228 +156,6 @@ async fn a_nested_filter_matches_on_the_new_image() {
 }
 
 #[tokio::test]
-async fn a_batch_item_failure_retries_from_that_record_and_not_the_ones_before() {
-    let clients = common::clients().await;
-    let t = table(&clients, StreamViewType::NewImage).await;
-    for k in keys(6) {
-        put(&clients, &t, &k, "v").await;
-    }
-    let seen = Seen::default();
-    // The first invocation reports r03 and r05 failed; the lowest, r03, is the checkpoint.
-    let running = start(
-        &clients,
-        mapping("partial", &t)
-            .batch_size(10)
-            .report_batch_item_failures(true),
-        &seen,
-        |i, batch| {
-            Ok(match i {
-                0 => failures(&[batch[4].1.clone(), batch[2].1.clone()]),
-                _ => DynamoDbEventResponse::default(),
-            })
-        },
-    );
-    running
-        .wait_stream_caught_up("partial", WAIT)
-        .await
-        .unwrap();
-    assert_eq!(
-        seen.batches(),
-        [keys(6), keys(6)[2..].to_vec()],
-        "retried from r03 only"
-    );
-    let stats = running.stop().await["partial"];
-    assert_eq!(stats.batches, 2);
-    assert_eq!(stats.records_reported_failed, 2);
-    assert_eq!(stats.stream.retries, 1);
-    assert_eq!(stats.stream.records_processed, 6);
-    assert_eq!(stats.stream.batches_given_up, 0);
-}
-
-#[tokio::test]
-async fn an_identifier_not_in_the_batch_fails_the_whole_batch() {
-    let clients = common::clients().await;
-    let t = table(&clients, StreamViewType::NewImage).await;
-    for k in keys(3) {
-        put(&clients, &t, &k, "v").await;
-    }
-    let seen = Seen::default();
-    let running = start(
-        &clients,
-        mapping("unknown", &t).report_batch_item_failures(true),
-        &seen,
-        |i, _| {
-            Ok(match i {
-                0 => failures(&["no-such-sequence-number".to_owned()]),
-                1 => failures(&[String::new()]),
-                _ => DynamoDbEventResponse::default(),
-            })
-        },
-    );
-    running
-        .wait_stream_caught_up("unknown", WAIT)
-        .await
-        .unwrap();
-    assert_eq!(seen.batches(), [keys(3), keys(3), keys(3)]);
-    let stats = running.stop().await["unknown"];
-    assert_eq!(stats.invalid_responses, 2);
-}
-
-#[tokio::test]
-async fn a_handler_error_with_bisect_retries_halves() {
-    let clients = common::clients().await;
-    let t = table(&clients, StreamViewType::NewImage).await;
-    for k in keys(8) {
-        put(&clients, &t, &k, "v").await;
-    }
-    let seen = Seen::default();
-    // Any batch holding r06 fails; its retries end after 1.
-    let running = start(
-        &clients,
-        mapping("bisect", &t)
-            .batch_size(8)
-            .bisect_batch_on_function_error(true)
-            .maximum_retry_attempts(Some(1)),
-        &seen,
-        |_, batch| {
-            if batch.iter().any(|(k, _)| k == "r06") {
-                Err("r06 cannot be processed".into())
-            } else {
-                Ok(DynamoDbEventResponse::default())
-            }
-        },
-    );
-    running.wait_stream_caught_up("bisect", WAIT).await.unwrap();
-    let k = keys(8);
-    assert_eq!(
-        seen.batches(),
-        [
-            k.clone(),        // fails: split
-            k[..4].to_vec(),  // ok
-            k[4..].to_vec(),  // fails: split
-            k[4..6].to_vec(), // fails: split
-            k[4..5].to_vec(), // ok
-            k[5..6].to_vec(), // fails, cannot split: a retry
-            k[5..6].to_vec(), // fails: retries used up, given up on
-            k[6..].to_vec(),  // the shard moves on
-        ]
-    );
-    let stats = running.stop().await["bisect"];
-    assert_eq!(stats.stream.bisections, 3);
-    assert_eq!(stats.stream.retries, 1);
-    assert_eq!(stats.stream.batches_given_up, 1);
-    assert_eq!(stats.stream.records_given_up, 1);
-    assert_eq!(stats.stream.records_processed, 7);
-    assert_eq!(stats.invocation_errors, 5);
-}
-
-#[tokio::test]
-async fn retries_exhausted_send_one_invocation_record_and_the_shard_moves_on() {
-    let clients = common::clients().await;
-    let t = table(&clients, StreamViewType::NewImage).await;
-    let on_failure = common::queue(&clients, false, 30).await;
-    for k in keys(5) {
-        put(&clients, &t, &k, "v").await;
-    }
-    let seen = Seen::default();
-    let sequence_numbers: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
-    let numbers = Arc::clone(&sequence_numbers);
-    // Batches of 3: [r01 r02 r03] always fails (r02 is bad); [r04 r05] succeeds.
-    let running = start(
-        &clients,
-        mapping("exhausted", &t)
-            .batch_size(3)
-            .maximum_retry_attempts(Some(2))
-            .on_failure(Some(on_failure.clone())),
-        &seen,
-        move |_, batch| {
-            numbers.lock().unwrap().extend(batch.iter().cloned());
-            if batch.iter().any(|(k, _)| k == "r02") {
-                Err("bad record".into())
-            } else {
-                Ok(DynamoDbEventResponse::default())
-            }
-        },
-    );
-    running
-        .wait_stream_caught_up("exhausted", WAIT)
-        .await
-        .unwrap();
-    let first = keys(3);
-    assert_eq!(
-        seen.batches(),
-        [first.clone(), first.clone(), first, keys(5)[3..].to_vec()],
-        "the first try and 2 retries, then the next batch"
-    );
-    let records = invocation_records(&clients, &on_failure).await;
-    assert_eq!(records.len(), 1, "{records:#?}");
-    let record = &records[0];
-    let seq = sequence_numbers.lock().unwrap().clone();
-    assert_eq!(
-        record["requestContext"]["condition"],
-        "RetryAttemptsExhausted"
-    );
-    assert_eq!(record["requestContext"]["approximateInvokeCount"], 3);
-    assert_eq!(
-        record["requestContext"]["functionArn"],
-        "arn:aws:lambda:us-east-1:123456789012:function:exhausted"
-    );
-    assert_eq!(record["responseContext"]["functionError"], "Unhandled");
-    assert_eq!(record["version"], "1.0");
-    let info = &record["DDBStreamBatchInfo"];
-    assert_eq!(
-        info["shardId"].as_str().map(|s| s.starts_with("shardId-")),
-        Some(true)
-    );
-    assert_eq!(info["startSequenceNumber"], seq["r01"]);
-    assert_eq!(info["endSequenceNumber"], seq["r03"]);
-    assert_eq!(info["batchSize"], 3);
-    assert_eq!(info["streamArn"], t.stream_arn.clone().unwrap());
-    assert!(
-        info["approximateArrivalOfFirstRecord"]
-            .as_str()
-            .is_some_and(|s| s.ends_with('Z'))
-    );
-    let stats = running.stop().await["exhausted"];
-    assert_eq!(stats.stream.sent_to_on_failure, 1);
-    assert_eq!(stats.stream.records_given_up, 3);
-    assert_eq!(stats.stream.records_processed, 2);
-    assert_eq!(stats.stream.retries, 2);
-}
-
-#[tokio::test]
-async fn records_older_than_the_maximum_age_are_given_up_on() {
-    let clients = common::clients().await;
-    let t = table(&clients, StreamViewType::NewImage).await;
-    let on_failure = common::queue(&clients, false, 30).await;
-    put(&clients, &t, "r01", "v").await;
-    let seen = Seen::default();
-    // Retries without limit, but no record older than 1 s is sent again.
-    let running = start(
-        &clients,
-        mapping("aged", &t)
-            .maximum_record_age(Some(Duration::from_secs(1)))
-            .on_failure(Some(on_failure.clone())),
-        &seen,
-        |_, _| Err("always".into()),
-    );
-    running.wait_stream_caught_up("aged", WAIT).await.unwrap();
-    let records = invocation_records(&clients, &on_failure).await;
-    assert_eq!(records.len(), 1, "{records:#?}");
-    assert_eq!(
-        records[0]["requestContext"]["condition"],
-        "RecordAgeExceeded"
-    );
-    let invocations = seen.batches().len();
-    assert!(invocations >= 2, "retried while young: {invocations}");
-    assert_eq!(
-        records[0]["requestContext"]["approximateInvokeCount"],
-        invocations
-    );
-    running.stop().await;
-}
-
-#[tokio::test]
 async fn one_batch_at_a_time_per_shard_in_order_through_failures() {
     let clients = common::clients().await;
     let t = table(&clients, StreamViewType::NewImage).await;
@@ -624,4 +248,66 @@ async fn stopping_the_runner_stops_the_stream_pollers() {
         "no invocation after stop"
     );
     assert_eq!(stats.batches as usize, invocations);
+}
+
+#[tokio::test]
+async fn a_cargo_lambda_watch_style_invoke_api_serves_a_stream_mapping() {
+    use local_aws::gateway::{Gateway, GatewayOptions};
+    use local_aws::runner::HttpInvoker;
+    use local_aws::template::HttpRoute;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    // A stand-in for `cargo lambda watch`: the Invoke API, routed by the function's binary.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Seen::default();
+    let (handler_calls, handler_seen) = (Arc::clone(&calls), seen.clone());
+    let invoke_api = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::new("invoke-api", Duration::from_secs(5)).routes(vec![HttpRoute {
+            name: "Invoke".into(),
+            method: "POST".into(),
+            path: "/2015-03-31/functions/{name}/invocations".into(),
+        }]),
+        move |request: lambda_http::Request| {
+            let (calls, seen) = (Arc::clone(&handler_calls), handler_seen.clone());
+            async move {
+                use lambda_http::RequestExt;
+                let name = request.path_parameters().first("name").unwrap().to_owned();
+                if name != "relay-binary" {
+                    return Err(lambda_http::Error::from(format!("no function {name}")));
+                }
+                let event: Event = serde_json::from_slice(request.body().as_ref())?;
+                let batch = seen.record(&event);
+                // The first call reports its second record failed.
+                let response = match calls.fetch_add(1, Ordering::SeqCst) {
+                    0 => failures(&[batch[1].1.clone()]),
+                    _ => DynamoDbEventResponse::default(),
+                };
+                Ok::<_, lambda_http::Error>(lambda_http::Response::new(lambda_http::Body::from(
+                    serde_json::to_string(&response)?,
+                )))
+            }
+        },
+    )
+    .await
+    .unwrap();
+
+    let clients = common::clients().await;
+    let t = table(&clients, StreamViewType::NewImage).await;
+    for k in keys(3) {
+        put(&clients, &t, &k, "v").await;
+    }
+    let mut m = mapping("relay", &t).report_batch_item_failures(true);
+    m.binary = Some("relay-binary".into());
+    let running = Runner::from_clients(&clients)
+        .stream_options(fast())
+        .stream_mapping(m, HttpInvoker::new(invoke_api.url()))
+        .unwrap()
+        .start(CancellationToken::new());
+    running.wait_stream_caught_up("relay", WAIT).await.unwrap();
+    assert_eq!(seen.batches(), [keys(3), keys(3)[1..].to_vec()]);
+    let stats = running.stop().await["relay"];
+    assert_eq!(stats.stream.records_processed, 3);
+    assert_eq!(stats.whole_batch_failures(), 0);
+    invoke_api.shutdown().await;
 }

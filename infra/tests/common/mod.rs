@@ -1,6 +1,8 @@
 //! Shared set-up for the tests against the local AWS endpoint (moto, started by `make test`).
 #![allow(dead_code)]
 
+pub mod stream;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

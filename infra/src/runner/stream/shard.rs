@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
@@ -55,7 +54,10 @@ impl Shard {
         }
     }
 
-    async fn iterator(&self, position: &Position) -> Result<Option<String>, String> {
+    /// A shard iterator at `position`. A position the stream no longer has (trimmed after 24
+    /// hours) restarts at the oldest record there is, as Lambda does; the records in between
+    /// are lost, and said so.
+    async fn iterator(&self, position: &mut Position) -> Result<Option<String>, String> {
         let m = &self.ctx.mapping;
         let request = self
             .ctx
@@ -63,17 +65,25 @@ impl Shard {
             .get_shard_iterator()
             .stream_arn(&m.stream_arn)
             .shard_id(&self.shard_id);
-        let request = match position {
+        let request = match &*position {
             Position::Start(t) => request.shard_iterator_type(t.clone()),
             Position::After(seq) => request
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .sequence_number(seq),
         };
-        request
-            .send()
-            .await
-            .map(|out| out.shard_iterator)
-            .map_err(|e| aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())
+        match request.send().await {
+            Ok(out) => Ok(out.shard_iterator),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_trimmed_data_access_exception()) =>
+            {
+                tracing::error!(function = %m.function_name, shard = %self.shard_id,
+                    "{position:?} is past the stream's retention: records lost, reading from TRIM_HORIZON");
+                *position = Position::Start(ShardIteratorType::TrimHorizon);
+                Err(aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())
+            }
+            Err(e) => Err(aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string()),
+        }
     }
 
     /// Reads the shard in order until it is closed and done, or until `shutdown`. One batch at a
@@ -90,7 +100,7 @@ impl Shard {
             let mut read_nothing = false;
             if !ended && buffer.len() < m.batch_size as usize {
                 if iterator.is_none() {
-                    match self.iterator(&position).await {
+                    match self.iterator(&mut position).await {
                         Ok(Some(it)) => iterator = Some(it),
                         Ok(None) => ended = true,
                         Err(e) => {
@@ -362,7 +372,7 @@ impl Shard {
                 }
             }
         }
-        c.on_failure_errors.fetch_add(1, Ordering::Relaxed);
+        Counters::add(&c.on_failure_errors, 1);
         tracing::error!(function = %m.function_name, "invocation record lost: {body}");
     }
 }
