@@ -44,7 +44,14 @@ async fn bad_input_gets_its_status_and_nothing_is_stored() {
     );
     let json = "application/json";
     // (key, content type, body, status, field)
-    let cases: Vec<(Option<&str>, Option<&str>, &str, u16, Option<&str>)> = vec![
+    type Case<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        &'a str,
+        u16,
+        Option<&'a str>,
+    );
+    let cases: Vec<Case> = vec![
         (Some(""), Some(json), valid, 400, Some("Idempotency-Key")),
         (
             Some(&long_key),
