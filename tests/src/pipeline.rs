@@ -280,9 +280,20 @@ impl Pipeline {
 
     /// Sends `payments` to the payments queue again, each as a new message with the body
     /// payments-api sent: what a producer resending after the FIFO deduplication window (5
-    /// minutes) does. Returns how many were sent.
-    pub async fn resend(&self, payments: &[&crate::workload::Accepted]) -> Result<usize, BoxError> {
+    /// minutes) does. Such a resend comes after the payment's first send, so this first waits
+    /// (up to `relay_timeout`) until payments-publisher has relayed every payment written so far:
+    /// sent earlier, a resend would overtake earlier payments of its account still in the outbox,
+    /// and the queue would hold the account's payments in another order than they were sent.
+    /// Returns how many were sent.
+    pub async fn resend(
+        &self,
+        payments: &[&crate::workload::Accepted],
+        relay_timeout: Duration,
+    ) -> Result<usize, BoxError> {
         use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
+        if let Some(publisher) = &self.publisher {
+            publisher.wait_streams_caught_up(relay_timeout).await?;
+        }
         let publisher = Publisher::new(self.clients.sqs.clone(), self.queue_url("PaymentsQueue"));
         let mut messages = Vec::new();
         for a in payments {

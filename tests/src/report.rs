@@ -76,7 +76,7 @@ pub async fn run(
         .iter()
         .filter(|a| !a.planned.fault.is_fatal() && rng.u32(0..100) < workload.resend_percent)
         .collect();
-    let resent = pipeline.resend(&resend).await?;
+    let resent = pipeline.resend(&resend, drain_timeout).await?;
     say(&format!(
         "a producer sent {resent} accepted payments to the queue again"
     ));

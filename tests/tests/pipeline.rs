@@ -35,7 +35,11 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
     let t = &report.tally;
     assert!(t.replayed > 0, "no replay happened");
     assert!(t.count(422) > 0, "no reused key was refused");
-    assert_eq!(t.count(400), 5, "the invalid requests");
+    // The refused requests: six 400s, one each of 401, 403, 405, 413 and 415.
+    assert_eq!(t.count(400), 6, "the invalid requests");
+    for status in [401, 403, 405, 413, 415] {
+        assert_eq!(t.count(status), 1, "the request refused with {status}");
+    }
     let processor = report.counts["payment-processor"];
     assert_eq!(
         processor.processed as usize,
