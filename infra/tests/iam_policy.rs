@@ -286,7 +286,10 @@ fn project_roles_parse_and_resolve() {
         ["arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/payments-api:*"]
     );
     let idempotency = statement(api, "IdempotencyRecords");
-    assert_eq!(idempotency.actions, ["dynamodb:UpdateItem"]);
+    assert_eq!(
+        idempotency.actions,
+        ["dynamodb:UpdateItem", "dynamodb:DeleteItem"]
+    );
     assert_eq!(idempotency.resources, [table("payments-idempotency")]);
     assert_eq!(idempotency.conditions.len(), 1);
     assert_eq!(idempotency.conditions[0].values, ["payments-api#*"]);
@@ -294,7 +297,7 @@ fn project_roles_parse_and_resolve() {
     let publisher = roles.for_function("payments-publisher").unwrap();
     assert_eq!(
         statement(publisher, "ReadPaymentsStream").resources,
-        [STREAM]
+        [format!("{}/stream/*", table("payments"))]
     );
     assert_eq!(
         statement(publisher, "OnFailureDestination").resources,
@@ -312,11 +315,17 @@ fn project_roles_parse_and_resolve() {
     assert_eq!(config.hash_keys["payments-ledger"], "entryId");
     assert_eq!(config.hash_keys.len(), 5);
 
-    // A stream's label is DynamoDB's: without it the publisher's role cannot be resolved.
-    let missing = TemplateRoles::load_project(&Environment::new(REGION, ACCOUNT));
-    assert!(
-        matches!(&missing, Err(PolicyError::Unresolved { reference, .. }) if reference == "!GetAtt PaymentsTable.StreamArn"),
-        "{missing:?}"
+    // The stream grant names the table's streams, not one stream's label (which DynamoDB
+    // picks): the roles resolve without knowing the label, and the grant outlives a new stream.
+    let without_label = TemplateRoles::load_project(&Environment::new(REGION, ACCOUNT))
+        .expect("the roles resolve without the stream's label");
+    assert_eq!(
+        statement(
+            without_label.for_function("payments-publisher").unwrap(),
+            "ReadPaymentsStream"
+        )
+        .resources,
+        [format!("{}/stream/*", table("payments"))]
     );
     assert!(matches!(
         roles.for_function("nobody"),
@@ -476,7 +485,13 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
     assert_eq!(report.problems, Vec::<String>::new());
     assert_eq!(
         grants_of(&report.unused),
-        [("dynamodb:GetItem".to_owned(), table("payments"))]
+        [
+            (
+                "dynamodb:DeleteItem".to_owned(),
+                table("payments-idempotency")
+            ),
+            ("dynamodb:GetItem".to_owned(), table("payments"))
+        ]
     );
     assert_eq!(
         grants_of(&report.platform)
@@ -504,11 +519,16 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
         "{row}"
     );
 
-    // With the read, every grant is used.
+    // With the read and the forget (a key reused with another body), every grant is used.
     record(
         &r,
         "DynamoDB_20120810.GetItem",
         &serde_json::json!({"TableName": "payments", "Key": {"paymentId": {"S": "p-1"}}}),
+    );
+    record(
+        &r,
+        "DynamoDB_20120810.DeleteItem",
+        &serde_json::json!({"TableName": "payments-idempotency", "Key": {"id": {"S": "payments-api#k1"}}}),
     );
     let report = check("payments-api", &r.take());
     assert!(report.is_conformant(), "{report}");
@@ -593,13 +613,23 @@ fn event_source_mapping_calls_map_to_the_function_s_role() {
     let calls = r.snapshot();
     let report = check("payments-publisher", &calls);
     assert_eq!(report.denied, [], "{report}");
-    // ListStreams has no resource-level permission: granted on the stream ARN it is never
-    // exercised, and a real ListStreams (on `*`) would not be allowed by it.
+    // The grant on the table's streams (`table/payments/stream/*`) covers ListStreams for that
+    // table, which these calls never made.
+    let streams = format!("{}/stream/*", table("payments"));
     assert_eq!(
         grants_of(&report.unused),
-        [("dynamodb:ListStreams".to_owned(), STREAM.to_owned())],
+        [("dynamodb:ListStreams".to_owned(), streams)],
         "{report}"
     );
+    record(
+        &r,
+        "DynamoDBStreams_20120810.ListStreams",
+        &serde_json::json!({"TableName": "payments"}),
+    );
+    let report = check("payments-publisher", &r.snapshot());
+    assert_eq!(report.denied, [], "{report}");
+    assert_eq!(report.unused, [], "{report}");
+    // Without a table, ListStreams asks for every stream (`*`), which the role does not grant.
     record(
         &r,
         "DynamoDBStreams_20120810.ListStreams",

@@ -130,9 +130,9 @@ const QUEUE_OPERATIONS: &[(&str, &str)] = &[
 ///   An `UpdateItem` that creates the item needs `dynamodb:UpdateItem` only.
 /// - DynamoDB Streams: `DescribeStream`, `GetShardIterator` and `GetRecords` are the actions
 ///   `dynamodb:DescribeStream` etc. on the stream's ARN (`GetRecords` names its stream through
-///   the shard iterator). `dynamodb:ListStreams` has no resource type in the Service
-///   Authorization Reference's data (AWS CDK grants it on `*`): it is evaluated against `*`, so a
-///   grant of it on a stream ARN does not allow it.
+///   the shard iterator). `dynamodb:ListStreams` with a `TableName` is evaluated against that
+///   table's streams (`table/NAME/stream/*`, the resource of AWS's example policy for a function
+///   on a stream), and without one against `*`.
 /// - Lambda's event source mappings act with the function's execution role: SQS
 ///   `ReceiveMessage`, `DeleteMessage`(`Batch`), `GetQueueAttributes` (and
 ///   `ChangeMessageVisibility`); DynamoDB Streams `DescribeStream`, `GetShardIterator`,
@@ -392,6 +392,14 @@ mod tests {
             r#"{"TableName":"t"}"#,
         )
         .unwrap();
+        assert_eq!(
+            actions(&a),
+            [(
+                "dynamodb:ListStreams",
+                "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/*"
+            )]
+        );
+        let a = auth("DynamoDBStreams_20120810.ListStreams", "{}").unwrap();
         assert_eq!(actions(&a), [("dynamodb:ListStreams", "*")]);
         let a = auth(
             "DynamoDBStreams_20120810.DescribeStream",
