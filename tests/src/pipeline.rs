@@ -187,9 +187,22 @@ impl Pipeline {
             &self.sdk,
             &settings(&self.resources, &self.template, "payments-publisher")?,
         )?);
+        let counts = self.counts.clone();
         self.start_publisher_with(InProcess::new(move |event: LambdaEvent<StreamEvent>| {
-            let app = app.clone();
-            async move { app.handle(event).await }
+            let (app, counts) = (app.clone(), counts.clone());
+            async move {
+                let records = event.payload.records.len() as u64;
+                let response = app.handle(event).await?;
+                // Processed: the records not reported for a retry (sent, or dead-lettered).
+                let failed = response.batch_item_failures.len() as u64;
+                let batch = BatchCounts {
+                    processed: records - failed,
+                    failed,
+                    ..BatchCounts::default()
+                };
+                add(&counts, "payments-publisher", batch);
+                Ok::<_, lambda_runtime::Error>(response)
+            }
         }))
     }
 
