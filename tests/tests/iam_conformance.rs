@@ -16,7 +16,6 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::key::{KeyConfig, stored_key};
-use lambda_idempotency::redrive_policy::{QueueRef, warn_if_too_low};
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::LambdaEvent;
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
@@ -136,13 +135,15 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
         ),
     );
+    // Each consumer's cold start: the redrive policy check its main runs.
     for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
-        let queue = QueueRef::Url(s["SOURCE_QUEUE_URL"].clone());
-        let check = warn_if_too_low(sqs, &queue, 10, 5).await;
+        let check = payments_model::check_redrive_backstop(sqs, s)
+            .await
+            .unwrap();
         assert!(
             matches!(
                 check,
-                lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. }
+                Some(lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. })
             ),
             "{check:?}"
         );

@@ -41,6 +41,22 @@ async fn post_payments(
     accepted
 }
 
+/// payments-publisher's app with the settings the template gives it.
+async fn publisher_app(pipeline: &Pipeline) -> payments_publisher::App {
+    let function = pipeline
+        .template
+        .function_by_name("payments-publisher")
+        .unwrap();
+    let settings: HashMap<String, String> = pipeline
+        .resources
+        .function_env(function)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let sdk = local_aws::local_sdk_config().await.unwrap();
+    payments_publisher::App::from_settings(&sdk, &settings).unwrap()
+}
+
 /// Every payment charged exactly once (one ledger entry, status `charged`, one receipt), and
 /// every balance the sum of its payments.
 async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, String, i64)]) {
@@ -122,19 +138,7 @@ async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
 
     // The relay's first invocations send part of their batch and then die: one with an error,
     // one with a panic. Lambda retries the whole batch, so the sent part is sent again.
-    let settings: HashMap<String, String> = pipeline
-        .resources
-        .function_env(
-            pipeline
-                .template
-                .function_by_name("payments-publisher")
-                .unwrap(),
-        )
-        .unwrap()
-        .into_iter()
-        .collect();
-    let sdk = local_aws::local_sdk_config().await.unwrap();
-    let app = Arc::new(payments_publisher::App::from_settings(&sdk, &settings).unwrap());
+    let app = Arc::new(publisher_app(&pipeline).await);
     let invocations = Arc::new(AtomicU32::new(0));
     let (seen, relay) = (invocations.clone(), app.clone());
     pipeline
@@ -168,4 +172,93 @@ async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
         "both crashes were retried: {:?}",
         stats["payments-publisher"]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once() {
+    use payments_publisher::{now_ms, republish};
+
+    // The relay never runs: as if it had given up on these records and the stream had dropped
+    // them. The payments stay `accepted`, with no message.
+    let mut pipeline = Pipeline::start(Options {
+        start_publisher: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let accepted = post_payments(&pipeline, 12, 3).await;
+    let dynamodb = &pipeline.clients.dynamodb;
+    let table = pipeline.tables().payments;
+
+    let found = republish::unqueued(dynamodb, &table, now_ms() + 1)
+        .await
+        .unwrap();
+    let mut found_ids: Vec<_> = found.iter().map(|p| p.payment_id.clone()).collect();
+    let mut accepted_ids: Vec<_> = accepted.iter().map(|(id, ..)| id.clone()).collect();
+    assert!(
+        found.windows(2).all(|w| w[0].created_at <= w[1].created_at),
+        "oldest first"
+    );
+    found_ids.sort();
+    accepted_ids.sort();
+    assert_eq!(found_ids, accepted_ids, "every accepted payment is found");
+    let oldest = found[0].created_at;
+    assert_eq!(
+        republish::unqueued(dynamodb, &table, oldest)
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "a payment written after the cut-off is left to the relay"
+    );
+
+    let app = publisher_app(&pipeline).await;
+    let done = app.republish(found).await;
+    assert_eq!(done.sent.len(), accepted.len(), "{done:?}");
+    assert!(
+        done.failed.is_empty() && done.invalid.is_empty(),
+        "{done:?}"
+    );
+    pipeline
+        .drain(Duration::from_secs(90), |_| {})
+        .await
+        .unwrap();
+    assert_each_charged_once(&pipeline, &accepted).await;
+
+    // Each account's payments were charged in the order they were written.
+    let stored = pipeline.stored().await.unwrap();
+    for account in ["acct-0", "acct-1", "acct-2"] {
+        let charged: Vec<i64> = accepted
+            .iter()
+            .filter(|(_, a, _)| a == account)
+            .map(|(id, ..)| stored.charged_at[id])
+            .collect();
+        assert!(
+            charged.windows(2).all(|w| w[0] <= w[1]),
+            "{account} charged out of order: {charged:?}"
+        );
+    }
+    assert_eq!(
+        republish::unqueued(dynamodb, &table, now_ms() + 1)
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "nothing left to republish once charged"
+    );
+
+    // The relay, started late after all, sends every payment again (SQS drops the sends within
+    // its deduplication window, payment-processor skips them after it): nothing is charged twice.
+    pipeline.start_publisher().unwrap();
+    pipeline
+        .drain(Duration::from_secs(90), |_| {})
+        .await
+        .unwrap();
+    assert_each_charged_once(&pipeline, &accepted).await;
+    assert_eq!(
+        pipeline.counts()["payments-publisher"].processed,
+        accepted.len() as u64,
+        "the relay sent every payment again"
+    );
+    pipeline.stop().await;
 }

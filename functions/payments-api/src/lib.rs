@@ -1,21 +1,4 @@
 //! payments-api: `POST /payments` with a required `Idempotency-Key` header, and
-//! `GET /payments/{paymentId}`. Follows the IETF draft "The Idempotency-Key HTTP Header Field";
-//! errors are `application/problem+json` (RFC 9457).
-//!
-//! - The first request with a key stores the payment as `accepted`, publishes it to
-//!   `payments.fifo` (group = account, deduplication id derived from the key) and answers `201`
-//!   with `{paymentId, status}`.
-//! - A retry with the same key and body replays the stored response byte for byte, with
-//!   `Idempotent-Replayed: true`.
-//! - The same key with another body: `422`. While the first request runs: `409` with
-//!   `Retry-After`.
-//! - If publishing fails: `503`, and the key stays retryable; the retry publishes the same
-//!   message again (same payment id, same deduplication id), so a send that did reach SQS is not
-//!   duplicated.
-//!
-//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
-
-//! payments-api: `POST /payments` with a required `Idempotency-Key` header, and
 //! `GET /payments/{paymentId}`, behind API Gateway's JWT authorizer. Follows the IETF draft "The
 //! Idempotency-Key HTTP Header Field"; errors are `application/problem+json` (RFC 9457).
 //!

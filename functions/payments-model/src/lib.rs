@@ -246,7 +246,7 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
 ///
 /// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
 pub async fn check_redrive_backstop(
-    sdk: &aws_config::SdkConfig,
+    sqs: &aws_sdk_sqs::Client,
     settings: &impl Settings,
 ) -> Result<Option<lambda_idempotency::redrive_policy::RedriveCheck>, ConfigError> {
     use lambda_idempotency::redrive_policy::{QueueRef, warn_if_too_low};
@@ -255,9 +255,8 @@ pub async fn check_redrive_backstop(
     else {
         return Ok(None);
     };
-    let sqs = aws_sdk_sqs::Client::new(sdk);
     Ok(Some(
-        warn_if_too_low(&sqs, &QueueRef::Url(url), batch_size, attempts).await,
+        warn_if_too_low(sqs, &QueueRef::Url(url), batch_size, attempts).await,
     ))
 }
 

@@ -29,8 +29,10 @@ use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_runtime::{Error, LambdaEvent};
-use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, Settings};
+use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
 use serde_json::json;
+
+pub mod republish;
 
 /// Settings of payments-publisher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +76,8 @@ pub enum Unrelayable {
 pub struct Relayed {
     /// Payments sent (payment id, lag from its write to the send in ms), in stream order.
     pub sent: Vec<(String, i64)>,
-    /// Records that were not new payments (skipped; the event source filter normally drops them).
+    /// Records that are not outbox entries, skipped: not INSERTs (the event source filter drops
+    /// those), or items payment-processor created itself.
     pub skipped: usize,
     /// Records that can never be sent, moved to the dead-letter queue (sequence number, why).
     pub dead_lettered: Vec<(String, String)>,
@@ -148,7 +151,7 @@ impl App {
         let mut to_send = Vec::new(); // (sequence number, payment id, created at, message)
         for record in records {
             let sequence = record.change.sequence_number.clone().unwrap_or_default();
-            if record.event_name != "INSERT" {
+            if record.event_name != "INSERT" || !is_outbox_entry(record) {
                 relayed.skipped += 1;
                 continue;
             }
@@ -214,10 +217,28 @@ impl App {
     }
 }
 
+/// Whether an INSERT is an outbox entry: payments-api writes each payment `accepted`. An item
+/// that payment-processor created itself (a message that reached the queue without its payment
+/// item, which it charges all the same) is already past the queue: not one to relay, nor to
+/// dead-letter. An item without a status is a broken payment, and goes on to be dead-lettered.
+fn is_outbox_entry(record: &EventRecord) -> bool {
+    match record.change.new_image.get("status") {
+        Some(serde_dynamo::AttributeValue::S(status)) => status == PaymentStatus::Accepted.as_str(),
+        _ => true,
+    }
+}
+
 /// The payment item of a record's new image, and its message.
 fn message_of(record: &EventRecord) -> Result<(PaymentItem, Message), Unrelayable> {
     let item: PaymentItem = serde_dynamo::from_item(record.change.new_image.clone())
         .map_err(|e| Unrelayable::NotAPayment(e.to_string()))?;
+    let message = payment_message(&item)?;
+    Ok((item, message))
+}
+
+/// The message of a payment on `payments.fifo`: group = account, deduplication id = payment id,
+/// body = [`PaymentItem::requested`].
+pub fn payment_message(item: &PaymentItem) -> Result<Message, Unrelayable> {
     let invalid = |reason: String| Unrelayable::InvalidMessage {
         payment_id: item.payment_id.clone(),
         reason,
@@ -225,12 +246,12 @@ fn message_of(record: &EventRecord) -> Result<(PaymentItem, Message), Unrelayabl
     let group =
         MessageGroupId::new(item.account_id.as_str()).map_err(|e| invalid(e.to_string()))?;
     let body = serde_json::to_string(&item.requested()).expect("a payment serializes");
-    let message = Message::fifo(group, DeduplicationId::from_key(&item.payment_id), body)
-        .map_err(|e| invalid(e.to_string()))?;
-    Ok((item, message))
+    Message::fifo(group, DeduplicationId::from_key(&item.payment_id), body)
+        .map_err(|e| invalid(e.to_string()))
 }
 
-fn now_ms() -> i64 {
+/// Now, in epoch ms.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)

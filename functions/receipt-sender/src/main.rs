@@ -9,6 +9,7 @@ async fn main() -> Result<(), Error> {
     let app = App::from_settings(&sdk, &payments_model::Env)?;
     // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages:
     // warn at cold start (the check never stops the function).
-    payments_model::check_redrive_backstop(&sdk, &payments_model::Env).await?;
+    payments_model::check_redrive_backstop(&aws_sdk_sqs::Client::new(&sdk), &payments_model::Env)
+        .await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| app.handle(event))).await
 }

@@ -2,7 +2,7 @@
 //!
 //! The sources are in [`authorizations`]'s documentation.
 
-use crate::iam::record::{Call, ItemKind, LeadingKeys, Resource, Service};
+use crate::iam::call::{Call, ItemKind, LeadingKeys, Resource, Service};
 
 /// One request IAM evaluates.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -307,8 +307,8 @@ fn unexpected(call: &Call, resource: &Resource) -> ActionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::iam::call::RecorderConfig;
     use crate::iam::parse::parse_call;
-    use crate::iam::record::RecorderConfig;
 
     fn auth(target: &str, body: &str) -> Result<Vec<Authorization>, ActionError> {
         let config = RecorderConfig::new("us-east-1", "123456789012")

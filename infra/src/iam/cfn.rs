@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::iam::roles::PolicyError;
+use crate::iam::error::PolicyError;
 use crate::provision::Provisioned;
 
 /// What the template's references resolve to: the pseudo parameters, parameter values, and the

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::iam::actions::authorizations;
+use crate::iam::call::{Call, LeadingKeys};
 use crate::iam::policy::{Decision, Grant, Role};
-use crate::iam::record::{Call, LeadingKeys};
 
 /// Actions the Lambda platform performs with the execution role (writing the function's logs),
 /// never the function's code: granted, and reported apart as used by the platform.

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::iam::record::{Call, ItemKind, LeadingKeys, RecorderConfig, Resource, Service};
+use crate::iam::call::{Call, ItemKind, LeadingKeys, RecorderConfig, Resource, Service};
 
 /// Why a request could not be recorded as a [`Call`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::iam::wildcard_match;
+use crate::iam::wildcard::wildcard_match;
 
 /// A statement's effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,115 @@
+//! When DynamoDB fails, the API answers `503` with a problem+json body that names what is
+//! unavailable and never carries the SDK's error text; a POST stays retryable with its key.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+use aws_sdk_dynamodb::types::error::InternalServerError;
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+use lambda_http::aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+    ApiGatewayV2httpRequestContext,
+};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt};
+use payments_api::{App, Config};
+
+/// Text only the SDK's error carries.
+const SDK_TEXT: &str = "InternalServerError: the disk under partition 7 caught fire";
+
+fn internal() -> InternalServerError {
+    InternalServerError::builder().message(SDK_TEXT).build()
+}
+
+fn app(rules: &[&Rule]) -> App {
+    let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, rules);
+    App::new(
+        dynamodb,
+        Config {
+            idempotency_table: "payments-idempotency".into(),
+            idempotency_ttl: Duration::from_secs(3600),
+            payments_table: "payments".into(),
+            account_claim: "sub".into(),
+        },
+    )
+}
+
+fn request(method: &str, path: &str, body: &str) -> Request {
+    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+    jwt.claims = HashMap::from([("sub".to_owned(), "acct-1".to_owned())]);
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.jwt = Some(jwt);
+    let mut context = ApiGatewayV2httpRequestContext::default();
+    context.authorizer = Some(authorizer);
+    lambda_http::http::Request::builder()
+        .method(method)
+        .uri(format!("https://api.example.com{path}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "key-1")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+        .with_request_context(RequestContext::ApiGatewayV2(context))
+}
+
+const PAYMENT: &str = r#"{"amountCents":100,"currency":"EUR"}"#;
+
+/// The answer's status and problem body; checks the problem's shape and that no SDK text leaked.
+async fn answer(app: &App, request: Request) -> (u16, serde_json::Value) {
+    let response = app.handle(request).await.unwrap();
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let text = String::from_utf8(response.body().to_vec()).unwrap();
+    assert!(
+        !text.contains("fire") && !text.contains("InternalServerError"),
+        "the SDK's error text leaked: {text}"
+    );
+    (status, serde_json::from_str(&text).unwrap())
+}
+
+#[tokio::test]
+async fn the_idempotency_store_down_is_a_503_without_sdk_text() {
+    let store = mock!(aws_sdk_dynamodb::Client::update_item)
+        .then_error(|| UpdateItemError::InternalServerError(internal()));
+    let app = app(&[&store]);
+    let (status, problem) = answer(&app, request("POST", "/payments", PAYMENT)).await;
+    assert_eq!(status, 503);
+    assert_eq!(problem["status"], 503);
+    assert_eq!(problem["detail"], "the idempotency store is unavailable");
+    assert!(store.num_calls() >= 1);
+}
+
+#[tokio::test]
+async fn the_payments_table_down_is_a_503_and_the_key_stays_retryable() {
+    // The key is taken (UpdateItem succeeds), the payment's write fails: the key's record is
+    // marked failed (a second UpdateItem), so a retry with the same key runs again.
+    let store = mock!(aws_sdk_dynamodb::Client::update_item)
+        .then_output(|| UpdateItemOutput::builder().build());
+    let payments = mock!(aws_sdk_dynamodb::Client::put_item)
+        .then_error(|| PutItemError::InternalServerError(internal()));
+    let app = app(&[&store, &payments]);
+    let (status, problem) = answer(&app, request("POST", "/payments", PAYMENT)).await;
+    assert_eq!(status, 503);
+    assert_eq!(problem["detail"], "the payments table is unavailable");
+    assert!(payments.num_calls() >= 1);
+    assert!(
+        store.num_calls() >= 2,
+        "the key was taken, then released for a retry ({} UpdateItem calls)",
+        store.num_calls()
+    );
+}
+
+#[tokio::test]
+async fn a_read_with_the_table_down_is_a_503_without_sdk_text() {
+    let read = mock!(aws_sdk_dynamodb::Client::get_item)
+        .then_error(|| GetItemError::InternalServerError(internal()));
+    let app = app(&[&read]);
+    let (status, problem) = answer(&app, request("GET", "/payments/pay_1", "")).await;
+    assert_eq!(status, 503);
+    assert_eq!(problem["detail"], "the payments table is unavailable");
+}
