@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::dynamodb::Event as StreamEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{Error, LambdaEvent};
 use local_aws::runner::InProcess;
 use payments_e2e::{Options, Pipeline};
@@ -190,9 +191,34 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
     let dynamodb = &pipeline.clients.dynamodb;
     let table = pipeline.tables().payments;
 
+    // An `accepted` item that is not a payment is reported, and holds back nothing.
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let broken = HashMap::from([
+        ("paymentId".to_owned(), s("pay-broken")),
+        ("status".to_owned(), s("accepted")),
+        ("createdAt".to_owned(), AttributeValue::N("1".into())),
+    ]);
+    dynamodb
+        .put_item()
+        .table_name(&table)
+        .set_item(Some(broken))
+        .send()
+        .await
+        .unwrap();
     let found = republish::unqueued(dynamodb, &table, now_ms() + 1)
         .await
         .unwrap();
+    assert_eq!(found.malformed.len(), 1, "{:?}", found.malformed);
+    assert_eq!(found.malformed[0].0, "pay-broken");
+    assert!(found.malformed[0].1.contains("not a payment item"));
+    dynamodb
+        .delete_item()
+        .table_name(&table)
+        .key("paymentId", s("pay-broken"))
+        .send()
+        .await
+        .unwrap();
+    let found = found.payments;
     let mut found_ids: Vec<_> = found.iter().map(|p| p.payment_id.clone()).collect();
     let mut accepted_ids: Vec<_> = accepted.iter().map(|(id, ..)| id.clone()).collect();
     assert!(
@@ -207,6 +233,7 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
         republish::unqueued(dynamodb, &table, oldest)
             .await
             .unwrap()
+            .payments
             .len(),
         0,
         "a payment written after the cut-off is left to the relay"
@@ -242,6 +269,7 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
         republish::unqueued(dynamodb, &table, now_ms() + 1)
             .await
             .unwrap()
+            .payments
             .len(),
         0,
         "nothing left to republish once charged"
@@ -257,8 +285,8 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
     assert_each_charged_once(&pipeline, &accepted).await;
     assert_eq!(
         pipeline.counts()["payments-publisher"].processed,
-        accepted.len() as u64,
-        "the relay sent every payment again"
+        accepted.len() as u64 + 1,
+        "the relay sent every payment again, and dead-lettered the broken item's INSERT"
     );
     pipeline.stop().await;
 }

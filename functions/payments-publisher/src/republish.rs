@@ -27,8 +27,8 @@
 //!     },
 //! );
 //! let an_hour_ago = now_ms() - 3_600_000;
-//! let payments = republish::unqueued(&dynamodb, "payments", an_hour_ago).await?;
-//! let republished = app.republish(payments).await;
+//! let found = republish::unqueued(&dynamodb, "payments", an_hour_ago).await?;
+//! let republished = app.republish(found.payments).await;
 //! println!("{} sent, {} failed", republished.sent.len(), republished.failed.len());
 //! # Ok(()) }
 //! ```
@@ -40,24 +40,23 @@ use crate::{App, Unrelayable, payment_message};
 
 /// Why the payments could not be listed.
 #[derive(Debug, thiserror::Error)]
-pub enum RepublishError {
-    /// The scan failed.
-    #[error("scanning {table} failed: {source}")]
-    Scan {
-        /// The table.
-        table: String,
-        /// The SDK's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// An `accepted` item is not a payment item.
-    #[error("an accepted item of {table} is not a payment item: {reason}")]
-    NotAPayment {
-        /// The table.
-        table: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+#[error("scanning {table} failed: {source}")]
+pub struct ScanError {
+    /// The table.
+    pub table: String,
+    /// The SDK's error.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// The payments left unqueued, and the `accepted` items that are not payment items.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unqueued {
+    /// Oldest first (ties by payment id).
+    pub payments: Vec<PaymentItem>,
+    /// Items that cannot be sent as they are (their `paymentId`, or `?`, and what is wrong):
+    /// fix them by hand, then run again. They hold back nothing else.
+    pub malformed: Vec<(String, String)>,
 }
 
 /// What a republish came to.
@@ -72,15 +71,14 @@ pub struct Republished {
     pub invalid: Vec<(String, String)>,
 }
 
-/// The payments still `accepted` that were written before `written_before_ms` (epoch ms), oldest
-/// first (ties by payment id). A full scan of the table, filtered: run it when the outbox's
-/// alarm asks for it, not on a schedule.
+/// The payments still `accepted` that were written before `written_before_ms` (epoch ms). A full
+/// scan of the table, filtered: run it when the outbox's alarm asks for it, not on a schedule.
 pub async fn unqueued(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     written_before_ms: i64,
-) -> Result<Vec<PaymentItem>, RepublishError> {
-    let pages = dynamodb
+) -> Result<Unqueued, ScanError> {
+    let items = dynamodb
         .scan()
         .table_name(table)
         .filter_expression("#status = :accepted AND createdAt < :before")
@@ -95,23 +93,27 @@ pub async fn unqueued(
         .send()
         .collect::<Result<Vec<_>, _>>()
         .await
-        .map_err(|e| RepublishError::Scan {
+        .map_err(|e| ScanError {
             table: table.to_owned(),
             source: Box::new(aws_sdk_dynamodb::Error::from(e)),
         })?;
-    let mut payments = pages
-        .into_iter()
-        .map(|item| {
-            serde_dynamo::aws_sdk_dynamodb_1::from_item::<PaymentItem>(item).map_err(|e| {
-                RepublishError::NotAPayment {
-                    table: table.to_owned(),
-                    reason: e.to_string(),
-                }
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    payments.sort_by(|a, b| (a.created_at, &a.payment_id).cmp(&(b.created_at, &b.payment_id)));
-    Ok(payments)
+    let mut found = Unqueued::default();
+    for item in items {
+        let id = match item.get("paymentId") {
+            Some(AttributeValue::S(id)) => id.clone(),
+            _ => "?".to_owned(),
+        };
+        match serde_dynamo::aws_sdk_dynamodb_1::from_item::<PaymentItem>(item) {
+            Ok(payment) => found.payments.push(payment),
+            Err(e) => found
+                .malformed
+                .push((id, format!("not a payment item: {e}"))),
+        }
+    }
+    found
+        .payments
+        .sort_by(|a, b| (a.created_at, &a.payment_id).cmp(&(b.created_at, &b.payment_id)));
+    Ok(found)
 }
 
 impl App {

@@ -8,7 +8,8 @@
 //!
 //! The table and queue default to `PAYMENTS_TABLE` and `PAYMENTS_QUEUE_URL`; the AWS settings
 //! come from the environment (`AWS_ENDPOINT_URL` for a local endpoint). It prints each payment
-//! and exits 1 if any was not sent (run it again after the fix), 2 on a usage error.
+//! and exits 1 if any was not sent or an `accepted` item is not a payment item (fix it, run it
+//! again), 2 on a usage error.
 
 use std::process::ExitCode;
 
@@ -40,18 +41,23 @@ async fn main() -> ExitCode {
     let sdk = payments_model::sdk_config().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let before = now_ms() - (args.older_than_seconds as i64).saturating_mul(1000);
-    let payments = match republish::unqueued(&dynamodb, &args.table, before).await {
-        Ok(p) => p,
+    let found = match republish::unqueued(&dynamodb, &args.table, before).await {
+        Ok(found) => found,
         Err(e) => {
             eprintln!("republish: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let payments = found.payments;
     println!(
         "{} payments accepted and not charged, written more than {} s ago",
         payments.len(),
         args.older_than_seconds
     );
+    for (id, why) in &found.malformed {
+        println!("  MALFORMED {id}: {why}");
+    }
+    let malformed = !found.malformed.is_empty();
     if args.dry_run {
         for p in &payments {
             println!(
@@ -59,7 +65,11 @@ async fn main() -> ExitCode {
                 p.payment_id, p.account_id, p.created_at
             );
         }
-        return ExitCode::SUCCESS;
+        return if malformed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
     }
     let app = App::new(
         aws_sdk_sqs::Client::new(&sdk),
@@ -81,7 +91,7 @@ async fn main() -> ExitCode {
         done.failed.len(),
         done.invalid.len()
     );
-    if done.failed.is_empty() && done.invalid.is_empty() {
+    if done.failed.is_empty() && done.invalid.is_empty() && !malformed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
