@@ -9,6 +9,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use crate::iam::error::PolicyError;
 use crate::provision::Provisioned;
+pub(crate) use crate::template::intrinsic;
 
 /// What the template's references resolve to: the pseudo parameters, parameter values, and the
 /// physical values of resources (`!Ref X`, `!GetAtt X.Attribute`).
@@ -394,24 +395,6 @@ pub(crate) fn scalar(v: &Value) -> Option<String> {
 pub(crate) fn key<'v>(k: &'v Value, at: &str) -> Result<&'v str, PolicyError> {
     k.as_str()
         .ok_or_else(|| PolicyError::invalid(at, "a key is not a string"))
-}
-
-/// The intrinsic function of a tagged value (`!Ref`) or a one-key mapping (`Ref:`,
-/// `Fn::GetAtt:`), by its short name.
-pub(crate) fn intrinsic(v: &Value) -> Option<(String, &Value)> {
-    let short = |name: &str| {
-        let name = name.trim_start_matches('!');
-        name.strip_prefix("Fn::").unwrap_or(name).to_owned()
-    };
-    match v {
-        Value::Tagged(t) => Some((short(&t.tag.to_string()), &t.value)),
-        Value::Mapping(m) if m.len() == 1 => {
-            let (k, v) = m.iter().next()?;
-            let k = k.as_str()?;
-            (k == "Ref" || k.starts_with("Fn::")).then(|| (short(k), v))
-        }
-        _ => None,
-    }
 }
 
 /// The `(resource, attribute)` of a `!GetAtt` argument: `X.Attr` or `[X, Attr]`.

@@ -53,8 +53,8 @@ mod parse;
 mod resources;
 
 pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
-pub(crate) use expr::pseudo;
 pub use expr::{Expr, Part};
+pub(crate) use expr::{intrinsic, pseudo};
 pub use filter::{FilterError, FilterPattern};
 pub use functions::Function;
 pub use mappings::{MapValue, Mappings};
@@ -64,7 +64,7 @@ pub use resources::{
     AttributeType, KeyAttribute, KeyType, Queue, Redrive, RedriveAllowPolicy, StreamViewType, Table,
 };
 
-use expr::{PSEUDO, intrinsic, key_str, parse_expr, plain_scalar};
+use expr::{PSEUDO, key_str, parse_expr, plain_scalar};
 use parameters::parse_parameters;
 use parse::Ctx;
 
