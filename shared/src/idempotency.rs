@@ -11,6 +11,7 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::cache::LocalCache;
 use crate::key::{sha256_hex, stored_key};
 use crate::outcome::panic_message;
 use crate::record::{Clock, Record, Status, SystemClock, new_owner_token, system_time_ms};
@@ -72,6 +73,7 @@ pub struct Lease {
     lease_until_ms: i64,
     owner: String,
     attempts: u32,
+    payload_hash: String,
 }
 
 impl Lease {
@@ -180,6 +182,7 @@ pub struct Idempotency<B> {
     default_lease: Duration,
     key_prefix: Option<String>,
     clock: Arc<dyn Clock>,
+    cache: Option<LocalCache>,
 }
 
 impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
@@ -189,6 +192,7 @@ impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
             .field("expiry", &self.expiry)
             .field("default_lease", &self.default_lease)
             .field("key_prefix", &self.key_prefix)
+            .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +206,7 @@ impl<B: Backend> Idempotency<B> {
             default_lease: DEFAULT_LEASE,
             key_prefix: None,
             clock: Arc::new(SystemClock),
+            cache: None,
         }
     }
 
@@ -256,6 +261,34 @@ impl<B: Backend> Idempotency<B> {
         Ok(self)
     }
 
+    /// Answers duplicates of keys completed in this process from `cache`, without a request (see
+    /// [`crate::cache`] for when an entry can be stale). Entries never outlive their record's
+    /// expiry. Off by default.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
+    /// use std::num::NonZeroUsize;
+    /// use std::time::Duration;
+    ///
+    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
+    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
+    /// let work = || async { Ok::<_, std::io::Error>(7) };
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
+    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
+    /// # });
+    /// ```
+    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The local cache, when one is set.
+    pub fn local_cache(&self) -> Option<&LocalCache> {
+        self.cache.as_ref()
+    }
+
     /// Uses another clock (for tests of expiry and leases).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -298,10 +331,14 @@ impl<B: Backend> Idempotency<B> {
         deadline: Option<SystemTime>,
     ) -> Result<Acquired, AcquireError> {
         let now_ms = self.clock.now_ms();
+        let stored = self.stored_key(key);
+        if let Some(cached) = self.cached(key, &stored, payload_hash, now_ms) {
+            return cached;
+        }
         let lease_until_ms = self.lease_end(now_ms, deadline);
         let owner = new_owner_token();
         let record = Record {
-            key: self.stored_key(key),
+            key: stored,
             status: Status::InProgress,
             // An in-progress record never expires before its lease ends.
             expires_at: self
@@ -322,8 +359,12 @@ impl<B: Backend> Idempotency<B> {
                 lease_until_ms,
                 owner,
                 attempts,
+                payload_hash: payload_hash.to_owned(),
             })),
-            Put::Exists(existing) => classify(key, existing, payload_hash, now_ms),
+            Put::Exists(existing) => {
+                self.remember(&existing, now_ms);
+                classify(key, existing, payload_hash, now_ms)
+            }
         }
     }
 
@@ -355,13 +396,25 @@ impl<B: Backend> Idempotency<B> {
             result = None;
             result_omitted = true;
         }
+        let expires_at = self.expires_at(now_ms);
         let update = Update::Complete {
             owner: lease.owner.clone(),
-            expires_at: self.expires_at(now_ms),
-            result,
+            expires_at,
+            result: result.clone(),
             result_omitted,
         };
-        self.backend.update(&lease.stored_key, &update).await
+        let updated = self.backend.update(&lease.stored_key, &update).await?;
+        // A result too large to store is not cached either: the cache answers as the store would.
+        if let (Updated::Applied { .. }, Some(cache), false) = (updated, &self.cache, result_omitted) {
+            cache.insert(
+                &lease.stored_key,
+                &lease.payload_hash,
+                result,
+                now_ms,
+                expires_at.saturating_mul(1000),
+            );
+        }
+        Ok(updated)
     }
 
     /// [`complete`](Self::complete), retried with backoff (50 ms doubling, at most
@@ -422,7 +475,11 @@ impl<B: Backend> Idempotency<B> {
 
     /// Deletes the record of `key`, so the next attempt runs the work again.
     pub async fn forget(&self, key: &str) -> Result<(), StoreError> {
-        self.backend.delete(&self.stored_key(key)).await
+        let stored = self.stored_key(key);
+        if let Some(cache) = &self.cache {
+            cache.remove(&stored);
+        }
+        self.backend.delete(&stored).await
     }
 
     /// Runs `work` at most once per `key` (in effect): acquires the key, runs `work`, stores its
@@ -499,7 +556,45 @@ impl<B: Backend> Idempotency<B> {
         }
     }
 
-    fn expires_at(&self, now_ms: i64) -> i64 {
+    /// The answer of the local cache for `stored` (the stored form of `key`), if it has one.
+    pub(crate) fn cached(
+        &self,
+        key: &str,
+        stored: &str,
+        payload_hash: &str,
+        now_ms: i64,
+    ) -> Option<Result<Acquired, AcquireError>> {
+        let hit = self.cache.as_ref()?.get(stored, now_ms)?;
+        Some(if hit.payload_hash == payload_hash {
+            Ok(Acquired::Completed {
+                result: hit.result,
+                result_omitted: false,
+            })
+        } else {
+            Err(AcquireError::PayloadMismatch {
+                key: key.to_owned(),
+            })
+        })
+    }
+
+    /// Keeps `record` in the local cache when it is completed and live.
+    pub(crate) fn remember(&self, record: &Record, now_ms: i64) {
+        if let Some(cache) = &self.cache
+            && record.status == Status::Completed
+            && !record.result_omitted
+            && !record.is_expired(now_ms)
+        {
+            cache.insert(
+                &record.key,
+                &record.payload_hash,
+                record.result.clone(),
+                now_ms,
+                record.expires_at.saturating_mul(1000),
+            );
+        }
+    }
+
+    pub(crate) fn expires_at(&self, now_ms: i64) -> i64 {
         now_ms.div_euclid(1000) + i64::try_from(self.expiry.as_secs()).unwrap_or(i64::MAX / 2)
     }
 
@@ -512,7 +607,7 @@ impl<B: Backend> Idempotency<B> {
 }
 
 /// Interprets a record that blocked an acquire.
-fn classify(
+pub(crate) fn classify(
     key: &str,
     existing: Record,
     payload_hash: &str,

@@ -48,6 +48,7 @@
 
 pub mod backoff;
 pub mod batch;
+pub mod cache;
 pub mod count;
 pub mod dead_letter;
 pub mod idempotency;
@@ -58,6 +59,7 @@ pub mod publish;
 pub mod record;
 pub mod redrive_policy;
 pub mod store;
+pub mod transaction;
 
 pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};
 

@@ -2,10 +2,12 @@
 
 use std::future::Future;
 
-use super::handler::{DeadLettered, OnDeadLetter, RecordHandler};
+use super::handler::{DeadLettered, OnDeadLetter, RecordContext, RecordHandler};
 use super::idempotent::Idempotent;
+use super::then::AndThen;
+use super::transactional::Transactional;
 use crate::Idempotency;
-use crate::store::Backend;
+use crate::store::{Backend, BoxError, TransactionalBackend};
 
 /// Composition helpers for every [`RecordHandler`].
 pub trait RecordHandlerExt: RecordHandler + Sized {
@@ -13,6 +15,46 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     /// [`Idempotent::with_keys`]).
     fn idempotent<B: Backend>(self, engine: Idempotency<B>) -> Idempotent<Self, B> {
         Idempotent::new(self, engine)
+    }
+
+    /// Commits this handler's writes with its idempotency record in one transaction (see
+    /// [`crate::transaction`]): the handler returns a
+    /// [`Transaction`](crate::transaction::Transaction) instead of making its writes. Keyed on
+    /// the message id; see [`Transactional::with_keys`]. Only over a
+    /// [`TransactionalBackend`].
+    fn transactional<B: TransactionalBackend>(self, engine: Idempotency<B>) -> Transactional<Self, B> {
+        Transactional::new(self, engine)
+    }
+
+    /// Runs `f` on each successful output of this handler: for effects that come after a
+    /// commit, such as an event to send once a payment is charged.
+    ///
+    /// Over an [`idempotent`](Self::idempotent) or [`transactional`](Self::transactional)
+    /// handler, `f` sees duplicates too ([`Deduplicated::Duplicate`](super::Deduplicated), with
+    /// the stored result): when `f` fails, or the process stops before it ends, the record is
+    /// redelivered, its commit is found done, and `f` runs again. Its effect happens at least
+    /// once; make it one its receiver can deduplicate. Its failures are retried by redelivery,
+    /// not counted against the attempt budget (the store's count is of the handler's own
+    /// failures).
+    ///
+    /// ```
+    /// use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordHandlerExt, json};
+    /// use lambda_idempotency::{Idempotency, store::InMemoryBackend};
+    ///
+    /// let handler = json(|n: u32, _ctx: RecordContext| async move { Ok::<_, std::io::Error>(n * 2) })
+    ///     .idempotent(Idempotency::new(InMemoryBackend::default()))
+    ///     .and_then(|done: Deduplicated<u32>, _ctx: RecordContext| async move {
+    ///         // Send an event for `done`, whether it ran now or before.
+    ///         Ok::<_, std::io::Error>(done.is_duplicate())
+    ///     });
+    /// ```
+    fn and_then<F, Fut, O, E>(self, f: F) -> AndThen<Self, F>
+    where
+        F: Fn(Self::Output, RecordContext) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<O, E>> + Send,
+        E: Into<BoxError>,
+    {
+        AndThen::new(self, f)
     }
 
     /// Calls `hook` once a record of this handler is in the dead-letter queue (its error was

@@ -22,8 +22,9 @@
 //!   record without a message id fails the whole invocation (see [`BatchError`]).
 //!
 //! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`ext`]
-//! (composition: `idempotent`, `on_dead_letter`), [`idempotent`]
-//! (the deduplicating wrapper), [`report`] (what a batch gave), [`processor`] (the settings and
+//! (composition: `idempotent`, `transactional`, `and_then`, `on_dead_letter`), [`idempotent`]
+//! (the deduplicating wrapper), [`transactional`] (the wrapper whose writes commit with the
+//! record), [`then`] (a follow-up after the handler), [`report`] (what a batch gave), [`processor`] (the settings and
 //! `process`), and the lane loop.
 
 pub mod ext;
@@ -32,6 +33,8 @@ pub mod idempotent;
 mod lanes;
 pub mod processor;
 pub mod report;
+pub mod then;
+pub mod transactional;
 
 pub use ext::RecordHandlerExt;
 pub use handler::{
@@ -39,6 +42,8 @@ pub use handler::{
     message,
 };
 pub use idempotent::{Deduplicated, Idempotent};
+pub use then::AndThen;
+pub use transactional::Transactional;
 pub use processor::{
     BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
     DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,

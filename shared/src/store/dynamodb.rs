@@ -105,7 +105,7 @@ impl Default for Attributes {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoDbBackend {
-    client: Client,
+    pub(super) client: Client,
     table: String,
     attributes: Attributes,
 }
@@ -138,7 +138,7 @@ impl DynamoDbBackend {
 
     /// Expression attribute names for the placeholders an expression uses (DynamoDB rejects
     /// unused ones).
-    fn names(&self, placeholders: &[&str]) -> HashMap<String, String> {
+    pub(super) fn names(&self, placeholders: &[&str]) -> HashMap<String, String> {
         let a = &self.attributes;
         placeholders
             .iter()
@@ -161,7 +161,7 @@ impl DynamoDbBackend {
             .collect()
     }
 
-    fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
+    pub(super) fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
         HashMap::from([(
             self.attributes.key.clone(),
             AttributeValue::S(key.to_owned()),
@@ -217,7 +217,7 @@ impl DynamoDbBackend {
     }
 }
 
-fn request_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> StoreError
+pub(super) fn request_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> StoreError
 where
     E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -251,11 +251,11 @@ pub fn max_result_bytes(attributes: &Attributes, key: &str) -> usize {
     MAX_ITEM_BYTES.saturating_sub(names + values)
 }
 
-fn n(value: impl ToString) -> AttributeValue {
+pub(super) fn n(value: impl ToString) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-fn s(value: &str) -> AttributeValue {
+pub(super) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 

@@ -1,8 +1,45 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Backend, Put, StoreError, Update, Updated};
+use super::{
+    Backend, Commit, Failure, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
+    TransactionalBackend, Update, Updated,
+};
 use crate::record::{Record, Status, truncate_error};
+
+/// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
+/// put under a table and a key, unconditionally or only where there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryWrite {
+    /// The table.
+    pub table: String,
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: String,
+    /// True when the put's condition is that the key holds no value yet.
+    pub if_absent: bool,
+}
+
+impl MemoryWrite {
+    /// Puts `value` under `table` and `key`.
+    pub fn put(table: &str, key: &str, value: &str) -> Self {
+        Self {
+            table: table.to_owned(),
+            key: key.to_owned(),
+            value: value.to_owned(),
+            if_absent: false,
+        }
+    }
+
+    /// Puts `value` under `table` and `key` only where there is no value yet.
+    pub fn put_if_absent(table: &str, key: &str, value: &str) -> Self {
+        Self {
+            if_absent: true,
+            ..Self::put(table, key, value)
+        }
+    }
+}
 
 /// A backend that keeps records in this process's memory. **For unit tests only.**
 ///
@@ -25,9 +62,21 @@ use crate::record::{Record, Status, truncate_error};
 #[derive(Debug, Default)]
 pub struct InMemoryBackend {
     records: Mutex<HashMap<String, Record>>,
+    items: Mutex<HashMap<(String, String), String>>,
 }
 
 impl InMemoryBackend {
+    /// The value a committed [`MemoryWrite`] left under `table` and `key`.
+    pub fn item(&self, table: &str, key: &str) -> Option<String> {
+        self.items()
+            .get(&(table.to_owned(), key.to_owned()))
+            .cloned()
+    }
+
+    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Every record held, for assertions in tests.
     pub fn records(&self) -> Vec<Record> {
         self.lock().values().cloned().collect()
@@ -118,5 +167,73 @@ impl Backend for InMemoryBackend {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.lock().remove(key);
         Ok(())
+    }
+}
+
+impl TransactionalBackend for InMemoryBackend {
+    type Write = MemoryWrite;
+
+    fn check(&self, _record: &Record, writes: &[MemoryWrite]) -> Result<(), LimitError> {
+        let actions = writes.len() + 1;
+        if actions > MAX_TRANSACTION_ACTIONS {
+            return Err(LimitError::TooManyActions {
+                actions,
+                max: MAX_TRANSACTION_ACTIONS,
+            });
+        }
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        record: &Record,
+        writes: &[MemoryWrite],
+        _token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        // Records first, then items: the one order every method takes the two locks in.
+        let mut records = self.lock();
+        if let Some(old) = records.get(&record.key)
+            && !old.is_replaceable_by(&record.payload_hash, now_ms)
+        {
+            return Ok(Commit::Exists(old.clone()));
+        }
+        let mut items = self.items();
+        let refused = writes.iter().enumerate().find(|(_, w)| {
+            w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone()))
+        });
+        if let Some((index, w)) = refused {
+            return Ok(Commit::Rejected {
+                index,
+                write: format!("Put on table `{}` ({})", w.table, w.key),
+                code: "ConditionalCheckFailed".into(),
+                message: "The conditional request failed".into(),
+            });
+        }
+        for w in writes {
+            items.insert((w.table.clone(), w.key.clone()), w.value.clone());
+        }
+        records.insert(record.key.clone(), record.clone());
+        Ok(Commit::Committed)
+    }
+
+    async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
+        let mut records = self.lock();
+        let mut failed = record.clone();
+        failed.status = Status::Failed;
+        failed.lease_until_ms = None;
+        failed.last_error = record.last_error.as_deref().map(truncate_error);
+        failed.attempts = 1;
+        if let Some(old) = records.get(&record.key) {
+            if !old.is_replaceable_by(&record.payload_hash, now_ms) {
+                return Ok(Failure::Exists(old.clone()));
+            }
+            if !old.is_expired(now_ms) {
+                failed.attempts = old.attempts + 1;
+            }
+        }
+        let attempts = failed.attempts;
+        records.insert(failed.key.clone(), failed);
+        Ok(Failure::Recorded { attempts })
     }
 }

@@ -8,14 +8,22 @@
 //! - [`DynamoDbBackend`]: the production backend (one conditional write per acquire, the existing
 //!   record returned with `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
 //! - [`InMemoryBackend`]: for unit tests only.
+//!
+//! A backend that can also commit the record together with the handler's own writes, in one
+//! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
+//! that cannot does not implement it, and the transactional mode does not compile over it.
 
 mod dynamodb;
+mod dynamodb_transact;
 mod memory;
+mod transactional;
 
 use std::future::Future;
 
 pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
-pub use memory::InMemoryBackend;
+pub use dynamodb_transact::{MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES};
+pub use memory::{InMemoryBackend, MemoryWrite};
+pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 
 use crate::record::Record;
 

@@ -1,0 +1,183 @@
+//! The [`Transactional`] wrapper: a handler whose DynamoDB writes commit with its idempotency
+//! record, in one request (see [`crate::transaction`]).
+
+use std::panic::AssertUnwindSafe;
+
+use aws_lambda_events::sqs::SqsMessage;
+use futures_util::FutureExt;
+use serde::Serialize;
+
+use super::idempotent::Deduplicated;
+use super::{RecordContext, RecordHandler};
+use crate::idempotency::Idempotency;
+use crate::key::KeyConfig;
+use crate::outcome::{RecordError, panic_message};
+use crate::store::{StoreError, TransactionalBackend};
+use crate::transaction::{TransactError, Transacted, Transaction};
+
+/// A handler whose writes commit with its idempotency record in one transaction: the inner
+/// handler returns a [`Transaction`] (its output and its writes) instead of making the writes.
+///
+/// - A fresh key: the record (completed) and the writes commit together, in one request
+///   ([`Deduplicated::Processed`]).
+/// - A key completed before: nothing is written ([`Deduplicated::Duplicate`], with the stored
+///   result), in one request, or none when the engine's [local cache](crate::cache) knows it.
+/// - One of the writes refused by its own condition: [`RecordError::Handler`] naming the write
+///   (a write the store finds invalid, or a transaction over its limits:
+///   [`RecordError::Permanent`]); nothing is applied, and the failure is recorded with the key's
+///   failed attempts ([`RecordError::Attempt`]), as for any failure of the inner handler.
+/// - Another payload under the key, the store unreachable, a key held by a lease of the other
+///   mode: as with [`Idempotent`](super::Idempotent).
+///
+/// The inner handler runs before the store is asked and must make no effects of its own (a
+/// duplicate's writes are dropped); it is told the receive count as its
+/// [`attempt`](RecordContext::attempt), since there is no acquire to read the store's count from.
+///
+/// ```
+/// use lambda_idempotency::{Idempotency, batch::{json, RecordContext, RecordHandlerExt}, key::KeyConfig};
+/// use lambda_idempotency::store::DynamoDbBackend;
+/// use lambda_idempotency::transaction::Transaction;
+/// use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { payment_id: String, amount_cents: i64 }
+///
+/// # fn handler(client: aws_sdk_dynamodb::Client) {
+/// let handler = json(|p: Payment, _ctx: RecordContext| async move {
+///     let entry = Put::builder()
+///         .table_name("ledger")
+///         .item("paymentId", AttributeValue::S(p.payment_id.clone()))
+///         .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+///         .build()?;
+///     Ok::<_, aws_sdk_dynamodb::error::BuildError>(
+///         Transaction::<_, TransactWriteItem>::new(p.payment_id).put(entry),
+///     )
+/// })
+/// .transactional(Idempotency::new(DynamoDbBackend::new(client, "idempotency")))
+/// .with_keys(KeyConfig::json_pointer("/payment_id"));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Transactional<H, B> {
+    inner: H,
+    engine: Idempotency<B>,
+    keys: KeyConfig,
+}
+
+impl<H, B> Transactional<H, B> {
+    /// Commits `inner`'s writes with `engine`, keyed on the message id.
+    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
+        Self {
+            inner,
+            engine,
+            keys: KeyConfig::default(),
+        }
+    }
+
+    /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
+    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Idempotency<B> {
+        &self.engine
+    }
+}
+
+/// The record's error for a transaction that committed nothing.
+fn record_error(error: TransactError<RecordError>) -> RecordError {
+    let with_attempts = |error: RecordError, attempts: Option<u32>| match attempts {
+        Some(attempts) => RecordError::Attempt {
+            attempts,
+            error: Box::new(error),
+        },
+        None => error,
+    };
+    match error {
+        TransactError::Failed { error, attempts } => with_attempts(error, attempts),
+        TransactError::Rejected {
+            rejection,
+            attempts,
+        } => {
+            let error = if rejection.is_condition() {
+                RecordError::Handler(Box::new(rejection))
+            } else {
+                RecordError::Permanent(Box::new(rejection))
+            };
+            with_attempts(error, attempts)
+        }
+        TransactError::Limit { error, attempts } => {
+            with_attempts(RecordError::Permanent(Box::new(error)), attempts)
+        }
+        TransactError::InProgress { lease_until_ms } => RecordError::InProgress { lease_until_ms },
+        TransactError::PayloadMismatch { key } => RecordError::PayloadMismatch { key },
+        contended @ TransactError::Contended { .. } => RecordError::Store(StoreError::Request {
+            operation: "TransactWriteItems",
+            message: contended.to_string(),
+            source: contended.to_string().into(),
+        }),
+        TransactError::Store(e) => RecordError::Store(e),
+    }
+}
+
+impl<H, B, T> RecordHandler for Transactional<H, B>
+where
+    H: RecordHandler<Output = Transaction<T, B::Write>>,
+    T: Serialize + Send,
+    B: TransactionalBackend,
+{
+    type Output = Deduplicated<T>;
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.keys.key(message).ok()
+    }
+
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+
+    async fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> Result<Self::Output, RecordError> {
+        let key_error = |source| RecordError::Key {
+            message_id: ctx.message_id.clone(),
+            source,
+        };
+        let key = self.keys.key(message).map_err(key_error)?;
+        let hash = self.keys.payload_hash(message).map_err(key_error)?;
+        let work = || async {
+            let work = ctx.cancellable(self.inner.handle(message, ctx));
+            match AssertUnwindSafe(work).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
+            }
+        };
+        match self
+            .engine
+            .transact_hashed(&key, &hash, ctx.finish_by, work)
+            .await
+        {
+            Ok(Transacted::Committed(output)) => Ok(Deduplicated::Processed(output)),
+            Ok(Transacted::Duplicate { stored }) => {
+                tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+                Ok(Deduplicated::Duplicate { stored })
+            }
+            Err(e) => Err(record_error(e)),
+        }
+    }
+
+    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        self.inner.dead_lettered(message, ctx, error).await;
+        // The failures this wrapper recorded: the redriven message starts a new budget.
+        if error.attempts().is_some()
+            && let Ok(key) = self.keys.key(message)
+            && let Err(e) = self.engine.reset_attempts(&key).await
+        {
+            tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! [`TransactionalBackend`] for [`DynamoDbBackend`]: the record and the handler's writes in one
+//! `TransactWriteItems`.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put as PutAction, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+
+use super::dynamodb::{n, request_error, s};
+use super::{Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, StoreError};
+use super::TransactionalBackend;
+use crate::record::{Record, Status, truncate_error};
+
+/// Most actions in one `TransactWriteItems`, the idempotency record's included.
+pub const MAX_TRANSACTION_ACTIONS: usize = 100;
+
+/// Most bytes of items in one `TransactWriteItems`: 4 MB.
+pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+
+/// Cancellation codes that say the transaction could not run now, and may run if tried again.
+const CONTENDED: [&str; 4] = [
+    "TransactionConflict",
+    "ThrottlingError",
+    "ProvisionedThroughputExceeded",
+    "RequestLimitExceeded",
+];
+
+/// The condition under which a commit writes its record; mirrors [`Record::is_replaceable_by`].
+const REPLACEABLE: &str = "attribute_not_exists(#key) OR (NOT (#status = :in_progress AND \
+     (#lease >= :now_ms OR (attribute_not_exists(#lease) AND #exp >= :now_s))) \
+     AND (#exp < :now_s OR (#hash = :hash AND #status <> :completed)))";
+
+impl DynamoDbBackend {
+    /// `record` as an item of the table.
+    fn record_item(&self, record: &Record) -> HashMap<String, AttributeValue> {
+        let a = self.attributes();
+        let mut item = HashMap::from([
+            (a.key.clone(), s(&record.key)),
+            (a.status.clone(), s(record.status.as_str())),
+            (a.expiry.clone(), n(record.expires_at)),
+            (a.payload_hash.clone(), s(&record.payload_hash)),
+            (a.attempts.clone(), n(record.attempts)),
+            (a.result_omitted.clone(), AttributeValue::Bool(record.result_omitted)),
+        ]);
+        let optional = [
+            (&a.lease, record.lease_until_ms.map(n)),
+            (&a.owner, record.owner.as_deref().map(s)),
+            (&a.result, record.result.as_deref().map(s)),
+            (&a.last_error, record.last_error.as_deref().map(s)),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                item.insert(name.clone(), value);
+            }
+        }
+        item
+    }
+
+    /// The conditional put of a commit's record.
+    fn record_put(&self, record: &Record, now_ms: i64) -> TransactWriteItem {
+        let put = PutAction::builder()
+            .table_name(self.table())
+            .set_item(Some(self.record_item(record)))
+            .condition_expression(REPLACEABLE)
+            .set_expression_attribute_names(Some(
+                self.names(&["#key", "#status", "#lease", "#exp", "#hash"]),
+            ))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":hash", s(&record.payload_hash))
+            .expression_attribute_values(":now_ms", n(now_ms))
+            .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("table, item and condition are set");
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    /// Reads the cancellation reasons of a commit: the record's first (index 0), then the
+    /// handler's writes.
+    fn cancelled(
+        &self,
+        record: &Record,
+        writes: &[TransactWriteItem],
+        reasons: &[CancellationReason],
+    ) -> Result<Commit, StoreError> {
+        let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
+        if let Some(first) = reasons.first()
+            && first.code() == Some("ConditionalCheckFailed")
+        {
+            return match first.item() {
+                Some(item) => Ok(Commit::Exists(self.record_from_item(item)?)),
+                None => Err(StoreError::Malformed {
+                    key: record.key.clone(),
+                    reason: "the record's condition failed but no item was returned \
+                             (ReturnValuesOnConditionCheckFailure unsupported?)"
+                        .into(),
+                }),
+            };
+        }
+        if let Some(r) = reasons
+            .iter()
+            .find(|r| CONTENDED.contains(&r.code().unwrap_or_default()))
+        {
+            return Ok(Commit::Contended {
+                reason: format!("{}: {}", code(r), r.message().unwrap_or("no message")),
+            });
+        }
+        let refused = reasons
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, r)| r.code().is_some_and(|c| c != "None"));
+        match refused {
+            Some((i, r)) => Ok(Commit::Rejected {
+                index: i - 1,
+                write: writes.get(i - 1).map(describe).unwrap_or_default(),
+                code: code(r),
+                message: r.message().unwrap_or("no message").to_owned(),
+            }),
+            None => Err(StoreError::Malformed {
+                key: record.key.clone(),
+                reason: format!(
+                    "the transaction was cancelled without a reason for any action: {:?}",
+                    reasons.iter().map(code).collect::<Vec<_>>()
+                ),
+            }),
+        }
+    }
+
+    /// One failure update: `expired` chooses between a live record of the same payload (its
+    /// attempts go up by one) and an expired one (they start again at 1).
+    async fn fail_once(
+        &self,
+        record: &Record,
+        now_ms: i64,
+        expired: bool,
+    ) -> Result<Failure, StoreError> {
+        let held = "(#status = :in_progress AND (#lease >= :now_ms \
+                    OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
+        let (condition, attempts) = if expired {
+            (format!("NOT {held} AND #exp < :now_s"), "#attempts = :one")
+        } else {
+            (
+                format!(
+                    "attribute_not_exists(#key) OR (NOT {held} AND #exp >= :now_s \
+                     AND #hash = :hash AND #status <> :completed)"
+                ),
+                "#attempts = if_not_exists(#attempts, :zero) + :one",
+            )
+        };
+        let mut placeholders = vec![
+            "#status", "#lease", "#exp", "#hash", "#attempts", "#err", "#owner", "#result",
+            "#omitted",
+        ];
+        if !expired {
+            placeholders.push("#key");
+        }
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(self.table())
+            .set_key(Some(self.key_value(&record.key)))
+            .condition_expression(condition)
+            .update_expression(format!(
+                "SET #status = :failed, #err = :err, #exp = :exp, #hash = :hash, \
+                 #owner = :owner, {attempts} REMOVE #lease, #result, #omitted"
+            ))
+            .set_expression_attribute_names(Some(self.names(&placeholders)))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+            .expression_attribute_values(
+                ":err",
+                s(&truncate_error(record.last_error.as_deref().unwrap_or("failed"))),
+            )
+            .expression_attribute_values(":exp", n(record.expires_at))
+            .expression_attribute_values(":hash", s(&record.payload_hash))
+            .expression_attribute_values(":owner", s(record.owner.as_deref().unwrap_or_default()))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now_ms", n(now_ms))
+            .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if !expired {
+            request = request
+                .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+                .expression_attribute_values(":zero", n(0));
+        }
+        let result = request.send().await;
+        match result {
+            Ok(output) => Ok(Failure::Recorded {
+                attempts: output
+                    .attributes()
+                    .and_then(|a| a.get(&self.attributes().attempts))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1),
+            }),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.err() else {
+                    unreachable!()
+                };
+                match failed.item() {
+                    Some(item) => Ok(Failure::Exists(self.record_from_item(item)?)),
+                    // Deleted between the two requests: the next failure records it.
+                    None => Ok(Failure::Recorded { attempts: 1 }),
+                }
+            }
+            Err(e) => Err(request_error("UpdateItem", e)),
+        }
+    }
+}
+
+impl TransactionalBackend for DynamoDbBackend {
+    type Write = TransactWriteItem;
+
+    fn check(&self, record: &Record, writes: &[TransactWriteItem]) -> Result<(), LimitError> {
+        let actions = writes.len() + 1;
+        if actions > MAX_TRANSACTION_ACTIONS {
+            return Err(LimitError::TooManyActions {
+                actions,
+                max: MAX_TRANSACTION_ACTIONS,
+            });
+        }
+        let mut bytes = item_bytes(&self.record_item(record));
+        for (index, write) in writes.iter().enumerate() {
+            let item = write_bytes(write);
+            if item > MAX_ITEM_BYTES {
+                return Err(LimitError::ItemTooLarge {
+                    index,
+                    write: describe(write),
+                    bytes: item,
+                    max: MAX_ITEM_BYTES,
+                });
+            }
+            bytes += item;
+        }
+        if bytes > MAX_TRANSACTION_BYTES {
+            return Err(LimitError::TooLarge {
+                bytes,
+                max: MAX_TRANSACTION_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        record: &Record,
+        writes: &[TransactWriteItem],
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let mut items = Vec::with_capacity(writes.len() + 1);
+        items.push(self.record_put(record, now_ms));
+        items.extend_from_slice(writes);
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(token)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Commit::Committed),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                    self.cancelled(record, writes, cancelled.cancellation_reasons())
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(Commit::Contended {
+                        reason: "TransactionInProgress: a try with this token is still running"
+                            .into(),
+                    })
+                }
+                _ => Err(request_error(
+                    "TransactWriteItems",
+                    SdkError::ServiceError(e),
+                )),
+            },
+            Err(e) => Err(request_error("TransactWriteItems", e)),
+        }
+    }
+
+    async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
+        match self.fail_once(record, now_ms, false).await? {
+            Failure::Exists(existing)
+                if existing.is_expired(now_ms) && !existing.is_held(now_ms) =>
+            {
+                self.fail_once(record, now_ms, true).await
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// A write as an error names it: operation, table and key.
+pub(crate) fn describe(write: &TransactWriteItem) -> String {
+    let keyed = |op: &str, table: &str, key: Option<&HashMap<String, AttributeValue>>| {
+        let key = key
+            .map(|k| {
+                let mut parts: Vec<String> =
+                    k.iter().map(|(name, v)| format!("{name} = {}", show(v))).collect();
+                parts.sort();
+                format!(" ({})", parts.join(", "))
+            })
+            .unwrap_or_default();
+        format!("{op} on table `{table}`{key}")
+    };
+    if let Some(p) = write.put() {
+        keyed("Put", p.table_name(), None)
+    } else if let Some(u) = write.update() {
+        keyed("Update", u.table_name(), Some(u.key()))
+    } else if let Some(d) = write.delete() {
+        keyed("Delete", d.table_name(), Some(d.key()))
+    } else if let Some(c) = write.condition_check() {
+        keyed("ConditionCheck", c.table_name(), Some(c.key()))
+    } else {
+        "an empty action".to_owned()
+    }
+}
+
+fn show(value: &AttributeValue) -> String {
+    match value {
+        AttributeValue::S(v) | AttributeValue::N(v) => v.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The bytes of a write's item as far as the request shows them: a put's whole item; an
+/// update's key and new values; a delete's or a check's key.
+fn write_bytes(write: &TransactWriteItem) -> usize {
+    let values = |v: Option<&HashMap<String, AttributeValue>>| v.map_or(0, |v| values_bytes(v));
+    if let Some(p) = write.put() {
+        item_bytes(p.item())
+    } else if let Some(u) = write.update() {
+        item_bytes(u.key()) + values(u.expression_attribute_values())
+    } else if let Some(d) = write.delete() {
+        item_bytes(d.key())
+    } else if let Some(c) = write.condition_check() {
+        item_bytes(c.key())
+    } else {
+        0
+    }
+}
+
+/// An item's size as DynamoDB counts it: each attribute's name and value.
+pub(crate) fn item_bytes(item: &HashMap<String, AttributeValue>) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_bytes(v)).sum()
+}
+
+fn values_bytes(values: &HashMap<String, AttributeValue>) -> usize {
+    values.values().map(value_bytes).sum()
+}
+
+/// A value's size as DynamoDB counts it (numbers at their text length, an upper bound).
+fn value_bytes(value: &AttributeValue) -> usize {
+    match value {
+        AttributeValue::S(v) | AttributeValue::N(v) => v.len(),
+        AttributeValue::B(v) => v.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(v) | AttributeValue::Ns(v) => v.iter().map(String::len).sum(),
+        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(v) => 3 + v.iter().map(|e| 1 + value_bytes(e)).sum::<usize>(),
+        AttributeValue::M(v) => 3 + v.iter().map(|(k, e)| 1 + k.len() + value_bytes(e)).sum::<usize>(),
+        _ => 0,
+    }
+}

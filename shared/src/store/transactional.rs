@@ -1,0 +1,154 @@
+//! The [`TransactionalBackend`] trait: a backend that commits an idempotency record and the
+//! handler's own writes in one atomic request.
+
+use std::future::Future;
+
+use super::{Backend, StoreError};
+use crate::record::Record;
+
+/// What [`TransactionalBackend::commit`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Commit {
+    /// The record and every write were applied, together.
+    Committed,
+    /// A record that is not replaceable holds the key; here it is, as stored. Nothing was
+    /// applied.
+    Exists(Record),
+    /// One of the handler's writes was refused (its own condition failed, or the store rejected
+    /// it); nothing was applied.
+    Rejected {
+        /// Its position among the handler's writes, from 0.
+        index: usize,
+        /// The write, as the backend describes it (operation, table, key).
+        write: String,
+        /// The store's code (DynamoDB: `ConditionalCheckFailed`, `ValidationError`, ...).
+        code: String,
+        /// The store's message.
+        message: String,
+    },
+    /// The transaction could not run now (another transaction on one of its items, throttling);
+    /// nothing was applied, and the same call may be tried again.
+    Contended {
+        /// What the store said.
+        reason: String,
+    },
+}
+
+/// What [`TransactionalBackend::record_failure`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The failure is recorded; the key's failed attempts, this one included.
+    Recorded {
+        /// Failed attempts of the key.
+        attempts: u32,
+    },
+    /// A record that is not replaceable holds the key (another attempt committed, or holds it):
+    /// here it is; the failure was not recorded.
+    Exists(Record),
+}
+
+/// A transaction the backend cannot take, found before any request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// More actions than one transaction holds.
+    #[error(
+        "a transaction holds at most {max} actions; this one has {actions} \
+         (the idempotency record and {} writes)", actions - 1
+    )]
+    TooManyActions {
+        /// Actions of this transaction, the record included.
+        actions: usize,
+        /// The most one transaction holds.
+        max: usize,
+    },
+    /// The items of the transaction are larger than one transaction holds.
+    #[error(
+        "the items of a transaction hold at most {max} bytes; this one's hold at least {bytes} \
+         (the idempotency record and the writes)"
+    )]
+    TooLarge {
+        /// Bytes of the transaction's items, as the store counts them.
+        bytes: usize,
+        /// The most one transaction holds.
+        max: usize,
+    },
+    /// One write's item is larger than the store's item limit.
+    #[error("write {index} ({write}) holds at least {bytes} bytes; an item holds at most {max}")]
+    ItemTooLarge {
+        /// Its position among the handler's writes, from 0.
+        index: usize,
+        /// The write, as the backend describes it.
+        write: String,
+        /// Its bytes.
+        bytes: usize,
+        /// The item limit.
+        max: usize,
+    },
+}
+
+/// A [`Backend`] that can write an idempotency record and the handler's own writes in one
+/// atomic request: either all of them apply or none does.
+///
+/// The engine above it ([`Idempotency::transact`](crate::Idempotency::transact)) decides what to
+/// write and what a refusal means; a backend translates. [`super::DynamoDbBackend`] implements it
+/// with `TransactWriteItems`; [`super::InMemoryBackend`] with a lock, for unit tests.
+pub trait TransactionalBackend: Backend {
+    /// One of the handler's writes, in the store's own terms (DynamoDB:
+    /// [`TransactWriteItem`](aws_sdk_dynamodb::types::TransactWriteItem)).
+    type Write: Clone + Send + Sync + std::fmt::Debug;
+
+    /// Checks `record` and `writes` against the store's limits (actions and bytes per
+    /// transaction, bytes per item), without a request.
+    fn check(&self, record: &Record, writes: &[Self::Write]) -> Result<(), LimitError>;
+
+    /// Writes `record` (completed) and `writes` in one atomic request, unless a record that is
+    /// not replaceable holds the key ([`Record::is_replaceable_by`] at `now_ms`); then returns
+    /// [`Commit::Exists`] with the stored record, from the same request.
+    ///
+    /// `token` is the same for every try of one attempt, and the request is the same: a store
+    /// that keeps request tokens (DynamoDB's `ClientRequestToken`, for 10 minutes) applies a
+    /// repeated call once, so a try whose answer was lost is safe to repeat.
+    fn commit(
+        &self,
+        record: &Record,
+        writes: &[Self::Write],
+        token: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+
+    /// Records a failed attempt at `record.key`: the record becomes failed with
+    /// `record.last_error`, `record.payload_hash` and `record.expires_at`, and its attempts go
+    /// up by one (they start again at 1 when the stored record had expired). Not applied while a
+    /// record that is not replaceable holds the key ([`Failure::Exists`]).
+    fn record_failure(
+        &self,
+        record: &Record,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Failure, StoreError>> + Send;
+}
+
+impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
+    type Write = B::Write;
+
+    fn check(&self, record: &Record, writes: &[Self::Write]) -> Result<(), LimitError> {
+        (**self).check(record, writes)
+    }
+
+    fn commit(
+        &self,
+        record: &Record,
+        writes: &[Self::Write],
+        token: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit(record, writes, token, now_ms)
+    }
+
+    fn record_failure(
+        &self,
+        record: &Record,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Failure, StoreError>> + Send {
+        (**self).record_failure(record, now_ms)
+    }
+}

@@ -1,0 +1,456 @@
+//! Transactional mode: the idempotency record and the handler's own writes in one atomic request.
+//!
+//! When a handler's effects are writes to the store's database (a ledger entry, a balance, a
+//! status), they and the idempotency record can commit together: the handler *returns* its
+//! writes in a [`Transaction`] instead of making them, and
+//! [`Idempotency::transact`] adds the record, written completed at once, with the condition that
+//! no live record holds the key. On DynamoDB that is one `TransactWriteItems`:
+//!
+//! - **one request** per fresh record, the handler's writes included, and one per duplicate (the
+//!   cancelled transaction returns the stored record, with its result); none for a duplicate the
+//!   [local cache](crate::cache) knows;
+//! - **no in-progress state and no lease**: nothing is written until everything is, so a crash at
+//!   any point leaves either all of it or none of it, and a redelivery after a crash cannot apply
+//!   the writes a second time;
+//! - the handler's own conditions are its business: a write refused by its condition fails the
+//!   record with [`TransactError::Rejected`], naming the write, and nothing is applied.
+//!
+//! The handler runs before the store is asked (the transaction needs its writes), so it must make
+//! no effects of its own: a duplicate's writes are built and dropped. Effects that cannot be
+//! writes of the transaction (a message to send) belong after it, and happen at least once: see
+//! [`RecordHandlerExt::and_then`](crate::batch::RecordHandlerExt::and_then).
+//!
+//! A failed attempt is recorded as before (a failed record with the error and the attempt
+//! count, one more request on the failure path only), so the attempt budget and the backoff work
+//! the same in both modes.
+//!
+//! Only a [`TransactionalBackend`] offers this mode: [`DynamoDbBackend`](crate::store::DynamoDbBackend)
+//! (and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests). Over a backend that
+//! cannot commit transactions, `transact` does not compile.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use lambda_idempotency::{Idempotency, store::{InMemoryBackend, MemoryWrite}};
+//! use lambda_idempotency::transaction::{Transacted, Transaction};
+//! use std::sync::Arc;
+//!
+//! let backend = Arc::new(InMemoryBackend::default());
+//! let engine = Idempotency::new(backend.clone());
+//! let charge = || async {
+//!     Ok::<_, std::io::Error>(
+//!         Transaction::new("entry-1").write(MemoryWrite::put("ledger", "entry-1", "500")),
+//!     )
+//! };
+//! let first = engine.transact("payment-1", b"{\"amount\":500}", None, charge).await.unwrap();
+//! let again = engine.transact("payment-1", b"{\"amount\":500}", None, charge).await.unwrap();
+//! assert_eq!(first, Transacted::Committed("entry-1"));
+//! assert_eq!(again, Transacted::Duplicate { stored: Some("\"entry-1\"".into()) });
+//! assert_eq!(backend.item("ledger", "entry-1").as_deref(), Some("500"));
+//! # });
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::types::{ConditionCheck, Delete, Put, TransactWriteItem, Update};
+use futures_util::FutureExt;
+use serde::Serialize;
+
+use crate::idempotency::{Acquired, Idempotency, classify};
+use crate::key::sha256_hex;
+use crate::outcome::panic_message;
+use crate::record::{Record, Status, new_owner_token, system_time_ms};
+use crate::store::{Commit, Failure, LimitError, StoreError, TransactionalBackend};
+
+/// Tries of one commit while the store answers that it cannot run it now, or fails.
+pub const COMMIT_TRIES: u32 = 5;
+
+/// First pause between two tries of a commit; it doubles after each.
+pub const COMMIT_BACKOFF: Duration = Duration::from_millis(25);
+
+/// What a handler returns in transactional mode: its output (stored as the record's result) and
+/// the writes to commit with the record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transaction<T, W> {
+    output: T,
+    writes: Vec<W>,
+}
+
+impl<T, W> Transaction<T, W> {
+    /// A transaction with `output` and no writes yet.
+    pub fn new(output: T) -> Self {
+        Self {
+            output,
+            writes: Vec::new(),
+        }
+    }
+
+    /// Adds a write.
+    pub fn write(mut self, write: impl Into<W>) -> Self {
+        self.writes.push(write.into());
+        self
+    }
+
+    /// Adds a write in place.
+    pub fn push(&mut self, write: impl Into<W>) {
+        self.writes.push(write.into());
+    }
+
+    /// The output.
+    pub fn output(&self) -> &T {
+        &self.output
+    }
+
+    /// The writes, in order.
+    pub fn writes(&self) -> &[W] {
+        &self.writes
+    }
+
+    /// The output and the writes.
+    pub fn into_parts(self) -> (T, Vec<W>) {
+        (self.output, self.writes)
+    }
+}
+
+/// The DynamoDB actions, as [`TransactWriteItem`]s.
+impl<T> Transaction<T, TransactWriteItem> {
+    /// Adds a `Put`.
+    pub fn put(self, put: Put) -> Self {
+        self.write(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// Adds an `Update` (with its condition, if it has one).
+    pub fn update(self, update: Update) -> Self {
+        self.write(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Adds a `Delete`.
+    pub fn delete(self, delete: Delete) -> Self {
+        self.write(TransactWriteItem::builder().delete(delete).build())
+    }
+
+    /// Adds a `ConditionCheck`: a condition on another item that must hold for the commit.
+    pub fn condition_check(self, check: ConditionCheck) -> Self {
+        self.write(TransactWriteItem::builder().condition_check(check).build())
+    }
+}
+
+/// What [`Idempotency::transact`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transacted<T> {
+    /// The record and the handler's writes were committed together; here is the output.
+    Committed(T),
+    /// The key was completed before: nothing was written.
+    Duplicate {
+        /// The stored result (JSON), if one was stored.
+        stored: Option<String>,
+    },
+}
+
+/// One of the handler's writes, refused by the store: its own condition failed, or the store
+/// found it invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("write {index} of the transaction ({write}) was refused: {code}: {message}")]
+pub struct Rejection {
+    /// Its position among the handler's writes, from 0.
+    pub index: usize,
+    /// The write: operation, table and key.
+    pub write: String,
+    /// The store's code (DynamoDB: `ConditionalCheckFailed`, `ValidationError`, ...).
+    pub code: String,
+    /// The store's message.
+    pub message: String,
+}
+
+impl Rejection {
+    /// True when the write's own condition failed (not an invalid write).
+    pub fn is_condition(&self) -> bool {
+        self.code == "ConditionalCheckFailed"
+    }
+}
+
+/// Why [`Idempotency::transact`] committed nothing. `attempts` are the key's failed attempts
+/// after this one, when the failure could be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum TransactError<E> {
+    /// The handler failed before giving its writes.
+    #[error("{error}")]
+    Failed {
+        /// Its error.
+        error: E,
+        /// Failed attempts of the key, this one included.
+        attempts: Option<u32>,
+    },
+    /// One of the handler's writes was refused; nothing was applied.
+    #[error("{rejection}")]
+    Rejected {
+        /// Which write, and why.
+        rejection: Rejection,
+        /// Failed attempts of the key, this one included.
+        attempts: Option<u32>,
+    },
+    /// The transaction is over the store's limits: found before any request, and not recorded
+    /// (a retry cannot succeed).
+    #[error("{error}")]
+    Limit {
+        /// Which limit.
+        error: LimitError,
+        /// Always `None`: the failure is not recorded.
+        attempts: Option<u32>,
+    },
+    /// Another attempt holds the key (an attempt of the lease mode, on the same key).
+    #[error("another attempt is in progress until {lease_until_ms} (epoch ms)")]
+    InProgress {
+        /// When its lease ends, epoch milliseconds.
+        lease_until_ms: i64,
+    },
+    /// The key was first used with another payload.
+    #[error("idempotency key `{key}` was already used with a different payload")]
+    PayloadMismatch {
+        /// The key.
+        key: String,
+    },
+    /// The store could not run the transaction now (conflicts, throttling), on every try.
+    #[error("the transaction could not run after {tries} tries: {reason}")]
+    Contended {
+        /// Tries made.
+        tries: u32,
+        /// The last reason the store gave.
+        reason: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl<E> TransactError<E> {
+    /// The key's failed attempts after this one, when a failure was recorded.
+    pub fn attempts(&self) -> Option<u32> {
+        match self {
+            TransactError::Failed { attempts, .. }
+            | TransactError::Rejected { attempts, .. }
+            | TransactError::Limit { attempts, .. } => *attempts,
+            _ => None,
+        }
+    }
+}
+
+/// What recording a failure found.
+enum Noted {
+    /// Recorded, or not (then logged): the key's failed attempts when known.
+    Attempts(Option<u32>),
+    /// The key was completed meanwhile, or holds another payload, or is held.
+    Answer(Result<Acquired, crate::AcquireError>),
+}
+
+/// The `ClientRequestToken` of one try: the same for every try of one attempt with the same
+/// request, different for every attempt and after a definite cancellation.
+fn request_token(stored_key: &str, owner: &str, round: u32) -> String {
+    sha256_hex(format!("{stored_key}\n{owner}\n{round}").as_bytes())[..32].to_owned()
+}
+
+impl<B: TransactionalBackend> Idempotency<B> {
+    /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
+    /// writes, and they commit with the idempotency record in one request (see the
+    /// [module](crate::transaction)). `deadline` bounds the tries of the commit.
+    pub async fn transact<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        deadline: Option<SystemTime>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        self.transact_hashed(key, &sha256_hex(payload), deadline, work)
+            .await
+    }
+
+    /// [`transact`](Self::transact) with a payload hash computed by the caller.
+    ///
+    /// A panic in `work` is recorded as a failed attempt and then resumed.
+    pub async fn transact_hashed<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &str,
+        deadline: Option<SystemTime>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock().now_ms();
+        if let Some(cached) = self.cached(key, &stored, payload_hash, now_ms) {
+            return answer(cached);
+        }
+        let owner = new_owner_token();
+        let mut record = Record {
+            key: stored,
+            status: Status::Completed,
+            expires_at: self.expires_at(now_ms),
+            lease_until_ms: None,
+            owner: Some(owner),
+            payload_hash: payload_hash.to_owned(),
+            attempts: 0,
+            last_error: None,
+            result: None,
+            result_omitted: false,
+        };
+        let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
+            Ok(Ok(transaction)) => transaction,
+            Ok(Err(error)) => {
+                let noted = self.note_failure(key, &record, &error.to_string()).await;
+                return settle(noted, |attempts| TransactError::Failed { error, attempts });
+            }
+            Err(panic) => {
+                let message = format!("panicked: {}", panic_message(&panic));
+                self.note_failure(key, &record, &message).await;
+                std::panic::resume_unwind(panic)
+            }
+        };
+        let (output, writes) = transaction.into_parts();
+        self.set_result(&mut record, &output);
+        // Found before any request, and permanent: not counted as an attempt.
+        if let Err(error) = self.backend().check(&record, &writes) {
+            return Err(TransactError::Limit {
+                error,
+                attempts: None,
+            });
+        }
+        let mut delay = COMMIT_BACKOFF;
+        let mut round = 0;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let token = request_token(&record.key, record.owner.as_deref().unwrap_or(""), round);
+            let last = match self.backend().commit(&record, &writes, &token, now_ms).await {
+                Ok(Commit::Committed) => {
+                    self.remember(&record, now_ms);
+                    return Ok(Transacted::Committed(output));
+                }
+                // This attempt's own record: an earlier try committed, and its answer was lost.
+                Ok(Commit::Exists(existing)) if existing.owner == record.owner => {
+                    return Ok(Transacted::Committed(output));
+                }
+                Ok(Commit::Exists(existing)) => {
+                    self.remember(&existing, now_ms);
+                    return answer(classify(key, existing, payload_hash, now_ms));
+                }
+                Ok(Commit::Rejected {
+                    index,
+                    write,
+                    code,
+                    message,
+                }) => {
+                    let rejection = Rejection {
+                        index,
+                        write,
+                        code,
+                        message,
+                    };
+                    let noted = self.note_failure(key, &record, &rejection.to_string()).await;
+                    return settle(noted, |attempts| TransactError::Rejected {
+                        rejection,
+                        attempts,
+                    });
+                }
+                Ok(Commit::Contended { reason }) => {
+                    // Cancelled for certain: the next try is a new request.
+                    round += 1;
+                    TransactError::Contended { tries, reason }
+                }
+                // The answer may be lost after a commit: the next try repeats the token.
+                Err(e) => TransactError::Store(e),
+            };
+            let room = deadline.is_none_or(|until| {
+                system_time_ms(until) - self.clock().now_ms() > 2 * delay.as_millis() as i64
+            });
+            if tries >= COMMIT_TRIES || !room {
+                return Err(last);
+            }
+            tracing::warn!(key, error = %last, tries, "transaction not committed; trying again");
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
+    }
+
+    /// Stores `output` as the record's result, unless it is too large for the store's item.
+    fn set_result<T: Serialize>(&self, record: &mut Record, output: &T) {
+        let json = serde_json::to_string(output).ok().filter(|j| j != "null");
+        match (json, self.backend().max_result_bytes(&record.key)) {
+            (Some(json), Some(max)) if json.len() > max => {
+                tracing::warn!(
+                    key = record.key,
+                    result_bytes = json.len(),
+                    max_bytes = max,
+                    "result too large for the idempotency record: not stored"
+                );
+                record.result_omitted = true;
+            }
+            (json, _) => record.result = json,
+        }
+    }
+
+    /// Records a failed attempt of `record`'s key with `error`.
+    async fn note_failure(&self, key: &str, record: &Record, error: &str) -> Noted {
+        let now_ms = self.clock().now_ms();
+        let failed = Record {
+            status: Status::Failed,
+            last_error: Some(error.to_owned()),
+            result: None,
+            result_omitted: false,
+            ..record.clone()
+        };
+        match self.backend().record_failure(&failed, now_ms).await {
+            Ok(Failure::Recorded { attempts }) => Noted::Attempts(Some(attempts)),
+            Ok(Failure::Exists(existing)) => {
+                self.remember(&existing, now_ms);
+                Noted::Answer(classify(key, existing, &record.payload_hash, now_ms))
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "could not record the failure");
+                Noted::Attempts(None)
+            }
+        }
+    }
+}
+
+/// The answer for a key found completed, held or of another payload.
+fn answer<T, E>(found: Result<Acquired, crate::AcquireError>) -> Result<Transacted<T>, TransactError<E>> {
+    match found {
+        Ok(Acquired::Completed { result, .. }) => Ok(Transacted::Duplicate { stored: result }),
+        Ok(Acquired::InProgress { lease_until_ms }) => {
+            Err(TransactError::InProgress { lease_until_ms })
+        }
+        // `classify` never starts an attempt.
+        Ok(Acquired::Started(_)) => unreachable!("a stored record never starts an attempt"),
+        Err(crate::AcquireError::PayloadMismatch { key }) => {
+            Err(TransactError::PayloadMismatch { key })
+        }
+        Err(crate::AcquireError::Store(e)) => Err(TransactError::Store(e)),
+    }
+}
+
+/// The result of a failed attempt: its error with the attempts, or the answer the store gave
+/// instead (a duplicate stays a duplicate even when its handler now fails).
+fn settle<T, E>(
+    noted: Noted,
+    error: impl FnOnce(Option<u32>) -> TransactError<E>,
+) -> Result<Transacted<T>, TransactError<E>> {
+    match noted {
+        Noted::Attempts(attempts) => Err(error(attempts)),
+        // A failed record of the same payload is what this attempt would have written.
+        Noted::Answer(Ok(Acquired::InProgress { .. })) => Err(error(None)),
+        Noted::Answer(found) => answer(found),
+    }
+}
