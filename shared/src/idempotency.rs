@@ -405,7 +405,9 @@ impl<B: Backend> Idempotency<B> {
         };
         let updated = self.backend.update(&lease.stored_key, &update).await?;
         // A result too large to store is not cached either: the cache answers as the store would.
-        if let (Updated::Applied { .. }, Some(cache), false) = (updated, &self.cache, result_omitted) {
+        if let (Updated::Applied { .. }, Some(cache), false) =
+            (updated, &self.cache, result_omitted)
+        {
             cache.insert(
                 &lease.stored_key,
                 &lease.payload_hash,

@@ -3,6 +3,11 @@
 //! - [`Idempotency`]: an idempotency engine (in progress with a lease that ends at the Lambda
 //!   deadline, completed with an optional stored result, failed with attempts and the last
 //!   error) over a small [`store::Backend`] trait, with a DynamoDB backend.
+//! - [`transaction`]: the transactional mode, where the handler's DynamoDB writes and the
+//!   idempotency record commit in one `TransactWriteItems`: one request per record, no lease,
+//!   exactly once for the writes ([`batch::RecordHandlerExt::transactional`]).
+//! - [`cache`]: a warm-container LRU of completed keys, so a duplicate seen again by the same
+//!   execution environment costs no request.
 //! - [`batch`]: SQS batch processing with partial batch responses, FIFO-aware.
 //! - [`publish`]: a batching SQS publisher for FIFO and standard queues.
 //! - [`backoff`], [`dead_letter`], [`redrive_policy`]: per-message backoff, dead-lettering with a

@@ -333,7 +333,11 @@ impl<B: TransactionalBackend> Idempotency<B> {
         loop {
             tries += 1;
             let token = request_token(&record.key, record.owner.as_deref().unwrap_or(""), round);
-            let last = match self.backend().commit(&record, &writes, &token, now_ms).await {
+            let last = match self
+                .backend()
+                .commit(&record, &writes, &token, now_ms)
+                .await
+            {
                 Ok(Commit::Committed) => {
                     self.remember(&record, now_ms);
                     return Ok(Transacted::Committed(output));
@@ -358,7 +362,9 @@ impl<B: TransactionalBackend> Idempotency<B> {
                         code,
                         message,
                     };
-                    let noted = self.note_failure(key, &record, &rejection.to_string()).await;
+                    let noted = self
+                        .note_failure(key, &record, &rejection.to_string())
+                        .await;
                     return settle(noted, |attempts| TransactError::Rejected {
                         rejection,
                         attempts,
@@ -426,7 +432,9 @@ impl<B: TransactionalBackend> Idempotency<B> {
 }
 
 /// The answer for a key found completed, held or of another payload.
-fn answer<T, E>(found: Result<Acquired, crate::AcquireError>) -> Result<Transacted<T>, TransactError<E>> {
+fn answer<T, E>(
+    found: Result<Acquired, crate::AcquireError>,
+) -> Result<Transacted<T>, TransactError<E>> {
     match found {
         Ok(Acquired::Completed { result, .. }) => Ok(Transacted::Duplicate { stored: result }),
         Ok(Acquired::InProgress { lease_until_ms }) => {

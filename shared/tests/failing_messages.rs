@@ -10,9 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
-use aws_sdk_sqs::types::{BatchResultErrorEntry, SendMessageBatchResultEntry};
-use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordError,
     RecordHandlerExt, json,
@@ -59,45 +56,7 @@ fn reported(report_response: aws_lambda_events::sqs::SqsBatchResponse) -> Vec<St
         .collect()
 }
 
-/// Bodies sent to the mocked dead-letter queue; a body containing `undeliverable` is refused.
-type Sent = Arc<Mutex<Vec<String>>>;
-
-fn dead_letter_queue(sent: &Sent) -> DeadLetter {
-    let log = sent.clone();
-    let send = mock!(aws_sdk_sqs::Client::send_message_batch).then_compute_output(move |input| {
-        let mut ok = Vec::new();
-        let mut failed = Vec::new();
-        for e in input.entries() {
-            if e.message_body().contains("undeliverable") {
-                failed.push(
-                    BatchResultErrorEntry::builder()
-                        .id(e.id())
-                        .code("InvalidParameterValue")
-                        .sender_fault(true)
-                        .build()
-                        .unwrap(),
-                );
-            } else {
-                log.lock().unwrap().push(e.message_body().to_owned());
-                ok.push(
-                    SendMessageBatchResultEntry::builder()
-                        .id(e.id())
-                        .message_id(format!("dlq-{}", e.id()))
-                        .md5_of_message_body("0")
-                        .build()
-                        .unwrap(),
-                );
-            }
-        }
-        SendMessageBatchOutput::builder()
-            .set_successful(Some(ok))
-            .set_failed(Some(failed))
-            .build()
-            .unwrap()
-    });
-    let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&send]);
-    DeadLetter::new(sqs, "https://sqs.local/123456789012/dlq.fifo")
-}
+use common::{Sent, dead_letter_queue};
 
 #[derive(serde::Deserialize)]
 struct Payment {

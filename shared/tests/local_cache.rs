@@ -66,7 +66,10 @@ async fn a_duplicate_after_completion_in_the_same_process_makes_no_request() {
     assert_eq!(f.counter.total(), 2, "acquire and complete");
     f.counter.reset();
 
-    assert_eq!(run(&f.engine, "k", b"body").await, Outcome::Replayed(Some(7)));
+    assert_eq!(
+        run(&f.engine, "k", b"body").await,
+        Outcome::Replayed(Some(7))
+    );
     assert_eq!(f.counter.total(), 0, "{:?}", f.counter.snapshot());
     // The same key with another payload is still a mismatch, from the cache too.
     assert!(matches!(
@@ -77,7 +80,10 @@ async fn a_duplicate_after_completion_in_the_same_process_makes_no_request() {
     assert_eq!(f.cache.hits(), 2);
 
     // Without the cache (another environment), the duplicate costs its request.
-    assert_eq!(run(&f.other, "k", b"body").await, Outcome::Replayed(Some(7)));
+    assert_eq!(
+        run(&f.other, "k", b"body").await,
+        Outcome::Replayed(Some(7))
+    );
     assert_eq!(f.counter.total(), 1);
 }
 
@@ -86,9 +92,15 @@ async fn a_key_completed_elsewhere_is_cached_once_seen() {
     let f = fixture(100, Duration::from_secs(300)).await;
     run(&f.other, "k", b"body").await;
     f.counter.reset();
-    assert_eq!(run(&f.engine, "k", b"body").await, Outcome::Replayed(Some(7)));
+    assert_eq!(
+        run(&f.engine, "k", b"body").await,
+        Outcome::Replayed(Some(7))
+    );
     assert_eq!(f.counter.total(), 1, "the first duplicate asks the store");
-    assert_eq!(run(&f.engine, "k", b"body").await, Outcome::Replayed(Some(7)));
+    assert_eq!(
+        run(&f.engine, "k", b"body").await,
+        Outcome::Replayed(Some(7))
+    );
     assert_eq!(f.counter.total(), 1, "the second does not");
 }
 
@@ -105,7 +117,10 @@ async fn a_transactional_duplicate_after_its_commit_makes_no_request() {
         async move { Ok::<_, std::io::Error>(Transaction::<_, TransactWriteItem>::new(5).put(put)) }
     };
     assert_eq!(
-        f.engine.transact("k", b"body", None, work.clone()).await.unwrap(),
+        f.engine
+            .transact("k", b"body", None, work.clone())
+            .await
+            .unwrap(),
         Transacted::Committed(5)
     );
     assert_eq!(f.counter.total(), 1);
@@ -129,7 +144,10 @@ async fn an_entry_past_its_ttl_asks_the_store_again() {
     assert_eq!(f.counter.total(), 0, "within the TTL");
 
     f.clock.advance(Duration::from_secs(2));
-    assert_eq!(run(&f.engine, "k", b"body").await, Outcome::Replayed(Some(7)));
+    assert_eq!(
+        run(&f.engine, "k", b"body").await,
+        Outcome::Replayed(Some(7))
+    );
     assert_eq!(f.counter.total(), 1, "past the TTL: the store answers");
 }
 
@@ -140,7 +158,11 @@ async fn an_entry_never_outlives_its_record() {
     run(&f.engine, "k", b"body").await;
     f.clock.advance(Duration::from_secs(3601));
     f.counter.reset();
-    assert_eq!(run(&f.engine, "k", b"body").await, Outcome::Ran(7), "the record expired");
+    assert_eq!(
+        run(&f.engine, "k", b"body").await,
+        Outcome::Ran(7),
+        "the record expired"
+    );
     // The acquire meets the expired record, replaces it (a second conditional write), completes.
     assert_eq!(f.counter.total(), 3, "{:?}", f.counter.snapshot());
 }
@@ -158,7 +180,11 @@ async fn the_cache_is_bounded() {
     run(&f.engine, "b", b"body").await;
     assert_eq!(f.counter.total(), 0, "the two most recent keys are cached");
     run(&f.engine, "a", b"body").await;
-    assert_eq!(f.counter.total(), 1, "the least recently used key was dropped");
+    assert_eq!(
+        f.counter.total(),
+        1,
+        "the least recently used key was dropped"
+    );
 }
 
 #[tokio::test]

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
-use lambda_idempotency::batch::{BatchProcessor, Deduplicated, RecordContext, RecordError, RecordHandlerExt, json};
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::batch::{
+    BatchProcessor, Deduplicated, RecordContext, RecordError, RecordHandlerExt, json,
+};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::record::{ManualClock, Status};
 use lambda_idempotency::store::{DynamoDbBackend, LimitError};
 use lambda_idempotency::transaction::{TransactError, Transacted, Transaction};
-use lambda_idempotency::Idempotency;
 use lambda_runtime::{Context, LambdaEvent};
 
 struct Fixture {
@@ -103,17 +105,27 @@ async fn a_fresh_record_commits_its_record_and_writes_in_one_request() {
                 .update(add(&f.effects, "account-1", 500, None)),
         )
     };
-    let done = f.engine.transact("p-1", b"{\"amount\":500}", None, work).await.unwrap();
+    let done = f
+        .engine
+        .transact("p-1", b"{\"amount\":500}", None, work)
+        .await
+        .unwrap();
     assert_eq!(done, Transacted::Committed("entry-1".to_owned()));
     assert_eq!(f.counter.total(), 1, "{:?}", f.counter.snapshot());
     assert_eq!(f.counter.count("TransactWriteItems"), 1);
 
-    assert!(item(&f, "entry-1").await.is_some(), "the handler's put applied");
+    assert!(
+        item(&f, "entry-1").await.is_some(),
+        "the handler's put applied"
+    );
     assert_eq!(balance(&f, "account-1").await, Some(500));
     let record = f.engine.get("p-1").await.unwrap().expect("the record");
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.result.as_deref(), Some("\"entry-1\""));
-    assert_eq!(record.lease_until_ms, None, "no lease: there is no in-progress state");
+    assert_eq!(
+        record.lease_until_ms, None,
+        "no lease: there is no in-progress state"
+    );
 }
 
 #[tokio::test]
@@ -129,10 +141,17 @@ async fn a_duplicate_is_one_request_and_applies_nothing() {
             )
         }
     };
-    f.engine.transact("p-1", b"body", None, charge("entry-1")).await.unwrap();
+    f.engine
+        .transact("p-1", b"body", None, charge("entry-1"))
+        .await
+        .unwrap();
     f.counter.reset();
 
-    let again = f.engine.transact("p-1", b"body", None, charge("entry-2")).await.unwrap();
+    let again = f
+        .engine
+        .transact("p-1", b"body", None, charge("entry-2"))
+        .await
+        .unwrap();
     assert_eq!(
         again,
         Transacted::Duplicate {
@@ -140,7 +159,10 @@ async fn a_duplicate_is_one_request_and_applies_nothing() {
         }
     );
     assert_eq!(f.counter.total(), 1, "{:?}", f.counter.snapshot());
-    assert!(item(&f, "entry-2").await.is_none(), "the duplicate's put was not applied");
+    assert!(
+        item(&f, "entry-2").await.is_none(),
+        "the duplicate's put was not applied"
+    );
     assert_eq!(balance(&f, "account-1").await, Some(500), "charged once");
 }
 
@@ -149,39 +171,61 @@ async fn the_handlers_own_condition_failing_is_a_handler_error_and_applies_nothi
     let f = fixture().await;
     // The balance may only go down while it stays covered: account-1 has none.
     let work = || async {
-        Ok::<_, std::io::Error>(
-            Tx::new(())
-                .put(entry(&f.effects, "entry-1"))
-                .update(add(&f.effects, "account-1", -500, Some("balance >= :amount"))),
-        )
+        Ok::<_, std::io::Error>(Tx::new(()).put(entry(&f.effects, "entry-1")).update(add(
+            &f.effects,
+            "account-1",
+            -500,
+            Some("balance >= :amount"),
+        )))
     };
-    let error = f.engine.transact("p-1", b"body", None, work).await.unwrap_err();
-    let TransactError::Rejected { rejection, attempts } = &error else {
+    let error = f
+        .engine
+        .transact("p-1", b"body", None, work)
+        .await
+        .unwrap_err();
+    let TransactError::Rejected {
+        rejection,
+        attempts,
+    } = &error
+    else {
         panic!("expected a rejection, got {error:?}");
     };
     assert_eq!(rejection.index, 1, "the second write");
     assert!(rejection.is_condition());
     assert!(
-        error.to_string().contains(&format!("Update on table `{}` (pk = account-1)", f.effects)),
+        error
+            .to_string()
+            .contains(&format!("Update on table `{}` (pk = account-1)", f.effects)),
         "names the write: {error}"
     );
     assert_eq!(*attempts, Some(1));
     assert!(item(&f, "entry-1").await.is_none(), "nothing applied");
     assert!(item(&f, "account-1").await.is_none(), "nothing applied");
-    let record = f.engine.get("p-1").await.unwrap().expect("the failure is recorded");
+    let record = f
+        .engine
+        .get("p-1")
+        .await
+        .unwrap()
+        .expect("the failure is recorded");
     assert_eq!(record.status, Status::Failed, "no completed record");
     assert_eq!(record.attempts, 1);
-    assert!(record.last_error.unwrap().contains("ConditionalCheckFailed"));
+    assert!(
+        record
+            .last_error
+            .unwrap()
+            .contains("ConditionalCheckFailed")
+    );
 
     // The next delivery runs again, and commits once its condition holds.
-    let work = || async {
-        Ok::<_, std::io::Error>(Tx::new(()).put(entry(&f.effects, "entry-1")))
-    };
+    let work = || async { Ok::<_, std::io::Error>(Tx::new(()).put(entry(&f.effects, "entry-1"))) };
     assert_eq!(
         f.engine.transact("p-1", b"body", None, work).await.unwrap(),
         Transacted::Committed(())
     );
-    assert_eq!(f.engine.get("p-1").await.unwrap().unwrap().status, Status::Completed);
+    assert_eq!(
+        f.engine.get("p-1").await.unwrap().unwrap().status,
+        Status::Completed
+    );
 }
 
 #[tokio::test]
@@ -211,7 +255,12 @@ async fn a_failed_handler_is_recorded_with_its_attempts_and_a_duplicate_stays_a_
         })
         .await
         .unwrap();
-    assert_eq!(again, Transacted::Duplicate { stored: Some("7".into()) });
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("7".into())
+        }
+    );
 }
 
 #[tokio::test]
@@ -221,20 +270,29 @@ async fn the_same_key_with_another_payload_is_a_mismatch() {
         let table = f.effects.clone();
         move || async move { Ok::<_, std::io::Error>(Tx::new(()).put(entry(&table, pk))) }
     };
-    f.engine.transact("p-1", b"{\"amount\":500}", None, work("a")).await.unwrap();
+    f.engine
+        .transact("p-1", b"{\"amount\":500}", None, work("a"))
+        .await
+        .unwrap();
     f.counter.reset();
     let error = f
         .engine
         .transact("p-1", b"{\"amount\":900}", None, work("b"))
         .await
         .unwrap_err();
-    assert!(matches!(error, TransactError::PayloadMismatch { ref key } if key == "p-1"), "{error:?}");
+    assert!(
+        matches!(error, TransactError::PayloadMismatch { ref key } if key == "p-1"),
+        "{error:?}"
+    );
     assert_eq!(f.counter.total(), 1);
     assert!(item(&f, "b").await.is_none());
 
     // A mismatch after expiry is a new key.
     f.clock.advance(Duration::from_secs(3601));
-    f.engine.transact("p-1", b"{\"amount\":900}", None, work("b")).await.unwrap();
+    f.engine
+        .transact("p-1", b"{\"amount\":900}", None, work("b"))
+        .await
+        .unwrap();
     assert!(item(&f, "b").await.is_some());
 }
 
@@ -281,9 +339,22 @@ async fn a_transaction_over_the_limits_is_refused_before_any_request() {
         }
         Ok::<_, std::io::Error>(tx)
     };
-    let error = f.engine.transact("k-1", b"body", None, too_many).await.unwrap_err();
+    let error = f
+        .engine
+        .transact("k-1", b"body", None, too_many)
+        .await
+        .unwrap_err();
     assert!(
-        matches!(error, TransactError::Limit { error: LimitError::TooManyActions { actions: 101, max: 100 }, .. }),
+        matches!(
+            error,
+            TransactError::Limit {
+                error: LimitError::TooManyActions {
+                    actions: 101,
+                    max: 100
+                },
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert_eq!(
@@ -306,8 +377,21 @@ async fn a_transaction_over_the_limits_is_refused_before_any_request() {
         }
         Ok::<_, std::io::Error>(tx)
     };
-    let error = f.engine.transact("k-2", b"body", None, too_large).await.unwrap_err();
-    assert!(matches!(error, TransactError::Limit { error: LimitError::TooLarge { .. }, .. }), "{error:?}");
+    let error = f
+        .engine
+        .transact("k-2", b"body", None, too_large)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            TransactError::Limit {
+                error: LimitError::TooLarge { .. },
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 
     let huge = "x".repeat(401 * 1024);
     let item_too_large = || async {
@@ -319,20 +403,41 @@ async fn a_transaction_over_the_limits_is_refused_before_any_request() {
             .unwrap();
         Ok::<_, std::io::Error>(Tx::new(()).put(entry(&f.effects, "small")).put(put))
     };
-    let error = f.engine.transact("k-3", b"body", None, item_too_large).await.unwrap_err();
+    let error = f
+        .engine
+        .transact("k-3", b"body", None, item_too_large)
+        .await
+        .unwrap_err();
     assert!(
-        matches!(error, TransactError::Limit { error: LimitError::ItemTooLarge { index: 1, .. }, .. }),
+        matches!(
+            error,
+            TransactError::Limit {
+                error: LimitError::ItemTooLarge { index: 1, .. },
+                ..
+            }
+        ),
         "{error:?}"
     );
-    assert!(error.to_string().contains(&format!("Put on table `{}`", f.effects)), "{error}");
-    assert_eq!(f.counter.total(), 0, "no request: {:?}", f.counter.snapshot());
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("Put on table `{}`", f.effects)),
+        "{error}"
+    );
+    assert_eq!(
+        f.counter.total(),
+        0,
+        "no request: {:?}",
+        f.counter.snapshot()
+    );
 }
 
 fn message(id: &str, body: &str) -> SqsMessage {
     let mut m = SqsMessage::default();
     m.message_id = Some(id.into());
     m.body = Some(body.into());
-    m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), "1".into());
     m
 }
 
@@ -381,17 +486,35 @@ async fn the_batch_wrapper_commits_each_fresh_record_once_and_fails_a_refused_on
         .map(|f| f.item_identifier.clone())
         .collect();
     assert_eq!(failed, ["m-4"]);
-    let refused = report.records.iter().find(|r| r.message_id == "m-4").unwrap();
+    let refused = report
+        .records
+        .iter()
+        .find(|r| r.message_id == "m-4")
+        .unwrap();
     let error = refused.result.as_ref().unwrap_err();
-    assert!(matches!(error, RecordError::Attempt { attempts: 1, .. }), "{error:?}");
-    assert!(matches!(error.cause(), RecordError::Handler(_)), "a condition is a handler error");
+    assert!(
+        matches!(error, RecordError::Attempt { attempts: 1, .. }),
+        "{error:?}"
+    );
+    assert!(
+        matches!(error.cause(), RecordError::Handler(_)),
+        "a condition is a handler error"
+    );
     assert!(!error.is_permanent());
     let duplicates = report
         .successes()
         .filter(|(_, d): &(&str, &Deduplicated<String>)| d.is_duplicate())
         .count();
     assert_eq!(duplicates, 1);
-    assert_eq!(balance(&f, "account-1").await, Some(800), "p-1 and p-2, once each");
+    assert_eq!(
+        balance(&f, "account-1").await,
+        Some(800),
+        "p-1 and p-2, once each"
+    );
     assert_eq!(f.counter.count("TransactWriteItems"), 4);
-    assert_eq!(f.counter.count("UpdateItem"), 1, "the refused record's failure");
+    assert_eq!(
+        f.counter.count("UpdateItem"),
+        1,
+        "the refused record's failure"
+    );
 }

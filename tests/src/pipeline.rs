@@ -367,9 +367,17 @@ impl Pipeline {
             .clone()
     }
 
-    /// Charges that found their payment already charged (an interrupted attempt ran it).
-    pub fn recovered_charges(&self) -> u64 {
-        self.processor.recovered_charges()
+    /// `PaymentCharged` events payment-processor sent again for duplicates.
+    pub fn receipts_resent(&self) -> u64 {
+        self.processor.receipts_resent()
+    }
+
+    /// Duplicates payment-processor answered from its warm-container cache.
+    pub fn cache_hits(&self) -> u64 {
+        self.processor
+            .idempotency()
+            .local_cache()
+            .map_or(0, |c| c.hits())
     }
 
     /// Event source statistics by function so far.

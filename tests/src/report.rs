@@ -27,10 +27,11 @@ pub struct Report {
     pub checks: Vec<Check>,
     /// Payments a producer sent to the queue a second time.
     pub resent: usize,
-    /// Charges that found their payment already charged: an earlier attempt charged, then
-    /// failed before completing (publishing the event, or marking the record), and the charge's
-    /// condition kept the retry from charging twice.
-    pub recovered_charges: u64,
+    /// `PaymentCharged` events payment-processor sent again for duplicates (the event is sent
+    /// at least once; receipt-sender deduplicates).
+    pub receipts_resent: u64,
+    /// Duplicates payment-processor answered from its warm-container cache, without a request.
+    pub cache_hits: u64,
     /// Time to send every payment.
     pub send_time: Duration,
     /// Time from the last answer until the pipeline drained.
@@ -91,7 +92,8 @@ pub async fn run(
     let drain_time = drained_at.elapsed();
     let stored = pipeline.stored().await;
     let counts = pipeline.counts();
-    let recovered = pipeline.recovered_charges();
+    let receipts_resent = pipeline.receipts_resent();
+    let cache_hits = pipeline.cache_hits();
     let stats = pipeline.stop().await;
     let stored = stored?;
     let relay_lag_ms = crate::checks::relay_lag(&stored);
@@ -119,7 +121,8 @@ pub async fn run(
         stats,
         checks,
         resent,
-        recovered_charges: recovered,
+        receipts_resent,
+        cache_hits,
         send_time,
         drain_time,
         relay_lag_ms,
@@ -175,8 +178,13 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  charges recovered after an interrupted attempt (the charge's condition held): {}",
-            self.recovered_charges
+            "  duplicates payment-processor answered from its warm-container cache (no request): {}",
+            self.cache_hits
+        )?;
+        writeln!(
+            f,
+            "  PaymentCharged sent again for a duplicate (at least once; receipt-sender deduplicates): {}",
+            self.receipts_resent
         )?;
         match self.relay_lag_ms {
             Some((median, max)) => writeln!(

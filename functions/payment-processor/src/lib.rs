@@ -1,44 +1,47 @@
 //! payment-processor: consumes `payments.fifo` and charges each payment once.
 //!
-//! Charging is one DynamoDB transaction: a ledger entry with a fresh id, a plain (non-idempotent)
-//! increment of the account's balance, and the payment marked `charged`. Then a `PaymentCharged`
-//! event goes to the `receipts` queue.
+//! A charge is one DynamoDB transaction of four writes: a ledger entry with a fresh id, a plain
+//! (non-idempotent) increment of the account's balance, the payment marked `charged`, and the
+//! idempotency record, written completed (the library's transactional mode,
+//! [`lambda_idempotency::transaction`]). Either all four commit or none does, so there is no
+//! interrupted state: a crash before the commit leaves nothing, and a redelivery after it finds
+//! the record and is a duplicate. Deduplication is keyed on the `paymentId` of the body rather
+//! than the SQS `MessageId`, so it also catches a producer that sends the same payment again after
+//! the FIFO deduplication window (5 minutes), with a new `MessageId`.
 //!
-//! Deduplication is keyed on the `paymentId` of the body rather than the SQS `MessageId`: the
-//! payment id is the business key, so it also catches a producer that sends the same payment again
-//! after the FIFO deduplication window (5 minutes), which arrives with a new `MessageId`.
+//! After the commit a `PaymentCharged` event goes to the `receipts` queue. That send is outside the
+//! transaction, so it happens at least once: a duplicate sends the stored event again (the same
+//! event, ledger entry id included), which covers a crash between the commit and the send, and
+//! receipt-sender deduplicates on the payment id. [`App::receipts_resent`] counts those sends.
 //!
-//! The idempotency store keeps duplicates away from the charge. What it cannot cover is a crash
-//! *inside* the handler, after the transaction and before the record is completed: after the
-//! lease ends, the payment runs again. So the charge is also naturally idempotent: the
-//! transaction only applies while the payment is not `charged`. When it finds the payment
-//! charged, the handler skips to publishing `PaymentCharged` (with the ledger entry already
-//! written, so that receipt-sender sees the same event) and counts a recovered charge
-//! ([`App::recovered_charges`]); without a crash that count stays zero.
+//! The payment's status update keeps its own condition (not `charged` yet): should a payment come
+//! back after its idempotency record expired, the transaction is refused, naming the payment, and
+//! nothing is charged twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, DeadLettered, PermanentError, RecordContext, RecordHandlerExt, json,
+    BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandlerExt,
+    json,
 };
+use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
 use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
 use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{
     ConfigError, FailureSwitch, Fault, METRICS_NAMESPACE, PaymentCharged, PaymentRequested,
     PaymentStatus, Settings,
 };
-use serde::{Deserialize, Serialize};
 
 /// Settings of payment-processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,23 +89,22 @@ pub enum ChargeError {
     /// The payment can never be charged (permanent: dead-lettered at once).
     #[error("invalid payment: {0}")]
     Invalid(String),
-    /// The charge transaction failed.
-    #[error("charge transaction failed: {0}")]
-    Store(String),
     /// The `PaymentCharged` event could not be published.
     #[error("could not publish PaymentCharged: {0}")]
     Publish(String),
 }
 
-/// The stored result of a charge.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Charged {
-    /// The ledger entry of the charge.
-    pub ledger_entry_id: String,
-    /// True when this attempt found the payment charged by an earlier one (after a crash).
-    pub recovered: bool,
-}
+/// A charge: the event it publishes is its stored result, so that a duplicate publishes the
+/// same one.
+pub type Charge = Transaction<PaymentCharged, TransactWriteItem>;
+
+/// Completed payments a warm execution environment remembers (see
+/// [`lambda_idempotency::cache`]): a redelivery to the environment that charged costs no request.
+/// A payment's record is never taken back while it lives, so an entry cannot go stale.
+pub const CACHE_CAPACITY: usize = 10_000;
+
+/// How long the warm-container cache keeps a completed payment.
+pub const CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
@@ -112,7 +114,7 @@ pub struct App {
     receipts: Publisher,
     processor: BatchProcessor,
     config: Config,
-    recovered: Arc<AtomicU64>,
+    resent: Arc<AtomicU64>,
 }
 
 impl App {
@@ -127,14 +129,18 @@ impl App {
             &config.idempotency_table,
         ))
         .with_key_prefix("payment-processor")
-        .with_expiry(config.idempotency_ttl);
+        .with_expiry(config.idempotency_ttl)
+        .with_local_cache(LocalCache::new(
+            std::num::NonZeroUsize::new(CACHE_CAPACITY).expect("not zero"),
+            CACHE_TTL,
+        ));
         Self {
             idempotency,
             receipts: Publisher::new(sqs, &config.receipts_queue_url),
             dynamodb,
             processor: BatchProcessor::new(),
             config,
-            recovered: Arc::default(),
+            resent: Arc::default(),
         }
     }
 
@@ -160,9 +166,15 @@ impl App {
         self
     }
 
-    /// Charges that found their payment already charged by an earlier, interrupted attempt.
-    pub fn recovered_charges(&self) -> u64 {
-        self.recovered.load(Ordering::Relaxed)
+    /// `PaymentCharged` events sent again for duplicates of charged payments (at least once:
+    /// see the crate docs).
+    pub fn receipts_resent(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
+    }
+
+    /// The idempotency engine.
+    pub fn idempotency(&self) -> &Idempotency<DynamoDbBackend> {
+        &self.idempotency
     }
 
     /// Handles one SQS batch; reports the failed records.
@@ -178,8 +190,9 @@ impl App {
         let handler =
             json(|payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx))
                 .on_dead_letter(|dead| self.dead_lettered(dead))
-                .idempotent(self.idempotency.clone())
-                .with_keys(KeyConfig::json_pointer("/paymentId"));
+                .transactional(self.idempotency.clone())
+                .with_keys(KeyConfig::json_pointer("/paymentId"))
+                .and_then(|charged, ctx| self.publish(charged, ctx));
         let report = self.processor.process(&event, &handler).await?;
         let counts = BatchCounts::of(&report);
         counts
@@ -188,16 +201,58 @@ impl App {
         Ok((report.response(), counts))
     }
 
-    async fn charge(
-        &self,
-        payment: PaymentRequested,
-        ctx: RecordContext,
-    ) -> Result<Charged, Error> {
-        match self.charge_once(&payment, &ctx).await {
-            Ok(charged) => Ok(charged),
+    async fn charge(&self, payment: PaymentRequested, ctx: RecordContext) -> Result<Charge, Error> {
+        match self.prepare_charge(&payment, &ctx).await {
+            Ok(charge) => Ok(charge),
             Err(e @ ChargeError::Invalid(_)) => Err(PermanentError::new(e).into()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Publishes the `PaymentCharged` event of a charge, or again for a duplicate.
+    async fn publish(
+        &self,
+        charged: Deduplicated<PaymentCharged>,
+        ctx: RecordContext,
+    ) -> Result<Deduplicated<PaymentCharged>, ChargeError> {
+        let event = match &charged {
+            Deduplicated::Processed(event) => event.clone(),
+            Deduplicated::Duplicate {
+                stored: Some(stored),
+            } => {
+                let event: PaymentCharged = serde_json::from_str(stored).map_err(|e| {
+                    ChargeError::Publish(format!("the stored PaymentCharged is not valid: {e}"))
+                })?;
+                self.resent.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    message_id = ctx.message_id,
+                    payment_id = event.payment_id,
+                    "duplicate of a charged payment: its PaymentCharged is sent again"
+                );
+                event
+            }
+            Deduplicated::Duplicate { stored: None } => {
+                tracing::warn!(
+                    message_id = ctx.message_id,
+                    "duplicate of a charged payment without a stored event: nothing to send"
+                );
+                return Ok(charged);
+            }
+        };
+        let message = Message::standard(serde_json::to_string(&event).expect("serializable"))
+            .map_err(|e| ChargeError::Publish(e.to_string()))?;
+        self.receipts
+            .send(message)
+            .await
+            .map_err(|e| ChargeError::Publish(e.to_string()))?;
+        if !charged.is_duplicate() {
+            tracing::info!(
+                message_id = ctx.message_id,
+                payment_id = event.payment_id,
+                "payment charged"
+            );
+        }
+        Ok(charged)
     }
 
     /// A payment's message went to the dead-letter queue (its error was permanent, or its
@@ -218,11 +273,12 @@ impl App {
         }
     }
 
-    async fn charge_once(
+    /// The charge of a valid payment, as its writes: nothing is written here.
+    async fn prepare_charge(
         &self,
         payment: &PaymentRequested,
         ctx: &RecordContext,
-    ) -> Result<Charged, ChargeError> {
+    ) -> Result<Charge, ChargeError> {
         match self
             .config
             .failure_switch
@@ -243,45 +299,6 @@ impl App {
             Some(Fault::Sleep(pause)) => tokio::time::sleep(pause).await,
         }
         validate(payment)?;
-        let (entry_id, recovered) = self.record_charge(payment, ctx).await?;
-        if recovered {
-            self.recovered.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                message_id = ctx.message_id,
-                payment_id = payment.payment_id,
-                "payment already charged by an interrupted attempt; publishing its event only"
-            );
-        }
-        let event = PaymentCharged {
-            payment_id: payment.payment_id.clone(),
-            account_id: payment.account_id.clone(),
-            amount_cents: payment.amount_cents,
-            currency: payment.currency.clone(),
-            ledger_entry_id: entry_id.clone(),
-        };
-        let message = Message::standard(serde_json::to_string(&event).expect("serializable"))
-            .map_err(|e| ChargeError::Publish(e.to_string()))?;
-        self.receipts
-            .send(message)
-            .await
-            .map_err(|e| ChargeError::Publish(e.to_string()))?;
-        tracing::info!(
-            message_id = ctx.message_id,
-            payment_id = payment.payment_id,
-            "payment charged"
-        );
-        Ok(Charged {
-            ledger_entry_id: entry_id,
-            recovered,
-        })
-    }
-
-    /// The charge transaction; `(ledger entry id, recovered)`.
-    async fn record_charge(
-        &self,
-        payment: &PaymentRequested,
-        ctx: &RecordContext,
-    ) -> Result<(String, bool), ChargeError> {
         let entry_id = uuid::Uuid::new_v4().to_string();
         let now_ms = SystemClock.now_ms();
         let now = AttributeValue::N(now_ms.to_string());
@@ -319,7 +336,7 @@ impl App {
                  accountId = if_not_exists(accountId, :account), amountCents = if_not_exists(amountCents, :amount), \
                  currency = if_not_exists(currency, :currency)",
             )
-            // The charge applies once per payment, whatever happens around it.
+            // Never charged twice, even once the idempotency record has expired.
             .condition_expression("attribute_not_exists(#status) OR #status <> :charged")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":charged", s(PaymentStatus::Charged.as_str()))
@@ -331,38 +348,17 @@ impl App {
             .expression_attribute_values(":currency", s(&payment.currency))
             .build()
             .expect("table, key and expression are set");
-        let result = self
-            .dynamodb
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(ledger).build())
-            .transact_items(TransactWriteItem::builder().update(balance).build())
-            .transact_items(TransactWriteItem::builder().update(status).build())
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok((entry_id, false)),
-            Err(SdkError::ServiceError(e)) if already_charged(e.err()) => {
-                let existing = self
-                    .dynamodb
-                    .get_item()
-                    .table_name(&self.config.payments_table)
-                    .key("paymentId", s(&payment.payment_id))
-                    .consistent_read(true)
-                    .send()
-                    .await
-                    .map_err(|e| ChargeError::Store(DisplayErrorContext(e).to_string()))?;
-                let entry = existing
-                    .item()
-                    .and_then(|i| i.get("ledgerEntryId"))
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .ok_or_else(|| {
-                        ChargeError::Store("charged payment without a ledger entry id".into())
-                    })?;
-                Ok((entry, true))
-            }
-            Err(e) => Err(ChargeError::Store(DisplayErrorContext(e).to_string())),
-        }
+        let event = PaymentCharged {
+            payment_id: payment.payment_id.clone(),
+            account_id: payment.account_id.clone(),
+            amount_cents: payment.amount_cents,
+            currency: payment.currency.clone(),
+            ledger_entry_id: entry_id,
+        };
+        Ok(Charge::new(event)
+            .put(ledger)
+            .update(balance)
+            .update(status))
     }
 
     /// Marks a payment `failed` (never one already charged).
@@ -389,19 +385,6 @@ impl App {
         if let Err(e) = result {
             tracing::warn!(payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
         }
-    }
-}
-
-/// True when the transaction was cancelled because the payment is already charged (the third
-/// action's condition).
-fn already_charged(error: &TransactWriteItemsError) -> bool {
-    match error {
-        TransactWriteItemsError::TransactionCanceledException(e) => e
-            .cancellation_reasons()
-            .get(2)
-            .and_then(|r| r.code())
-            .is_some_and(|code| code == "ConditionalCheckFailed"),
-        _ => false,
     }
 }
 

@@ -22,7 +22,10 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     /// [`Transaction`](crate::transaction::Transaction) instead of making its writes. Keyed on
     /// the message id; see [`Transactional::with_keys`]. Only over a
     /// [`TransactionalBackend`].
-    fn transactional<B: TransactionalBackend>(self, engine: Idempotency<B>) -> Transactional<Self, B> {
+    fn transactional<B: TransactionalBackend>(
+        self,
+        engine: Idempotency<B>,
+    ) -> Transactional<Self, B> {
         Transactional::new(self, engine)
     }
 

@@ -176,12 +176,7 @@ where
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let key_error = |source| RecordError::Key {
-            message_id: ctx.message_id.clone(),
-            source,
-        };
-        let key = self.keys.key(message).map_err(key_error)?;
-        let hash = self.keys.payload_hash(message).map_err(key_error)?;
+        let (key, hash) = key_and_hash(&self.keys, message, ctx)?;
         let lease = match self.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
             Ok(Acquired::Started(lease)) => lease,
             Ok(Acquired::Completed { result, .. }) => {
@@ -235,12 +230,38 @@ where
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
         // The application first: it is told within the time the processor reserved for it.
         self.inner.dead_lettered(message, ctx, error).await;
-        // The failures this wrapper recorded: the redriven message starts a new budget.
-        if error.attempts().is_some()
-            && let Ok(key) = self.keys.key(message)
-            && let Some(Err(e)) = bounded(ctx.finish_by, self.engine.reset_attempts(&key)).await
-        {
-            tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
-        }
+        reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
+    }
+}
+
+/// The record's idempotency key and payload hash, or why there is none.
+pub(super) fn key_and_hash(
+    keys: &KeyConfig,
+    message: &SqsMessage,
+    ctx: &RecordContext,
+) -> Result<(String, String), RecordError> {
+    let key_error = |source| RecordError::Key {
+        message_id: ctx.message_id.clone(),
+        source,
+    };
+    let key = keys.key(message).map_err(key_error)?;
+    let hash = keys.payload_hash(message).map_err(key_error)?;
+    Ok((key, hash))
+}
+
+/// After a record whose failures the store counted went to the dead-letter queue: its record's
+/// attempts start again, so that a redriven message has a new budget.
+pub(super) async fn reset_attempts<B: Backend>(
+    engine: &Idempotency<B>,
+    keys: &KeyConfig,
+    message: &SqsMessage,
+    ctx: &RecordContext,
+    error: &RecordError,
+) {
+    if error.attempts().is_some()
+        && let Ok(key) = keys.key(message)
+        && let Some(Err(e)) = bounded(ctx.finish_by, engine.reset_attempts(&key)).await
+    {
+        tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
     }
 }

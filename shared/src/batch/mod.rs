@@ -42,12 +42,12 @@ pub use handler::{
     message,
 };
 pub use idempotent::{Deduplicated, Idempotent};
-pub use then::AndThen;
-pub use transactional::Transactional;
 pub use processor::{
     BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
     DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,
 };
 pub use report::{BatchError, BatchReport, RecordReport};
+pub use then::AndThen;
+pub use transactional::Transactional;
 
 pub use crate::outcome::{PermanentError, RecordError, panic_message};

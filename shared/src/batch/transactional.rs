@@ -143,12 +143,7 @@ where
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let key_error = |source| RecordError::Key {
-            message_id: ctx.message_id.clone(),
-            source,
-        };
-        let key = self.keys.key(message).map_err(key_error)?;
-        let hash = self.keys.payload_hash(message).map_err(key_error)?;
+        let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
         let work = || async {
             let work = ctx.cancellable(self.inner.handle(message, ctx));
             match AssertUnwindSafe(work).catch_unwind().await {
@@ -172,12 +167,6 @@ where
 
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
         self.inner.dead_lettered(message, ctx, error).await;
-        // The failures this wrapper recorded: the redriven message starts a new budget.
-        if error.attempts().is_some()
-            && let Ok(key) = self.keys.key(message)
-            && let Err(e) = self.engine.reset_attempts(&key).await
-        {
-            tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
-        }
+        super::idempotent::reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
     }
 }

@@ -11,9 +11,9 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 
+use super::TransactionalBackend;
 use super::dynamodb::{n, request_error, s};
 use super::{Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, StoreError};
-use super::TransactionalBackend;
 use crate::record::{Record, Status, truncate_error};
 
 /// Most actions in one `TransactWriteItems`, the idempotency record's included.
@@ -45,7 +45,10 @@ impl DynamoDbBackend {
             (a.expiry.clone(), n(record.expires_at)),
             (a.payload_hash.clone(), s(&record.payload_hash)),
             (a.attempts.clone(), n(record.attempts)),
-            (a.result_omitted.clone(), AttributeValue::Bool(record.result_omitted)),
+            (
+                a.result_omitted.clone(),
+                AttributeValue::Bool(record.result_omitted),
+            ),
         ]);
         let optional = [
             (&a.lease, record.lease_until_ms.map(n)),
@@ -155,7 +158,14 @@ impl DynamoDbBackend {
             )
         };
         let mut placeholders = vec![
-            "#status", "#lease", "#exp", "#hash", "#attempts", "#err", "#owner", "#result",
+            "#status",
+            "#lease",
+            "#exp",
+            "#hash",
+            "#attempts",
+            "#err",
+            "#owner",
+            "#result",
             "#omitted",
         ];
         if !expired {
@@ -176,7 +186,9 @@ impl DynamoDbBackend {
             .expression_attribute_values(":failed", s(Status::Failed.as_str()))
             .expression_attribute_values(
                 ":err",
-                s(&truncate_error(record.last_error.as_deref().unwrap_or("failed"))),
+                s(&truncate_error(
+                    record.last_error.as_deref().unwrap_or("failed"),
+                )),
             )
             .expression_attribute_values(":exp", n(record.expires_at))
             .expression_attribute_values(":hash", s(&record.payload_hash))
@@ -306,8 +318,10 @@ pub(crate) fn describe(write: &TransactWriteItem) -> String {
     let keyed = |op: &str, table: &str, key: Option<&HashMap<String, AttributeValue>>| {
         let key = key
             .map(|k| {
-                let mut parts: Vec<String> =
-                    k.iter().map(|(name, v)| format!("{name} = {}", show(v))).collect();
+                let mut parts: Vec<String> = k
+                    .iter()
+                    .map(|(name, v)| format!("{name} = {}", show(v)))
+                    .collect();
                 parts.sort();
                 format!(" ({})", parts.join(", "))
             })
@@ -337,7 +351,7 @@ fn show(value: &AttributeValue) -> String {
 /// The bytes of a write's item as far as the request shows them: a put's whole item; an
 /// update's key and new values; a delete's or a check's key.
 fn write_bytes(write: &TransactWriteItem) -> usize {
-    let values = |v: Option<&HashMap<String, AttributeValue>>| v.map_or(0, |v| values_bytes(v));
+    let values = |v: Option<&HashMap<String, AttributeValue>>| v.map_or(0, values_bytes);
     if let Some(p) = write.put() {
         item_bytes(p.item())
     } else if let Some(u) = write.update() {
@@ -369,7 +383,12 @@ fn value_bytes(value: &AttributeValue) -> usize {
         AttributeValue::Ss(v) | AttributeValue::Ns(v) => v.iter().map(String::len).sum(),
         AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
         AttributeValue::L(v) => 3 + v.iter().map(|e| 1 + value_bytes(e)).sum::<usize>(),
-        AttributeValue::M(v) => 3 + v.iter().map(|(k, e)| 1 + k.len() + value_bytes(e)).sum::<usize>(),
+        AttributeValue::M(v) => {
+            3 + v
+                .iter()
+                .map(|(k, e)| 1 + k.len() + value_bytes(e))
+                .sum::<usize>()
+        }
         _ => 0,
     }
 }

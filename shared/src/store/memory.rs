@@ -199,9 +199,10 @@ impl TransactionalBackend for InMemoryBackend {
             return Ok(Commit::Exists(old.clone()));
         }
         let mut items = self.items();
-        let refused = writes.iter().enumerate().find(|(_, w)| {
-            w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone()))
-        });
+        let refused = writes
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone())));
         if let Some((index, w)) = refused {
             return Ok(Commit::Rejected {
                 index,

@@ -156,3 +156,45 @@ impl lambda_idempotency::store::Backend for FailingCompletions {
         self.inner.delete(key).await
     }
 }
+
+/// Bodies sent to the mocked dead-letter queue; a body containing `undeliverable` is refused.
+pub type Sent = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+pub fn dead_letter_queue(sent: &Sent) -> lambda_idempotency::dead_letter::DeadLetter {
+    let log = sent.clone();
+    let send = aws_smithy_mocks::mock!(aws_sdk_sqs::Client::send_message_batch)
+        .then_compute_output(move |input| {
+            let mut ok = Vec::new();
+            let mut failed = Vec::new();
+            for e in input.entries() {
+                if e.message_body().contains("undeliverable") {
+                    failed.push(
+                        aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                            .id(e.id())
+                            .code("InvalidParameterValue")
+                            .sender_fault(true)
+                            .build()
+                            .unwrap(),
+                    );
+                } else {
+                    log.lock().unwrap().push(e.message_body().to_owned());
+                    ok.push(
+                        aws_sdk_sqs::types::SendMessageBatchResultEntry::builder()
+                            .id(e.id())
+                            .message_id(format!("dlq-{}", e.id()))
+                            .md5_of_message_body("0")
+                            .build()
+                            .unwrap(),
+                    );
+                }
+            }
+            aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput::builder()
+                .set_successful(Some(ok))
+                .set_failed(Some(failed))
+                .build()
+                .unwrap()
+        });
+    let sqs =
+        aws_smithy_mocks::mock_client!(aws_sdk_sqs, aws_smithy_mocks::RuleMode::MatchAny, [&send]);
+    lambda_idempotency::dead_letter::DeadLetter::new(sqs, "https://sqs.local/123456789012/dlq.fifo")
+}

@@ -1,0 +1,148 @@
+//! The transactional wrapper in the batch processor, FIFO: a message whose transaction is refused
+//! in front of others of its group never costs them their place. No AWS: the store is the
+//! in-memory backend, the dead-letter queue a mocked SQS client.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use common::{Sent, dead_letter_queue};
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::batch::{
+    BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandlerExt, json,
+};
+use lambda_idempotency::key::KeyConfig;
+use lambda_idempotency::record::Status;
+use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
+use lambda_idempotency::transaction::Transaction;
+use lambda_runtime::{Context, LambdaEvent};
+
+const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:q.fifo";
+
+fn record(id: &str, payment: &str, receives: u32) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.receipt_handle = Some(format!("rh-{id}"));
+    m.body = Some(format!(r#"{{"id":"{payment}"}}"#));
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), receives.to_string());
+    m.attributes.insert("MessageGroupId".into(), "acct".into());
+    m.event_source_arn = Some(FIFO_ARN.into());
+    m
+}
+
+#[derive(serde::Deserialize)]
+struct Payment {
+    id: String,
+}
+
+#[tokio::test]
+async fn a_refused_transaction_holds_its_followers_only_until_it_is_dead_lettered() {
+    let backend = Arc::new(InMemoryBackend::default());
+    // The poison payment's ledger entry exists already: its put-if-absent is always refused.
+    let engine = Idempotency::new(backend.clone());
+    engine
+        .transact("seed", b"", None, || async {
+            Ok::<_, std::io::Error>(
+                Transaction::new(()).write(MemoryWrite::put("ledger", "poison", "old")),
+            )
+        })
+        .await
+        .unwrap();
+    let runs: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let hooked: Arc<Mutex<Vec<DeadLettered>>> = Arc::default();
+    let (r, h) = (runs.clone(), hooked.clone());
+    let handler = json(move |p: Payment, ctx: RecordContext| {
+        r.lock().unwrap().push((p.id.clone(), ctx.attempt));
+        async move {
+            Ok::<_, std::io::Error>(
+                Transaction::new(p.id.clone())
+                    .write(MemoryWrite::put_if_absent("ledger", &p.id, "charged")),
+            )
+        }
+    })
+    .on_dead_letter(move |dead| {
+        h.lock().unwrap().push(dead);
+        async {}
+    })
+    .transactional(engine.clone())
+    .with_keys(KeyConfig::json_pointer("/id"));
+    let sent = Sent::default();
+    let processor = BatchProcessor::new()
+        .with_dead_letter(dead_letter_queue(&sent))
+        .max_attempts(3);
+    let batch = |receives: u32| {
+        let mut e = SqsEvent::default();
+        e.records = vec![
+            record("m-poison", "poison", receives),
+            record("m-f1", "f1", receives),
+            record("m-f2", "f2", receives),
+        ];
+        LambdaEvent::new(e, Context::default())
+    };
+    for receives in 1..=2 {
+        let report = processor.process(&batch(receives), &handler).await.unwrap();
+        let failed: Vec<_> = report
+            .response()
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        assert_eq!(failed, ["m-poison", "m-f1", "m-f2"]);
+        let poison = report.records[0].result.as_ref().unwrap_err();
+        assert_eq!(poison.attempts(), Some(receives), "{poison}");
+        assert!(
+            poison
+                .to_string()
+                .contains("Put on table `ledger` (poison)"),
+            "{poison}"
+        );
+        assert!(matches!(
+            report.records[1].result,
+            Err(RecordError::GroupBlocked { .. })
+        ));
+    }
+    assert_eq!(
+        backend.item("ledger", "f1"),
+        None,
+        "a blocked follower wrote nothing"
+    );
+
+    let report = processor.process(&batch(3), &handler).await.unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "the poison message is dead-lettered and the followers committed: {:?}",
+        report.records
+    );
+    assert_eq!(sent.lock().unwrap().len(), 1);
+    let hooked = hooked.lock().unwrap().clone();
+    assert_eq!(hooked.len(), 1);
+    assert_eq!(hooked[0].attempts, Some(3));
+    assert_eq!(
+        runs.lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
+        ["poison", "poison", "poison", "f1", "f2"]
+    );
+    assert_eq!(backend.item("ledger", "f1").as_deref(), Some("charged"));
+    assert_eq!(backend.item("ledger", "poison").as_deref(), Some("old"));
+    let poison = engine.get("poison").await.unwrap().unwrap();
+    assert_eq!(
+        (poison.status, poison.attempts),
+        (Status::Failed, 0),
+        "a redriven message starts a new budget"
+    );
+    assert_eq!(
+        engine.get("f1").await.unwrap().unwrap().status,
+        Status::Completed
+    );
+
+    // A redelivery of a follower is a duplicate: nothing runs twice.
+    let mut again = batch(4);
+    again.payload.records.remove(0);
+    let report = processor.process(&again, &handler).await.unwrap();
+    assert!(report.records[0].result.as_ref().unwrap().is_duplicate());
+}
