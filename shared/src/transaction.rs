@@ -26,7 +26,29 @@
 //!
 //! Only a [`TransactionalBackend`] offers this mode: [`DynamoDbBackend`](crate::store::DynamoDbBackend)
 //! (and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests). Over a backend that
-//! cannot commit transactions, `transact` does not compile.
+//! cannot commit transactions, `transact` does not compile (`run` does):
+//!
+//! ```compile_fail,E0599
+//! use lambda_idempotency::record::Record;
+//! use lambda_idempotency::store::{Backend, Put, StoreError, Update, Updated};
+//! use lambda_idempotency::transaction::Transaction;
+//! use lambda_idempotency::Idempotency;
+//!
+//! struct LeaseOnly;
+//!
+//! impl Backend for LeaseOnly {
+//!     async fn put(&self, _: &Record, _: i64) -> Result<Put, StoreError> { unimplemented!() }
+//!     async fn get(&self, _: &str) -> Result<Option<Record>, StoreError> { unimplemented!() }
+//!     async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> { unimplemented!() }
+//!     async fn delete(&self, _: &str) -> Result<(), StoreError> { unimplemented!() }
+//! }
+//!
+//! async fn charge() {
+//!     let engine = Idempotency::new(LeaseOnly);
+//!     let work = || async { Ok::<_, std::io::Error>(Transaction::<(), ()>::new(())) };
+//!     let _ = engine.transact("k", b"", None, work).await; // LeaseOnly: !TransactionalBackend
+//! }
+//! ```
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -30,7 +30,6 @@ use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandlerExt,
     json,
 };
-use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
@@ -98,13 +97,6 @@ pub enum ChargeError {
 /// same one.
 pub type Charge = Transaction<PaymentCharged, TransactWriteItem>;
 
-/// Completed payments a warm execution environment remembers (see
-/// [`lambda_idempotency::cache`]): a redelivery to the environment that charged costs no request.
-/// A payment's record is never taken back while it lives, so an entry cannot go stale.
-pub const CACHE_CAPACITY: usize = 10_000;
-
-/// How long the warm-container cache keeps a completed payment.
-pub const CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
@@ -130,10 +122,7 @@ impl App {
         ))
         .with_key_prefix("payment-processor")
         .with_expiry(config.idempotency_ttl)
-        .with_local_cache(LocalCache::new(
-            std::num::NonZeroUsize::new(CACHE_CAPACITY).expect("not zero"),
-            CACHE_TTL,
-        ));
+        .with_local_cache(payments_model::warm_cache());
         Self {
             idempotency,
             receipts: Publisher::new(sqs, &config.receipts_queue_url),

@@ -15,6 +15,23 @@ pub const METRICS_NAMESPACE: &str = "PaymentsPipeline";
 /// `IdempotencyTtlSeconds` has the same default and refuses less (MinValue).
 pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(345_600 + 1_209_600);
 
+/// Completed keys a warm execution environment of a consumer remembers (see
+/// [`lambda_idempotency::cache`]): a redelivery to the environment that processed it costs no
+/// request.
+pub const WARM_CACHE_CAPACITY: usize = 10_000;
+
+/// How long a consumer's warm-container cache keeps a completed key.
+pub const WARM_CACHE_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// The consumers' warm-container cache. Their records are never deleted or taken back while they
+/// live (the records only expire), so an entry cannot go stale.
+pub fn warm_cache() -> lambda_idempotency::cache::LocalCache {
+    lambda_idempotency::cache::LocalCache::new(
+        std::num::NonZeroUsize::new(WARM_CACHE_CAPACITY).expect("not zero"),
+        WARM_CACHE_TTL,
+    )
+}
+
 /// A payment's state, as stored in the payments table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

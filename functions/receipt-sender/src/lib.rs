@@ -65,6 +65,7 @@ impl App {
                 config.idempotency_table,
             ))
             .with_key_prefix("receipt-sender")
+            .with_local_cache(payments_model::warm_cache())
             .with_expiry(config.idempotency_ttl),
             dynamodb,
             processor: BatchProcessor::new(),
