@@ -35,6 +35,9 @@ use std::time::Duration;
 
 use lru::LruCache;
 
+use crate::idempotency::{AcquireError, Acquired, Idempotency};
+use crate::record::{Record, Status};
+
 /// A completed key, as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cached {
@@ -134,5 +137,74 @@ impl LocalCache {
     fn lock(&self) -> MutexGuard<'_, LruCache<String, Cached>> {
         // Every change is one call on the LRU: a panic cannot leave it half changed.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The engine's use of the cache.
+impl<B> Idempotency<B> {
+    /// Answers duplicates of keys completed in this process from `cache`, without a request (see
+    /// [`crate::cache`] for when an entry can be stale). Entries never outlive their record's
+    /// expiry. Off by default.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
+    /// use std::num::NonZeroUsize;
+    /// use std::time::Duration;
+    ///
+    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
+    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
+    /// let work = || async { Ok::<_, std::io::Error>(7) };
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
+    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
+    /// # });
+    /// ```
+    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The local cache, when one is set.
+    pub fn local_cache(&self) -> Option<&LocalCache> {
+        self.cache.as_ref()
+    }
+
+    /// The answer of the local cache for `stored` (the stored form of `key`), if it has one.
+    pub(crate) fn cached(
+        &self,
+        key: &str,
+        stored: &str,
+        payload_hash: &str,
+        now_ms: i64,
+    ) -> Option<Result<Acquired, AcquireError>> {
+        let hit = self.cache.as_ref()?.get(stored, now_ms)?;
+        Some(if hit.payload_hash == payload_hash {
+            Ok(Acquired::Completed {
+                result: hit.result,
+                result_omitted: false,
+            })
+        } else {
+            Err(AcquireError::PayloadMismatch {
+                key: key.to_owned(),
+            })
+        })
+    }
+
+    /// Keeps `record` in the local cache when it is completed and live.
+    pub(crate) fn remember(&self, record: &Record, now_ms: i64) {
+        if let Some(cache) = &self.cache
+            && record.status == Status::Completed
+            && !record.result_omitted
+            && !record.is_expired(now_ms)
+        {
+            cache.insert(
+                &record.key,
+                &record.payload_hash,
+                record.result.clone(),
+                now_ms,
+                record.expires_at.saturating_mul(1000),
+            );
+        }
     }
 }

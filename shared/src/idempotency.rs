@@ -182,7 +182,7 @@ pub struct Idempotency<B> {
     default_lease: Duration,
     key_prefix: Option<String>,
     clock: Arc<dyn Clock>,
-    cache: Option<LocalCache>,
+    pub(crate) cache: Option<LocalCache>,
 }
 
 impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
@@ -259,34 +259,6 @@ impl<B: Backend> Idempotency<B> {
         crate::key::validate_prefix(&prefix)?;
         self.key_prefix = Some(prefix);
         Ok(self)
-    }
-
-    /// Answers duplicates of keys completed in this process from `cache`, without a request (see
-    /// [`crate::cache`] for when an entry can be stale). Entries never outlive their record's
-    /// expiry. Off by default.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
-    /// use std::num::NonZeroUsize;
-    /// use std::time::Duration;
-    ///
-    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
-    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
-    /// let work = || async { Ok::<_, std::io::Error>(7) };
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
-    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
-    /// # });
-    /// ```
-    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
-        self.cache = Some(cache);
-        self
-    }
-
-    /// The local cache, when one is set.
-    pub fn local_cache(&self) -> Option<&LocalCache> {
-        self.cache.as_ref()
     }
 
     /// Uses another clock (for tests of expiry and leases).
@@ -555,44 +527,6 @@ impl<B: Backend> Idempotency<B> {
                 }
                 std::panic::resume_unwind(panic)
             }
-        }
-    }
-
-    /// The answer of the local cache for `stored` (the stored form of `key`), if it has one.
-    pub(crate) fn cached(
-        &self,
-        key: &str,
-        stored: &str,
-        payload_hash: &str,
-        now_ms: i64,
-    ) -> Option<Result<Acquired, AcquireError>> {
-        let hit = self.cache.as_ref()?.get(stored, now_ms)?;
-        Some(if hit.payload_hash == payload_hash {
-            Ok(Acquired::Completed {
-                result: hit.result,
-                result_omitted: false,
-            })
-        } else {
-            Err(AcquireError::PayloadMismatch {
-                key: key.to_owned(),
-            })
-        })
-    }
-
-    /// Keeps `record` in the local cache when it is completed and live.
-    pub(crate) fn remember(&self, record: &Record, now_ms: i64) {
-        if let Some(cache) = &self.cache
-            && record.status == Status::Completed
-            && !record.result_omitted
-            && !record.is_expired(now_ms)
-        {
-            cache.insert(
-                &record.key,
-                &record.payload_hash,
-                record.result.clone(),
-                now_ms,
-                record.expires_at.saturating_mul(1000),
-            );
         }
     }
 

@@ -171,6 +171,23 @@ pub enum Transacted<T> {
     },
 }
 
+/// What [`Idempotency::peek`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peeked {
+    /// The key is completed: a duplicate, with the stored result (JSON), if one was stored.
+    Completed {
+        /// The stored result.
+        result: Option<String>,
+    },
+    /// An attempt of the lease mode holds the key until then (epoch milliseconds).
+    InProgress {
+        /// When its lease ends.
+        lease_until_ms: i64,
+    },
+    /// The key may be taken: its failed attempts so far (0 without a record, or after expiry).
+    Attempts(u32),
+}
+
 /// One of the handler's writes, refused by the store: its own condition failed, or the store
 /// found it invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -410,6 +427,39 @@ impl<B: TransactionalBackend> Idempotency<B> {
             tokio::time::sleep(delay).await;
             delay *= 2;
         }
+    }
+
+    /// Reads where `key` stands before a transactional attempt, from the local cache or with one
+    /// read: a completed key (a duplicate, answered without running anything), a key held, or the
+    /// failed attempts so far (so that a redelivered record's handler is told its attempt). For a
+    /// redelivery, where the read replaces a cancelled transaction for a duplicate and tells a
+    /// retried record its attempt; a first delivery skips it.
+    pub async fn peek(&self, key: &str, payload_hash: &str) -> Result<Peeked, crate::AcquireError> {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock().now_ms();
+        let found = match self.cached(key, &stored, payload_hash, now_ms) {
+            Some(cached) => cached?,
+            None => match self.backend().get(&stored).await? {
+                None => return Ok(Peeked::Attempts(0)),
+                Some(record) if record.is_replaceable_by(payload_hash, now_ms) => {
+                    let attempts = if record.is_expired(now_ms) {
+                        0
+                    } else {
+                        record.attempts
+                    };
+                    return Ok(Peeked::Attempts(attempts));
+                }
+                Some(record) => {
+                    self.remember(&record, now_ms);
+                    classify(key, record, payload_hash, now_ms)?
+                }
+            },
+        };
+        Ok(match found {
+            Acquired::Completed { result, .. } => Peeked::Completed { result },
+            Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
+            Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
+        })
     }
 
     /// Stores `output` as the record's result, unless it is too large for the store's item.

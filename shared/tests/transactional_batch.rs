@@ -119,13 +119,15 @@ async fn a_refused_transaction_holds_its_followers_only_until_it_is_dead_lettere
     let hooked = hooked.lock().unwrap().clone();
     assert_eq!(hooked.len(), 1);
     assert_eq!(hooked[0].attempts, Some(3));
+    let runs = runs.lock().unwrap().clone();
     assert_eq!(
-        runs.lock()
-            .unwrap()
-            .iter()
-            .map(|(id, _)| id.as_str())
-            .collect::<Vec<_>>(),
+        runs.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
         ["poison", "poison", "poison", "f1", "f2"]
+    );
+    assert_eq!(
+        runs.iter().map(|(_, attempt)| *attempt).collect::<Vec<_>>(),
+        [1, 2, 3, 1, 1],
+        "the store's attempts: the followers' third receive is their first attempt"
     );
     assert_eq!(backend.item("ledger", "f1").as_deref(), Some("charged"));
     assert_eq!(backend.item("ledger", "poison").as_deref(), Some("old"));

@@ -97,7 +97,6 @@ pub enum ChargeError {
 /// same one.
 pub type Charge = Transaction<PaymentCharged, TransactWriteItem>;
 
-
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
 pub struct App {

@@ -24,8 +24,9 @@ pub struct RecordContext {
     /// for every delivery, including those of a FIFO record that did not run because an earlier
     /// one of its group failed: use [`attempt`](Self::attempt) to count the handler's own tries.
     pub receive_count: u32,
-    /// This attempt's number, from 1: under [`Idempotent`](super::Idempotent), the failed attempts recorded by the
-    /// idempotency store plus one; without a store, the receive count.
+    /// This attempt's number, from 1: under [`Idempotent`](super::Idempotent) and
+    /// [`Transactional`](super::Transactional), the failed attempts recorded by the idempotency
+    /// store plus one; without a store, the receive count.
     pub attempt: u32,
     /// `MessageGroupId`, on FIFO queues.
     pub group_id: Option<String>,

@@ -9,11 +9,11 @@ use serde::Serialize;
 
 use super::idempotent::Deduplicated;
 use super::{RecordContext, RecordHandler};
-use crate::idempotency::Idempotency;
+use crate::idempotency::{AcquireError, Idempotency};
 use crate::key::KeyConfig;
 use crate::outcome::{RecordError, panic_message};
 use crate::store::{StoreError, TransactionalBackend};
-use crate::transaction::{TransactError, Transacted, Transaction};
+use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 
 /// A handler whose writes commit with its idempotency record in one transaction: the inner
 /// handler returns a [`Transaction`] (its output and its writes) instead of making the writes.
@@ -29,9 +29,12 @@ use crate::transaction::{TransactError, Transacted, Transaction};
 /// - Another payload under the key, the store unreachable, a key held by a lease of the other
 ///   mode: as with [`Idempotent`](super::Idempotent).
 ///
-/// The inner handler runs before the store is asked and must make no effects of its own (a
-/// duplicate's writes are dropped); it is told the receive count as its
-/// [`attempt`](RecordContext::attempt), since there is no acquire to read the store's count from.
+/// The inner handler runs before the commit and must make no effects of its own (a duplicate's
+/// writes are dropped). A first delivery (receive count 1) goes straight to the commit, its
+/// handler told [`attempt`](RecordContext::attempt) 1; a redelivery first reads the record
+/// ([`Idempotency::peek`]): a duplicate is answered by that read, and a retried record's handler
+/// is told the store's count of failed attempts plus one, never a count that includes receives
+/// it spent blocked behind another message of its FIFO group.
 ///
 /// ```
 /// use lambda_idempotency::{Idempotency, batch::{json, RecordContext, RecordHandlerExt}, key::KeyConfig};
@@ -144,8 +147,28 @@ where
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
         let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
+        // A redelivery reads first: a duplicate is answered by the read, and a retried record's
+        // handler is told its attempt. A first delivery goes straight to the commit.
+        let mut inner_ctx = ctx.clone();
+        inner_ctx.attempt = 1;
+        if ctx.receive_count > 1 {
+            match self.engine.peek(&key, &hash).await {
+                Ok(Peeked::Completed { result }) => {
+                    tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+                    return Ok(Deduplicated::Duplicate { stored: result });
+                }
+                Ok(Peeked::InProgress { lease_until_ms }) => {
+                    return Err(RecordError::InProgress { lease_until_ms });
+                }
+                Ok(Peeked::Attempts(attempts)) => inner_ctx.attempt = attempts + 1,
+                Err(AcquireError::PayloadMismatch { key }) => {
+                    return Err(RecordError::PayloadMismatch { key });
+                }
+                Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
+            }
+        }
         let work = || async {
-            let work = ctx.cancellable(self.inner.handle(message, ctx));
+            let work = ctx.cancellable(self.inner.handle(message, &inner_ctx));
             match AssertUnwindSafe(work).catch_unwind().await {
                 Ok(result) => result,
                 Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
