@@ -107,9 +107,11 @@ demo:
 
 # --- benchmarks ----------------------------------------------------------------
 
-# This project vs AWS Lambda Powertools (Python) on the same workload and local
-# endpoint, directly and through a +5 ms proxy; writes docs/benchmarks-figures.md,
-# docs/benchmarks.json and the charts. A few minutes.
+# This project (lease mode, transactional, transactional + cache) vs AWS Lambda
+# Powertools (Python) on the same workload and local endpoint, directly and through
+# a +5 ms proxy, and each side's instructions per record under valgrind's callgrind;
+# writes docs/benchmarks-figures.md, docs/benchmarks.json and the charts. About 30
+# minutes on 2 cores.
 bench:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --release --quiet -p bench --bins
@@ -119,4 +121,4 @@ bench:
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --quiet -p bench --bins
-	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --out $(ROOT)/target/bench-smoke
+	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --out $(ROOT)/target/bench-smoke

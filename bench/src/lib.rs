@@ -3,11 +3,22 @@
 //! (`BatchProcessor` + `idempotent_function` on a `DynamoDBPersistenceLayer`), against one local
 //! DynamoDB endpoint, directly and through a proxy that adds latency.
 //!
-//! Each side runs as a process of its own (`bench-worker`, and `bench/powertools/bench.py`), so
-//! that CPU time, peak memory and cold start are measured the same way for both.
+//! Each side runs as a process of its own (`bench-worker`, in the lease mode, the transactional
+//! mode, and the transactional mode with a local cache; and `bench/powertools/bench.py`), so that
+//! CPU time, peak memory and cold start are measured the same way for all.
+//!
+//! [`sides`] starts the sides, [`callgrind`] counts their instructions, [`render`] and
+//! [`targets`] write the report.
+
+pub mod callgrind;
+pub mod render;
+pub mod sides;
+pub mod targets;
+
+pub use render::bar_chart;
+pub use sides::Side;
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -151,6 +162,23 @@ pub struct SideResult {
     /// Of those per redelivered record, the idempotency store's.
     #[serde(default)]
     pub store_requests_per_duplicate_record: f64,
+    /// DynamoDB write request units per first-seen record, counted per request by
+    /// [`write_units`]. `None`: not counted, every request being a single write of an item under
+    /// 1 KB, one unit (Powertools' side, and runs from before this was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wcu_per_fresh_record: Option<f64>,
+    /// The same per redelivered record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wcu_per_duplicate_record: Option<f64>,
+    /// This project's mode: `lease` or `transactional` (empty for Powertools).
+    #[serde(default)]
+    pub store_mode: String,
+    /// Whether the local cache of completed keys was on.
+    #[serde(default)]
+    pub cache: bool,
+    /// Records answered by the local cache, without a request.
+    #[serde(default)]
+    pub cache_hits: u64,
     /// Records reported failed (must be 0).
     pub failures: u64,
 }
@@ -172,6 +200,51 @@ impl SideResult {
             return 0.0;
         }
         self.batch_ms.iter().sum::<f64>() / self.batch_ms.len() as f64
+    }
+
+    /// Write request units per first-seen record: as counted, or one per request.
+    pub fn wcu_per_fresh(&self) -> f64 {
+        self.wcu_per_fresh_record
+            .unwrap_or(self.requests_per_fresh_record)
+    }
+
+    /// Write request units per redelivered record: as counted, or one per request.
+    pub fn wcu_per_duplicate(&self) -> f64 {
+        self.wcu_per_duplicate_record
+            .unwrap_or(self.requests_per_duplicate_record)
+    }
+
+    /// Write request units per record, with `duplicate_share` of the records redeliveries.
+    pub fn wcu_per_record(&self, duplicate_share: f64) -> f64 {
+        (1.0 - duplicate_share) * self.wcu_per_fresh() + duplicate_share * self.wcu_per_duplicate()
+    }
+}
+
+/// A DynamoDB write request, for its on-demand write request units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteRequest {
+    /// `PutItem`, `UpdateItem`, `DeleteItem`, conditional or not, whether its condition holds
+    /// or not (a failed condition is billed too).
+    Single,
+    /// `TransactWriteItems` with this many actions.
+    Transaction {
+        /// Actions in the transaction.
+        items: usize,
+    },
+    /// Anything else (a read, a table operation): no write units.
+    Other,
+}
+
+/// On-demand write request units of one request whose items are all under 1 KB, as the
+/// benchmark's are: 1 for a single write; 2 per item for a transaction (a transactional write
+/// costs two units per KB of each item). A cancelled transaction (a duplicate in the
+/// transactional mode: its record's condition fails) is counted the same, 2 per item: AWS does
+/// not clearly document what a cancelled transaction is billed, so this is an upper bound.
+pub fn write_units(request: WriteRequest) -> u32 {
+    match request {
+        WriteRequest::Single => 1,
+        WriteRequest::Transaction { items } => 2 * items as u32,
+        WriteRequest::Other => 0,
     }
 }
 
@@ -198,8 +271,8 @@ pub fn rusage() -> (f64, f64) {
     )
 }
 
-/// One scenario: both sides on one workload and network.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One scenario: every side on one workload and network.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Scenario {
     /// `moto` (the local AWS endpoint), or `instant` (an endpoint that accepts every request at
     /// once, in parallel, without storing anything: the client's side alone).
@@ -212,13 +285,47 @@ pub struct Scenario {
     /// One `PutItem` round trip on this network, one request at a time (the mean of 100), ms.
     #[serde(default)]
     pub round_trip_ms: f64,
-    /// This project.
+    /// This project, lease mode (its default).
     pub rust: SideResult,
     /// Powertools for AWS Lambda (Python).
     pub powertools: SideResult,
+    /// This project, transactional mode (absent from runs before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactional: Option<SideResult>,
+    /// This project, transactional mode with the local cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactional_cache: Option<SideResult>,
 }
 
 impl Scenario {
+    /// What `side` measured, if it ran.
+    pub fn side(&self, side: Side) -> Option<&SideResult> {
+        let result = match side {
+            Side::Lease => Some(&self.rust),
+            Side::Powertools => Some(&self.powertools),
+            Side::Transactional => self.transactional.as_ref(),
+            Side::TransactionalCache => self.transactional_cache.as_ref(),
+        };
+        result.filter(|r| r.records > 0)
+    }
+
+    /// Records what `side` measured.
+    pub fn set(&mut self, side: Side, result: SideResult) {
+        match side {
+            Side::Lease => self.rust = result,
+            Side::Powertools => self.powertools = result,
+            Side::Transactional => self.transactional = Some(result),
+            Side::TransactionalCache => self.transactional_cache = Some(result),
+        }
+    }
+
+    /// The sides that ran, in table order.
+    pub fn sides(&self) -> impl Iterator<Item = (Side, &SideResult)> {
+        Side::ALL
+            .into_iter()
+            .filter_map(|side| self.side(side).map(|r| (side, r)))
+    }
+
     /// `standard +5 ms`, with ` (instant endpoint)` when not on moto.
     pub fn label(&self) -> String {
         let mut label = format!("{} +{} ms", self.queue, self.latency_ms);
@@ -266,9 +373,9 @@ pub const LAMBDA_MB_PER_VCPU: f64 = 1769.0;
 /// Dollars per million messages for one side of a scenario: Lambda GB-seconds at `memory_mb`
 /// for the time a batch takes (the measured wall time, or, when longer, the measured CPU time
 /// stretched by Lambda's CPU share at that memory size: at 128 MB a function gets 7 % of a
-/// vCPU), one Lambda request per batch of 10, one DynamoDB write unit per
-/// measured request (every request of the store is a write of an item under 1 KB) with the given
-/// duplicate share, and the SQS requests of the event source mapping (a receive and a delete per
+/// vCPU), one Lambda request per batch of 10, the DynamoDB write request units of the measured
+/// requests ([`SideResult::wcu_per_record`], see [`write_units`]) with the given duplicate
+/// share, and the SQS requests of the event source mapping (a receive and a delete per
 /// batch of 10) and of the producer (one send per message).
 pub fn cost_per_million(
     side: &SideResult,
@@ -281,9 +388,7 @@ pub fn cost_per_million(
     let seconds_per_message = wall.max(cpu);
     let lambda = seconds_per_message * memory_mb / 1024.0 * Prices::LAMBDA_GB_SECOND
         + Prices::LAMBDA_REQUEST / 10.0;
-    let writes = (1.0 - duplicate_share) * side.requests_per_fresh_record
-        + duplicate_share * side.requests_per_duplicate_record;
-    let dynamodb = writes * Prices::DYNAMODB_WRITE;
+    let dynamodb = side.wcu_per_record(duplicate_share) * Prices::DYNAMODB_WRITE;
     let sqs_request = if fifo {
         Prices::SQS_FIFO_REQUEST
     } else {
@@ -292,86 +397,6 @@ pub fn cost_per_million(
     let sqs = (1.0 + 0.1 + 0.1) * sqs_request;
     let parts = [lambda * 1e6, dynamodb * 1e6, sqs * 1e6];
     (parts.iter().sum(), parts)
-}
-
-/// A grouped bar chart (SVG) of one figure for both sides, per scenario.
-pub fn bar_chart(
-    title: &str,
-    unit: &str,
-    labels: &[String],
-    rust: &[f64],
-    powertools: &[f64],
-) -> String {
-    let (h, left, bottom, top) = (360.0, 70.0, 60.0, 40.0);
-    let w = (110.0 * labels.len() as f64 + left + 20.0).max(760.0);
-    let max = rust
-        .iter()
-        .chain(powertools)
-        .copied()
-        .fold(0.0_f64, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let plot_h = h - bottom - top;
-    let group_w = (w - left - 20.0) / labels.len().max(1) as f64;
-    let bar_w = group_w * 0.35;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>"#,
-        w / 2.0
-    );
-    for i in 0..=4 {
-        let v = max * i as f64 / 4.0;
-        let y = h - bottom - plot_h * i as f64 / 4.0;
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{v:.1}</text>"##,
-            w - 20.0,
-            left - 6.0,
-            y + 4.0
-        );
-    }
-    let _ = write!(
-        svg,
-        r#"<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">{unit}</text>"#,
-        h / 2.0,
-        h / 2.0
-    );
-    for (i, label) in labels.iter().enumerate() {
-        let x0 = left + group_w * i as f64 + group_w * 0.12;
-        for (j, (value, color)) in [(rust[i], "#d9480f"), (powertools[i], "#1c7ed6")]
-            .iter()
-            .enumerate()
-        {
-            let bh = plot_h * value / max;
-            let x = x0 + j as f64 * (bar_w + 4.0);
-            let y = h - bottom - bh;
-            let _ = write!(
-                svg,
-                r#"<rect x="{x:.1}" y="{y:.1}" width="{bar_w:.1}" height="{bh:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{value:.1}</text>"#,
-                x + bar_w / 2.0,
-                y - 3.0
-            );
-        }
-        let _ = write!(
-            svg,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{label}</text>"#,
-            x0 + bar_w + 2.0,
-            h - bottom + 18.0
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<rect x="{left}" y="{}" width="12" height="12" fill="#d9480f"/><text x="{}" y="{}">this project (Rust)</text><rect x="{}" y="{}" width="12" height="12" fill="#1c7ed6"/><text x="{}" y="{}">Powertools (Python)</text></svg>"##,
-        h - 24.0,
-        left + 18.0,
-        h - 14.0,
-        left + 190.0,
-        h - 24.0,
-        left + 208.0,
-        h - 14.0
-    );
-    svg
 }
 
 #[cfg(test)]
@@ -455,5 +480,62 @@ mod tests {
         let (_, [lambda, _, _]) = cost_per_million(&cpu_bound, 128.0, 0.2, false);
         let expected = 1e6 * (0.001 * 1769.0 / 128.0 * 0.125 * 0.0000133334 + 0.02e-6);
         assert!((lambda - expected).abs() < 1e-6, "{lambda} {expected}");
+    }
+
+    #[test]
+    fn a_transaction_costs_two_units_per_item_cancelled_or_not() {
+        assert_eq!(write_units(WriteRequest::Single), 1);
+        assert_eq!(write_units(WriteRequest::Other), 0);
+        // The record and the handler's Put.
+        let fresh = write_units(WriteRequest::Transaction { items: 2 });
+        assert_eq!(fresh, 4);
+
+        // Transactional: one request per record, fresh (committed) or duplicate (cancelled,
+        // counted as 2 units per item, the upper bound).
+        let transactional = SideResult {
+            batch_ms: vec![100.0; 10],
+            requests_per_fresh_record: 1.0,
+            requests_per_duplicate_record: 1.0,
+            wcu_per_fresh_record: Some(f64::from(fresh)),
+            wcu_per_duplicate_record: Some(f64::from(fresh)),
+            ..SideResult::default()
+        };
+        assert_eq!(transactional.wcu_per_record(0.2), 4.0);
+        let (_, [_, dynamodb, _]) = cost_per_million(&transactional, 128.0, 0.2, false);
+        assert!((dynamodb - 2.5).abs() < 1e-9, "{dynamodb}");
+
+        // A duplicate answered by the local cache costs nothing.
+        let cached = SideResult {
+            requests_per_duplicate_record: 0.0,
+            wcu_per_duplicate_record: Some(0.0),
+            ..transactional
+        };
+        let (_, [_, dynamodb, _]) = cost_per_million(&cached, 128.0, 0.2, false);
+        assert!((dynamodb - 0.8 * 4.0 * 0.625).abs() < 1e-9, "{dynamodb}");
+
+        // Not counted (Powertools): one unit per request.
+        let lease = SideResult {
+            requests_per_fresh_record: 3.0,
+            requests_per_duplicate_record: 1.0,
+            ..SideResult::default()
+        };
+        assert!((lease.wcu_per_record(0.2) - 2.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn scenarios_list_the_sides_that_ran() {
+        let ran = |records| SideResult {
+            records,
+            ..SideResult::default()
+        };
+        let mut s = Scenario::default();
+        s.set(Side::Lease, ran(10));
+        s.set(Side::TransactionalCache, ran(10));
+        s.set(Side::Powertools, ran(0));
+        let sides: Vec<Side> = s.sides().map(|(side, _)| side).collect();
+        assert_eq!(sides, [Side::Lease, Side::TransactionalCache]);
+        for side in Side::ALL {
+            assert_eq!(Side::from_key(side.key()), Some(side));
+        }
     }
 }

@@ -2,10 +2,20 @@
 //! store, over a workload file, in a process of its own. Writes a [`bench::SideResult`].
 //!
 //! `bench-worker --events FILE.jsonl --idempotency-table T --effects-table E --out FILE
-//! [--started-at-ns N]` against `AWS_ENDPOINT_URL`. The events file has one Lambda SQS event per
-//! line; each is read and decoded just before its invocation, as the Lambda runtime would, so
-//! the process never holds the whole workload (which would show in its peak memory), and the
-//! decoding is kept out of the CPU time, like the Python side does.
+//! [--mode lease|transactional] [--cache] [--lambda-timeout-ms MS] [--started-at-ns N]` against
+//! `AWS_ENDPOINT_URL`. The events file has one Lambda SQS event per line; each is read and
+//! decoded just before its invocation, as the Lambda runtime would, so the process never holds
+//! the whole workload (which would show in its peak memory), and the decoding is kept out of the
+//! CPU time, like the Python side does.
+//!
+//! - `--mode lease` (the default): `idempotent`, a conditional write before the handler and one
+//!   after it; the handler makes its own `PutItem` into the effects table.
+//! - `--mode transactional`: `transactional`, the handler returns that item as the `Put` of a
+//!   [`Transaction`] and it commits with the record in one `TransactWriteItems`; the handler
+//!   makes no request of its own.
+//! - `--cache`: a [`LocalCache`] of 10,000 completed keys for 15 minutes.
+//! - `--lambda-timeout-ms`: each invocation's deadline (30,000 by default, the payment
+//!   processor's timeout; the driver gives more under valgrind).
 //!
 //! `bench-worker --sdk-floor N --effects-table E --out FILE`: N sequential `PutItem` calls with
 //! the plain SDK client, and the CPU time of each (the floor under any library built on the SDK:
@@ -13,20 +23,35 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::types::AttributeValue;
-use bench::{SideResult, rusage};
+use aws_sdk_dynamodb::operation::{
+    delete_item::DeleteItemInput, put_item::PutItemInput,
+    transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
+};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use bench::{SideResult, WriteRequest, rusage, write_units};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, RecordContext, RecordError, RecordHandler, RecordHandlerExt, json,
 };
+use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The local cache of `--cache`: keys, and how long each is kept.
+const CACHE_KEYS: usize = 10_000;
+const CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
 tokio::task_local! {
     /// The delivery (receipt handle) whose requests are being counted.
@@ -35,13 +60,46 @@ tokio::task_local! {
     static IN_HANDLER: ();
 }
 
-/// Counts DynamoDB requests per delivery: `[all, the record handler's]`.
+/// Counts DynamoDB requests per delivery: `[all, the record handler's, write request units]`.
+/// Requests are counted as sent (retries included); write units once per operation, from its
+/// input (see [`write_units`]).
 #[derive(Debug, Clone, Default)]
-struct PerDelivery(Arc<Mutex<HashMap<String, [u32; 2]>>>);
+struct PerDelivery(Arc<Mutex<HashMap<String, [u32; 3]>>>);
+
+impl PerDelivery {
+    fn add(&self, delivery: String, count: impl FnOnce(&mut [u32; 3])) {
+        count(self.0.lock().unwrap().entry(delivery).or_default());
+    }
+}
 
 impl Intercept for PerDelivery {
     fn name(&self) -> &'static str {
         "PerDelivery"
+    }
+
+    fn read_before_serialization(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
+            let input = context.input();
+            let request = if let Some(t) = input.downcast_ref::<TransactWriteItemsInput>() {
+                WriteRequest::Transaction {
+                    items: t.transact_items().len(),
+                }
+            } else if input.downcast_ref::<PutItemInput>().is_some()
+                || input.downcast_ref::<UpdateItemInput>().is_some()
+                || input.downcast_ref::<DeleteItemInput>().is_some()
+            {
+                WriteRequest::Single
+            } else {
+                WriteRequest::Other
+            };
+            self.add(delivery, |count| count[2] += write_units(request));
+        }
+        Ok(())
     }
 
     fn read_before_transmit(
@@ -51,12 +109,11 @@ impl Intercept for PerDelivery {
         _cfg: &mut ConfigBag,
     ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
         if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
-            let mut counts = self.0.lock().unwrap();
-            let count = counts.entry(delivery).or_default();
-            count[0] += 1;
-            if IN_HANDLER.try_with(|_| ()).is_ok() {
-                count[1] += 1;
-            }
+            let in_handler = IN_HANDLER.try_with(|_| ()).is_ok();
+            self.add(delivery, |count| {
+                count[0] += 1;
+                count[1] += u32::from(in_handler);
+            });
         }
         Ok(())
     }
@@ -85,13 +142,24 @@ struct Payment {
     amount_cents: i64,
 }
 
+/// The deliveries of first-seen and of redelivered records, in order.
+#[derive(Default)]
+struct Seen {
+    ids: HashSet<String>,
+    fresh: Vec<String>,
+    duplicates: Vec<String>,
+}
+
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() -> Result<(), BoxError> {
     let process_start = SystemTime::now();
     let mut args: HashMap<String, String> = HashMap::new();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = match flag.as_str() {
+            "--cache" => "true".to_owned(),
+            _ => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
+        };
         args.insert(flag.trim_start_matches("--").to_owned(), value);
     }
     let arg = |name: &str| {
@@ -106,6 +174,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     if let Some(n) = args.get("sdk-floor") {
         return sdk_floor(n.parse()?, &arg("effects-table")?, &arg("out")?).await;
     }
+    let transactional = match args.get("mode").map(String::as_str) {
+        None | Some("lease") => false,
+        Some("transactional") => true,
+        Some(other) => return Err(format!("--mode {other}: lease or transactional").into()),
+    };
+    let timeout = Duration::from_millis(match args.get("lambda-timeout-ms") {
+        Some(ms) => ms.parse()?,
+        None => 30_000,
+    });
     let events_path = arg("events")?;
     let events = std::io::BufReader::new(
         std::fs::File::open(&events_path).map_err(|e| format!("cannot read {events_path}: {e}"))?,
@@ -119,103 +196,167 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .interceptor(counter.clone())
             .build(),
     );
-    let store = Idempotency::new(DynamoDbBackend::new(
+    let cache = args
+        .contains_key("cache")
+        .then(|| LocalCache::new(NonZeroUsize::new(CACHE_KEYS).unwrap(), CACHE_TTL));
+    let mut store = Idempotency::new(DynamoDbBackend::new(
         dynamodb.clone(),
         arg("idempotency-table")?,
     ));
-    let handler = Counted(
-        json(|p: Payment, ctx: RecordContext| {
-            let (dynamodb, table) = (&dynamodb, &effects_table);
-            IN_HANDLER.scope((), async move {
-                dynamodb
-                    .put_item()
-                    .table_name(table)
-                    .item("id", AttributeValue::S(p.payment_id))
-                    .item("messageId", AttributeValue::S(ctx.message_id))
-                    .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                    .send()
-                    .await
-                    .map(|_| ())
-            })
-        })
-        .idempotent(store),
-    );
-    let processor = BatchProcessor::new();
-    let init_ms = SystemTime::now().duration_since(started)?.as_secs_f64() * 1000.0;
-
+    if let Some(cache) = &cache {
+        store = store.with_local_cache(cache.clone());
+    }
     let mut result = SideResult {
         side: "rust".into(),
-        init_ms,
         version: format!("lambda-idempotency {}", env!("CARGO_PKG_VERSION")),
+        store_mode: if transactional {
+            "transactional"
+        } else {
+            "lease"
+        }
+        .into(),
+        cache: cache.is_some(),
         ..SideResult::default()
     };
-    let mut seen = HashSet::new();
-    let mut fresh = Vec::new();
-    let mut duplicates = Vec::new();
-    for (i, line) in events.lines().enumerate() {
-        let event: SqsEvent = serde_json::from_str(&line?)
-            .map_err(|e| format!("{events_path}: event {i} is not an SQS event: {e}"))?;
-        for r in &event.records {
-            let id = r.message_id.clone().unwrap_or_default();
-            let delivery = r.receipt_handle.clone().unwrap_or_default();
-            if seen.insert(id) {
-                fresh.push(delivery)
-            } else {
-                duplicates.push(delivery)
-            }
-        }
-        result.records += event.records.len() as u64;
-        let mut context = Context::default();
-        context.deadline = (SystemTime::now() + Duration::from_secs(30))
-            .duration_since(SystemTime::UNIX_EPOCH)?
-            .as_millis() as u64;
-        let (cpu_before, _) = rusage();
-        let t = Instant::now();
-        let report = processor
-            .process(&LambdaEvent::new(event, context), &handler)
-            .await?;
-        let response = report.response();
-        result.batch_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        result.cpu_ms_total += rusage().0 - cpu_before;
-        result.failures += response.batch_item_failures.len() as u64;
-        result.batches += 1;
-        if i == 0 {
-            result.cold_start_ms =
-                SystemTime::now().duration_since(started)?.as_secs_f64() * 1000.0;
-        }
-    }
+    let invocations = Invocations {
+        events,
+        events_path: &events_path,
+        started,
+        timeout,
+        result: &mut result,
+        seen: Seen::default(),
+    };
+    let seen = if transactional {
+        // The handler's PutItem becomes the Put of the transaction: no request of its own.
+        let handler = Counted(
+            json(|p: Payment, ctx: RecordContext| {
+                let table = &effects_table;
+                async move {
+                    let put = Put::builder()
+                        .table_name(table)
+                        .item("id", AttributeValue::S(p.payment_id))
+                        .item("messageId", AttributeValue::S(ctx.message_id))
+                        .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                        .build()?;
+                    Ok::<_, aws_sdk_dynamodb::error::BuildError>(
+                        Transaction::<(), TransactWriteItem>::new(()).put(put),
+                    )
+                }
+            })
+            .transactional(store),
+        );
+        invocations.run(&handler).await?
+    } else {
+        let handler = Counted(
+            json(|p: Payment, ctx: RecordContext| {
+                let (dynamodb, table) = (&dynamodb, &effects_table);
+                IN_HANDLER.scope((), async move {
+                    dynamodb
+                        .put_item()
+                        .table_name(table)
+                        .item("id", AttributeValue::S(p.payment_id))
+                        .item("messageId", AttributeValue::S(ctx.message_id))
+                        .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                        .send()
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .idempotent(store),
+        );
+        invocations.run(&handler).await?
+    };
     let (_, peak_kib) = rusage();
     result.cpu_us_per_record = result.cpu_ms_total * 1000.0 / result.records.max(1) as f64;
     result.peak_rss_mb = peak_kib / 1024.0;
+    result.cache_hits = cache.as_ref().map_or(0, LocalCache::hits);
     let counts = counter.0.lock().unwrap();
-    let mean = |deliveries: &[String], store_only: bool| {
+    // The mean over `deliveries` of one of their counts.
+    let mean = |deliveries: &[String], count: &dyn Fn([u32; 3]) -> u32| {
         if deliveries.is_empty() {
             return 0.0;
         }
         deliveries
             .iter()
-            .map(|d| {
-                let [all, handler] = counts.get(d).copied().unwrap_or_default();
-                f64::from(if store_only { all - handler } else { all })
-            })
+            .map(|d| f64::from(count(counts.get(d).copied().unwrap_or_default())))
             .sum::<f64>()
             / deliveries.len() as f64
     };
-    result.requests_per_fresh_record = mean(&fresh, false);
-    result.requests_per_duplicate_record = mean(&duplicates, false);
-    result.store_requests_per_fresh_record = mean(&fresh, true);
-    result.store_requests_per_duplicate_record = mean(&duplicates, true);
+    let (fresh, duplicates) = (&seen.fresh, &seen.duplicates);
+    result.requests_per_fresh_record = mean(fresh, &|[all, _, _]| all);
+    result.requests_per_duplicate_record = mean(duplicates, &|[all, _, _]| all);
+    result.store_requests_per_fresh_record = mean(fresh, &|[all, handler, _]| all - handler);
+    result.store_requests_per_duplicate_record =
+        mean(duplicates, &|[all, handler, _]| all - handler);
+    result.wcu_per_fresh_record = Some(mean(fresh, &|[_, _, units]| units));
+    result.wcu_per_duplicate_record = Some(mean(duplicates, &|[_, _, units]| units));
     std::fs::write(arg("out")?, serde_json::to_string_pretty(&result)?)?;
     Ok(())
 }
 
+/// The invocations of the workload, one event at a time, as one warm execution environment.
+struct Invocations<'a, R> {
+    events: R,
+    events_path: &'a str,
+    started: SystemTime,
+    timeout: Duration,
+    result: &'a mut SideResult,
+    seen: Seen,
+}
+
+impl<R: BufRead> Invocations<'_, R> {
+    /// Runs `handler` on every event; fills in the times of the result, and returns which
+    /// deliveries were fresh and which duplicates.
+    async fn run<H: RecordHandler>(self, handler: &H) -> Result<Seen, BoxError> {
+        let Invocations {
+            events,
+            events_path,
+            started,
+            timeout,
+            result,
+            mut seen,
+        } = self;
+        let processor = BatchProcessor::new();
+        result.init_ms = SystemTime::now().duration_since(started)?.as_secs_f64() * 1000.0;
+        for (i, line) in events.lines().enumerate() {
+            let event: SqsEvent = serde_json::from_str(&line?)
+                .map_err(|e| format!("{events_path}: event {i} is not an SQS event: {e}"))?;
+            for r in &event.records {
+                let id = r.message_id.clone().unwrap_or_default();
+                let delivery = r.receipt_handle.clone().unwrap_or_default();
+                if seen.ids.insert(id) {
+                    seen.fresh.push(delivery)
+                } else {
+                    seen.duplicates.push(delivery)
+                }
+            }
+            result.records += event.records.len() as u64;
+            let mut context = Context::default();
+            context.deadline = (SystemTime::now() + timeout)
+                .duration_since(SystemTime::UNIX_EPOCH)?
+                .as_millis() as u64;
+            let (cpu_before, _) = rusage();
+            let t = Instant::now();
+            let report = processor
+                .process(&LambdaEvent::new(event, context), handler)
+                .await?;
+            let response = report.response();
+            result.batch_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            result.cpu_ms_total += rusage().0 - cpu_before;
+            result.failures += response.batch_item_failures.len() as u64;
+            result.batches += 1;
+            if i == 0 {
+                result.cold_start_ms =
+                    SystemTime::now().duration_since(started)?.as_secs_f64() * 1000.0;
+            }
+        }
+        Ok(seen)
+    }
+}
+
 /// `--sdk-floor`: CPU time per request of the plain SDK client, N `PutItem` calls one after
 /// another.
-async fn sdk_floor(
-    n: u32,
-    table: &str,
-    out: &str,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn sdk_floor(n: u32, table: &str, out: &str) -> Result<(), BoxError> {
     let sdk = local_aws::local_sdk_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let put = |i: u32| {

@@ -1,0 +1,413 @@
+//! The report of a run: `benchmarks.json`, the figures in Markdown (embedded into
+//! `benchmarks.md` between its markers), and the charts.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::callgrind::Instructions;
+use crate::sides::BoxError;
+use crate::{PublisherResult, Scenario, Side, SideResult, cost_per_million};
+
+/// The share of the workload's records that are redeliveries.
+pub const DUPLICATES: f64 = 0.2;
+
+/// The Lambda function's memory, for its cost (the template's).
+pub const MEMORY_MB: f64 = 128.0;
+
+/// Everything a run measured: `benchmarks.json`.
+#[derive(Serialize, Deserialize)]
+pub struct Report {
+    /// Cores, CPU and memory.
+    pub machine: String,
+    /// Records of each workload.
+    pub records: usize,
+    /// The latency added each way in the scenarios through the proxy, ms.
+    pub latency_ms: u64,
+    /// The SDK's own CPU time per `PutItem`, against an endpoint that answers at once.
+    pub sdk_cpu_us_per_request: f64,
+    /// Every scenario, each with every side.
+    pub scenarios: Vec<Scenario>,
+    /// The publisher's throughput.
+    pub publisher: Vec<PublisherResult>,
+    /// Instructions per record, by callgrind (absent when skipped, and from older runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<Instructions>,
+}
+
+impl Report {
+    /// The scenario on `endpoint` with `queue` at `latency` ms, if measured.
+    pub fn find(&self, endpoint: &str, queue: &str, latency: u64) -> Option<&Scenario> {
+        self.scenarios
+            .iter()
+            .find(|s| s.endpoint == endpoint && s.queue == queue && s.latency_ms == latency)
+    }
+
+    /// The scenario whose costs are broken down: standard queue, moto, with latency.
+    pub fn cost_scenario(&self) -> Option<&Scenario> {
+        self.scenarios
+            .iter()
+            .find(|s| s.endpoint == "moto" && s.latency_ms > 0 && s.queue == "standard")
+    }
+}
+
+/// `n`, rounded, with a comma every three digits: `12,708,393`.
+pub fn grouped(n: f64) -> String {
+    let digits = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 && digits != "0" {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// `a / b`, or NaN without `b`.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+/// Dollars per million messages of `side` in `scenario`, and by service.
+pub fn cost(scenario: &Scenario, side: &SideResult) -> (f64, [f64; 3]) {
+    cost_per_million(side, MEMORY_MB, DUPLICATES, scenario.queue == "fifo")
+}
+
+/// Writes `benchmarks.json`, `benchmarks-figures.md` and the charts into `out`, and the figures
+/// into `out/benchmarks.md` between its markers.
+pub fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
+    let scenarios = &report.scenarios;
+    std::fs::write(
+        out.join("benchmarks.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    let labels: Vec<String> = scenarios
+        .iter()
+        .map(|s| {
+            let short = if s.queue == "standard" { "std" } else { "fifo" };
+            let instant = if s.endpoint == "instant" {
+                " inst."
+            } else {
+                ""
+            };
+            format!("{short} +{}ms{instant}", s.latency_ms)
+        })
+        .collect();
+    let series = |f: &dyn Fn(&SideResult) -> f64| -> Vec<(&str, Vec<f64>)> {
+        Side::ALL
+            .into_iter()
+            .filter(|side| scenarios.iter().any(|s| s.side(*side).is_some()))
+            .map(|side| {
+                let values = scenarios
+                    .iter()
+                    .map(|s| s.side(side).map_or(0.0, f))
+                    .collect();
+                (side.label(), values)
+            })
+            .collect()
+    };
+    std::fs::write(
+        out.join("benchmarks-batch-latency.svg"),
+        bar_chart(
+            "Wall time per batch of 10 (median)",
+            "ms",
+            &labels,
+            &series(&|s| s.median_ms()),
+        ),
+    )?;
+    std::fs::write(
+        out.join("benchmarks-cpu.svg"),
+        bar_chart(
+            "CPU time per record (user + sys)",
+            "µs",
+            &labels,
+            &series(&|s| s.cpu_us_per_record),
+        ),
+    )?;
+    let figures = render(report);
+    std::fs::write(out.join("benchmarks-figures.md"), &figures)?;
+    embed(&out.join("benchmarks.md"), &figures)?;
+    println!("{figures}");
+    Ok(())
+}
+
+/// Where a document shows the figures of the last run.
+pub const FIGURES_START: &str = "<!-- figures: start -->";
+/// Where they end.
+pub const FIGURES_END: &str = "<!-- figures: end -->";
+
+/// Puts `figures` between the markers of the document at `path`, when it has them.
+pub fn embed(path: &Path, figures: &str) -> Result<(), BoxError> {
+    let Ok(doc) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let (Some(start), Some(end)) = (doc.find(FIGURES_START), doc.find(FIGURES_END)) else {
+        return Ok(());
+    };
+    if end < start {
+        return Err(format!("{}: the figures' end marker comes first", path.display()).into());
+    }
+    let updated = format!("{}{FIGURES_START}\n{figures}{}", &doc[..start], &doc[end..]);
+    std::fs::write(path, updated)?;
+    Ok(())
+}
+
+/// The figures, in Markdown.
+pub fn render(report: &Report) -> String {
+    let (scenarios, publishers) = (&report.scenarios, &report.publisher);
+    let mut md = String::new();
+    let _ = writeln!(md, "<!-- written by `make bench`; do not edit -->");
+    let _ = writeln!(
+        md,
+        "Machine: {}. Workload: {} records in batches of 10, {:.0} % duplicates of earlier records; FIFO with 10 message groups.\n",
+        report.machine,
+        report.records,
+        DUPLICATES * 100.0
+    );
+    let _ = writeln!(
+        md,
+        "| scenario | side | batch median ms | batch p99 ms | CPU µs/record | requests/fresh (store's) | requests/duplicate (store's) | WCU/record | peak MB | cold start ms (init) | $ per million |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for s in scenarios {
+        for (side, r) in s.sides() {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {:.2} | {:.0} | {:.2} ({:.2}) | {:.2} ({:.2}) | {:.2} | {:.1} | {:.0} ({:.0}) | {:.2} |",
+                s.label(),
+                side.label(),
+                r.median_ms(),
+                r.p99_ms(),
+                r.cpu_us_per_record,
+                r.requests_per_fresh_record,
+                r.store_requests_per_fresh_record,
+                r.requests_per_duplicate_record,
+                r.store_requests_per_duplicate_record,
+                r.wcu_per_record(DUPLICATES),
+                r.peak_rss_mb,
+                r.cold_start_ms,
+                r.init_ms,
+                cost(s, r).0
+            );
+        }
+    }
+    let _ = writeln!(md, "\nRatios to Powertools, in the same run:\n");
+    let _ = writeln!(
+        md,
+        "| scenario | side | batch median | CPU per record | peak memory | cold start |"
+    );
+    let _ = writeln!(md, "| --- | --- | ---: | ---: | ---: | ---: |");
+    for s in scenarios {
+        let Some(p) = s.side(Side::Powertools) else {
+            continue;
+        };
+        for (side, r) in s.sides().filter(|(side, _)| *side != Side::Powertools) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                s.label(),
+                side.label(),
+                ratio(r.median_ms(), p.median_ms()),
+                ratio(r.cpu_us_per_record, p.cpu_us_per_record),
+                ratio(r.peak_rss_mb, p.peak_rss_mb),
+                ratio(r.cold_start_ms, p.cold_start_ms)
+            );
+        }
+    }
+    instructions(&mut md, report);
+    let _ = writeln!(
+        md,
+        "\nPublisher, {} messages to a FIFO queue (10 groups):\n",
+        publishers.first().map_or(0, |p| p.messages)
+    );
+    let _ = writeln!(
+        md,
+        "| latency each way | batched (messages/s) | one SendMessage per message (messages/s) | ratio |"
+    );
+    let _ = writeln!(md, "| ---: | ---: | ---: | ---: |");
+    for p in publishers {
+        let _ = writeln!(
+            md,
+            "| {} ms | {:.0} | {:.0} | {:.1} |",
+            p.latency_ms,
+            p.batched_per_second,
+            p.single_per_second,
+            p.batched_per_second / p.single_per_second
+        );
+    }
+    if let Some(s) = report.cost_scenario() {
+        let _ = writeln!(
+            md,
+            "\nCost per million messages (standard queue, moto, +{} ms each way), by service:\n",
+            report.latency_ms
+        );
+        let _ = writeln!(md, "| side | Lambda | DynamoDB | SQS | total |");
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+        for (side, r) in s.sides() {
+            let (total, [l, d, q]) = cost(s, r);
+            let _ = writeln!(
+                md,
+                "| {} | ${l:.2} | ${d:.2} | ${q:.2} | ${total:.2} |",
+                side.label()
+            );
+        }
+    }
+    crate::targets::targets(&mut md, report);
+    md
+}
+
+/// The instructions per record, with the CPU time per record of the same scenario beside.
+fn instructions(md: &mut String, report: &Report) {
+    let Some(counts) = &report.instructions else {
+        return;
+    };
+    let scenario = report.find("instant", "standard", 0);
+    let cpu = |side: Side| {
+        scenario
+            .and_then(|s| s.side(side))
+            .map(|r| r.cpu_us_per_record)
+    };
+    let [short, long] = counts.batches;
+    let _ = writeln!(
+        md,
+        "\nInstructions per record (callgrind; standard queue, instant endpoint, +0 ms; the first {long} batches less the first {short}, {} records), and the CPU time per record of the same scenario (getrusage):\n",
+        counts.records[1].saturating_sub(counts.records[0])
+    );
+    let _ = writeln!(
+        md,
+        "| side | instructions/record | / Powertools | CPU µs/record | / Powertools |"
+    );
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+    let powertools = counts.per_record(Side::Powertools);
+    for side in Side::ALL {
+        let Some(per_record) = counts.per_record(side) else {
+            continue;
+        };
+        let show = |v: Option<f64>, decimals: usize| match v {
+            Some(v) if v.is_finite() => format!("{v:.decimals$}"),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            side.label(),
+            grouped(per_record),
+            show(powertools.map(|p| ratio(per_record, p)), 3),
+            show(cpu(side), 0),
+            show(
+                cpu(side)
+                    .zip(cpu(Side::Powertools))
+                    .map(|(a, b)| ratio(a, b)),
+                3
+            ),
+        );
+    }
+}
+
+/// The colour of each series of a chart, in order.
+const COLOURS: [&str; 4] = ["#d9480f", "#f59f00", "#2f9e44", "#1c7ed6"];
+
+/// A grouped bar chart (SVG) of one figure per scenario: one bar per series (a name and a value
+/// per label) in each group.
+pub fn bar_chart(
+    title: &str,
+    unit: &str,
+    labels: &[String],
+    series: &[(&str, Vec<f64>)],
+) -> String {
+    let (h, left, bottom, top) = (380.0, 70.0, 80.0, 40.0);
+    let bars = series.len().max(1) as f64;
+    let w = ((40.0 + 28.0 * bars) * labels.len() as f64 + left + 20.0).max(760.0);
+    let max = series
+        .iter()
+        .flat_map(|(_, values)| values.iter().copied())
+        .fold(0.0_f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let plot_h = h - bottom - top;
+    let group_w = (w - left - 20.0) / labels.len().max(1) as f64;
+    let bar_w = group_w * 0.8 / bars;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>"#,
+        w / 2.0
+    );
+    for i in 0..=4 {
+        let v = max * i as f64 / 4.0;
+        let y = h - bottom - plot_h * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{v:.1}</text>"##,
+            w - 20.0,
+            left - 6.0,
+            y + 4.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">{unit}</text>"#,
+        h / 2.0,
+        h / 2.0
+    );
+    for (i, label) in labels.iter().enumerate() {
+        let x0 = left + group_w * i as f64 + group_w * 0.1;
+        for (j, (_, values)) in series.iter().enumerate() {
+            let value = values.get(i).copied().unwrap_or(0.0);
+            let bh = plot_h * value / max;
+            let x = x0 + j as f64 * bar_w;
+            let y = h - bottom - bh;
+            let _ = write!(
+                svg,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{bh:.1}" fill="{}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{value:.0}</text>"#,
+                bar_w - 2.0,
+                COLOURS[j % COLOURS.len()],
+                x + bar_w / 2.0,
+                y - 3.0
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{label}</text>"#,
+            x0 + group_w * 0.4,
+            h - bottom + 18.0
+        );
+    }
+    // The legend, in one row; about 7 px per character.
+    let mut x = left;
+    for (j, (name, _)) in series.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<rect x="{x}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}">{name}</text>"#,
+            h - 34.0,
+            COLOURS[j % COLOURS.len()],
+            x + 18.0,
+            h - 24.0
+        );
+        x += 18.0 + 7.0 * name.chars().count() as f64 + 24.0;
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_numbers_are_grouped_by_thousands() {
+        assert_eq!(grouped(12_708_393.4), "12,708,393");
+        assert_eq!(grouped(999.0), "999");
+        assert_eq!(grouped(1000.0), "1,000");
+        assert_eq!(grouped(0.2), "0");
+        assert_eq!(grouped(-45_000.0), "-45,000");
+    }
+}
