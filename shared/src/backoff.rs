@@ -250,7 +250,7 @@ impl VisibilityBackoff {
 }
 
 /// A random number for the jitter.
-fn jitter_u64() -> u64 {
+pub(crate) fn jitter_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(

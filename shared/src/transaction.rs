@@ -251,6 +251,16 @@ pub enum TransactError<E> {
         /// The key.
         key: String,
     },
+    /// The store refused the whole request as invalid (DynamoDB's `ValidationException`: an
+    /// expression that names an undefined value, two actions on one item, ...): nothing was
+    /// applied, and a retry cannot succeed.
+    #[error("the transaction is invalid: {message}")]
+    Invalid {
+        /// What the store said.
+        message: String,
+        /// Failed attempts of the key, this one included.
+        attempts: Option<u32>,
+    },
     /// The store could not run the transaction now (conflicts, throttling), on every try.
     #[error("the transaction could not run after {tries} tries: {reason}")]
     Contended {
@@ -270,6 +280,7 @@ impl<E> TransactError<E> {
         match self {
             TransactError::Failed { attempts, .. }
             | TransactError::Rejected { attempts, .. }
+            | TransactError::Invalid { attempts, .. }
             | TransactError::Limit { attempts, .. } => *attempts,
             _ => None,
         }
@@ -383,6 +394,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 }
                 // This attempt's own record: an earlier try committed, and its answer was lost.
                 Ok(Commit::Exists(existing)) if existing.owner == record.owner => {
+                    self.remember(&existing, now_ms);
                     return Ok(Transacted::Committed(output));
                 }
                 Ok(Commit::Exists(existing)) => {
@@ -409,8 +421,17 @@ impl<B: TransactionalBackend> Idempotency<B> {
                         attempts,
                     });
                 }
+                Ok(Commit::Invalid { message }) => {
+                    let noted = self.note_failure(key, &record, &message).await;
+                    return settle(noted, |attempts| TransactError::Invalid {
+                        message,
+                        attempts,
+                    });
+                }
                 Ok(Commit::Contended { reason }) => {
-                    // Cancelled for certain: the next try is a new request.
+                    // Not applied, or (a try with this token still running) applied by that try:
+                    // the next try is a new request with a new token, and should the earlier
+                    // one have committed, it finds this attempt's own record (above).
                     round += 1;
                     TransactError::Contended { tries, reason }
                 }
@@ -424,16 +445,19 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 return Err(last);
             }
             tracing::warn!(key, error = %last, tries, "transaction not committed; trying again");
-            tokio::time::sleep(delay).await;
+            // Up to a half more, at random: writers contending for one item do not retry in step.
+            let spread = delay.as_millis() as u64 / 2;
+            let jitter = Duration::from_millis(crate::backoff::jitter_u64() % (spread + 1));
+            tokio::time::sleep(delay + jitter).await;
             delay *= 2;
         }
     }
 
-    /// Reads where `key` stands before a transactional attempt, from the local cache or with one
-    /// read: a completed key (a duplicate, answered without running anything), a key held, or the
-    /// failed attempts so far (so that a redelivered record's handler is told its attempt). For a
-    /// redelivery, where the read replaces a cancelled transaction for a duplicate and tells a
-    /// retried record its attempt; a first delivery skips it.
+    /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
+    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
+    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
+    /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
+    /// first delivery goes straight to [`transact`](Self::transact).
     pub async fn peek(&self, key: &str, payload_hash: &str) -> Result<Peeked, crate::AcquireError> {
         let stored = self.stored_key(key);
         let now_ms = self.clock().now_ms();

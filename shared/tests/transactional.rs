@@ -169,7 +169,7 @@ async fn a_duplicate_is_one_request_and_applies_nothing() {
 #[tokio::test]
 async fn the_handlers_own_condition_failing_is_a_handler_error_and_applies_nothing() {
     let f = fixture().await;
-    // The balance may only go down while it stays covered: account-1 has none.
+    // A debit needs an existing balance: account-1 has none.
     let work = || async {
         Ok::<_, std::io::Error>(Tx::new(()).put(entry(&f.effects, "entry-1")).update(add(
             &f.effects,
@@ -326,7 +326,8 @@ async fn ten_concurrent_invocations_of_one_key_commit_one_transaction() {
     }
     assert_eq!((committed, duplicates), (1, 9));
     assert_eq!(balance(&f, "account-1").await, Some(500), "charged once");
-    assert_eq!(f.counter.count("TransactWriteItems"), 10);
+    // On the local endpoint each commit is one try; DynamoDB may add tries after conflicts.
+    assert!(f.counter.count("TransactWriteItems") >= 10);
 }
 
 #[tokio::test]
@@ -626,5 +627,74 @@ async fn a_redelivered_duplicate_costs_one_read_and_no_transaction() {
         ran.load(std::sync::atomic::Ordering::SeqCst),
         1,
         "the duplicate's handler did not run"
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_store_refuses_as_invalid_is_a_permanent_failure_named_once() {
+    let f = fixture().await;
+    // Two actions on one item: DynamoDB refuses the whole request before running any.
+    let work = || async {
+        Ok::<_, std::io::Error>(
+            Tx::new(())
+                .put(entry(&f.effects, "entry-1"))
+                .update(add(&f.effects, "entry-1", 5, None)),
+        )
+    };
+    let error = f
+        .engine
+        .transact("p-1", b"body", None, work)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            TransactError::Invalid {
+                attempts: Some(1),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("multiple operations on one item"),
+        "{error}"
+    );
+    assert_eq!(
+        f.counter.count("TransactWriteItems"),
+        1,
+        "not retried: it cannot succeed"
+    );
+    assert!(item(&f, "entry-1").await.is_none());
+}
+
+#[tokio::test]
+async fn a_refused_put_names_its_item() {
+    let f = fixture().await;
+    let guarded = Put::builder()
+        .table_name(&f.effects)
+        .item("pk", s("entry-1"))
+        .item("amount", AttributeValue::N("5".into()))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .unwrap();
+    let work = |put: Put| move || async move { Ok::<_, std::io::Error>(Tx::new(()).put(put)) };
+    f.engine
+        .transact("p-1", b"a", None, work(guarded.clone()))
+        .await
+        .unwrap();
+    let error = f
+        .engine
+        .transact("p-2", b"b", None, work(guarded))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains(&format!(
+            "Put on table `{}` (amount = 5, pk = entry-1)",
+            f.effects
+        )),
+        "{error}"
     );
 }

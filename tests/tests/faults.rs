@@ -74,9 +74,11 @@ async fn duplicates_under_concurrency_take_effect_once() {
 
     assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
     assert!(crashes > 0, "some invocations crashed after their work");
+    // Every duplicate delivery sends its PaymentCharged again: the producer's resends, and the
+    // records of the crashed invocations, redelivered after their charges committed.
     assert!(
-        resent_events > 0,
-        "the redeliveries after a crash found their charge committed and sent its event again"
+        resent_events > resent as u64,
+        "{resent_events} events sent again for {resent} resends and {crashes} crashes"
     );
     assert!(
         deliveries > all.len() + resent,
@@ -540,8 +542,8 @@ async fn fifo_groups_keep_order_and_do_not_hold_each_other_up() {
 }
 
 /// Scenario 2: the consumer process is killed (SIGKILL) in the middle of a batch, after some
-/// effects; a new process takes over; after the leases end, every message is processed and no
-/// store-protected effect happened twice.
+/// charges; a new process takes over once the messages in flight are visible again; every
+/// message is processed and no charge happened twice or in part (a charge is one transaction).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_consumer_loses_nothing_and_repeats_nothing() {
     use local_aws::template::Naming;

@@ -2,9 +2,10 @@
 //! paths run against the provisioned stack with a recorder on its clients (and on its event
 //! source mapping's, which Lambda runs with the function's role), and every recorded call is
 //! checked against the function's role in template.yaml; every action the role grants must be
-//! used by some path. The paths include the recovery ones: a charge interrupted after its
-//! transaction, a record in progress elsewhere, a failed attempt's visibility backoff, permanent
-//! failures sent to dead-letter queues, a stream record that can never be relayed.
+//! used by some path. The paths include the recovery ones: a failed charge and its redelivery
+//! (which reads its record first), a record in progress elsewhere, a failed attempt's visibility
+//! backoff, permanent failures sent to dead-letter queues, a stream record that can never be
+//! relayed.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

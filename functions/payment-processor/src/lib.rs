@@ -207,6 +207,16 @@ impl App {
             Deduplicated::Processed(event) => event.clone(),
             Deduplicated::Duplicate {
                 stored: Some(stored),
+            } if is_lease_mode_result(stored) => {
+                tracing::info!(
+                    message_id = ctx.message_id,
+                    "duplicate of a payment charged before the transactional mode: its \
+                     PaymentCharged was sent before its record was completed"
+                );
+                return Ok(charged);
+            }
+            Deduplicated::Duplicate {
+                stored: Some(stored),
             } => {
                 let event: PaymentCharged = serde_json::from_str(stored).map_err(|e| {
                     ChargeError::Publish(format!("the stored PaymentCharged is not valid: {e}"))
@@ -376,6 +386,17 @@ impl App {
     }
 }
 
+/// True for the result the lease mode stored (`{"ledgerEntryId": .., "recovered": ..}`): that
+/// version completed a record only after its `PaymentCharged` was sent, so a duplicate of it has
+/// nothing to send.
+fn is_lease_mode_result(stored: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(stored).is_ok_and(|v| {
+        v.get("recovered").is_some()
+            && v.get("ledgerEntryId").is_some()
+            && v.get("paymentId").is_none()
+    })
+}
+
 /// A payment that can never be charged.
 fn validate(payment: &PaymentRequested) -> Result<(), ChargeError> {
     if payment.payment_id.is_empty() || payment.payment_id.len() > 128 {
@@ -399,4 +420,27 @@ fn validate(payment: &PaymentRequested) -> Result<(), ChargeError> {
     MessageGroupId::new(payment.account_id.as_str())
         .map_err(|e| ChargeError::Invalid(format!("accountId: {e}")))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_mode_result_is_told_from_a_stored_event() {
+        assert!(is_lease_mode_result(
+            r#"{"ledgerEntryId":"e-1","recovered":false}"#
+        ));
+        let event = PaymentCharged {
+            payment_id: "p-1".into(),
+            account_id: "a-1".into(),
+            amount_cents: 5,
+            currency: "EUR".into(),
+            ledger_entry_id: "e-1".into(),
+        };
+        assert!(!is_lease_mode_result(
+            &serde_json::to_string(&event).unwrap()
+        ));
+        assert!(!is_lease_mode_result("not json"));
+    }
 }

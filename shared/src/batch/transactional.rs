@@ -22,10 +22,14 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 ///   ([`Deduplicated::Processed`]).
 /// - A key completed before: nothing is written ([`Deduplicated::Duplicate`], with the stored
 ///   result), in one request, or none when the engine's [local cache](crate::cache) knows it.
-/// - One of the writes refused by its own condition: [`RecordError::Handler`] naming the write
-///   (a write the store finds invalid, or a transaction over its limits:
-///   [`RecordError::Permanent`]); nothing is applied, and the failure is recorded with the key's
-///   failed attempts ([`RecordError::Attempt`]), as for any failure of the inner handler.
+/// - One of the writes refused by its own condition: [`RecordError::Handler`] naming the write;
+///   a transaction the store finds invalid (one write, or the whole request), or one over its
+///   limits: [`RecordError::Permanent`]. Nothing is applied. The failure is recorded as for any
+///   failure of the inner handler: the key's record becomes failed, with the error and the
+///   failed attempts ([`RecordError::Attempt`]), and stays replaceable by the same payload (the
+///   next delivery runs again); a limit is found before any request and not recorded.
+/// - The store unable to run the transaction on every try (conflicts, throttling):
+///   [`RecordError::Store`] with [`StoreError::Contended`], retried by redelivery.
 /// - Another payload under the key, the store unreachable, a key held by a lease of the other
 ///   mode: as with [`Idempotent`](super::Idempotent).
 ///
@@ -116,11 +120,14 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
         }
         TransactError::InProgress { lease_until_ms } => RecordError::InProgress { lease_until_ms },
         TransactError::PayloadMismatch { key } => RecordError::PayloadMismatch { key },
-        contended @ TransactError::Contended { .. } => RecordError::Store(StoreError::Request {
+        TransactError::Contended { tries, reason } => RecordError::Store(StoreError::Contended {
             operation: "TransactWriteItems",
-            message: contended.to_string(),
-            source: contended.to_string().into(),
+            tries,
+            reason,
         }),
+        TransactError::Invalid { message, attempts } => {
+            with_attempts(RecordError::Permanent(message.into()), attempts)
+        }
         TransactError::Store(e) => RecordError::Store(e),
     }
 }

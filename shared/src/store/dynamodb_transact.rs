@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -143,7 +143,7 @@ impl DynamoDbBackend {
         record: &Record,
         now_ms: i64,
         expired: bool,
-    ) -> Result<Failure, StoreError> {
+    ) -> Result<Option<Failure>, StoreError> {
         let held = "(#status = :in_progress AND (#lease >= :now_ms \
                     OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
         let (condition, attempts) = if expired {
@@ -205,14 +205,14 @@ impl DynamoDbBackend {
         }
         let result = request.send().await;
         match result {
-            Ok(output) => Ok(Failure::Recorded {
+            Ok(output) => Ok(Some(Failure::Recorded {
                 attempts: output
                     .attributes()
                     .and_then(|a| a.get(&self.attributes().attempts))
                     .and_then(|v| v.as_n().ok())
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1),
-            }),
+            })),
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
@@ -220,9 +220,9 @@ impl DynamoDbBackend {
                     unreachable!()
                 };
                 match failed.item() {
-                    Some(item) => Ok(Failure::Exists(self.record_from_item(item)?)),
-                    // Deleted between the two requests: the next failure records it.
-                    None => Ok(Failure::Recorded { attempts: 1 }),
+                    Some(item) => Ok(Some(Failure::Exists(self.record_from_item(item)?))),
+                    // Deleted between the two requests.
+                    None => Ok(None),
                 }
             }
             Err(e) => Err(request_error("UpdateItem", e)),
@@ -292,6 +292,10 @@ impl TransactionalBackend for DynamoDbBackend {
                             .into(),
                     })
                 }
+                // Refused as a whole before any action ran: retrying cannot help.
+                other if other.code() == Some("ValidationException") => Ok(Commit::Invalid {
+                    message: other.message().unwrap_or("no message").to_owned(),
+                }),
                 _ => Err(request_error(
                     "TransactWriteItems",
                     SdkError::ServiceError(e),
@@ -302,14 +306,20 @@ impl TransactionalBackend for DynamoDbBackend {
     }
 
     async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
-        match self.fail_once(record, now_ms, false).await? {
-            Failure::Exists(existing)
-                if existing.is_expired(now_ms) && !existing.is_held(now_ms) =>
-            {
-                self.fail_once(record, now_ms, true).await
+        // The live record's update; an expired record's (attempts start again); and, should the
+        // expired one be deleted between the two, the live update once more (it now finds none).
+        for expired in [false, true, false] {
+            match self.fail_once(record, now_ms, expired).await? {
+                Some(Failure::Exists(existing))
+                    if !expired && existing.is_expired(now_ms) && !existing.is_held(now_ms) => {}
+                Some(failure) => return Ok(failure),
+                None => {}
             }
-            other => Ok(other),
         }
+        Err(StoreError::Malformed {
+            key: record.key.clone(),
+            reason: "the record changed under every try to record a failure".into(),
+        })
     }
 }
 
@@ -329,7 +339,25 @@ pub(crate) fn describe(write: &TransactWriteItem) -> String {
         format!("{op} on table `{table}`{key}")
     };
     if let Some(p) = write.put() {
-        keyed("Put", p.table_name(), None)
+        // The table's key attributes are not in the request: the item's short scalar ones are.
+        let mut shown: Vec<_> = p
+            .item()
+            .iter()
+            .filter(
+                |(_, v)| matches!(v, AttributeValue::S(s) | AttributeValue::N(s) if s.len() <= 64),
+            )
+            .collect();
+        shown.sort_by_key(|(name, _)| *name);
+        shown.truncate(4);
+        let shown: HashMap<String, AttributeValue> = shown
+            .into_iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        keyed(
+            "Put",
+            p.table_name(),
+            Some(&shown).filter(|s| !s.is_empty()),
+        )
     } else if let Some(u) = write.update() {
         keyed("Update", u.table_name(), Some(u.key()))
     } else if let Some(d) = write.delete() {

@@ -101,6 +101,17 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+    /// The store could not run the request now (conflicting transactions, throttling), on every
+    /// try: nothing was applied; a later delivery may succeed.
+    #[error("idempotency store: {operation} could not run after {tries} tries: {reason}")]
+    Contended {
+        /// The operation (`TransactWriteItems`).
+        operation: &'static str,
+        /// Tries made.
+        tries: u32,
+        /// The last reason the store gave.
+        reason: String,
+    },
     /// A stored item could not be read as a record.
     #[error("idempotency store: the record for key `{key}` is malformed: {reason}")]
     Malformed {

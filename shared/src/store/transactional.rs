@@ -26,8 +26,14 @@ pub enum Commit {
         /// The store's message.
         message: String,
     },
-    /// The transaction could not run now (another transaction on one of its items, throttling);
-    /// nothing was applied, and the same call may be tried again.
+    /// The store refused the whole request as invalid (an expression naming an undefined value,
+    /// two actions on one item, ...): nothing was applied, and a retry cannot succeed.
+    Invalid {
+        /// What the store said.
+        message: String,
+    },
+    /// The transaction could not run now (another transaction on one of its items, throttling,
+    /// a try with the same token still running); the same call may be tried again.
     Contended {
         /// What the store said.
         reason: String,
