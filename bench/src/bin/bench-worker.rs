@@ -343,6 +343,12 @@ impl<R: BufRead> Invocations<'_, R> {
             let response = report.response();
             result.batch_ms.push(t.elapsed().as_secs_f64() * 1000.0);
             result.cpu_ms_total += rusage().0 - cpu_before;
+            // A failed record makes the side's figures wrong: the driver stops, and this says why.
+            for failed in report.failures() {
+                if let Err(e) = &failed.result {
+                    eprintln!("bench-worker: record {} failed: {e}", failed.message_id);
+                }
+            }
             result.failures += response.batch_item_failures.len() as u64;
             result.batches += 1;
             if i == 0 {
