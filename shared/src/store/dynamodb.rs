@@ -259,10 +259,9 @@ pub(super) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
-/// The condition under which an acquire replaces the stored record; mirrors
-/// [`Record::is_replaceable_by`] (a missing lease holds until the record expires, as
-/// [`Record::is_held`] says).
-const NOT_HELD: &str = "NOT (#status = :in_progress AND (#lease >= :now_ms \
+/// True while an attempt's lease holds the record; mirrors [`Record::is_held`] (a missing lease
+/// holds until the record expires). Every conditional write of a record is built on it.
+pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
      OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
 
 impl DynamoDbBackend {
@@ -276,14 +275,14 @@ impl DynamoDbBackend {
     ) -> Result<Put, StoreError> {
         let (condition, update) = if expired {
             (
-                format!("{NOT_HELD} AND #exp < :now_s"),
+                format!("NOT {HELD} AND #exp < :now_s"),
                 "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \
                  #owner = :owner, #attempts = :zero REMOVE #result, #omitted, #err",
             )
         } else {
             (
                 format!(
-                    "attribute_not_exists(#key) OR ({NOT_HELD} AND #exp >= :now_s AND #hash = :hash \
+                    "attribute_not_exists(#key) OR (NOT {HELD} AND #exp >= :now_s AND #hash = :hash \
                      AND (#status = :in_progress OR #status = :failed))"
                 ),
                 "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \

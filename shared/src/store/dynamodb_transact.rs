@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::TransactionalBackend;
-use super::dynamodb::{n, request_error, s};
+use super::dynamodb::{HELD, n, request_error, s};
 use super::{Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, StoreError};
 use crate::record::{Record, Status, truncate_error};
 
@@ -31,9 +31,12 @@ const CONTENDED: [&str; 4] = [
 ];
 
 /// The condition under which a commit writes its record; mirrors [`Record::is_replaceable_by`].
-const REPLACEABLE: &str = "attribute_not_exists(#key) OR (NOT (#status = :in_progress AND \
-     (#lease >= :now_ms OR (attribute_not_exists(#lease) AND #exp >= :now_s))) \
-     AND (#exp < :now_s OR (#hash = :hash AND #status <> :completed)))";
+fn replaceable() -> String {
+    format!(
+        "attribute_not_exists(#key) OR (NOT {HELD} \
+         AND (#exp < :now_s OR (#hash = :hash AND #status <> :completed)))"
+    )
+}
 
 impl DynamoDbBackend {
     /// `record` as an item of the table.
@@ -69,7 +72,7 @@ impl DynamoDbBackend {
         let put = PutAction::builder()
             .table_name(self.table())
             .set_item(Some(self.record_item(record)))
-            .condition_expression(REPLACEABLE)
+            .condition_expression(replaceable())
             .set_expression_attribute_names(Some(
                 self.names(&["#key", "#status", "#lease", "#exp", "#hash"]),
             ))
@@ -144,14 +147,12 @@ impl DynamoDbBackend {
         now_ms: i64,
         expired: bool,
     ) -> Result<Option<Failure>, StoreError> {
-        let held = "(#status = :in_progress AND (#lease >= :now_ms \
-                    OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
         let (condition, attempts) = if expired {
-            (format!("NOT {held} AND #exp < :now_s"), "#attempts = :one")
+            (format!("NOT {HELD} AND #exp < :now_s"), "#attempts = :one")
         } else {
             (
                 format!(
-                    "attribute_not_exists(#key) OR (NOT {held} AND #exp >= :now_s \
+                    "attribute_not_exists(#key) OR (NOT {HELD} AND #exp >= :now_s \
                      AND #hash = :hash AND #status <> :completed)"
                 ),
                 "#attempts = if_not_exists(#attempts, :zero) + :one",
