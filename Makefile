@@ -1,6 +1,8 @@
 # Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
+#   make up                the stack running locally until Ctrl-C (WATCH=1: under cargo lambda watch)
+#   make up-localstack     the same on LocalStack (needs Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied
 #   make template-lint     sam validate --lint and cfn-lint on template.yaml
 #   make sam-build         sam build (cargo-lambda + zig, no Docker) into .aws-sam/build
@@ -21,7 +23,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: bench bench-smoke demo test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: bench bench-smoke demo up up-localstack test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -104,6 +106,30 @@ local-aws-env:
 PAYMENTS ?= 200
 demo:
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p payments-e2e --bin demo -- $(PAYMENTS)
+
+# --- the stack, running --------------------------------------------------------
+
+# `make up`: moto on a fixed port (UP_ENDPOINT_PORT), template.yaml provisioned under its own
+# names, every function running (the API on UP_API_PORT), their JSON logs with each function's
+# name in front, until Ctrl-C; it prints what to export in another terminal and writes it to
+# .local/up.env. FAIL_PAYMENTS=MARKER:N[:ACTION] turns the failure switch on. WATCH=1 runs each function under `cargo lambda watch` (the project's
+# cargo-lambda, from infra/tools/), so that an edit rebuilds and reloads it.
+UP_API_PORT      ?= 3000
+UP_ENDPOINT_PORT ?= 4566
+WATCH            ?=
+UP_ARGS = --api-port $(UP_API_PORT) --env-file $(ROOT)/.local/up.env $(if $(WATCH),--watch) \
+          $(if $(FAIL_PAYMENTS),--fail-payments '$(FAIL_PAYMENTS)')
+up:
+	@mkdir -p $(ROOT)/.local
+	LOCAL_AWS_RUN_PORT=$(UP_ENDPOINT_PORT) $(LOCAL_AWS) run -- \
+	  $(if $(WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
+
+# The same stack on LocalStack (Docker): starts infra/localstack's container, runs `up` against
+# it, and stops the container when `up` ends.
+up-localstack:
+	@mkdir -p $(ROOT)/.local
+	$(ROOT)/infra/localstack/up -- \
+	  $(if $(WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
 
 # --- benchmarks ----------------------------------------------------------------
 

@@ -11,9 +11,11 @@
 pub mod checks;
 pub mod faults;
 pub mod http;
+pub mod logs;
 pub mod pipeline;
 pub mod report;
 pub mod stack;
+pub mod up;
 pub mod workload;
 
 pub use pipeline::{Options, Pipeline};

@@ -18,9 +18,11 @@ use local_aws::provision::{Provisioned, provision};
 use local_aws::runner::{InProcess, Invoker, Runner, RunningRunner, Stats, queue_depth};
 use local_aws::template::{Naming, Template, TemplateOptions};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::checks::{Stored, Tables};
 use crate::http::HttpClient;
+use crate::logs::function_span;
 
 /// How to start the pipeline.
 #[derive(Debug, Clone)]
@@ -33,6 +35,8 @@ pub struct Options {
     pub backoff_base_seconds: u32,
     /// Start payments-publisher with the rest (else: [`Pipeline::start_publisher`]).
     pub start_publisher: bool,
+    /// Where the API listens (port 0: any free port).
+    pub api_addr: SocketAddr,
 }
 
 impl Default for Options {
@@ -42,6 +46,7 @@ impl Default for Options {
             fail_payments: String::new(),
             backoff_base_seconds: 1,
             start_publisher: true,
+            api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 }
@@ -112,7 +117,7 @@ impl Pipeline {
             .function_by_name("payments-api")
             .ok_or("no payments-api")?;
         let gateway = Gateway::serve(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
+            options.api_addr,
             GatewayOptions::for_function(api_function).with_jwt_authorizer(
                 JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience")
                     .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
@@ -120,6 +125,7 @@ impl Pipeline {
             move |request| {
                 let api = api.clone();
                 async move { api.handle(request).await }
+                    .instrument(function_span("payments-api", None))
             },
         )
         .await?;
@@ -142,11 +148,13 @@ impl Pipeline {
                 "payment-processor",
                 InProcess::new(move |event: LambdaEvent<SqsEvent>| {
                     let (app, counts) = (processor.clone(), c1.clone());
+                    let span = function_span("payment-processor", Some(&event.context.request_id));
                     async move {
                         let (response, batch) = app.as_ref().handle_counted(event).await?;
                         add(&counts, "payment-processor", batch);
                         Ok::<_, Error>(response)
                     }
+                    .instrument(span)
                 }),
             )?
             .function(
@@ -155,11 +163,13 @@ impl Pipeline {
                 "receipt-sender",
                 InProcess::new(move |event: LambdaEvent<SqsEvent>| {
                     let (app, counts) = (sender.clone(), c2.clone());
+                    let span = function_span("receipt-sender", Some(&event.context.request_id));
                     async move {
                         let (response, batch) = app.as_ref().handle_counted(event).await?;
                         add(&counts, "receipt-sender", batch);
                         Ok::<_, Error>(response)
                     }
+                    .instrument(span)
                 }),
             )?
             .start(CancellationToken::new());
@@ -190,6 +200,7 @@ impl Pipeline {
         let counts = self.counts.clone();
         self.start_publisher_with(InProcess::new(move |event: LambdaEvent<StreamEvent>| {
             let (app, counts) = (app.clone(), counts.clone());
+            let span = function_span("payments-publisher", Some(&event.context.request_id));
             async move {
                 let records = event.payload.records.len() as u64;
                 let response = app.handle(event).await?;
@@ -203,6 +214,7 @@ impl Pipeline {
                 add(&counts, "payments-publisher", batch);
                 Ok::<_, lambda_runtime::Error>(response)
             }
+            .instrument(span)
         }))
     }
 

@@ -1,0 +1,101 @@
+//! `make up`: the payments stack running locally until Ctrl-C (see `payments_e2e::up`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use payments_e2e::up::{Functions, Up, UpOptions, WatchOptions};
+
+/// The payments stack on a local AWS endpoint, running until Ctrl-C: template.yaml's queues and
+/// tables provisioned under their own names, every function running (payments-api behind the
+/// local HTTP API, the consumers and the outbox relay behind their event sources), their JSON
+/// logs on stdout with the function's name in front.
+///
+/// The endpoint is the one in AWS_ENDPOINT_URL (`make up` starts moto and sets it; for
+/// LocalStack, `make up-localstack`). On start it prints what to export in another terminal
+/// (endpoint, credentials, API URL and token, queue URLs, table names), then a line beginning
+/// "ready: API on ".
+#[derive(Debug, Parser)]
+#[command(
+    name = "up",
+    after_help = "Exit codes:\n  0  stopped by Ctrl-C (SIGINT) or SIGTERM, everything it started stopped\n  1  the stack could not start (no endpoint, port in use, provisioning or build failed)\n  2  bad command line"
+)]
+struct Args {
+    /// The API's port on 127.0.0.1.
+    #[arg(long, default_value_t = 3000, env = "UP_API_PORT")]
+    api_port: u16,
+    /// Run each function under `cargo lambda watch` (rebuilt and reloaded on every edit) instead
+    /// of in this process. cargo-lambda must be on PATH (`make up WATCH=1` puts the project's on it).
+    #[arg(long)]
+    watch: bool,
+    /// In watch mode, the first function's Invoke API port; the other three follow it.
+    #[arg(long, default_value_t = 9100, requires = "watch")]
+    watch_port: u16,
+    /// Make payments fail on purpose, to watch retries and the dead-letter queue
+    /// (`MARKER:N[:ACTION]`, see the README's FAIL_PAYMENTS).
+    #[arg(long, default_value = "")]
+    fail_payments: String,
+    /// Also write the exports to this file (`source` it in another shell).
+    #[arg(long)]
+    env_file: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(e) = payments_e2e::logs::init() {
+        eprintln!("up: cannot install the log subscriber: {e}");
+        return ExitCode::FAILURE;
+    }
+    let functions = if args.watch {
+        Functions::Watch(WatchOptions {
+            first_port: args.watch_port,
+            ..WatchOptions::default()
+        })
+    } else {
+        Functions::InProcess
+    };
+    let options = UpOptions {
+        api_addr: SocketAddr::from(([127, 0, 0, 1], args.api_port)),
+        functions,
+        fail_payments: args.fail_payments,
+    };
+    let up = match Up::start(options).await {
+        Ok(up) => up,
+        Err(e) => {
+            eprintln!("up: cannot start the stack: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = &args.env_file {
+        let text = payments_e2e::up::export_lines(&up.exports());
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("up: cannot write {}: {e}", path.display());
+            up.stop().await;
+            return ExitCode::FAILURE;
+        }
+    }
+    print!("{}", up.banner(args.env_file.as_deref()));
+    let signal = wait_for_signal().await;
+    println!("up: {signal}: stopping");
+    up.stop().await;
+    println!("up: stopped");
+    ExitCode::SUCCESS
+}
+
+/// Waits for SIGINT (Ctrl-C) or SIGTERM; returns its name.
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Cannot listen for signals: the default actions (exit) apply.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}

@@ -1,0 +1,303 @@
+//! `make up` driven only from the outside, as a user in a second terminal would: the stack is
+//! started as a child process (`local-aws run -- up`, what `make up` runs, with its own moto),
+//! reached through what it prints (HTTP to the API, a raw SQS send of a duplicate message, reads
+//! of the tables with the SDK), and stopped with SIGINT (a terminal's Ctrl-C, to its whole process
+//! group): exit code 0, and nothing it started left running.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use payments_e2e::checks::{Stored, Tables};
+use payments_e2e::http::HttpClient;
+use payments_e2e::up::{CALLER, READY};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+type Lines = Arc<Mutex<Vec<String>>>;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Collects `output`'s lines, and sends each to `tx`.
+async fn read_lines(
+    output: impl AsyncRead + Unpin,
+    lines: Lines,
+    tx: mpsc::UnboundedSender<String>,
+) {
+    let mut reader = BufReader::new(output).lines();
+    while let Ok(Some(line)) = reader.next_line().await {
+        lines.lock().unwrap().push(line.clone());
+        let _ = tx.send(line);
+    }
+}
+
+/// `export NAME=value` lines, unquoted.
+fn exports(lines: &[String]) -> BTreeMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| {
+            let v = v
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .map_or_else(|| v.to_owned(), |v| v.replace(r"'\''", "'"));
+            (k.to_owned(), v)
+        })
+        .collect()
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks that the group exists.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+async fn refused(addr: &str) -> bool {
+    tokio::net::TcpStream::connect(addr).await.is_err()
+}
+
+struct Started {
+    child: Child,
+    pgid: i32,
+    stdout: Lines,
+    exports: BTreeMap<String, String>,
+}
+
+async fn start_up(api_port: u16) -> Started {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut child = Command::new(root.join("infra/local-aws/local-aws"))
+        .args(["run", "--", env!("CARGO_BIN_EXE_up"), "--api-port"])
+        .arg(api_port.to_string())
+        // Its own endpoint, as `make up` has: not the one this test suite runs on.
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("LOCAL_AWS_ENDPOINT")
+        .env_remove("LOCAL_AWS_RUN_PORT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("local-aws run -- up starts");
+    let pgid = i32::try_from(child.id().expect("a pid")).unwrap();
+    let (stdout, stderr) = (Lines::default(), Lines::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(read_lines(
+        child.stdout.take().unwrap(),
+        stdout.clone(),
+        tx.clone(),
+    ));
+    tokio::spawn(read_lines(child.stderr.take().unwrap(), stderr.clone(), tx));
+
+    let ready = tokio::time::timeout(Duration::from_secs(180), async {
+        while let Some(line) = rx.recv().await {
+            if line.starts_with(READY) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    if ready != Ok(true) {
+        let _ = child.start_kill();
+        panic!(
+            "no ready line from up within 180 s\nstdout:\n{}\nstderr:\n{}",
+            stdout.lock().unwrap().join("\n"),
+            stderr.lock().unwrap().join("\n")
+        );
+    }
+    let exports = exports(&stdout.lock().unwrap());
+    Started {
+        child,
+        pgid,
+        stdout,
+        exports,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
+    let api_port = free_port();
+    let Started {
+        mut child,
+        pgid,
+        stdout,
+        exports,
+    } = start_up(api_port).await;
+    let var = |name: &str| {
+        exports
+            .get(name)
+            .unwrap_or_else(|| panic!("up printed no `export {name}=`: {exports:?}"))
+            .clone()
+    };
+
+    // The API on the port asked for, reached with the printed URL and token.
+    let api_url = var("API_URL");
+    assert_eq!(api_url, format!("http://127.0.0.1:{api_port}"));
+    let http = HttpClient::new(api_url.clone()).with_token(Some(var("API_TOKEN")));
+    let body = r#"{"amountCents": 1250, "currency": "EUR", "description": "make up test"}"#;
+    let first = http.post_payment(Some("up-key-1"), body).await.unwrap();
+    assert_eq!(first.status, 201, "{first:?}");
+    let payment: serde_json::Value = serde_json::from_str(&first.body).unwrap();
+    let payment_id = payment["paymentId"].as_str().unwrap().to_owned();
+    let replay = http.post_payment(Some("up-key-1"), body).await.unwrap();
+    assert!(
+        replay.replayed,
+        "a retry with the same key replays: {replay:?}"
+    );
+    assert_eq!(replay.body, first.body);
+
+    // The outbox relay and the consumer run behind it: the payment gets charged.
+    let mut status = String::new();
+    for _ in 0..120 {
+        let answer = http.get(&format!("/payments/{payment_id}")).await.unwrap();
+        let value: serde_json::Value = serde_json::from_str(&answer.body).unwrap_or_default();
+        status = value["status"].as_str().unwrap_or_default().to_owned();
+        if status == "charged" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        status, "charged",
+        "payment {payment_id} was not charged within 60 s"
+    );
+
+    // A producer's resend, straight to the queue with the SDK and the printed endpoint: a new
+    // message (new deduplication id) for the same payment.
+    let sdk = local_aws::sdk_config_for(&var("AWS_ENDPOINT_URL")).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let duplicate = payments_model::PaymentRequested {
+        payment_id: payment_id.clone(),
+        account_id: CALLER.to_owned(),
+        amount_cents: 1250,
+        currency: "EUR".to_owned(),
+        description: Some("make up test".to_owned()),
+    };
+    let queue = var("PAYMENTS_QUEUE_URL");
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_group_id(CALLER)
+        .message_deduplication_id("up-test-resend")
+        .message_body(serde_json::to_string(&duplicate).unwrap())
+        .send()
+        .await
+        .unwrap();
+    // Consumed (deleted by the event source mapping) within 60 s, and not dead-lettered.
+    let mut empty = 0;
+    for _ in 0..120 {
+        let depth = local_aws::runner::queue_depth(&sqs, &queue).await.unwrap();
+        empty = if depth.visible + depth.not_visible + depth.delayed == 0 {
+            empty + 1
+        } else {
+            0
+        };
+        if empty >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(empty >= 2, "the duplicate was not consumed within 60 s");
+    let dlq = local_aws::runner::queue_depth(&sqs, &var("PAYMENTS_DEAD_LETTER_QUEUE_URL"))
+        .await
+        .unwrap();
+    if dlq.visible + dlq.not_visible > 0 {
+        let received = sqs
+            .receive_message()
+            .queue_url(var("PAYMENTS_DEAD_LETTER_QUEUE_URL"))
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        panic!("dead-lettered: {:?}", received.messages());
+    }
+
+    // The tables, read with the SDK by the printed names: charged once, one receipt.
+    let tables = Tables {
+        payments: var("PAYMENTS_TABLE"),
+        ledger: var("LEDGER_TABLE"),
+        balances: var("BALANCES_TABLE"),
+        receipts: var("RECEIPTS_TABLE"),
+    };
+    let mut stored = Stored::read(&dynamodb, &tables).await.unwrap();
+    for _ in 0..60 {
+        if stored.receipts.get(&payment_id) == Some(&1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stored = Stored::read(&dynamodb, &tables).await.unwrap();
+    }
+    assert_eq!(
+        stored.ledger_entries.get(&payment_id),
+        Some(&1),
+        "{stored:?}"
+    );
+    assert_eq!(stored.balances.get(CALLER), Some(&(1250, 1)), "{stored:?}");
+    assert_eq!(stored.receipts.get(&payment_id), Some(&1), "{stored:?}");
+
+    // The functions' JSON logs, each line with the function's name in front.
+    {
+        let lines = stdout.lock().unwrap();
+        for function in [
+            "payments-api",
+            "payments-publisher",
+            "payment-processor",
+            "receipt-sender",
+        ] {
+            let line = lines
+                .iter()
+                .find(|l| l.split(" | ").next().map(str::trim_end) == Some(function))
+                .unwrap_or_else(|| panic!("no log line of {function}:\n{}", lines.join("\n")));
+            let json = line.split_once(" | ").unwrap().1;
+            let value: serde_json::Value =
+                serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            assert!(
+                value["level"].is_string() && value["timestamp"].is_string(),
+                "{line}"
+            );
+        }
+    }
+
+    // Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
+    // SAFETY: kill(2) on the child's own process group.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("up stops within 60 s of SIGINT")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGINT: {status:?}"
+    );
+    assert!(
+        stdout.lock().unwrap().iter().any(|l| l == "up: stopped"),
+        "up said it stopped"
+    );
+    let endpoint = var("AWS_ENDPOINT_URL");
+    let endpoint = endpoint.trim_start_matches("http://");
+    for _ in 0..50 {
+        if !group_alive(pgid) && refused(endpoint).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !group_alive(pgid),
+        "a process of up's group is still running"
+    );
+    assert!(
+        refused(&format!("127.0.0.1:{api_port}")).await,
+        "the API still listens"
+    );
+    assert!(refused(endpoint).await, "the local endpoint still listens");
+}
