@@ -56,6 +56,7 @@ pub mod batch;
 pub mod cache;
 pub mod count;
 pub mod dead_letter;
+pub mod deadline;
 pub mod idempotency;
 pub mod key;
 pub mod metrics;

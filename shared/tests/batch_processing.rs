@@ -552,3 +552,26 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_deadline_that_is_no_epoch_time_is_no_deadline() {
+    // `cargo lambda watch` gives every invocation the deadline 600000: ten minutes after 1970.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let seen = seen.clone();
+        message(move |m, ctx: RecordContext| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push((m.message_id.clone(), ctx.deadline));
+                Ok::<_, std::convert::Infallible>(())
+            }
+        })
+    };
+    let mut e = event(vec![record("a", "ok", None), record("b", "ok", None)]);
+    e.context.deadline = 600_000;
+    let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
+    assert!(failed_ids(&report.response()).is_empty());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "both records ran");
+    assert!(seen.iter().all(|(_, deadline)| deadline.is_none()), "{seen:?}");
+}

@@ -198,7 +198,9 @@ impl App {
             }
         };
         let scoped_key = caller.scoped_key(&key);
-        let deadline = request.lambda_context_ref().map(|c| c.deadline());
+        let deadline = request
+            .lambda_context_ref()
+            .and_then(lambda_idempotency::deadline::deadline);
         let hash = canonical_hash(&payment.json);
         match self
             .idempotency

@@ -203,7 +203,6 @@ impl BatchProcessor {
                 _ => return Err(BatchError::MissingMessageId { index }),
             }
         }
-        let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX);
         let limits = Limits {
             start_margin: self.start_margin,
             stop_margin: self.stop_margin,
@@ -218,7 +217,7 @@ impl BatchProcessor {
             handler,
             records,
             &ids,
-            (deadline_ms > 0).then_some(deadline_ms),
+            crate::deadline::deadline_ms(&event.context),
             &event.context.request_id,
         );
         let is_fifo = records
