@@ -1,6 +1,8 @@
 //! The FIFO consumer on its sample event, against the local DynamoDB (`make test` starts it).
 
-use examples_support::{create_idempotency_table, create_table, dynamodb, number, sqs_event};
+use examples_support::{
+    create_idempotency_table, create_table, dynamodb, failed_ids, number, sqs_event,
+};
 use fifo_consumer::{App, Config};
 
 const EVENT: &str = include_str!("../events/transactions.json");
@@ -31,25 +33,17 @@ async fn balance(f: &Fixture, account: &str) -> Option<i64> {
     number(&f.dynamodb, &f.balances_table, key, "balanceCents").await
 }
 
-fn failed(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<&str> {
-    let failures = &response.batch_item_failures;
-    failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_duplicate_delivery_applies_each_transaction_once() {
     let f = fixture().await;
 
     let first = f.app.handle(sqs_event(EVENT)).await.unwrap();
-    assert_eq!(failed(&first), Vec::<&str>::new());
+    assert_eq!(failed_ids(&first), Vec::<&str>::new());
     assert_eq!(balance(&f, "acct-42").await, Some(7500));
     assert_eq!(balance(&f, "acct-7").await, Some(500));
 
     let again = f.app.handle(sqs_event(EVENT)).await.unwrap();
-    assert_eq!(failed(&again), Vec::<&str>::new());
+    assert_eq!(failed_ids(&again), Vec::<&str>::new());
     assert_eq!(balance(&f, "acct-42").await, Some(7500), "applied twice");
     assert_eq!(balance(&f, "acct-7").await, Some(500), "applied twice");
 }
@@ -65,7 +59,7 @@ async fn a_resend_as_a_new_message_is_caught_by_the_key_from_the_body() {
     resend.payload.records[0].message_id = Some("a-new-message-id".into());
     let response = f.app.handle(resend).await.unwrap();
 
-    assert_eq!(failed(&response), Vec::<&str>::new());
+    assert_eq!(failed_ids(&response), Vec::<&str>::new());
     assert_eq!(
         balance(&f, "acct-42").await,
         Some(7500),
@@ -89,7 +83,7 @@ async fn a_failed_withdrawal_holds_only_the_rest_of_its_group() {
     let response = f.app.handle(event).await.unwrap();
 
     // The withdrawal failed and the deposit behind it did not run: both come back, in order.
-    assert_eq!(failed(&response), [ids[0].as_str(), ids[1].as_str()]);
+    assert_eq!(failed_ids(&response), [ids[0].as_str(), ids[1].as_str()]);
     assert_eq!(balance(&f, "acct-42").await, None, "the held deposit ran");
     // The other account's group went on.
     assert_eq!(balance(&f, "acct-7").await, Some(500));

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use aws_lambda_events::sqs::SqsEvent;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{Context, LambdaEvent};
 use local_aws::template::{AttributeType, KeyAttribute, KeyType, Naming, Queue, Table};
@@ -96,6 +96,15 @@ pub fn sqs_event(json: &str) -> LambdaEvent<SqsEvent> {
     let event = serde_json::from_str(json)
         .unwrap_or_else(|e| panic!("the sample event is not an SQS event: {e}"));
     LambdaEvent::new(event, Context::default())
+}
+
+/// The message ids a partial batch response sends back to the queue, in its order.
+pub fn failed_ids(response: &SqsBatchResponse) -> Vec<&str> {
+    let failures = &response.batch_item_failures;
+    failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect()
 }
 
 /// The item of `table` whose string key `key` is `value` (a consistent read), if there is one.

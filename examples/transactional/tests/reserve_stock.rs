@@ -2,8 +2,8 @@
 //! starts it).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use examples_support::sqs_event;
 use examples_support::{count, create_idempotency_table, create_table, dynamodb, item, number};
+use examples_support::{failed_ids, sqs_event};
 use transactional::{App, Config};
 
 const EVENT: &str = include_str!("../events/reserve-stock.json");
@@ -60,26 +60,18 @@ async fn reserved(f: &Fixture, order: &str) -> bool {
         .is_some()
 }
 
-fn failed(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<&str> {
-    let failures = &response.batch_item_failures;
-    failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_duplicate_delivery_commits_the_reservation_once() {
     let f = fixture(10).await;
 
     let first = f.app.handle(sqs_event(EVENT)).await.unwrap();
-    assert_eq!(failed(&first), Vec::<&str>::new());
+    assert_eq!(failed_ids(&first), Vec::<&str>::new());
     assert_eq!(available(&f, "red-mug").await, Some(8));
     assert_eq!(available(&f, "blue-bowl").await, Some(4));
     assert!(reserved(&f, "order-1001").await && reserved(&f, "order-1002").await);
 
     let again = f.app.handle(sqs_event(EVENT)).await.unwrap();
-    assert_eq!(failed(&again), Vec::<&str>::new());
+    assert_eq!(failed_ids(&again), Vec::<&str>::new());
     assert_eq!(available(&f, "red-mug").await, Some(8), "reserved twice");
     assert_eq!(available(&f, "blue-bowl").await, Some(4), "reserved twice");
     assert_eq!(count(&f.dynamodb, &f.config.reservations_table).await, 2);
@@ -94,7 +86,7 @@ async fn short_stock_commits_nothing_and_the_redelivery_runs_again() {
     let response = f.app.handle(event).await.unwrap();
 
     // The red mug's condition failed: neither its reservation nor its decrement happened.
-    assert_eq!(failed(&response), [short.as_str()]);
+    assert_eq!(failed_ids(&response), [short.as_str()]);
     assert_eq!(available(&f, "red-mug").await, Some(1));
     assert!(
         !reserved(&f, "order-1001").await,
@@ -111,7 +103,7 @@ async fn short_stock_commits_nothing_and_the_redelivery_runs_again() {
     attributes.insert("ApproximateReceiveCount".into(), "2".into());
     let response = f.app.handle(redelivery).await.unwrap();
 
-    assert_eq!(failed(&response), Vec::<&str>::new());
+    assert_eq!(failed_ids(&response), Vec::<&str>::new());
     assert_eq!(available(&f, "red-mug").await, Some(8));
     assert!(reserved(&f, "order-1001").await);
 }
