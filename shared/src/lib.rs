@@ -50,6 +50,26 @@
 //! assert_eq!(report.successes().filter(|(_, d)| d.is_duplicate()).count(), 1);
 //! # });
 //! ```
+//!
+//! # Examples
+//!
+//! Small standalone crates in the repository's `examples/` directory, each a Lambda function (a
+//! thin `src/main.rs` over a handler in `src/lib.rs`, a plain async function a test can call),
+//! with a sample event under `events/`, a README on running it with `cargo lambda` and deploying
+//! it, and a test that runs the handler on the sample event against a local DynamoDB or SQS:
+//!
+//! - `examples/sqs-consumer`: a standard-queue consumer, `json(f).idempotent(engine)` under a
+//!   [`BatchProcessor`](batch::BatchProcessor) with a partial batch response, records in
+//!   DynamoDB; a duplicate delivery runs the effect once.
+//! - `examples/fifo-consumer`: a FIFO consumer keyed on a business key from the body; a failure
+//!   holds only the rest of its message group.
+//! - `examples/http-idempotency-key`: an HTTP endpoint (`lambda_http`) that honours the
+//!   `Idempotency-Key` header on [`Idempotency::run`]: replay, `409` while the first request
+//!   runs, `422` for another body, `400` for a malformed key.
+//! - `examples/fifo-publisher`: a function that publishes the messages it is given to a FIFO
+//!   queue with [`publish::Publisher`] (groups, deduplication ids, batches).
+//! - `examples/transactional`: the transactional mode, a handler's DynamoDB writes committed with
+//!   the idempotency record in one `TransactWriteItems` ([`transaction`]).
 
 pub mod backoff;
 pub mod batch;
