@@ -25,11 +25,11 @@ mod transactional;
 
 use std::future::Future;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
 pub use dynamodb_transact::{MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES};
 pub use memory::{InMemoryBackend, MemoryWrite};
-#[cfg(feature = "redis")]
-pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 
 use crate::record::Record;

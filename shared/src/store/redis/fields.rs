@@ -119,11 +119,14 @@ pub(super) fn field_map(key: &str, value: Value) -> Result<HashMap<String, Strin
         reason,
     };
     let Value::Array(items) = value else {
-        return Err(malformed(format!("expected the record's fields, got {value:?}")));
+        return Err(malformed(format!(
+            "expected the record's fields, got {value:?}"
+        )));
     };
     let text = |value: Value| match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes)
-            .map_err(|e| malformed(format!("a field is not UTF-8: {e}"))),
+        Value::BulkString(bytes) => {
+            String::from_utf8(bytes).map_err(|e| malformed(format!("a field is not UTF-8: {e}")))
+        }
         Value::SimpleString(s) => Ok(s),
         Value::Int(n) => Ok(n.to_string()),
         other => Err(malformed(format!("unexpected field value {other:?}"))),
@@ -200,13 +203,20 @@ mod tests {
             (EXPIRY.to_owned(), "soon".to_owned()),
         ]);
         let err = record_from_fields("k", &fields).unwrap_err();
-        assert!(err.to_string().contains("`expiration` is not an integer"), "{err}");
+        assert!(
+            err.to_string().contains("`expiration` is not an integer"),
+            "{err}"
+        );
         assert!(field_map("k", Value::Array(vec![bulk("a")])).is_err());
     }
 
     #[test]
     fn reads_script_replies() {
-        let applied = reply("k", "fail", Value::Array(vec![Value::Int(1), Value::Int(3)]));
+        let applied = reply(
+            "k",
+            "fail",
+            Value::Array(vec![Value::Int(1), Value::Int(3)]),
+        );
         assert!(matches!(applied, Ok(Reply::Applied { attempts: 3 })));
         let held = reply(
             "k",

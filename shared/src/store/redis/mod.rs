@@ -131,10 +131,11 @@ impl RedisBackend<ConnectionManager> {
     /// `rediss://...` for TLS where the `redis` crate's TLS feature is enabled) with a
     /// [`ConnectionManager`], and loads the scripts ([`load_scripts`](Self::load_scripts)).
     pub async fn connect(url: &str) -> Result<Self, RedisConnectError> {
-        let client = ::redis::Client::open(url).map_err(|source| RedisConnectError::InvalidUrl {
-            url: redacted(url),
-            source,
-        })?;
+        let client =
+            ::redis::Client::open(url).map_err(|source| RedisConnectError::InvalidUrl {
+                url: redacted(url),
+                source,
+            })?;
         let config = ::redis::aio::ConnectionManagerConfig::new().set_number_of_retries(2);
         let connection = client
             .get_connection_manager_with_config(config)
@@ -279,7 +280,10 @@ where
             drop_at_ms(record.expires_at, Some(lease)).to_string(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        match self.run_script(&SCRIPTS.acquire, &record.key, &args).await? {
+        match self
+            .run_script(&SCRIPTS.acquire, &record.key, &args)
+            .await?
+        {
             Reply::Applied { attempts } => Ok(Put::Written { attempts }),
             Reply::NotApplied { rest } => {
                 let stored = rest.into_iter().next().unwrap_or(Value::Nil);
@@ -298,7 +302,9 @@ where
             .map_err(|e| request_error("HGETALL", e))?;
         // RESP3 answers a map; RESP2 a flat array.
         let value = match value {
-            Value::Map(pairs) => Value::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+            Value::Map(pairs) => {
+                Value::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())
+            }
             other => other,
         };
         let fields = field_map(key, value)?;
