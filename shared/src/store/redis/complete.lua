@@ -1,5 +1,5 @@
--- Mark a record completed, fenced: only while it is in progress and carries the caller's owner
--- token.
+-- Mark a record completed, fenced (fenced.lua, prepended): only while it is in progress and
+-- carries the caller's owner token.
 --
 -- KEYS[1]  the record's hash
 -- ARGV[1]  owner token                  ARGV[2]  new expiry, epoch seconds
@@ -9,8 +9,7 @@
 --
 -- Returns {1, attempts} when applied, {0} when not.
 local key = KEYS[1]
-local state = redis.call('HMGET', key, 'status', 'owner')
-if state[1] ~= 'IN_PROGRESS' or state[2] ~= ARGV[1] then
+if not held_by(key, ARGV[1]) then
   return {0}
 end
 redis.call('HSET', key, 'status', 'COMPLETED', 'expiration', ARGV[2])

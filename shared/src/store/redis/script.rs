@@ -100,8 +100,14 @@ impl Scripts {
 /// The scripts, hashed once per process.
 pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: Script::new("acquire", include_str!("acquire.lua")),
-    complete: Script::new("complete", include_str!("complete.lua")),
-    fail: Script::new("fail", include_str!("fail.lua")),
+    complete: Script::new(
+        "complete",
+        concat!(include_str!("fenced.lua"), include_str!("complete.lua")),
+    ),
+    fail: Script::new(
+        "fail",
+        concat!(include_str!("fenced.lua"), include_str!("fail.lua")),
+    ),
     reset_attempts: Script::new("reset_attempts", include_str!("reset_attempts.lua")),
 });
 
