@@ -1,8 +1,11 @@
-//! Counting AWS requests per operation: an SDK interceptor for tests and benchmarks.
+//! Counting requests per operation, for tests and benchmarks: an SDK interceptor, and a counter
+//! the Redis backend adds its round trips to.
 //!
 //! One [`RequestCounter`] serves both the DynamoDB and the SQS client (they share the interceptor
 //! trait). Every request sent is counted, retries included, by the operation named in its
-//! `X-Amz-Target` header (`UpdateItem`, `SendMessageBatch`, ...).
+//! `X-Amz-Target` header (`UpdateItem`, `SendMessageBatch`, ...). The Redis backend
+//! (`RedisBackend::with_counter`, feature `redis`) counts each round trip by its script or
+//! command (`acquire`, `complete`, `HGETALL`, ...) with [`RequestCounter::add`].
 //!
 //! ```
 //! use lambda_idempotency::count::RequestCounter;
@@ -45,6 +48,11 @@ impl RequestCounter {
         self.lock().clone()
     }
 
+    /// Counts one request for `operation`.
+    pub fn add(&self, operation: &str) {
+        *self.lock().entry(operation.to_owned()).or_default() += 1;
+    }
+
     /// Sets every count to zero.
     pub fn reset(&self) {
         self.lock().clear();
@@ -71,9 +79,8 @@ impl Intercept for RequestCounter {
             .headers()
             .get("x-amz-target")
             .and_then(|target| target.rsplit('.').next())
-            .unwrap_or("unknown")
-            .to_owned();
-        *self.lock().entry(operation).or_default() += 1;
+            .unwrap_or("unknown");
+        self.add(operation);
         Ok(())
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`Idempotency`]: an idempotency engine (in progress with a lease that ends at the Lambda
 //!   deadline, completed with an optional stored result, failed with attempts and the last
-//!   error) over a small [`store::Backend`] trait, with a DynamoDB backend.
+//!   error) over a small [`store::Backend`] trait, with a DynamoDB backend and, with the `redis`
+//!   feature, a Redis / Valkey one (`store::RedisBackend`).
 //! - [`transaction`]: the transactional mode, where the handler's DynamoDB writes and the
 //!   idempotency record commit in one `TransactWriteItems`: one request per record, no lease,
 //!   exactly once for the writes ([`batch::RecordHandlerExt::transactional`]).

@@ -7,6 +7,9 @@
 //!
 //! - [`DynamoDbBackend`]: the production backend (one conditional write per acquire, the existing
 //!   record returned with `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
+//! - [`RedisBackend`] (feature `redis`): Redis or Valkey, one Lua script per acquire, completion or
+//!   failure, the existing record returned in the acquire's reply; records expired by the
+//!   server's own TTL. Not transactional.
 //! - [`InMemoryBackend`]: for unit tests only.
 //!
 //! A backend that can also commit the record together with the handler's own writes, in one
@@ -16,10 +19,14 @@
 mod dynamodb;
 mod dynamodb_transact;
 mod memory;
+#[cfg(feature = "redis")]
+mod redis;
 mod transactional;
 
 use std::future::Future;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
 pub use dynamodb_transact::{MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES};
 pub use memory::{InMemoryBackend, MemoryWrite};

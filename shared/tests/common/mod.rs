@@ -20,6 +20,18 @@ pub fn endpoint() -> String {
     })
 }
 
+/// The Redis server's URL. The test command (`make test`, `infra/local-aws/local-aws run`)
+/// starts one on loopback; a test never skips without it.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "REDIS_URL is not set: these tests need a Redis server. Run them with `make test` \
+             (or `infra/local-aws/local-aws run -- cargo nextest run ...`), which starts \
+             valkey-server on 127.0.0.1 and stops it afterwards."
+        )
+    })
+}
+
 pub async fn sdk_config() -> aws_config::SdkConfig {
     let endpoint = endpoint();
     aws_config::defaults(aws_config::BehaviorVersion::latest())

@@ -1,0 +1,12 @@
+-- Mark a record failed, fenced (fenced.lua, prepended): one more failed attempt, the error stored.
+--
+-- KEYS[1]  the record's hash
+-- ARGV[1]  owner token                  ARGV[2]  the error message (truncated by the caller)
+--
+-- Returns {1, attempts after this one} when applied, {0} when not. The expiry stays.
+local key = KEYS[1]
+if not held_by(key, ARGV[1]) then
+  return {0}
+end
+redis.call('HSET', key, 'status', 'FAILED', 'last_error', ARGV[2])
+return {1, redis.call('HINCRBY', key, 'attempts', 1)}

@@ -1,0 +1,9 @@
+-- Prepended to complete.lua and fail.lua: the fencing rule of `Update::Complete` and
+-- `Update::Fail`, as the DynamoDB backend states it ("#status = :in_progress AND #owner = :owner").
+
+-- True while the record of `key` is in progress and carries `owner`'s token.
+local function held_by(key, owner)
+  local state = redis.call('HMGET', key, 'status', 'owner')
+  return state[1] == 'IN_PROGRESS' and state[2] == owner
+end
+
