@@ -26,7 +26,9 @@
 //! assert!(err.to_string().contains("--param <NAME=VALUE>"));
 //! ```
 
+use std::fmt::Display;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::template::{Naming, Template, TemplateOptions};
@@ -64,6 +66,23 @@ impl TemplateArgs {
     pub fn path(&self) -> PathBuf {
         self.template.clone().unwrap_or_else(Template::project_path)
     }
+}
+
+/// The exit code of a program's run: the code it chose, or, after printing the error on stderr
+/// as `PROGRAM: error`, 1 (exit code 2 is clap's, for a bad command line).
+///
+/// ```
+/// use std::process::ExitCode;
+///
+/// let failed: Result<ExitCode, String> = Err("no endpoint".into());
+/// assert_eq!(local_aws::cli::exit_code("provision", failed), ExitCode::FAILURE);
+/// assert_eq!(local_aws::cli::exit_code("provision", Ok::<_, String>(ExitCode::SUCCESS)), ExitCode::SUCCESS);
+/// ```
+pub fn exit_code(program: &str, result: Result<ExitCode, impl Display>) -> ExitCode {
+    result.unwrap_or_else(|error| {
+        eprintln!("{program}: {error}");
+        ExitCode::FAILURE
+    })
 }
 
 /// Parses `NAME=VALUE` (the value may be empty and may hold `=`; the name may not be empty).

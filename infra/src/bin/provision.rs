@@ -154,24 +154,12 @@ async fn run(args: Cli) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("provision: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    local_aws::cli::exit_code("provision", run(Cli::parse()).await)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
-    }
 
     #[test]
     fn every_option_parses() {

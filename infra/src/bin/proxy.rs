@@ -50,13 +50,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("proxy: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    local_aws::cli::exit_code("proxy", run(Cli::parse()).await.map(|()| ExitCode::SUCCESS))
 }
 
 async fn run(args: Cli) -> std::io::Result<()> {
@@ -103,12 +97,6 @@ async fn run(args: Cli) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
-    }
 
     #[test]
     fn the_options_parse_into_an_address_and_a_duration() {

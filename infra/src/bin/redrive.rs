@@ -120,24 +120,12 @@ async fn run(args: Cli) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("redrive: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    local_aws::cli::exit_code("redrive", run(Cli::parse()).await)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
-    }
 
     #[test]
     fn the_defaults_are_the_library_defaults() {
