@@ -41,10 +41,10 @@ pub struct TemplateArgs {
     #[arg(long, value_name = "PATH")]
     pub template: Option<PathBuf>,
     /// Put P in front of every queue and table name (as `provision --prefix P` did)
-    #[arg(long, value_name = "P", default_value = "")]
+    #[arg(long, value_name = "P", default_value = "", allow_hyphen_values = true)]
     pub prefix: String,
     /// Put S after every queue and table name, before `.fifo` (as `provision --suffix S` did)
-    #[arg(long, value_name = "S", default_value = "")]
+    #[arg(long, value_name = "S", default_value = "", allow_hyphen_values = true)]
     pub suffix: String,
     /// Give the template parameter NAME the value VALUE instead of its default (repeatable)
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]

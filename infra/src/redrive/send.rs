@@ -88,7 +88,13 @@ impl Run<'_> {
             .publisher
             .send_all(outgoing.iter().map(|o| o.message.clone()).collect())
             .await;
-        let mut stop = None;
+        // The queue refusing a send (it does not exist, access denied) stops the run.
+        let stop = results.iter().find_map(|r| match r {
+            Err(e @ PublishError::Rejected { code, .. }) if is_queue_level(code) => {
+                Some(e.to_string())
+            }
+            _ => None,
+        });
         let mut to_delete = Vec::new();
         for (o, result) in outgoing.iter().zip(results) {
             match result {
@@ -97,13 +103,12 @@ impl Run<'_> {
                     to_delete.push((o, sent.message_id));
                 }
                 Err(error) => {
-                    let text = match &error {
-                        PublishError::EarlierInGroupFailed { group_id, earlier } => {
-                            group_blocked(&outgoing[*earlier].dlq_id, group_id)
+                    let text = match (&error, &stop) {
+                        (PublishError::EarlierInGroupFailed { .. }, Some(reason)) => {
+                            format!("not sent: the run stopped ({reason})")
                         }
-                        PublishError::Rejected { code, .. } if is_queue_level(code) => {
-                            stop.get_or_insert_with(|| error.to_string());
-                            error.to_string()
+                        (PublishError::EarlierInGroupFailed { group_id, earlier }, None) => {
+                            group_blocked(&outgoing[*earlier].dlq_id, group_id)
                         }
                         _ => error.to_string(),
                     };
