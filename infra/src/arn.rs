@@ -144,7 +144,14 @@ impl fmt::Display for Arn<'_> {
 /// assert_eq!(local_aws::arn::function("aws", "us-east-1", "1", "f"), "arn:aws:lambda:us-east-1:1:function:f");
 /// ```
 pub fn function(partition: &str, region: &str, account: &str, name: &str) -> String {
-    Arn::new(partition, "lambda", region, account, &format!("function:{name}")).to_string()
+    Arn::new(
+        partition,
+        "lambda",
+        region,
+        account,
+        &format!("function:{name}"),
+    )
+    .to_string()
 }
 
 /// The ARN of the DynamoDB table `name`.
@@ -153,7 +160,14 @@ pub fn function(partition: &str, region: &str, account: &str, name: &str) -> Str
 /// assert_eq!(local_aws::arn::table("aws", "us-east-1", "1", "t"), "arn:aws:dynamodb:us-east-1:1:table/t");
 /// ```
 pub fn table(partition: &str, region: &str, account: &str, name: &str) -> String {
-    Arn::new(partition, "dynamodb", region, account, &format!("table/{name}")).to_string()
+    Arn::new(
+        partition,
+        "dynamodb",
+        region,
+        account,
+        &format!("table/{name}"),
+    )
+    .to_string()
 }
 
 /// The ARN of the SQS queue `name`.

@@ -152,13 +152,7 @@ mod tests {
     #[test]
     fn a_repeated_param_keeps_the_last_value() {
         let cli = Cli::try_parse_from([
-            "prog",
-            "--param",
-            "A=1",
-            "--param",
-            "B=x=y",
-            "--param",
-            "A=2",
+            "prog", "--param", "A=1", "--param", "B=x=y", "--param", "A=2",
         ])
         .unwrap();
         let options = cli.template.options();

@@ -28,11 +28,17 @@ fn assert_help(program: &str, options: &[&str]) {
     let help = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{help}{}", stderr(&out));
     for option in options.iter().chain(&["--help", "--version"]) {
-        assert!(help.contains(option), "{program} --help lacks {option}:\n{help}");
+        assert!(
+            help.contains(option),
+            "{program} --help lacks {option}:\n{help}"
+        );
     }
     assert!(help.contains("Exit codes:"), "{help}");
     for code in ["  0  ", "  1  ", "  2  "] {
-        assert!(help.contains(code), "{program} --help lacks exit code {code:?}:\n{help}");
+        assert!(
+            help.contains(code),
+            "{program} --help lacks exit code {code:?}:\n{help}"
+        );
     }
 }
 
@@ -42,7 +48,10 @@ fn assert_usage_error(program: &str, args: &[&str], names: &[&str]) {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     for name in names {
-        assert!(err.contains(name), "{args:?}: stderr lacks {name:?}:\n{err}");
+        assert!(
+            err.contains(name),
+            "{args:?}: stderr lacks {name:?}:\n{err}"
+        );
     }
     assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
 }
@@ -73,7 +82,11 @@ fn provision_help_lists_its_options_and_exit_codes() {
 #[test]
 fn provision_refuses_a_bad_command_line() {
     assert_usage_error(PROVISION, &["--format", "yaml"], &["'yaml'", "--format"]);
-    assert_usage_error(PROVISION, &["--param", "MaxAttempts"], &["--param", "MaxAttempts"]);
+    assert_usage_error(
+        PROVISION,
+        &["--param", "MaxAttempts"],
+        &["--param", "MaxAttempts"],
+    );
     assert_usage_error(PROVISION, &["--prefix"], &["--prefix"]);
     assert_usage_error(PROVISION, &["--bogus"], &["--bogus"]);
 }
@@ -101,9 +114,17 @@ fn redrive_help_lists_its_options_and_exit_codes() {
 #[test]
 fn redrive_refuses_a_bad_command_line() {
     assert_usage_error(REDRIVE, &[], &["--from <QUEUE>", "required"]);
-    assert_usage_error(REDRIVE, &["--from", "q", "--max", "ten"], &["'ten'", "--max"]);
+    assert_usage_error(
+        REDRIVE,
+        &["--from", "q", "--max", "ten"],
+        &["'ten'", "--max"],
+    );
     assert_usage_error(REDRIVE, &["--from", "q", "--max", "0"], &["--max"]);
-    assert_usage_error(REDRIVE, &["--from", "q", "--wait", "30"], &["'30'", "--wait"]);
+    assert_usage_error(
+        REDRIVE,
+        &["--from", "q", "--wait", "30"],
+        &["'30'", "--wait"],
+    );
     assert_usage_error(
         REDRIVE,
         &["--from", "q", "--visibility-timeout", "43201"],
@@ -115,7 +136,13 @@ fn redrive_refuses_a_bad_command_line() {
 fn proxy_help_lists_its_options_and_exit_codes() {
     assert_help(
         PROXY,
-        &["--upstream <URL>", "AWS_ENDPOINT_URL", "--latency-ms <MS>", "--port <P>", "SIGUSR1"],
+        &[
+            "--upstream <URL>",
+            "AWS_ENDPOINT_URL",
+            "--latency-ms <MS>",
+            "--port <P>",
+            "SIGUSR1",
+        ],
     );
 }
 
@@ -149,5 +176,8 @@ fn proxy_takes_its_upstream_from_the_environment() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("--upstream") && err.contains("moto.example"), "{err}");
+    assert!(
+        err.contains("--upstream") && err.contains("moto.example"),
+        "{err}"
+    );
 }

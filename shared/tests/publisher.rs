@@ -513,12 +513,7 @@ async fn after_a_message_that_never_gets_through_the_rest_of_its_group_is_not_se
 
 /// A call refused as a whole (HTTP 400) whenever it carries the body `big`, as an emulator
 /// refuses a message over the queue's size limit; every other call is accepted. Counts calls.
-fn refusing_big(
-    code: &'static str,
-) -> (
-    aws_sdk_sqs::Client,
-    Arc<Mutex<Vec<Vec<String>>>>,
-) {
+fn refusing_big(code: &'static str) -> (aws_sdk_sqs::Client, Arc<Mutex<Vec<Vec<String>>>>) {
     let calls: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
     let log = calls.clone();
     let refused = mock!(aws_sdk_sqs::Client::send_message_batch)
@@ -628,6 +623,9 @@ async fn the_trace_header_goes_with_the_message() {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     assert_eq!(
         *headers.lock().unwrap(),
-        [Some("Root=1-5759e988-bd862e3fe1be46a994272793".to_owned()), None]
+        [
+            Some("Root=1-5759e988-bd862e3fe1be46a994272793".to_owned()),
+            None
+        ]
     );
 }

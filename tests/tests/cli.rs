@@ -20,7 +20,10 @@ fn assert_usage_error(program: &str, args: &[&str], names: &[&str]) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     for name in names {
-        assert!(err.contains(name), "{args:?}: stderr lacks {name:?}:\n{err}");
+        assert!(
+            err.contains(name),
+            "{args:?}: stderr lacks {name:?}:\n{err}"
+        );
     }
 }
 
@@ -30,7 +33,10 @@ fn help(program: &str) -> String {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("Exit codes:"), "{help}");
     for code in ["  0  ", "  1  ", "  2  "] {
-        assert!(help.contains(code), "{program} --help lacks exit code {code:?}:\n{help}");
+        assert!(
+            help.contains(code),
+            "{program} --help lacks exit code {code:?}:\n{help}"
+        );
     }
     help
 }

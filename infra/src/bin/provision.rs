@@ -164,8 +164,20 @@ mod tests {
     #[test]
     fn every_option_parses() {
         let cli = Cli::try_parse_from([
-            "provision", "--template", "t.yaml", "--prefix", "p-", "--suffix", "-s", "--param",
-            "MaxAttempts=3", "--function", "payments-api", "--format", "dotenv", "--verify",
+            "provision",
+            "--template",
+            "t.yaml",
+            "--prefix",
+            "p-",
+            "--suffix",
+            "-s",
+            "--param",
+            "MaxAttempts=3",
+            "--function",
+            "payments-api",
+            "--format",
+            "dotenv",
+            "--verify",
         ])
         .unwrap();
         assert_eq!(cli.template.path(), std::path::Path::new("t.yaml"));
@@ -180,6 +192,9 @@ mod tests {
         let err = Cli::try_parse_from(["provision", "--format", "yaml"]).unwrap_err();
         let text = err.to_string();
         assert_eq!(err.exit_code(), 2);
-        assert!(text.contains("--format") && text.contains("dotenv"), "{text}");
+        assert!(
+            text.contains("--format") && text.contains("dotenv"),
+            "{text}"
+        );
     }
 }

@@ -101,7 +101,13 @@ mod tests {
     #[test]
     fn the_options_parse_into_an_address_and_a_duration() {
         let cli = Cli::try_parse_from([
-            "proxy", "--upstream", "http://localhost:4566", "--latency-ms", "2.5", "--port", "8080",
+            "proxy",
+            "--upstream",
+            "http://localhost:4566",
+            "--latency-ms",
+            "2.5",
+            "--port",
+            "8080",
         ])
         .unwrap();
         assert_eq!(cli.upstream, "127.0.0.1:4566".parse().unwrap());
@@ -113,8 +119,14 @@ mod tests {
     fn bad_values_name_the_option() {
         let cases: [(&[&str], &str); 4] = [
             (&["--upstream", "http://moto.example:4566"], "--upstream"),
-            (&["--upstream", "127.0.0.1:1", "--latency-ms=-3"], "--latency-ms"),
-            (&["--upstream", "127.0.0.1:1", "--latency-ms", "slow"], "--latency-ms"),
+            (
+                &["--upstream", "127.0.0.1:1", "--latency-ms=-3"],
+                "--latency-ms",
+            ),
+            (
+                &["--upstream", "127.0.0.1:1", "--latency-ms", "slow"],
+                "--latency-ms",
+            ),
             (&["--upstream", "127.0.0.1:1", "--port", "70000"], "--port"),
         ];
         for (args, flag) in cases {

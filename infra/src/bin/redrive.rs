@@ -85,7 +85,9 @@ async fn run(args: Cli) -> Result<ExitCode, String> {
     // The template is only needed for logical ids: without one, URLs and names still work.
     let template_options = args.template.options();
     let template = match &args.template.template {
-        Some(path) => Some(Template::from_file(path, &template_options).map_err(|e| e.to_string())?),
+        Some(path) => {
+            Some(Template::from_file(path, &template_options).map_err(|e| e.to_string())?)
+        }
         None => match Template::load_project(&template_options) {
             Ok(t) => Some(t),
             Err(e) => {
@@ -137,8 +139,20 @@ mod tests {
     #[test]
     fn every_option_reaches_the_redrive_options() {
         let cli = Cli::try_parse_from([
-            "redrive", "--from", "dlq", "--to", "q", "--max", "7", "--dry-run",
-            "--drop-attributes", "", "--visibility-timeout", "5", "--wait", "0",
+            "redrive",
+            "--from",
+            "dlq",
+            "--to",
+            "q",
+            "--max",
+            "7",
+            "--dry-run",
+            "--drop-attributes",
+            "",
+            "--visibility-timeout",
+            "5",
+            "--wait",
+            "0",
         ])
         .unwrap();
         let expected = RedriveOptions::default()
@@ -153,7 +167,11 @@ mod tests {
 
     #[test]
     fn out_of_range_numbers_name_the_option() {
-        for (flag, value) in [("--wait", "21"), ("--max", "0"), ("--visibility-timeout", "x")] {
+        for (flag, value) in [
+            ("--wait", "21"),
+            ("--max", "0"),
+            ("--visibility-timeout", "x"),
+        ] {
             let err = Cli::try_parse_from(["redrive", "--from", "d", flag, value]).unwrap_err();
             assert_eq!(err.exit_code(), 2);
             assert!(err.to_string().contains(flag), "{flag}: {err}");

@@ -254,7 +254,10 @@ impl RecorderConfig {
 
     /// Name and ARN of a `TableName` parameter, which may be either.
     pub(crate) fn table(&self, name_or_arn: &str) -> (String, String) {
-        match Arn::parse(name_or_arn).ok().and_then(|a| a.resource.strip_prefix("table/")) {
+        match Arn::parse(name_or_arn)
+            .ok()
+            .and_then(|a| a.resource.strip_prefix("table/"))
+        {
             Some(name) => (name.to_owned(), name_or_arn.to_owned()),
             None => (name_or_arn.to_owned(), self.table_arn(name_or_arn)),
         }

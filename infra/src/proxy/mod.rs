@@ -71,8 +71,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use endpoint::{InvalidEndpoint, parse_endpoint};
-pub use state::{ProxyOptions, ProxyStats};
 use state::{Availability, Counters, Shared};
+pub use state::{ProxyOptions, ProxyStats};
 
 /// A running proxy. Dropping it stops it (connections are cut);
 /// [`shutdown`](Self::shutdown) also waits until every connection is closed.

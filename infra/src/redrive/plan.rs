@@ -96,10 +96,13 @@ fn to_publish(
             .ok_or("the message has no MessageGroupId: it cannot go to a FIFO queue")
             .map(MessageGroupId::new)?
             .map_err(text)?;
-        let first_receive =
-            system_attribute(message, MessageSystemAttributeName::ApproximateFirstReceiveTimestamp);
-        let dedup = DeduplicationId::new(redrive_deduplication_id(dlq_id, first_receive.as_deref()))
-            .map_err(text)?;
+        let first_receive = system_attribute(
+            message,
+            MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
+        );
+        let dedup =
+            DeduplicationId::new(redrive_deduplication_id(dlq_id, first_receive.as_deref()))
+                .map_err(text)?;
         publish::Message::fifo(group, dedup, body)
     } else {
         publish::Message::standard(body)
@@ -200,7 +203,13 @@ impl Ledger {
     }
 
     /// Holds a message that was sent as `sent_as` but not deleted.
-    pub fn hold_not_deleted(&mut self, dlq_id: &str, receipt: &str, sent_as: String, error: String) {
+    pub fn hold_not_deleted(
+        &mut self,
+        dlq_id: &str,
+        receipt: &str,
+        sent_as: String,
+        error: String,
+    ) {
         self.hold(dlq_id, receipt, HoldKind::NotDeleted, error);
         if let Some(held) = self.held.get_mut(dlq_id) {
             held.sent_as = Some(sent_as);
@@ -273,9 +282,11 @@ impl Ledger {
                     .and_then(|v| v.string_value())
                     .is_some_and(|source| self.sent.contains(source));
             let checked = if came_back {
-                Err("sent on by this redrive, it failed again and came back to the \
+                Err(
+                    "sent on by this redrive, it failed again and came back to the \
                      dead-letter queue: not sent a second time"
-                    .to_owned())
+                        .to_owned(),
+                )
             } else if let Some(first) = self.blocking(group.as_deref()) {
                 Err(group_blocked(first, group.as_deref().unwrap_or_default()))
             } else {
@@ -326,7 +337,10 @@ mod tests {
             .message_id(id)
             .receipt_handle(format!("rh-{id}"))
             .body(body)
-            .attributes(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp, "17");
+            .attributes(
+                MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
+                "17",
+            );
         if let Some(g) = group {
             m = m.attributes(MessageSystemAttributeName::MessageGroupId, g);
         }
@@ -344,7 +358,10 @@ mod tests {
     #[test]
     fn a_fifo_message_keeps_its_group_and_gets_a_new_dedup_id() {
         let mut ledger = Ledger::new(true);
-        let planned = ledger.plan(&[received("m1", Some("g"), "b")], &RedriveOptions::default());
+        let planned = ledger.plan(
+            &[received("m1", Some("g"), "b")],
+            &RedriveOptions::default(),
+        );
         let message = &planned[0].message;
         assert_eq!(message.group_id().unwrap().as_str(), "g");
         assert_eq!(message.dedup_id().unwrap().as_str(), "redrive-m1-17");
@@ -377,7 +394,10 @@ mod tests {
         let mut ledger = Ledger::new(false);
         let options = RedriveOptions::default();
         let planned = ledger.plan(
-            &[received("m1", Some("g"), ""), received("m2", Some("g"), "b")],
+            &[
+                received("m1", Some("g"), ""),
+                received("m2", Some("g"), "b"),
+            ],
             &options,
         );
         assert_eq!(planned.len(), 1);
@@ -404,7 +424,13 @@ mod tests {
         ));
         assert_eq!(ledger.moved("m1").as_deref(), Some("new-id"));
         assert!(ledger.take_held().is_empty());
-        assert!(matches!(ledger.sort(received("m1", None, "b")), Some(Sorted::Delete(..))));
-        assert!(matches!(ledger.sort(received("m2", None, "b")), Some(Sorted::Fresh(_))));
+        assert!(matches!(
+            ledger.sort(received("m1", None, "b")),
+            Some(Sorted::Delete(..))
+        ));
+        assert!(matches!(
+            ledger.sort(received("m2", None, "b")),
+            Some(Sorted::Fresh(_))
+        ));
     }
 }

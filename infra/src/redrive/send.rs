@@ -138,10 +138,9 @@ impl Run<'_> {
                     self.ledger.moved(&id);
                     self.record_moved(id, new_id.to_owned());
                 }
-                Err(error) => {
-                    self.ledger
-                        .hold_not_deleted(&id, receipt, new_id.to_owned(), error)
-                }
+                Err(error) => self
+                    .ledger
+                    .hold_not_deleted(&id, receipt, new_id.to_owned(), error),
             }
         }
     }
@@ -191,7 +190,8 @@ impl Run<'_> {
                             match slot(&mut results, failed.id()) {
                                 Some(slot) if failed.sender_fault() => *slot = Some(Err(text)),
                                 Some(_) => {
-                                    last_error.insert(failed.id().parse().unwrap_or_default(), text);
+                                    last_error
+                                        .insert(failed.id().parse().unwrap_or_default(), text);
                                 }
                                 None => {}
                             }
@@ -340,7 +340,10 @@ pub async fn redrive(
     let started = Instant::now();
     let publisher = Publisher::new(sqs.clone(), to_queue_url.trim_end_matches('/'))
         .max_attempts(options.attempts)
-        .backoff(RedriveOptions::backoff(0), RedriveOptions::backoff(u32::MAX));
+        .backoff(
+            RedriveOptions::backoff(0),
+            RedriveOptions::backoff(u32::MAX),
+        );
     let mut run = Run {
         sqs,
         from: from_dlq_url,
@@ -390,7 +393,8 @@ pub async fn redrive(
         run.report.received += fresh.len();
         if options.dry_run {
             for (id, receipt) in fresh.iter().filter_map(ids) {
-                run.ledger.hold(&id, &receipt, HoldKind::DryRun, String::new());
+                run.ledger
+                    .hold(&id, &receipt, HoldKind::DryRun, String::new());
             }
             continue;
         }

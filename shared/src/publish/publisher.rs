@@ -277,7 +277,12 @@ impl Publisher {
                     // The request itself is wrong: retrying it cannot help.
                     let code = e.err().code().unwrap_or("ClientError").to_owned();
                     let message = e.err().message().unwrap_or_default().to_owned();
-                    tracing::warn!(code, message, entries = pending.len(), "SendMessageBatch refused");
+                    tracing::warn!(
+                        code,
+                        message,
+                        entries = pending.len(),
+                        "SendMessageBatch refused"
+                    );
                     if pending.len() > 1 && !is_queue_level(&code) {
                         // Refused for one of its entries (an emulator may refuse the whole
                         // call for one message over the queue's size limit): each entry alone

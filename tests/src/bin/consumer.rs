@@ -98,8 +98,14 @@ mod tests {
             "FailPayments=[slow]:1:sleep=300",
         ])
         .unwrap();
-        assert_eq!((cli.timeout_secs, cli.visibility_timeout_secs), (4, Some(6)));
-        assert_eq!(cli.params, [("FailPayments".into(), "[slow]:1:sleep=300".into())]);
+        assert_eq!(
+            (cli.timeout_secs, cli.visibility_timeout_secs),
+            (4, Some(6))
+        );
+        assert_eq!(
+            cli.params,
+            [("FailPayments".into(), "[slow]:1:sleep=300".into())]
+        );
     }
 
     #[test]

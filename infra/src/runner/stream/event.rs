@@ -7,7 +7,6 @@ use aws_sdk_dynamodbstreams::primitives::{DateTime, DateTimeFormat};
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record};
 use serde_json::{Map, Value, json};
 
-
 /// The `eventVersion` of the stream records DynamoDB writes today (moto writes `1.0`).
 pub const EVENT_VERSION: &str = "1.1";
 

@@ -169,9 +169,7 @@ impl StreamEventSourceMapping {
 
     /// The table of the stream (from its ARN, `...:table/NAME/stream/LABEL`).
     pub fn table_name(&self) -> Option<&str> {
-        crate::arn::Arn::parse(&self.stream_arn)
-            .ok()?
-            .table_name()
+        crate::arn::Arn::parse(&self.stream_arn).ok()?.table_name()
     }
 
     /// Whether a record (as the event carries it) passes the filters.
