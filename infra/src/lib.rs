@@ -42,6 +42,8 @@
 
 #![warn(missing_docs)]
 
+pub mod arn;
+pub mod cli;
 pub mod gateway;
 pub mod iam;
 pub mod provision;

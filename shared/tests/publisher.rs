@@ -510,3 +510,122 @@ async fn after_a_message_that_never_gets_through_the_rest_of_its_group_is_not_se
     let tries_of_g: usize = calls.iter().flatten().filter(|g| *g == "g").count();
     assert_eq!(tries_of_g, 3, "{calls:?}");
 }
+
+/// A call refused as a whole (HTTP 400) whenever it carries the body `big`, as an emulator
+/// refuses a message over the queue's size limit; every other call is accepted. Counts calls.
+fn refusing_big(code: &'static str) -> (aws_sdk_sqs::Client, Arc<Mutex<Vec<Vec<String>>>>) {
+    let calls: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let log = calls.clone();
+    let refused = mock!(aws_sdk_sqs::Client::send_message_batch)
+        .match_requests(move |input| {
+            let bodies: Vec<String> = input
+                .entries()
+                .iter()
+                .map(|e| e.message_body().to_owned())
+                .collect();
+            let big = bodies.iter().any(|b| b == "big");
+            log.lock().unwrap().push(bodies);
+            big
+        })
+        .sequence()
+        .http_status(
+            400,
+            Some(format!(
+                r#"{{"__type":"com.amazonaws.sqs#{code}","message":"refused"}}"#
+            )),
+        )
+        .repeatedly()
+        .build();
+    let accepted = mock!(aws_sdk_sqs::Client::send_message_batch).then_compute_output(|input| {
+        input
+            .entries()
+            .iter()
+            .fold(
+                SendMessageBatchOutput::builder().set_failed(Some(vec![])),
+                |out, e| out.successful(ok_entry(e.id())),
+            )
+            .build()
+            .unwrap()
+    });
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&refused, &accepted]);
+    (client, calls)
+}
+
+#[tokio::test]
+async fn a_call_refused_for_one_entry_is_sent_again_one_entry_at_a_time() {
+    let (client, calls) = refusing_big("InvalidParameterValue");
+    let messages = ["a", "big", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, body)| fifo(&format!("g{i}"), body, body))
+        .collect();
+    let results = Publisher::new(client, "https://queue.example/q.fifo")
+        .send_all(messages)
+        .await;
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(
+        matches!(&results[1], Err(PublishError::Rejected { code, .. }) if code == "InvalidParameterValue"),
+        "{results:?}"
+    );
+    // One call of three, refused; then each alone; the refused one is not retried.
+    assert_eq!(
+        *calls.lock().unwrap(),
+        [vec!["a", "big", "c"], vec!["a"], vec!["big"], vec!["c"]]
+    );
+}
+
+#[tokio::test]
+async fn a_call_refused_for_its_queue_is_not_split() {
+    let (client, calls) = refusing_big("AWS.SimpleQueueService.NonExistentQueue");
+    let messages = ["big", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, body)| fifo(&format!("g{i}"), body, body))
+        .collect();
+    let results = Publisher::new(client, "https://queue.example/q.fifo")
+        .send_all(messages)
+        .await;
+    for r in &results {
+        assert!(
+            matches!(r, Err(PublishError::Rejected { code, .. }) if code.contains("NonExistentQueue")),
+            "{results:?}"
+        );
+    }
+    assert_eq!(calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_trace_header_goes_with_the_message() {
+    let headers: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let log = headers.clone();
+    let rule = mock!(aws_sdk_sqs::Client::send_message_batch).then_compute_output(move |input| {
+        let mut out = SendMessageBatchOutput::builder().set_failed(Some(vec![]));
+        for e in input.entries() {
+            let header = e
+                .message_system_attributes()
+                .and_then(|a| {
+                    a.get(&aws_sdk_sqs::types::MessageSystemAttributeNameForSends::AwsTraceHeader)
+                })
+                .and_then(|v| v.string_value())
+                .map(str::to_owned);
+            log.lock().unwrap().push(header);
+            out = out.successful(ok_entry(e.id()));
+        }
+        out.build().unwrap()
+    });
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+    let traced = fifo("g", "k1", "b")
+        .with_trace_header("Root=1-5759e988-bd862e3fe1be46a994272793")
+        .unwrap();
+    let results = Publisher::new(client, "https://queue.example/q.fifo")
+        .send_all(vec![traced, fifo("h", "k2", "b")])
+        .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        *headers.lock().unwrap(),
+        [
+            Some("Root=1-5759e988-bd862e3fe1be46a994272793".to_owned()),
+            None
+        ]
+    );
+}

@@ -1,10 +1,6 @@
 //! Provisions the template's queues and tables on `$AWS_ENDPOINT_URL` (moto or LocalStack) and
-//! prints them, with each function's environment as shell exports.
-//!
-//! ```text
-//! provision [--template PATH] [--prefix P] [--suffix S] [--param NAME=VALUE]...
-//!           [--function NAME] [--format shell|dotenv|json] [--verify]
-//! ```
+//! prints them, with each function's environment as shell exports. `provision --help` lists the
+//! options and exit codes.
 //!
 //! - `--function NAME` prints only that function's environment (FunctionName or logical id),
 //!   so that `eval "$(cargo run -p local-aws --bin provision -- --function payment-processor)"`
@@ -16,67 +12,47 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use clap::{Parser, ValueEnum};
+use local_aws::cli::TemplateArgs;
 use local_aws::provision::{self, Provisioned};
-use local_aws::template::{Naming, Template, TemplateOptions};
+use local_aws::template::Template;
 use local_aws::{Clients, ENDPOINT_VAR};
 
-const USAGE: &str = "usage: provision [--template PATH] [--prefix P] [--suffix S] \
-[--param NAME=VALUE]... [--function NAME] [--format shell|dotenv|json] [--verify]";
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  provisioned and printed (with --verify: the endpoint matches the template)
+  1  provisioning failed (no endpoint, an invalid template, an unknown --function, an AWS
+     error), or --verify found differences (printed one a line)
+  2  bad command line (an unknown option, a missing or invalid value)";
 
-#[derive(PartialEq)]
-enum Format {
-    Shell,
-    Dotenv,
-    Json,
-}
-
-struct Args {
-    template: std::path::PathBuf,
-    options: TemplateOptions,
+/// Provisions the SAM template's queues and tables on the local endpoint in $AWS_ENDPOINT_URL
+/// (moto or LocalStack) and prints them, with each function's environment as shell exports.
+#[derive(Debug, Parser)]
+#[command(name = "provision", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(flatten)]
+    template: TemplateArgs,
+    /// Print only this function's environment (its FunctionName or logical id)
+    #[arg(long, value_name = "NAME")]
     function: Option<String>,
+    /// How to print the environment: `export K='V'` lines, `K=V` lines (for
+    /// `cargo lambda watch --env-file`), or one JSON document with the resources
+    #[arg(long, value_enum, default_value_t = Format::Shell)]
     format: Format,
+    /// Create nothing: compare the endpoint with the template, print each difference and exit 1
+    /// if there is one
+    #[arg(long)]
     verify: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        template: Template::project_path(),
-        options: TemplateOptions::default(),
-        function: None,
-        format: Format::Shell,
-        verify: false,
-    };
-    let (mut prefix, mut suffix) = (String::new(), String::new());
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value\n{USAGE}"));
-        match arg.as_str() {
-            "--template" => args.template = value("--template")?.into(),
-            "--prefix" => prefix = value("--prefix")?,
-            "--suffix" => suffix = value("--suffix")?,
-            "--param" => {
-                let p = value("--param")?;
-                let (k, v) = p
-                    .split_once('=')
-                    .ok_or(format!("--param {p}: expected NAME=VALUE"))?;
-                args.options.parameters.insert(k.to_owned(), v.to_owned());
-            }
-            "--function" => args.function = Some(value("--function")?),
-            "--format" => {
-                args.format = match value("--format")?.as_str() {
-                    "shell" => Format::Shell,
-                    "dotenv" => Format::Dotenv,
-                    "json" => Format::Json,
-                    other => return Err(format!("unknown format {other}\n{USAGE}")),
-                }
-            }
-            "--verify" => args.verify = true,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
-    }
-    args.options.naming = Naming::prefix(prefix).with_suffix(suffix);
-    Ok(args)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// `export NAME='value'` lines, with comments naming the resources
+    Shell,
+    /// `NAME=value` lines
+    Dotenv,
+    /// One JSON document: the resources and each function's environment
+    Json,
 }
 
 /// Single-quoted for POSIX shells.
@@ -84,7 +60,7 @@ fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
-fn print_env(env: &BTreeMap<String, String>, format: &Format) {
+fn print_env(env: &BTreeMap<String, String>, format: Format) {
     for (k, v) in env {
         match format {
             Format::Shell => println!("export {k}={}", quote(v)),
@@ -93,7 +69,7 @@ fn print_env(env: &BTreeMap<String, String>, format: &Format) {
     }
 }
 
-fn print(template: &Template, resources: &Provisioned, args: &Args) -> Result<(), String> {
+fn print(template: &Template, resources: &Provisioned, args: &Cli) -> Result<(), String> {
     let mut envs = Vec::new();
     for f in template.functions.values() {
         if args
@@ -146,13 +122,14 @@ fn print(template: &Template, resources: &Provisioned, args: &Args) -> Result<()
                 f.binary.as_deref().unwrap_or("-")
             );
         }
-        print_env(env, &args.format);
+        print_env(env, args.format);
     }
     Ok(())
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
-    let template = Template::from_file(&args.template, &args.options).map_err(|e| e.to_string())?;
+async fn run(args: Cli) -> Result<ExitCode, String> {
+    let template = Template::from_file(args.template.path(), &args.template.options())
+        .map_err(|e| e.to_string())?;
     let clients = Clients::from_env().await.map_err(|e| e.to_string())?;
     if args.verify {
         let differences = provision::verify(&clients, &template)
@@ -177,18 +154,47 @@ async fn run(args: Args) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("provision: {message}");
-            ExitCode::FAILURE
-        }
+    local_aws::cli::exit_code("provision", run(Cli::parse()).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_parses() {
+        let cli = Cli::try_parse_from([
+            "provision",
+            "--template",
+            "t.yaml",
+            "--prefix",
+            "p-",
+            "--suffix",
+            "-s",
+            "--param",
+            "MaxAttempts=3",
+            "--function",
+            "payments-api",
+            "--format",
+            "dotenv",
+            "--verify",
+        ])
+        .unwrap();
+        assert_eq!(cli.template.path(), std::path::Path::new("t.yaml"));
+        assert_eq!(cli.template.options().naming.apply("q"), "p-q-s");
+        assert_eq!(cli.function.as_deref(), Some("payments-api"));
+        assert_eq!(cli.format, Format::Dotenv);
+        assert!(cli.verify);
+    }
+
+    #[test]
+    fn an_unknown_format_names_the_option_and_the_choices() {
+        let err = Cli::try_parse_from(["provision", "--format", "yaml"]).unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.exit_code(), 2);
+        assert!(
+            text.contains("--format") && text.contains("dotenv"),
+            "{text}"
+        );
     }
 }

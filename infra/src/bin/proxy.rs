@@ -1,13 +1,5 @@
 //! A TCP proxy on 127.0.0.1 in front of the local AWS endpoint, adding latency each way (see
-//! `local_aws::proxy`).
-//!
-//! ```text
-//! proxy [--upstream URL] [--latency-ms MS] [--port P]
-//! ```
-//!
-//! - `--upstream URL`: the endpoint to forward to (default `$AWS_ENDPOINT_URL`);
-//! - `--latency-ms MS`: added to each direction (default 0; fractions allowed);
-//! - `--port P`: the port to listen on, on 127.0.0.1 (default: any free port).
+//! `local_aws::proxy`). `proxy --help` lists the options and exit codes.
 //!
 //! Prints its URL (`http://127.0.0.1:PORT`) as the first line on stdout, then runs until
 //! Ctrl-C or SIGTERM and prints its counters on stderr. SIGUSR1 starts an outage (open
@@ -18,75 +10,51 @@
 //! ```
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Parser;
 use local_aws::ENDPOINT_VAR;
+use local_aws::cli::parse_millis;
 use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
 use tokio::signal::unix::{SignalKind, signal};
 
-const USAGE: &str = "usage: proxy [--upstream URL] [--latency-ms MS] [--port P]";
+const AFTER_HELP: &str = "\
+Prints its URL (http://127.0.0.1:PORT) as the first line on stdout, then runs until Ctrl-C or
+SIGTERM and prints its counters on stderr. SIGUSR1 starts an outage (open connections cut, new
+ones refused), SIGUSR2 ends it.
 
-struct Args {
-    upstream: String,
+Exit codes:
+  0  stopped by Ctrl-C or SIGTERM
+  1  the port could not be bound, or a signal handler could not be set up
+  2  bad command line (an unknown option, a missing or invalid value, no --upstream and no
+     AWS_ENDPOINT_URL)";
+
+/// A TCP proxy on 127.0.0.1 in front of the local AWS endpoint, adding latency each way, for
+/// fault injection and benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "proxy", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// The endpoint to forward to: http(s)://IP:PORT or localhost (names are not resolved)
+    #[arg(long, value_name = "URL", env = ENDPOINT_VAR, value_parser = parse_endpoint)]
+    upstream: SocketAddr,
+    /// Latency added in each direction, in milliseconds (fractions allowed; a round trip pays it
+    /// twice)
+    #[arg(long = "latency-ms", value_name = "MS", default_value = "0", value_parser = parse_millis)]
     latency: Duration,
+    /// The port to listen on, on 127.0.0.1 (0: any free port)
+    #[arg(long, value_name = "P", default_value_t = 0)]
     port: u16,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut upstream = std::env::var(ENDPOINT_VAR).ok().filter(|u| !u.is_empty());
-    let (mut latency, mut port) = (Duration::ZERO, 0);
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value\n{USAGE}"));
-        match arg.as_str() {
-            "--upstream" => upstream = Some(value("--upstream")?),
-            "--latency-ms" => {
-                let ms: f64 = value("--latency-ms")?
-                    .parse()
-                    .map_err(|_| format!("--latency-ms: not a number\n{USAGE}"))?;
-                latency = Duration::try_from_secs_f64(ms / 1000.0)
-                    .map_err(|e| format!("--latency-ms: {e}\n{USAGE}"))?;
-            }
-            "--port" => {
-                port = value("--port")?
-                    .parse()
-                    .map_err(|_| format!("--port: not a port number\n{USAGE}"))?;
-            }
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    let upstream = upstream.ok_or(format!(
-        "no upstream: pass --upstream or set {ENDPOINT_VAR}\n{USAGE}"
-    ))?;
-    Ok(Args {
-        upstream,
-        latency,
-        port,
-    })
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("proxy: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    local_aws::cli::exit_code("proxy", run(Cli::parse()).await.map(|()| ExitCode::SUCCESS))
 }
 
-async fn run(args: Args) -> std::io::Result<()> {
-    let upstream = parse_endpoint(&args.upstream)?;
+async fn run(args: Cli) -> std::io::Result<()> {
+    let upstream = args.upstream;
     let proxy = Proxy::start_on_port(
         args.port,
         upstream,
@@ -124,4 +92,47 @@ async fn run(args: Args) -> std::io::Result<()> {
     proxy.shutdown().await;
     eprintln!("proxy: stopped: {stats}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_options_parse_into_an_address_and_a_duration() {
+        let cli = Cli::try_parse_from([
+            "proxy",
+            "--upstream",
+            "http://localhost:4566",
+            "--latency-ms",
+            "2.5",
+            "--port",
+            "8080",
+        ])
+        .unwrap();
+        assert_eq!(cli.upstream, "127.0.0.1:4566".parse().unwrap());
+        assert_eq!(cli.latency, Duration::from_micros(2500));
+        assert_eq!(cli.port, 8080);
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let cases: [(&[&str], &str); 4] = [
+            (&["--upstream", "http://moto.example:4566"], "--upstream"),
+            (
+                &["--upstream", "127.0.0.1:1", "--latency-ms=-3"],
+                "--latency-ms",
+            ),
+            (
+                &["--upstream", "127.0.0.1:1", "--latency-ms", "slow"],
+                "--latency-ms",
+            ),
+            (&["--upstream", "127.0.0.1:1", "--port", "70000"], "--port"),
+        ];
+        for (args, flag) in cases {
+            let err = Cli::try_parse_from([&["proxy"][..], args].concat()).unwrap_err();
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(flag), "{flag}: {err}");
+        }
+    }
 }

@@ -1,13 +1,6 @@
 //! Moves the messages of a dead-letter queue back to its source queue (after a fix), on
 //! `$AWS_ENDPOINT_URL` (moto or LocalStack); see `local_aws::redrive` for what is sent, kept and
-//! deleted.
-//!
-//! ```text
-//! redrive --from <logical id | queue name | URL> [--to <logical id | queue name | URL>]
-//!         [--prefix P] [--suffix S] [--template PATH] [--param NAME=VALUE]...
-//!         [--max N] [--dry-run] [--drop-attributes PREFIX] [--visibility-timeout SECS]
-//!         [--wait SECS]
-//! ```
+//! deleted. `redrive --help` lists the options and exit codes.
 //!
 //! - A logical id (`PaymentsDeadLetterQueue`) is looked up in the template, with the names that
 //!   `provision` gave it (`--prefix`, `--suffix`, `--param` as for `provision`).
@@ -24,85 +17,78 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use local_aws::redrive::{self, RedriveOptions};
-use local_aws::template::{Naming, Template, TemplateOptions};
+use clap::Parser;
+use local_aws::cli::TemplateArgs;
+use local_aws::redrive::{self, DEAD_LETTER_ATTRIBUTE_PREFIX, RedriveOptions};
+use local_aws::template::Template;
 
-const USAGE: &str = "usage: redrive --from <logical id | queue name | URL> \
-[--to <logical id | queue name | URL>] [--prefix P] [--suffix S] [--template PATH] \
-[--param NAME=VALUE]... [--max N] [--dry-run] [--drop-attributes PREFIX] \
-[--visibility-timeout SECS] [--wait SECS]";
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  every message received was moved (or, with --dry-run, looked at and put back)
+  1  a message was not moved (each is printed, and left in the dead-letter queue), the run
+     stopped early, or a queue could not be found or read
+  2  bad command line (an unknown option, a missing or invalid value)";
 
-struct Args {
+/// Moves the messages of a dead-letter queue back to its source queue (after a fix), on the
+/// local endpoint in $AWS_ENDPOINT_URL (moto or LocalStack).
+///
+/// A queue is a logical id of the template (looked up with --prefix, --suffix and --param as
+/// `provision` named it), a queue name, or a queue URL. Messages whose send fails stay in the
+/// dead-letter queue, visible again at the end; on a FIFO queue they hold back the rest of
+/// their group, which keeps its order.
+#[derive(Debug, Parser)]
+#[command(name = "redrive", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// The dead-letter queue to empty: logical id, queue name or URL
+    #[arg(long, value_name = "QUEUE")]
     from: String,
+    /// The queue to send to [default: the queue whose RedrivePolicy names --from, in the
+    /// template, else by ListDeadLetterSourceQueues]
+    #[arg(long, value_name = "QUEUE")]
     to: Option<String>,
-    template: Option<std::path::PathBuf>,
-    template_options: TemplateOptions,
-    options: RedriveOptions,
+    #[command(flatten)]
+    template: TemplateArgs,
+    /// Stop after receiving N messages [default: no limit]
+    #[arg(long = "max", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max: Option<u64>,
+    /// Receive and report only: send nothing, delete nothing, make the messages visible again
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not send on the message attributes whose name starts with PREFIX ("" keeps them all)
+    #[arg(long = "drop-attributes", value_name = "PREFIX", default_value = DEAD_LETTER_ATTRIBUTE_PREFIX)]
+    drop_attributes: String,
+    /// Visibility timeout of each receive, in seconds: long enough to send and delete a batch
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    visibility_timeout: u64,
+    /// Long-poll wait of each receive, in seconds; two empty receives in a row end the run
+    #[arg(long = "wait", value_name = "SECS", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=20))]
+    wait: u64,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let (mut from, mut to, mut template) = (None, None, None);
-    let mut template_options = TemplateOptions::default();
-    let mut options = RedriveOptions::default();
-    let (mut prefix, mut suffix) = (String::new(), String::new());
-    let mut it = std::env::args().skip(1);
-    let number = |name: &str, v: String| {
-        v.parse::<u64>()
-            .map_err(|_| format!("{name} {v}: expected a whole number\n{USAGE}"))
-    };
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value\n{USAGE}"));
-        match arg.as_str() {
-            "--from" => from = Some(value("--from")?),
-            "--to" => to = Some(value("--to")?),
-            "--prefix" => prefix = value("--prefix")?,
-            "--suffix" => suffix = value("--suffix")?,
-            "--template" => template = Some(value("--template")?.into()),
-            "--param" => {
-                let p = value("--param")?;
-                let (k, v) = p
-                    .split_once('=')
-                    .ok_or(format!("--param {p}: expected NAME=VALUE"))?;
-                template_options
-                    .parameters
-                    .insert(k.to_owned(), v.to_owned());
-            }
-            "--max" => {
-                options = options.max_messages(number("--max", value("--max")?)? as usize);
-            }
-            "--dry-run" => options = options.dry_run(true),
-            "--drop-attributes" => {
-                options = options.drop_attribute_prefix(value("--drop-attributes")?);
-            }
-            "--visibility-timeout" => {
-                let secs = number("--visibility-timeout", value("--visibility-timeout")?)?;
-                options = options.visibility_timeout(Duration::from_secs(secs));
-            }
-            "--wait" => {
-                let secs = number("--wait", value("--wait")?)?;
-                options = options.wait_time(Duration::from_secs(secs));
-            }
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+impl Cli {
+    fn options(&self) -> RedriveOptions {
+        let options = RedriveOptions::default()
+            .dry_run(self.dry_run)
+            .drop_attribute_prefix(self.drop_attributes.clone())
+            .visibility_timeout(Duration::from_secs(self.visibility_timeout))
+            .wait_time(Duration::from_secs(self.wait));
+        match self.max {
+            Some(max) => options.max_messages(usize::try_from(max).unwrap_or(usize::MAX)),
+            None => options,
         }
     }
-    template_options.naming = Naming::prefix(prefix).with_suffix(suffix);
-    Ok(Args {
-        from: from.ok_or(format!("--from is required\n{USAGE}"))?,
-        to,
-        template,
-        template_options,
-        options,
-    })
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
+async fn run(args: Cli) -> Result<ExitCode, String> {
     // The template is only needed for logical ids: without one, URLs and names still work.
-    let template = match &args.template {
+    let template_options = args.template.options();
+    let template = match &args.template.template {
         Some(path) => {
-            Some(Template::from_file(path, &args.template_options).map_err(|e| e.to_string())?)
+            Some(Template::from_file(path, &template_options).map_err(|e| e.to_string())?)
         }
-        None => match Template::load_project(&args.template_options) {
+        None => match Template::load_project(&template_options) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!("redrive: no template ({e}): logical ids will not resolve");
@@ -123,7 +109,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
     .map_err(|e| e.to_string())?;
     println!("redrive: from {from} to {to}");
-    let report = redrive::redrive(&sqs, &from.url, &to.url, args.options)
+    let report = redrive::redrive(&sqs, &from.url, &to.url, args.options())
         .await
         .map_err(|e| e.to_string())?;
     print!("{report}");
@@ -136,18 +122,59 @@ async fn run(args: Args) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("redrive: {message}");
-            ExitCode::FAILURE
+    local_aws::cli::exit_code("redrive", run(Cli::parse()).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_the_library_defaults() {
+        let cli = Cli::try_parse_from(["redrive", "--from", "PaymentsDeadLetterQueue"]).unwrap();
+        assert_eq!(cli.options(), RedriveOptions::default());
+        assert_eq!(cli.to, None);
+    }
+
+    #[test]
+    fn every_option_reaches_the_redrive_options() {
+        let cli = Cli::try_parse_from([
+            "redrive",
+            "--from",
+            "dlq",
+            "--to",
+            "q",
+            "--max",
+            "7",
+            "--dry-run",
+            "--drop-attributes",
+            "",
+            "--visibility-timeout",
+            "5",
+            "--wait",
+            "0",
+        ])
+        .unwrap();
+        let expected = RedriveOptions::default()
+            .max_messages(7)
+            .dry_run(true)
+            .drop_attribute_prefix("")
+            .visibility_timeout(Duration::from_secs(5))
+            .wait_time(Duration::ZERO);
+        assert_eq!(cli.options(), expected);
+        assert_eq!(cli.to.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn out_of_range_numbers_name_the_option() {
+        for (flag, value) in [
+            ("--wait", "21"),
+            ("--max", "0"),
+            ("--visibility-timeout", "x"),
+        ] {
+            let err = Cli::try_parse_from(["redrive", "--from", "d", flag, value]).unwrap_err();
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(flag), "{flag}: {err}");
         }
     }
 }

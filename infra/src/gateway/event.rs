@@ -153,7 +153,9 @@ pub(crate) fn request(
         .map(str::to_owned);
     let mut context = ApiGatewayV2httpRequestContext::default();
     context.route_key = Some(invocation.route.route_key);
-    context.account_id = options.function_arn.split(':').nth(4).map(str::to_owned);
+    context.account_id = crate::arn::Arn::parse(&options.function_arn)
+        .ok()
+        .map(|a| a.account.to_owned());
     context.stage = Some("$default".to_owned());
     context.request_id = Some(invocation.request_id.to_owned());
     context.apiid = Some("local".to_owned());

@@ -2,13 +2,13 @@
 //! invocation), within the function's timeout, under API Gateway's integration timeout. A
 //! failure becomes API Gateway's answer, and its real cause a log line.
 
-use std::any::Any;
 use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use lambda_http::{Body, IntoResponse};
+use lambda_idempotency::batch::panic_message;
 
 use super::answer::Answer;
 
@@ -51,7 +51,7 @@ where
         }
         Ok(Err(join_error)) => {
             let cause = if join_error.is_panic() {
-                panic_message(join_error.into_panic())
+                panic_message(&join_error.into_panic())
             } else {
                 join_error.to_string()
             };
@@ -84,14 +84,6 @@ where
             Err(Answer::ServiceUnavailable)
         }
     }
-}
-
-fn panic_message(payload: Box<dyn Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
 
 fn into_http(response: lambda_http::Response<Body>) -> http::Response<Full<Bytes>> {

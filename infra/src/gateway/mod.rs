@@ -142,7 +142,7 @@ impl GatewayOptions {
     pub fn new(function_name: &str, timeout: Duration) -> Self {
         Self {
             function_name: function_name.to_owned(),
-            function_arn: format!("arn:aws:lambda:us-east-1:123456789012:function:{function_name}"),
+            function_arn: crate::arn::function("aws", "us-east-1", "123456789012", function_name),
             memory_size: 128,
             timeout,
             integration_timeout: INTEGRATION_TIMEOUT,

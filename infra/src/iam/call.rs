@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::arn::{self, Arn};
+
 /// The AWS API a request went to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Service {
@@ -218,10 +220,7 @@ impl RecorderConfig {
 
     /// The ARN of the table `name`.
     pub fn table_arn(&self, name: &str) -> String {
-        format!(
-            "arn:{}:dynamodb:{}:{}:table/{name}",
-            self.partition, self.region, self.account_id
-        )
+        arn::table(&self.partition, &self.region, &self.account_id, name)
     }
 
     /// The ARN of the queue at `url` (`http(s)://HOST[:PORT]/ACCOUNT/NAME`); the region is the
@@ -245,28 +244,22 @@ impl RecorderConfig {
             .and_then(|h| h.strip_suffix(".amazonaws.com"))
             .filter(|r| !r.is_empty() && !r.contains('.'))
             .unwrap_or(&self.region);
-        Some(format!(
-            "arn:{}:sqs:{region}:{account}:{name}",
-            self.partition
-        ))
+        Some(arn::queue(&self.partition, region, account, name))
     }
 
     pub(crate) fn queue_arn_from_name(&self, name: &str, owner: Option<&str>) -> String {
-        format!(
-            "arn:{}:sqs:{}:{}:{name}",
-            self.partition,
-            self.region,
-            owner.unwrap_or(&self.account_id)
-        )
+        let account = owner.unwrap_or(&self.account_id);
+        arn::queue(&self.partition, &self.region, account, name)
     }
 
     /// Name and ARN of a `TableName` parameter, which may be either.
     pub(crate) fn table(&self, name_or_arn: &str) -> (String, String) {
-        match name_or_arn.split_once(":table/") {
-            Some((_, name)) if name_or_arn.starts_with("arn:") => {
-                (name.to_owned(), name_or_arn.to_owned())
-            }
-            _ => (name_or_arn.to_owned(), self.table_arn(name_or_arn)),
+        match Arn::parse(name_or_arn)
+            .ok()
+            .and_then(|a| a.resource.strip_prefix("table/"))
+        {
+            Some(name) => (name.to_owned(), name_or_arn.to_owned()),
+            None => (name_or_arn.to_owned(), self.table_arn(name_or_arn)),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::arn::{self, Arn};
 use crate::iam::error::PolicyError;
 use crate::provision::Provisioned;
 pub(crate) use crate::template::intrinsic;
@@ -331,20 +332,21 @@ impl<'a> Resolver<'a> {
         let derived = match (self.resource_type(resource), attribute) {
             (Some("AWS::DynamoDB::Table"), "Arn") => {
                 let name = self.reference(resource, at)?;
-                Some(format!("arn:{p}:dynamodb:{r}:{a}:table/{name}"))
+                Some(arn::table(p, r, a, &name))
             }
             (Some("AWS::SQS::Queue"), "Arn") => self
                 .property(resource, "QueueName", at)?
-                .map(|name| format!("arn:{p}:sqs:{r}:{a}:{name}")),
+                .map(|name| arn::queue(p, r, a, &name)),
             (Some("AWS::SQS::Queue"), "QueueName") => self.property(resource, "QueueName", at)?,
             (Some("AWS::Logs::LogGroup"), "Arn") => self
                 .property(resource, "LogGroupName", at)?
-                .map(|name| format!("arn:{p}:logs:{r}:{a}:log-group:{name}:*")),
-            (Some("AWS::IAM::Role"), "Arn") => Some(format!(
-                "arn:{p}:iam::{a}:role/{}",
-                self.property(resource, "RoleName", at)?
-                    .unwrap_or_else(|| resource.to_owned())
-            )),
+                .map(|name| Arn::new(p, "logs", r, a, &format!("log-group:{name}:*")).to_string()),
+            (Some("AWS::IAM::Role"), "Arn") => {
+                let name = self
+                    .property(resource, "RoleName", at)?
+                    .unwrap_or_else(|| resource.to_owned());
+                Some(Arn::new(p, "iam", "", a, &format!("role/{name}")).to_string())
+            }
             (None, _) => {
                 return Err(PolicyError::invalid(
                     at,

@@ -154,7 +154,7 @@ impl fmt::Display for Report {
 /// `resource`'s last part: a table's name (with `/stream/...`, `/index/...`), a queue's name, a
 /// log group's name.
 fn short_resource(resource: &str) -> &str {
-    let rest = resource.splitn(6, ':').nth(5).unwrap_or(resource);
+    let rest = crate::arn::Arn::parse(resource).map_or(resource, |arn| arn.resource);
     let rest = rest.strip_prefix("table/").unwrap_or(rest);
     match rest.strip_prefix("log-group:") {
         Some(group) => group.strip_suffix(":*").unwrap_or(group),

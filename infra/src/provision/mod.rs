@@ -122,10 +122,7 @@ pub struct Provisioned {
 impl Provisioned {
     /// The ARN a function would have (for `!GetAtt F.Arn` and the Lambda context).
     pub fn function_arn(&self, function_name: &str) -> String {
-        format!(
-            "arn:aws:lambda:{}:{}:function:{function_name}",
-            self.region, self.account_id
-        )
+        crate::arn::function("aws", &self.region, &self.account_id, function_name)
     }
 
     /// The value of `expr` with every reference resolved: `!Ref` a queue is its URL, a table
@@ -245,7 +242,8 @@ pub async fn provision(
     let account_id = queues
         .values()
         .next()
-        .and_then(|q| q.arn.split(':').nth(4))
+        .and_then(|q| crate::arn::Arn::parse(&q.arn).ok())
+        .map(|arn| arn.account)
         .unwrap_or("123456789012")
         .to_owned();
     Ok(Provisioned {

@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use lambda_idempotency::publish::is_missing_queue;
 
 use super::{ABSENT, Difference, Diffs, ProvisionError, ProvisionedQueue, aws};
+use crate::arn::Arn;
 use crate::template::{Queue, Template};
 
 /// The ARN of the template queue `logical_id` next to a queue whose ARN is `own_arn`: queue ARNs
@@ -14,9 +16,9 @@ fn sibling_arn(template: &Template, own_arn: &str, logical_id: &str) -> String {
         .queues
         .get(logical_id)
         .map_or(logical_id, |q| q.name.as_str());
-    match own_arn.rsplit_once(':') {
-        Some((head, _)) => format!("{head}:{name}"),
-        None => name.to_owned(),
+    match Arn::parse(own_arn) {
+        Ok(arn) => arn.with_resource(name),
+        Err(_) => name.to_owned(),
     }
 }
 
@@ -223,8 +225,7 @@ pub(super) async fn verify_queue(
         Ok(out) => out.queue_url.unwrap_or_default(),
         Err(e)
             if e.as_service_error().is_some_and(|e| {
-                e.is_queue_does_not_exist()
-                    || e.meta().code() == Some("AWS.SimpleQueueService.NonExistentQueue")
+                e.is_queue_does_not_exist() || e.meta().code().is_some_and(is_missing_queue)
             }) =>
         {
             d.check("exists", "yes", "no");

@@ -8,11 +8,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
-/// The region of an ARN (`arn:aws:sqs:REGION:ACCOUNT:NAME`), empty if it has none.
-pub(crate) fn arn_region(arn: &str) -> &str {
-    arn.split(':').nth(3).unwrap_or_default()
-}
-
 fn message_attribute(value: &MessageAttributeValue) -> Value {
     // Lambda's shape: stringValue / binaryValue only when set, both list fields always (empty:
     // SQS reserves them), dataType.
@@ -71,7 +66,7 @@ pub(crate) fn record(message: &Message, queue_arn: &str) -> Value {
     }
     record.insert("eventSource".into(), json!("aws:sqs"));
     record.insert("eventSourceARN".into(), json!(queue_arn));
-    record.insert("awsRegion".into(), json!(arn_region(queue_arn)));
+    record.insert("awsRegion".into(), json!(crate::arn::region(queue_arn)));
     Value::Object(record)
 }
 

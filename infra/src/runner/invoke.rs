@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use lambda_idempotency::batch::panic_message;
 use lambda_runtime::{Config, Context, LambdaEvent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -229,20 +230,12 @@ where
                 Ok(result) => result,
                 Err(e) if e.is_panic() => Err(InvokeError::Function(format!(
                     "panicked: {}",
-                    panic_message(e.into_panic())
+                    panic_message(&e.into_panic())
                 ))),
                 Err(e) => Err(InvokeError::Function(e.to_string())),
             }
         })
     }
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(non-string panic payload)".to_owned())
 }
 
 /// Invokes functions over Lambda's Invoke API, e.g. the one `cargo lambda watch` serves on

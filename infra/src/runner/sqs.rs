@@ -69,15 +69,10 @@ impl EventSourceMapping {
     /// A mapping with Lambda's defaults: batch size 10, no batching window,
     /// `ReportBatchItemFailures` on, [`DEFAULT_CONCURRENCY`] pollers, 128 MB.
     pub fn new(function_name: &str, queue: &ProvisionedQueue, timeout: Duration) -> Self {
-        let mut arn = queue.arn.splitn(6, ':');
-        let (region, account) = (
-            arn.nth(3).unwrap_or_default(),
-            arn.next().unwrap_or_default(),
-        );
         Self {
             function_name: function_name.to_owned(),
             binary: None,
-            function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
+            function_arn: crate::arn::function_beside(&queue.arn, function_name),
             memory_size: 128,
             timeout,
             queue_url: queue.url.clone(),

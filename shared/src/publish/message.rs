@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue,
+    SendMessageBatchRequestEntry,
+};
 
 use super::{MAX_ID_LEN, MAX_MESSAGE_BYTES};
 use crate::key::sha256_hex;
@@ -231,6 +234,7 @@ pub struct Message {
     group_id: Option<MessageGroupId>,
     dedup_id: Option<DeduplicationId>,
     attributes: HashMap<String, MessageAttributeValue>,
+    trace_header: Option<String>,
 }
 
 impl Message {
@@ -259,6 +263,7 @@ impl Message {
             group_id: Some(group_id),
             dedup_id: Some(dedup_id),
             attributes: HashMap::new(),
+            trace_header: None,
         };
         message.check_size()
     }
@@ -278,6 +283,7 @@ impl Message {
             group_id: None,
             dedup_id: None,
             attributes: HashMap::new(),
+            trace_header: None,
         };
         message.check_size()
     }
@@ -325,6 +331,38 @@ impl Message {
         self.check_size()
     }
 
+    /// Sends the message with the `AWSTraceHeader` system attribute (an X-Ray trace header,
+    /// such as the one a received message carries): a message moved from one queue to another
+    /// stays in its trace. It does not count toward the message's size.
+    ///
+    /// ```
+    /// use lambda_idempotency::publish::Message;
+    ///
+    /// let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    /// let m = Message::standard("{}").unwrap().with_trace_header(header).unwrap();
+    /// assert_eq!(m.trace_header(), Some(header));
+    /// assert_eq!(m.size(), 2);
+    /// assert!(Message::standard("{}").unwrap().with_trace_header("").is_err());
+    /// ```
+    pub fn with_trace_header(mut self, header: impl Into<String>) -> Result<Self, InvalidMessage> {
+        let header = header.into();
+        let invalid = |reason: &str| InvalidMessage::Attribute {
+            name: "AWSTraceHeader".to_owned(),
+            reason: reason.to_owned(),
+        };
+        if header.is_empty() {
+            return Err(invalid("the trace header is empty"));
+        }
+        check_characters(|| "message attribute `AWSTraceHeader`".to_owned(), &header)?;
+        self.trace_header = Some(header);
+        Ok(self)
+    }
+
+    /// The `AWSTraceHeader` system attribute it is sent with, if any.
+    pub fn trace_header(&self) -> Option<&str> {
+        self.trace_header.as_deref()
+    }
+
     /// The body.
     pub fn body(&self) -> &str {
         &self.body
@@ -360,12 +398,21 @@ impl Message {
 
     /// The batch entry for this message, under `id`.
     pub(super) fn entry(&self, id: String) -> SendMessageBatchRequestEntry {
+        let trace = self.trace_header.as_ref().map(|header| {
+            let value = MessageSystemAttributeValue::builder()
+                .data_type("String")
+                .string_value(header)
+                .build()
+                .expect("the data type is set");
+            HashMap::from([(MessageSystemAttributeNameForSends::AwsTraceHeader, value)])
+        });
         SendMessageBatchRequestEntry::builder()
             .id(id)
             .message_body(&self.body)
             .set_message_group_id(self.group_id.as_ref().map(|g| g.0.clone()))
             .set_message_deduplication_id(self.dedup_id.as_ref().map(|d| d.0.clone()))
             .set_message_attributes((!self.attributes.is_empty()).then(|| self.attributes.clone()))
+            .set_message_system_attributes(trace)
             .build()
             .expect("id and body are set")
     }

@@ -6,7 +6,9 @@
 //! message over 1 MiB or with a character SQS rejects in its body or attributes
 //! ([`invalid_character`]): what SQS would refuse on every retry is refused before the call. [`Publisher::send_all`] packs messages into `SendMessageBatch` calls of at
 //! most 10 entries and 1 MiB, keeps several in flight, retries only the entries in `Failed` (with
-//! bounded exponential backoff) and answers per message.
+//! bounded exponential backoff) and answers per message. A call refused as a whole for a
+//! reason of one of its entries (not of the queue: [`is_queue_level`]) is sent again one entry
+//! at a time, so that only the faulty message is refused.
 //!
 //! FIFO order: SQS enqueues the entries of one `SendMessageBatch` call in their order in the call,
 //! but answers for each entry apart: an entry can fail while a later one of the same call
@@ -17,6 +19,7 @@
 //! later message of its group. With many groups, calls still hold 10 entries; the messages of a
 //! single group go one per call.
 
+mod fault;
 mod message;
 mod plan;
 mod publisher;
@@ -24,6 +27,7 @@ mod publisher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+pub use fault::{error_text, is_client_fault, is_missing_queue, is_queue_level};
 pub use message::{
     DeduplicationId, InvalidMessage, Message, MessageGroupId, invalid_character, message_size,
 };

@@ -6,10 +6,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
 
+use super::fault::{error_text, is_client_fault, is_queue_level};
 use super::{Message, MessageGroupId, jitter, plan_batches};
 
 /// A message that SQS accepted.
@@ -273,10 +274,26 @@ impl Publisher {
                 Err(SdkError::ServiceError(e))
                     if is_client_fault(e.raw().status().as_u16(), e.err().code()) =>
                 {
-                    // The request itself is wrong: retrying cannot help.
+                    // The request itself is wrong: retrying it cannot help.
                     let code = e.err().code().unwrap_or("ClientError").to_owned();
                     let message = e.err().message().unwrap_or_default().to_owned();
-                    tracing::warn!(code, message, "SendMessageBatch refused");
+                    tracing::warn!(
+                        code,
+                        message,
+                        entries = pending.len(),
+                        "SendMessageBatch refused"
+                    );
+                    if pending.len() > 1 && !is_queue_level(&code) {
+                        // Refused for one of its entries (an emulator may refuse the whole
+                        // call for one message over the queue's size limit): each entry alone
+                        // finds which. The batch holds at most one message of a group, so
+                        // sending them one by one keeps every group's order.
+                        for &p in &pending {
+                            let alone = Box::pin(self.send_batch(messages, &[batch[p]])).await;
+                            results[p] = alone.into_iter().next();
+                        }
+                        break;
+                    }
                     for &p in &pending {
                         results[p] = Some(Err(PublishError::Rejected {
                             code: code.clone(),
@@ -286,10 +303,7 @@ impl Publisher {
                     break;
                 }
                 Err(e) => {
-                    let text = match e.code() {
-                        Some(code) => format!("{code}: {}", e.message().unwrap_or_default()),
-                        None => DisplayErrorContext(&e).to_string(),
-                    };
+                    let text = error_text(&e);
                     tracing::warn!(attempt, entries = pending.len(), error = %text, "SendMessageBatch failed");
                     for &p in &pending {
                         last_error.insert(p, text.clone());
@@ -373,9 +387,4 @@ fn group_dependencies(messages: &[Message], batches: &[Vec<usize>]) -> Vec<Vec<u
             deps
         })
         .collect()
-}
-
-/// True for an HTTP 4xx that is not throttling: the caller's mistake, not worth a retry.
-fn is_client_fault(status: u16, code: Option<&str>) -> bool {
-    (400..500).contains(&status) && status != 429 && !code.is_some_and(|c| c.contains("Throttl"))
 }

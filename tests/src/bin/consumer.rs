@@ -3,43 +3,55 @@
 //!
 //! `consumer --prefix P [--timeout-secs T] [--visibility-timeout-secs V] [--param NAME=VALUE]...`
 //! against the endpoint in `AWS_ENDPOINT_URL`; the resources are the template's, named with the
-//! prefix `P` (provisioned if missing).
+//! prefix `P` (provisioned if missing). `consumer --help` lists the exit codes.
 
 use std::time::Duration;
 
+use clap::Parser;
+use local_aws::cli::parse_param;
 use local_aws::template::Naming;
 use payments_e2e::Stack;
 use payments_e2e::faults::{Consumer, run_processor};
 
+const AFTER_HELP: &str = "\
+Prints \"consumer ready\" once it polls, and its counters when stopped with Ctrl-C.
+
+Exit codes:
+  0  stopped with Ctrl-C
+  1  provisioning or starting the consumer failed (no endpoint, an invalid parameter)
+  2  bad command line (an unknown option, a missing or invalid value)";
+
+/// payment-processor fed by the local event source mapping, in a process of its own, until it
+/// is stopped (Ctrl-C) or killed, on the endpoint in $AWS_ENDPOINT_URL.
+#[derive(Debug, Parser)]
+#[command(name = "consumer", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Name the template's resources with this prefix (provisioned if missing)
+    #[arg(long, value_name = "P")]
+    prefix: String,
+    /// The function's timeout, in seconds
+    #[arg(long, value_name = "T", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=900))]
+    timeout_secs: u64,
+    /// Set the payments queue's visibility timeout to V seconds first
+    #[arg(long, value_name = "V", value_parser = clap::value_parser!(u32).range(0..=43_200))]
+    visibility_timeout_secs: Option<u32>,
+    /// Give the template parameter NAME the value VALUE (repeatable)
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    params: Vec<(String, String)>,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let mut prefix = None;
-    let mut timeout = Duration::from_secs(30);
-    let mut visibility = None;
-    let mut params: Vec<(String, String)> = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--prefix" => prefix = Some(value()?),
-            "--timeout-secs" => timeout = Duration::from_secs(value()?.parse()?),
-            "--visibility-timeout-secs" => visibility = Some(value()?.parse::<u32>()?),
-            "--param" => {
-                let v = value()?;
-                let (k, v) = v.split_once('=').ok_or("--param takes NAME=VALUE")?;
-                params.push((k.to_owned(), v.to_owned()));
-            }
-            other => return Err(format!("unknown argument {other}").into()),
-        }
-    }
-    let prefix = prefix.ok_or("--prefix is required")?;
+    let cli = Cli::parse();
     lambda_idempotency::metrics::set_enabled(false);
-    let params: Vec<(&str, &str)> = params
+    let params: Vec<(&str, &str)> = cli
+        .params
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let stack = Stack::provision_named(Naming::prefix(prefix), &params).await?;
-    if let Some(seconds) = visibility {
+    let stack = Stack::provision_named(Naming::prefix(cli.prefix.clone()), &params).await?;
+    if let Some(seconds) = cli.visibility_timeout_secs {
         stack
             .clients
             .sqs
@@ -57,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         &stack,
         app,
         Consumer {
-            timeout,
+            timeout: Duration::from_secs(cli.timeout_secs),
             ..Consumer::default()
         },
     )?;
@@ -66,4 +78,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let stats = running.stop().await;
     println!("{stats:?}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fault_suites_command_line_parses() {
+        let cli = Cli::try_parse_from([
+            "consumer",
+            "--prefix",
+            "crash1-",
+            "--timeout-secs",
+            "4",
+            "--visibility-timeout-secs",
+            "6",
+            "--param",
+            "FailPayments=[slow]:1:sleep=300",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.timeout_secs, cli.visibility_timeout_secs),
+            (4, Some(6))
+        );
+        assert_eq!(
+            cli.params,
+            [("FailPayments".into(), "[slow]:1:sleep=300".into())]
+        );
+    }
+
+    #[test]
+    fn the_prefix_is_required() {
+        let err = Cli::try_parse_from(["consumer"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(err.to_string().contains("--prefix"), "{err}");
+    }
 }

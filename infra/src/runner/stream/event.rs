@@ -7,8 +7,6 @@ use aws_sdk_dynamodbstreams::primitives::{DateTime, DateTimeFormat};
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record};
 use serde_json::{Map, Value, json};
 
-use crate::runner::event::arn_region;
-
 /// The `eventVersion` of the stream records DynamoDB writes today (moto writes `1.0`).
 pub const EVENT_VERSION: &str = "1.1";
 
@@ -115,7 +113,7 @@ pub fn stream_record(record: &Record, stream_arn: &str) -> Value {
     );
     out.insert("eventVersion".into(), json!(EVENT_VERSION));
     out.insert("eventSource".into(), json!("aws:dynamodb"));
-    out.insert("awsRegion".into(), json!(arn_region(stream_arn)));
+    out.insert("awsRegion".into(), json!(crate::arn::region(stream_arn)));
     out.insert("dynamodb".into(), Value::Object(change));
     out.insert("eventSourceARN".into(), json!(stream_arn));
     if let Some(identity) = &record.user_identity {

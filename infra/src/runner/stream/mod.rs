@@ -99,15 +99,10 @@ impl StreamEventSourceMapping {
     /// responses, no bisection, retries and record age without limit, no filter, no on-failure
     /// destination; from `TRIM_HORIZON`; 128 MB.
     pub fn new(function_name: &str, stream_arn: &str, timeout: Duration) -> Self {
-        let mut arn = stream_arn.splitn(6, ':');
-        let (region, account) = (
-            arn.nth(3).unwrap_or_default(),
-            arn.next().unwrap_or_default(),
-        );
         Self {
             function_name: function_name.to_owned(),
             binary: None,
-            function_arn: format!("arn:aws:lambda:{region}:{account}:function:{function_name}"),
+            function_arn: crate::arn::function_beside(stream_arn, function_name),
             memory_size: 128,
             timeout,
             stream_arn: stream_arn.to_owned(),
@@ -174,9 +169,7 @@ impl StreamEventSourceMapping {
 
     /// The table of the stream (from its ARN, `...:table/NAME/stream/LABEL`).
     pub fn table_name(&self) -> Option<&str> {
-        self.stream_arn
-            .split_once(":table/")
-            .and_then(|(_, rest)| rest.split('/').next())
+        crate::arn::Arn::parse(&self.stream_arn).ok()?.table_name()
     }
 
     /// Whether a record (as the event carries it) passes the filters.

@@ -1,0 +1,183 @@
+//! The harness's programs as a user runs them: `--help` lists every option and the exit codes,
+//! and a bad command line exits 2 naming what is wrong. None of these needs an endpoint: the
+//! command line is checked before anything is contacted (`AWS_ENDPOINT_URL` is removed, so
+//! that a mistake cannot reach one either).
+
+use std::process::{Command, Output};
+
+/// Runs `program` with `args`, without `AWS_ENDPOINT_URL`.
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env_remove("AWS_ENDPOINT_URL")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `--help` exits 0 and prints every option in `options` and the exit codes.
+fn assert_help(program: &str, options: &[&str]) {
+    let out = run(program, &["--help"]);
+    let help = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{help}{}", stderr(&out));
+    for option in options.iter().chain(&["--help", "--version"]) {
+        assert!(
+            help.contains(option),
+            "{program} --help lacks {option}:\n{help}"
+        );
+    }
+    assert!(help.contains("Exit codes:"), "{help}");
+    for code in ["  0  ", "  1  ", "  2  "] {
+        assert!(
+            help.contains(code),
+            "{program} --help lacks exit code {code:?}:\n{help}"
+        );
+    }
+}
+
+/// Exits 2, and stderr names every one of `names`; nothing on stdout.
+fn assert_usage_error(program: &str, args: &[&str], names: &[&str]) {
+    let out = run(program, args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for name in names {
+        assert!(
+            err.contains(name),
+            "{args:?}: stderr lacks {name:?}:\n{err}"
+        );
+    }
+    assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+}
+
+const PROVISION: &str = env!("CARGO_BIN_EXE_provision");
+const REDRIVE: &str = env!("CARGO_BIN_EXE_redrive");
+const PROXY: &str = env!("CARGO_BIN_EXE_proxy");
+
+#[test]
+fn provision_help_lists_its_options_and_exit_codes() {
+    assert_help(
+        PROVISION,
+        &[
+            "--template <PATH>",
+            "--prefix <P>",
+            "--suffix <S>",
+            "--param <NAME=VALUE>",
+            "--function <NAME>",
+            "--format <FORMAT>",
+            "shell",
+            "dotenv",
+            "json",
+            "--verify",
+        ],
+    );
+}
+
+#[test]
+fn provision_refuses_a_bad_command_line() {
+    assert_usage_error(PROVISION, &["--format", "yaml"], &["'yaml'", "--format"]);
+    assert_usage_error(
+        PROVISION,
+        &["--param", "MaxAttempts"],
+        &["--param", "MaxAttempts"],
+    );
+    assert_usage_error(PROVISION, &["--prefix"], &["--prefix"]);
+    assert_usage_error(PROVISION, &["--bogus"], &["--bogus"]);
+}
+
+#[test]
+fn redrive_help_lists_its_options_and_exit_codes() {
+    assert_help(
+        REDRIVE,
+        &[
+            "--from <QUEUE>",
+            "--to <QUEUE>",
+            "--template <PATH>",
+            "--prefix <P>",
+            "--suffix <S>",
+            "--param <NAME=VALUE>",
+            "--max <N>",
+            "--dry-run",
+            "--drop-attributes <PREFIX>",
+            "--visibility-timeout <SECS>",
+            "--wait <SECS>",
+        ],
+    );
+}
+
+#[test]
+fn redrive_refuses_a_bad_command_line() {
+    assert_usage_error(REDRIVE, &[], &["--from <QUEUE>", "required"]);
+    assert_usage_error(
+        REDRIVE,
+        &["--from", "q", "--max", "ten"],
+        &["'ten'", "--max"],
+    );
+    assert_usage_error(REDRIVE, &["--from", "q", "--max", "0"], &["--max"]);
+    assert_usage_error(
+        REDRIVE,
+        &["--from", "q", "--wait", "30"],
+        &["'30'", "--wait"],
+    );
+    assert_usage_error(
+        REDRIVE,
+        &["--from", "q", "--visibility-timeout", "43201"],
+        &["--visibility-timeout"],
+    );
+}
+
+#[test]
+fn proxy_help_lists_its_options_and_exit_codes() {
+    assert_help(
+        PROXY,
+        &[
+            "--upstream <URL>",
+            "AWS_ENDPOINT_URL",
+            "--latency-ms <MS>",
+            "--port <P>",
+            "SIGUSR1",
+        ],
+    );
+}
+
+#[test]
+fn proxy_refuses_a_bad_command_line() {
+    // Neither --upstream nor AWS_ENDPOINT_URL.
+    assert_usage_error(PROXY, &[], &["--upstream <URL>", "required"]);
+    assert_usage_error(
+        PROXY,
+        &["--upstream", "ftp://127.0.0.1:21"],
+        &["--upstream", "the scheme must be http or https"],
+    );
+    assert_usage_error(
+        PROXY,
+        &["--upstream", "127.0.0.1:4566", "--latency-ms", "soon"],
+        &["--latency-ms", "'soon'"],
+    );
+    assert_usage_error(
+        PROXY,
+        &["--upstream", "127.0.0.1:4566", "--port", "65536"],
+        &["--port", "65536"],
+    );
+}
+
+#[test]
+fn proxy_takes_its_upstream_from_the_environment() {
+    // A bad AWS_ENDPOINT_URL is reported as the value of --upstream, before anything starts.
+    let out = Command::new(PROXY)
+        .env("AWS_ENDPOINT_URL", "http://moto.example:4566")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--upstream") && err.contains("moto.example"),
+        "{err}"
+    );
+}
