@@ -5,23 +5,31 @@
 //! decides what to write, and [`Record::is_replaceable_by`] states the one rule a backend must
 //! apply atomically in [`Backend::put`].
 //!
-//! - [`DynamoDbBackend`]: the production backend (one conditional write per acquire, the existing
-//!   record returned with `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
+//! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
+//!   conditional write per acquire, the existing record returned with
+//!   `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
 //! - [`InMemoryBackend`]: for unit tests only.
 //!
 //! A backend that can also commit the record together with the handler's own writes, in one
 //! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
 //! that cannot does not implement it, and the transactional mode does not compile over it.
 
+#[cfg(feature = "dynamodb")]
 mod dynamodb;
+mod dynamodb_layout;
+#[cfg(feature = "dynamodb")]
 mod dynamodb_transact;
 mod memory;
 mod transactional;
 
 use std::future::Future;
 
-pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
-pub use dynamodb_transact::{MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES};
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::DynamoDbBackend;
+pub use dynamodb_layout::{
+    Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
+};
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 
