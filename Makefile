@@ -4,6 +4,8 @@
 #   make up                the stack running locally until Ctrl-C (WATCH=1: under cargo lambda watch)
 #   make up-localstack     the same on LocalStack (needs Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied
+#   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
+#                          without warnings, cargo-deny licenses and bans
 #   make template-lint     sam validate --lint and cfn-lint on template.yaml
 #   make sam-build         sam build (cargo-lambda + zig, no Docker) into .aws-sam/build
 #   make local-aws-start   start a long-running moto server (LOCAL_AWS_PORT, default 4566)
@@ -23,7 +25,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: bench bench-smoke demo up up-localstack test test-inner ensure-nextest lint template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: bench bench-smoke demo up up-localstack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -50,6 +52,24 @@ ensure-nextest:
 lint: template-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# --- publishing the library --------------------------------------------------
+
+# lambda-idempotency as crates.io would take it: the packaged crate builds on its own (and
+# without its default features), its docs and the workspace's have no warning, and the
+# dependency tree's licenses and duplicates pass deny.toml. Advisories are not checked: their
+# database is on GitHub (`cargo deny check advisories` where it is reachable).
+# PUBLISH_FLAGS=--allow-dirty checks uncommitted changes too.
+PUBLISH_FLAGS ?=
+publish-check: ensure-cargo-deny
+	$(CARGO) publish --dry-run -p lambda-idempotency $(PUBLISH_FLAGS)
+	$(CARGO) clippy -p lambda-idempotency --no-default-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p lambda-idempotency --no-deps --all-features
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	cd $(ROOT) && $(CARGO) deny check licenses bans
+
+ensure-cargo-deny:
+	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install cargo-deny --locked
 
 # --- template: lint and build -----------------------------------------------
 

@@ -1,9 +1,11 @@
 //! Counting requests per operation, for tests and benchmarks: an SDK interceptor, and a counter
 //! the Redis backend adds its round trips to.
 //!
-//! One [`RequestCounter`] serves both the DynamoDB and the SQS client (they share the interceptor
-//! trait). Every request sent is counted, retries included, by the operation named in its
-//! `X-Amz-Target` header (`UpdateItem`, `SendMessageBatch`, ...). The Redis backend
+//! One [`RequestCounter`] serves any number of AWS SDK clients (every SDK client takes the same
+//! interceptor trait, `aws_smithy_runtime_api`'s `Intercept`; this crate names it through
+//! [`aws_sdk_sqs`], so counting needs no DynamoDB). Every request sent is counted, retries
+//! included, by the operation named in its `X-Amz-Target` header (`UpdateItem`,
+//! `SendMessageBatch`, ...). The Redis backend
 //! (`RedisBackend::with_counter`, feature `redis`) counts each round trip by its script or
 //! command (`acquire`, `complete`, `HGETALL`, ...) with [`RequestCounter::add`].
 //!
@@ -13,18 +15,18 @@
 //! # async fn example() {
 //! let counter = RequestCounter::default();
 //! let sdk = aws_config::load_from_env().await;
-//! let config = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(counter.clone()).build();
-//! let client = aws_sdk_dynamodb::Client::from_conf(config);
-//! // ... use the client ...
-//! println!("{} UpdateItem calls", counter.count("UpdateItem"));
+//! let config = aws_sdk_sqs::config::Builder::from(&sdk).interceptor(counter.clone()).build();
+//! let client = aws_sdk_sqs::Client::from_conf(config);
+//! // ... use the client, and others built with the same counter ...
+//! println!("{} SendMessageBatch calls", counter.count("SendMessageBatch"));
 //! # }
 //! ```
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_sqs::config::{ConfigBag, Intercept, RuntimeComponents};
 
 /// Counts requests by operation. Clones share their counts.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +75,7 @@ impl Intercept for RequestCounter {
         context: &BeforeTransmitInterceptorContextRef<'_>,
         _runtime_components: &RuntimeComponents,
         _cfg: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
         let operation = context
             .request()
             .headers()

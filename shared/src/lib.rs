@@ -15,6 +15,19 @@
 //!   reason, and the check that a queue's redrive backstop cannot dead-letter innocent messages.
 //! - [`outcome`]: what happened to a record ([`outcome::RecordError`]), errors a caller can match on.
 //!
+//! # Features
+//!
+//! - `dynamodb` (default): [`store::DynamoDbBackend`], the DynamoDB actions of
+//!   [`transaction::Transaction`] (`put`, `update`, `delete`, `condition_check`), and the
+//!   `aws-sdk-dynamodb` dependency. Without it the engine, the transactional mode,
+//!   the batch processor, the publisher, the dead-letter queue and the request counter all work,
+//!   over [`store::InMemoryBackend`] or a [`store::Backend`] of your own:
+//!   `lambda-idempotency = { version = "0.1", default-features = false }`.
+//!
+//! SQS support (batch processing, the publisher, the dead-letter queue) is always on.
+//!
+//! # Example
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
@@ -72,6 +85,8 @@
 //! - `examples/transactional`: the transactional mode, a handler's DynamoDB writes committed with
 //!   the idempotency record in one `TransactWriteItems` ([`transaction`]).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backoff;
 pub mod batch;
 pub mod cache;
@@ -90,7 +105,9 @@ pub mod transaction;
 
 pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};
 
-/// The README's example, compiled as a doc test so that it cannot rot.
+/// The workspace README's examples, compiled as doc tests so that they cannot rot. Only in the
+/// workspace (the build script finds the README; a packaged crate has none) and with
+/// DynamoDB, which the examples use.
 #[doc = include_str!("../../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, workspace_readme, feature = "dynamodb"))]
 pub struct ReadmeDoctests;

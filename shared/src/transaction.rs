@@ -25,7 +25,8 @@
 //! the same in both modes.
 //!
 //! Only a [`TransactionalBackend`] offers this mode: [`DynamoDbBackend`](crate::store::DynamoDbBackend)
-//! (and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests). Over a backend that
+//! (feature `dynamodb`), and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests
+//! (always there, so the mode can be tried and tested without DynamoDB). Over a backend that
 //! cannot commit transactions, `transact` does not compile (`run` does):
 //!
 //! ```compile_fail,E0599
@@ -76,6 +77,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, SystemTime};
 
+#[cfg(feature = "dynamodb")]
 use aws_sdk_dynamodb::types::{ConditionCheck, Delete, Put, TransactWriteItem, Update};
 use futures_util::FutureExt;
 use serde::Serialize;
@@ -137,6 +139,8 @@ impl<T, W> Transaction<T, W> {
 }
 
 /// The DynamoDB actions, as [`TransactWriteItem`]s.
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 impl<T> Transaction<T, TransactWriteItem> {
     /// Adds a `Put`.
     pub fn put(self, put: Put) -> Self {

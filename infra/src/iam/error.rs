@@ -32,7 +32,7 @@ pub enum PolicyError {
         /// What.
         what: String,
     },
-    /// A reference the [`Environment`] does not resolve.
+    /// A reference the [`Environment`](super::Environment) does not resolve.
     #[error("{at}: cannot resolve {reference}: not in the environment")]
     Unresolved {
         /// Where.

@@ -135,7 +135,8 @@ fn queue_attributes(
 }
 
 /// Creates one queue (or brings an existing one to the template's attributes; `FifoQueue`
-/// cannot change, [`verify`] reports that) and returns it. `dlq_arn`: its dead-letter queue's ARN.
+/// cannot change, [`verify`](super::verify) reports that) and returns it. `dlq_arn`: its
+/// dead-letter queue's ARN.
 ///
 /// ```no_run
 /// # async fn f(clients: local_aws::Clients, template: local_aws::template::Template) -> Result<(), local_aws::provision::ProvisionError> {

@@ -36,7 +36,7 @@ use crate::template::Function;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSourceMapping {
-    /// `FunctionName`: what the invoker is told to run, and the key of the [`Stats`].
+    /// `FunctionName`: what the invoker is told to run, and the key of the [`Stats`](super::Stats).
     pub function_name: String,
     /// The cargo binary of the function (`Metadata.BuildProperties.Binary`), if known.
     pub binary: Option<String>,

@@ -47,7 +47,9 @@ enum Node {
     AnyOf(Vec<Value>),
 }
 
-/// One filter pattern (see the [module docs](self)).
+/// One filter pattern: each key a field of the record, its value a list of values the field
+/// must equal one of, or an object matched against the field's own fields; content filters are
+/// refused ([`FilterError::Unsupported`]).
 ///
 /// ```
 /// use local_aws::template::FilterPattern;

@@ -80,8 +80,8 @@ impl Naming {
     }
 }
 
-/// Options for [`Template::parse`]: naming, parameter overrides and the pseudo parameters used
-/// in names (`${AWS::StackName}` etc.).
+/// Options for [`Template::parse`](super::Template::parse): naming, parameter overrides and the
+/// pseudo parameters used in names (`${AWS::StackName}` etc.).
 ///
 /// ```
 /// use local_aws::template::{Naming, TemplateOptions};

@@ -40,7 +40,10 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// is told the store's count of failed attempts plus one, never a count that includes receives
 /// it spent blocked behind another message of its FIFO group.
 ///
+/// On DynamoDB (feature `dynamodb`):
+///
 /// ```
+/// # #[cfg(feature = "dynamodb")] {
 /// use lambda_idempotency::{Idempotency, batch::{json, RecordContext, RecordHandlerExt}, key::KeyConfig};
 /// use lambda_idempotency::store::DynamoDbBackend;
 /// use lambda_idempotency::transaction::Transaction;
@@ -62,6 +65,7 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// })
 /// .transactional(Idempotency::new(DynamoDbBackend::new(client, "idempotency")))
 /// .with_keys(KeyConfig::json_pointer("/payment_id"));
+/// # }
 /// # }
 /// ```
 #[derive(Debug, Clone)]

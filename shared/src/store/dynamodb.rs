@@ -5,85 +5,8 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkErro
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::{Backend, Put, StoreError, Update, Updated};
-use crate::record::{MAX_ERROR_LEN, OWNER_TOKEN_LEN, Record, Status, truncate_error};
-
-/// Largest DynamoDB item: 400 KB, attribute names included.
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
-
-/// Attribute names of the idempotency table. The defaults:
-///
-/// | field | attribute | type |
-/// | --- | --- | --- |
-/// | key (partition key) | `id` | S |
-/// | status | `status` | S: `IN_PROGRESS`, `COMPLETED`, `FAILED` |
-/// | expiry (the table's TTL attribute) | `expiration` | N, epoch seconds |
-/// | lease end | `in_progress_expiration` | N, epoch milliseconds |
-/// | payload hash | `payload_hash` | S, SHA-256 hex |
-/// | failed attempts | `attempts` | N |
-/// | last error | `last_error` | S |
-/// | stored result | `data` | S, JSON |
-/// | result too large to store | `result_omitted` | BOOL |
-/// | owner token of the attempt that wrote it last | `owner` | S |
-///
-/// `id`, `expiration` and `in_progress_expiration` are the names AWS Lambda Powertools uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attributes {
-    /// Partition key.
-    pub key: String,
-    /// Status.
-    pub status: String,
-    /// Expiry (TTL), epoch seconds.
-    pub expiry: String,
-    /// Lease end, epoch milliseconds.
-    pub lease: String,
-    /// Payload hash.
-    pub payload_hash: String,
-    /// Failed attempts.
-    pub attempts: String,
-    /// Last error.
-    pub last_error: String,
-    /// Stored result.
-    pub result: String,
-    /// Result too large to store.
-    pub result_omitted: String,
-    /// Owner token (fencing).
-    pub owner: String,
-}
-
-impl Attributes {
-    fn all(&self) -> [&str; 10] {
-        [
-            &self.key,
-            &self.status,
-            &self.expiry,
-            &self.lease,
-            &self.payload_hash,
-            &self.attempts,
-            &self.last_error,
-            &self.result,
-            &self.result_omitted,
-            &self.owner,
-        ]
-    }
-}
-
-impl Default for Attributes {
-    fn default() -> Self {
-        Self {
-            key: "id".into(),
-            status: "status".into(),
-            expiry: "expiration".into(),
-            lease: "in_progress_expiration".into(),
-            payload_hash: "payload_hash".into(),
-            attempts: "attempts".into(),
-            last_error: "last_error".into(),
-            result: "data".into(),
-            result_omitted: "result_omitted".into(),
-            owner: "owner".into(),
-        }
-    }
-}
+use super::{Attributes, Backend, Put, StoreError, Update, Updated, max_result_bytes};
+use crate::record::{Record, Status, truncate_error};
 
 /// Idempotency records in a DynamoDB table whose partition key is a string (`id` by default) and
 /// whose TTL attribute is `expiration` (see [`Attributes`]).
@@ -233,22 +156,6 @@ where
         message,
         source: Box::new(err),
     }
-}
-
-/// The largest result a record of `key` can carry within [`MAX_ITEM_BYTES`], with every other
-/// attribute at its largest. DynamoDB counts every attribute's name and value: strings by their
-/// UTF-8 bytes, numbers at up to 21 bytes, booleans 1 byte.
-pub fn max_result_bytes(attributes: &Attributes, key: &str) -> usize {
-    const NUMBER: usize = 21;
-    let names: usize = attributes.all().iter().map(|n| n.len()).sum();
-    let values = key.len()
-        + Status::InProgress.as_str().len()
-        + 3 * NUMBER // expiry, lease, attempts
-        + 64 // payload hash, SHA-256 hex
-        + MAX_ERROR_LEN
-        + 1 // result_omitted
-        + OWNER_TOKEN_LEN;
-    MAX_ITEM_BYTES.saturating_sub(names + values)
 }
 
 pub(super) fn n(value: impl ToString) -> AttributeValue {

@@ -13,14 +13,11 @@ use aws_sdk_dynamodb::types::{
 
 use super::TransactionalBackend;
 use super::dynamodb::{HELD, n, request_error, s};
-use super::{Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, StoreError};
+use super::{
+    Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS,
+    MAX_TRANSACTION_BYTES, StoreError,
+};
 use crate::record::{Record, Status, truncate_error};
-
-/// Most actions in one `TransactWriteItems`, the idempotency record's included.
-pub const MAX_TRANSACTION_ACTIONS: usize = 100;
-
-/// Most bytes of items in one `TransactWriteItems`: 4 MB.
-pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 
 /// Cancellation codes that say the transaction could not run now, and may run if tried again.
 const CONTENDED: [&str; 4] = [

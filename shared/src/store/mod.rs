@@ -5,8 +5,9 @@
 //! decides what to write, and [`Record::is_replaceable_by`] states the one rule a backend must
 //! apply atomically in [`Backend::put`].
 //!
-//! - [`DynamoDbBackend`]: the production backend (one conditional write per acquire, the existing
-//!   record returned with `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
+//! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
+//!   conditional write per acquire, the existing record returned with
+//!   `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
 //! - [`RedisBackend`] (feature `redis`): Redis or Valkey, one Lua script per acquire, completion or
 //!   failure, the existing record returned in the acquire's reply; records expired by the
 //!   server's own TTL. Not transactional.
@@ -16,7 +17,10 @@
 //! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
 //! that cannot does not implement it, and the transactional mode does not compile over it.
 
+#[cfg(feature = "dynamodb")]
 mod dynamodb;
+mod dynamodb_layout;
+#[cfg(feature = "dynamodb")]
 mod dynamodb_transact;
 mod memory;
 #[cfg(feature = "redis")]
@@ -25,10 +29,15 @@ mod transactional;
 
 use std::future::Future;
 
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::DynamoDbBackend;
+pub use dynamodb_layout::{
+    Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
+};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
-pub use dynamodb::{Attributes, DynamoDbBackend, MAX_ITEM_BYTES, max_result_bytes};
-pub use dynamodb_transact::{MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES};
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+#[cfg(feature = "dynamodb")]
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     TimeToLiveSpecification,
@@ -37,13 +38,14 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
             "test", "test", None, None, "tests",
         ))
         .load()
         .await
 }
 
+#[cfg(feature = "dynamodb")]
 pub async fn dynamodb(counter: &RequestCounter) -> aws_sdk_dynamodb::Client {
     let config = aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
         .interceptor(counter.clone())
@@ -73,6 +75,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// Creates an idempotency table (string key `key_attribute`, TTL on `ttl_attribute`).
+#[cfg(feature = "dynamodb")]
 pub async fn create_table(
     client: &aws_sdk_dynamodb::Client,
     key_attribute: &str,
