@@ -219,9 +219,7 @@ pub fn render(report: &Report) -> String {
             );
         }
     }
-    let redis_ran = scenarios
-        .iter()
-        .any(|s| s.sides().any(|(_, r)| !priced(r)));
+    let redis_ran = scenarios.iter().any(|s| s.sides().any(|(_, r)| !priced(r)));
     if redis_ran {
         let _ = writeln!(md, "\n{REDIS_FOOTNOTE}");
         redis_operations(&mut md, report);
@@ -307,7 +305,10 @@ fn redis_operations(md: &mut String, report: &Report) {
         md,
         "\nThe Redis side's round trips by operation, per record (the backend's `RequestCounter`; scripts are loaded before the first event):\n"
     );
-    let _ = writeln!(md, "| scenario | operations per record | round trips per record |");
+    let _ = writeln!(
+        md,
+        "| scenario | operations per record | round trips per record |"
+    );
     let _ = writeln!(md, "| --- | --- | ---: |");
     for s in &report.scenarios {
         let Some(r) = s.side(Side::Redis) else {

@@ -39,6 +39,7 @@ use aws_sdk_dynamodb::operation::{
 };
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use bench::{SideResult, WriteRequest, rusage, write_units};
+use clap::{Parser, ValueEnum};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, RecordContext, RecordError, RecordHandler, RecordHandlerExt, json,
@@ -46,11 +47,10 @@ use lambda_idempotency::batch::{
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend};
+use lambda_idempotency::transaction::Transaction;
+use lambda_runtime::{Context, LambdaEvent};
 use redis::aio::ConnectionLike;
 use redis::{RedisFuture, Value};
-use lambda_idempotency::transaction::Transaction;
-use clap::{Parser, ValueEnum};
-use lambda_runtime::{Context, LambdaEvent};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -577,7 +577,10 @@ mod tests {
             "1700000000000000000",
         ])
         .unwrap();
-        assert_eq!((cli.mode, cli.store, cli.cache), (Mode::Transactional, Store::Dynamodb, true));
+        assert_eq!(
+            (cli.mode, cli.store, cli.cache),
+            (Mode::Transactional, Store::Dynamodb, true)
+        );
         assert_eq!(cli.lambda_timeout_ms, 600_000);
         let cli = with(&["--events", "e.jsonl", "--store", "redis"]).unwrap();
         assert_eq!((cli.mode, cli.store), (Mode::Lease, Store::Redis));
@@ -585,7 +588,10 @@ mod tests {
         for (extra, named) in [
             (&["--events", "e", "--mode", "eventual"][..], "--mode"),
             (&["--events", "e", "--store", "memcached"], "--store"),
-            (&["--events", "e", "--lambda-timeout-ms", "soon"], "--lambda-timeout-ms"),
+            (
+                &["--events", "e", "--lambda-timeout-ms", "soon"],
+                "--lambda-timeout-ms",
+            ),
             (&["--sdk-floor", "many"], "--sdk-floor"),
             (&[], "--events"),
         ] {

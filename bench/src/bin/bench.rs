@@ -391,9 +391,15 @@ mod tests {
         for (args, named) in [
             (&["bench", "--records", "lots"][..], "--records"),
             (&["bench", "--records", "0"], "--records"),
-            (&["bench", "--callgrind-batches", "25,5"], "--callgrind-batches"),
-            (&["bench", "--callgrind-batches", "5"], "--callgrind-batches"),
-            (&["bench", "--latency-ms", "-1"], "--latency-ms"),
+            (
+                &["bench", "--callgrind-batches", "25,5"],
+                "--callgrind-batches",
+            ),
+            (
+                &["bench", "--callgrind-batches", "5"],
+                "--callgrind-batches",
+            ),
+            (&["bench", "--latency-ms=-1"], "--latency-ms"),
         ] {
             let error = Options::try_parse_from(args).unwrap_err().to_string();
             assert!(error.contains(named), "{args:?}: {error}");
