@@ -173,6 +173,14 @@ pub struct SideResult {
     /// This project's mode: `lease` or `transactional` (empty for Powertools).
     #[serde(default)]
     pub store_mode: String,
+    /// The idempotency store: `dynamodb` or `redis` (empty for Powertools and older runs:
+    /// DynamoDB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub store: String,
+    /// The store's round trips by operation (`acquire`, `complete`, `fail`, ...), counted by
+    /// the Redis backend's `RequestCounter`; empty for DynamoDB.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub store_operations: std::collections::BTreeMap<String, u64>,
     /// Whether the local cache of completed keys was on.
     #[serde(default)]
     pub cache: bool,
@@ -295,6 +303,10 @@ pub struct Scenario {
     /// This project, transactional mode with the local cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactional_cache: Option<SideResult>,
+    /// This project, lease mode over Redis (absent when no Redis server was given, and from
+    /// runs before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<SideResult>,
 }
 
 impl Scenario {
@@ -305,6 +317,7 @@ impl Scenario {
             Side::Powertools => Some(&self.powertools),
             Side::Transactional => self.transactional.as_ref(),
             Side::TransactionalCache => self.transactional_cache.as_ref(),
+            Side::Redis => self.redis.as_ref(),
         };
         result.filter(|r| r.records > 0)
     }
@@ -316,6 +329,7 @@ impl Scenario {
             Side::Powertools => self.powertools = result,
             Side::Transactional => self.transactional = Some(result),
             Side::TransactionalCache => self.transactional_cache = Some(result),
+            Side::Redis => self.redis = Some(result),
         }
     }
 

@@ -78,6 +78,18 @@ pub fn cost(scenario: &Scenario, side: &SideResult) -> (f64, [f64; 3]) {
     cost_per_million(side, MEMORY_MB, DUPLICATES, scenario.queue == "fifo")
 }
 
+/// Whether DynamoDB's pricing applies to `side`'s store: not to Redis, whose server is paid by
+/// the hour and not by the request.
+pub fn priced(side: &SideResult) -> bool {
+    side.store != "redis"
+}
+
+/// What the tables show for a DynamoDB figure of a side over Redis.
+pub const NOT_APPLICABLE: &str = "n/a¹";
+
+/// The footnote of [`NOT_APPLICABLE`].
+pub const REDIS_FOOTNOTE: &str = "¹ Redis side: its store's requests are round trips to Redis (`acquire`, `complete`, ...; the handler's own `PutItem` still goes to DynamoDB). DynamoDB's write units and its price per request do not apply to a Redis server, paid by the hour for its instance whatever the requests, so neither WCU nor a cost per million messages is shown.";
+
 /// Writes `benchmarks.json`, `benchmarks-figures.md` and the charts into `out`, and the figures
 /// into `out/benchmarks.md` between its markers.
 pub fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
@@ -181,7 +193,7 @@ pub fn render(report: &Report) -> String {
         for (side, r) in s.sides() {
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.2} | {:.2} | {:.0} | {:.2} ({:.2}) | {:.2} ({:.2}) | {:.2} | {:.1} | {:.0} ({:.0}) | {:.2} |",
+                "| {} | {} | {:.2} | {:.2} | {:.0} | {:.2} ({:.2}) | {:.2} ({:.2}) | {} | {:.1} | {:.0} ({:.0}) | {} |",
                 s.label(),
                 side.label(),
                 r.median_ms(),
@@ -191,13 +203,26 @@ pub fn render(report: &Report) -> String {
                 r.store_requests_per_fresh_record,
                 r.requests_per_duplicate_record,
                 r.store_requests_per_duplicate_record,
-                r.wcu_per_record(DUPLICATES),
+                if priced(r) {
+                    format!("{:.2}", r.wcu_per_record(DUPLICATES))
+                } else {
+                    NOT_APPLICABLE.into()
+                },
                 r.peak_rss_mb,
                 r.cold_start_ms,
                 r.init_ms,
-                cost(s, r).0
+                if priced(r) {
+                    format!("{:.2}", cost(s, r).0)
+                } else {
+                    NOT_APPLICABLE.into()
+                }
             );
         }
+    }
+    let redis_ran = scenarios.iter().any(|s| s.sides().any(|(_, r)| !priced(r)));
+    if redis_ran {
+        let _ = writeln!(md, "\n{REDIS_FOOTNOTE}");
+        redis_operations(&mut md, report);
     }
     let _ = writeln!(md, "\nRatios to Powertools, in the same run:\n");
     let _ = writeln!(
@@ -252,6 +277,15 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(md, "| side | Lambda | DynamoDB | SQS | total |");
         let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
         for (side, r) in s.sides() {
+            if !priced(r) {
+                let _ = writeln!(
+                    md,
+                    "| {} | {n} | {n} | {n} | {n} |",
+                    side.label(),
+                    n = NOT_APPLICABLE
+                );
+                continue;
+            }
             let (total, [l, d, q]) = cost(s, r);
             let _ = writeln!(
                 md,
@@ -262,6 +296,38 @@ pub fn render(report: &Report) -> String {
     }
     crate::targets::targets(&mut md, report);
     md
+}
+
+/// The Redis side's round trips by operation (its `RequestCounter`), per record, in each
+/// scenario.
+fn redis_operations(md: &mut String, report: &Report) {
+    let _ = writeln!(
+        md,
+        "\nThe Redis side's round trips by operation, per record (the backend's `RequestCounter`; scripts are loaded before the first event):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| scenario | operations per record | round trips per record |"
+    );
+    let _ = writeln!(md, "| --- | --- | ---: |");
+    for s in &report.scenarios {
+        let Some(r) = s.side(Side::Redis) else {
+            continue;
+        };
+        let records = r.records.max(1) as f64;
+        let by_operation: Vec<String> = r
+            .store_operations
+            .iter()
+            .map(|(operation, n)| format!("`{operation}` {:.2}", *n as f64 / records))
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2} |",
+            s.label(),
+            by_operation.join(", "),
+            r.store_operations.values().sum::<u64>() as f64 / records
+        );
+    }
 }
 
 /// The instructions per record, with the CPU time per record of the same scenario beside.
@@ -313,7 +379,7 @@ fn instructions(md: &mut String, report: &Report) {
 }
 
 /// The colour of each series of a chart, in order.
-const COLOURS: [&str; 4] = ["#d9480f", "#f59f00", "#2f9e44", "#1c7ed6"];
+const COLOURS: [&str; 5] = ["#d9480f", "#f59f00", "#2f9e44", "#ae3ec9", "#1c7ed6"];
 
 /// A grouped bar chart (SVG) of one figure per scenario: one bar per series (a name and a value
 /// per label) in each group.

@@ -1,5 +1,5 @@
 //! The sides, and how the driver runs each in a process of its own: `bench-worker` for this
-//! project's three configurations, `bench/powertools/bench.py` for Powertools.
+//! project's four configurations, `bench/powertools/bench.py` for Powertools.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use crate::SideResult;
 /// The error of the driver's steps.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The sides of each scenario: this project in three configurations, and Powertools.
+/// The sides of each scenario: this project in four configurations, and Powertools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
     /// This project's default mode: a conditional write before the handler, one after it (the
@@ -25,21 +25,30 @@ pub enum Side {
     Transactional,
     /// The same with a local cache of completed keys (10,000 keys, 15 minutes).
     TransactionalCache,
+    /// The lease mode over Redis/Valkey (`RedisBackend`); the handler still writes its item to
+    /// DynamoDB.
+    Redis,
     /// AWS Lambda Powertools for Python.
     Powertools,
 }
 
 impl Side {
     /// Every side, in the order of the tables.
-    pub const ALL: [Side; 4] = [
+    pub const ALL: [Side; 5] = [
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
+        Side::Redis,
         Side::Powertools,
     ];
 
     /// This project's sides.
-    pub const RUST: [Side; 3] = [Side::Lease, Side::Transactional, Side::TransactionalCache];
+    pub const RUST: [Side; 4] = [
+        Side::Lease,
+        Side::Transactional,
+        Side::TransactionalCache,
+        Side::Redis,
+    ];
 
     /// A short name, for files and table names.
     pub fn key(self) -> &'static str {
@@ -47,6 +56,7 @@ impl Side {
             Side::Lease => "rust",
             Side::Transactional => "transactional",
             Side::TransactionalCache => "transactional-cache",
+            Side::Redis => "redis",
             Side::Powertools => "powertools",
         }
     }
@@ -62,6 +72,7 @@ impl Side {
             Side::Lease => "this project",
             Side::Transactional => "this project, transactional",
             Side::TransactionalCache => "this project, transactional + cache",
+            Side::Redis => "this project, Redis",
             Side::Powertools => "Powertools",
         }
     }
@@ -72,6 +83,7 @@ impl Side {
             Side::Lease => &["--mode", "lease"],
             Side::Transactional => &["--mode", "transactional"],
             Side::TransactionalCache => &["--mode", "transactional", "--cache"],
+            Side::Redis => &["--mode", "lease", "--store", "redis"],
             Side::Powertools => &[],
         }
     }
@@ -165,6 +177,8 @@ pub struct Run<'a> {
     pub under: Vec<OsString>,
     /// The deadline of each invocation, from its start (the Lambda function's timeout).
     pub lambda_timeout_ms: u64,
+    /// The Redis server of the Redis side (`None`: the driver's own `REDIS_URL`).
+    pub redis_url: Option<String>,
 }
 
 impl<'a> Run<'a> {
@@ -176,6 +190,7 @@ impl<'a> Run<'a> {
             fifo,
             under: Vec::new(),
             lambda_timeout_ms: 30_000,
+            redis_url: None,
         }
     }
 }
@@ -232,6 +247,9 @@ pub async fn run_side(
         "--started-at-ns",
         &started,
     ]);
+    if let Some(url) = &run.redis_url {
+        command.env("REDIS_URL", url);
+    }
     let result: SideResult = serde_json::from_str(
         &run_to_file(command, &out, run.endpoint, &format!("the {name} side")).await?,
     )?;

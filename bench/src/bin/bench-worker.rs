@@ -1,21 +1,21 @@
-//! One side of the benchmark: this project's batch processor with the DynamoDB idempotency
-//! store, over a workload file, in a process of its own. Writes a [`bench::SideResult`].
+//! One side of the benchmark: this project's batch processor with an idempotency store
+//! (DynamoDB, or Redis/Valkey in the lease mode), over a workload file, in a process of its own.
+//! Writes a [`bench::SideResult`]. See `bench-worker --help` for the options.
 //!
-//! `bench-worker --events FILE.jsonl --idempotency-table T --effects-table E --out FILE
-//! [--mode lease|transactional] [--cache] [--lambda-timeout-ms MS] [--started-at-ns N]` against
-//! `AWS_ENDPOINT_URL`. The events file has one Lambda SQS event per line; each is read and
-//! decoded just before its invocation, as the Lambda runtime would, so the process never holds
-//! the whole workload (which would show in its peak memory), and the decoding is kept out of the
-//! CPU time, like the Python side does.
+//! The events file has one Lambda SQS event per line; each is read and decoded just before its
+//! invocation, as the Lambda runtime would, so the process never holds the whole workload (which
+//! would show in its peak memory), and the decoding is kept out of the CPU time, like the Python
+//! side does.
 //!
 //! - `--mode lease` (the default): `idempotent`, a conditional write before the handler and one
 //!   after it; the handler makes its own `PutItem` into the effects table.
 //! - `--mode transactional`: `transactional`, the handler returns that item as the `Put` of a
 //!   [`Transaction`] and it commits with the record in one `TransactWriteItems`; the handler
 //!   makes no request of its own.
+//! - `--store redis`: the lease mode over [`RedisBackend`] at `REDIS_URL` (the handler still
+//!   writes its item to DynamoDB); each round trip to Redis is counted for its record, and by
+//!   operation (`acquire`, `complete`, `fail`, ...) with a [`RequestCounter`].
 //! - `--cache`: a [`LocalCache`] of 10,000 completed keys for 15 minutes.
-//! - `--lambda-timeout-ms`: each invocation's deadline (30,000 by default, the payment
-//!   processor's timeout; the driver gives more under valgrind).
 //!
 //! `bench-worker --sdk-floor N --effects-table E --out FILE`: N sequential `PutItem` calls with
 //! the plain SDK client, and the CPU time of each (the floor under any library built on the SDK:
@@ -24,6 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -38,14 +39,18 @@ use aws_sdk_dynamodb::operation::{
 };
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use bench::{SideResult, WriteRequest, rusage, write_units};
+use clap::{Parser, ValueEnum};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, RecordContext, RecordError, RecordHandler, RecordHandlerExt, json,
 };
 use lambda_idempotency::cache::LocalCache;
-use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
+use redis::aio::ConnectionLike;
+use redis::{RedisFuture, Value};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -150,44 +155,105 @@ struct Seen {
     duplicates: Vec<String>,
 }
 
+/// The idempotency mode of `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// A conditional write before the handler and one after it; the handler makes its own
+    /// `PutItem`.
+    Lease,
+    /// The record and the handler's `Put` in one `TransactWriteItems` (DynamoDB only).
+    Transactional,
+}
+
+/// The idempotency store of `--store`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Store {
+    /// `DynamoDbBackend`, on the table of `--idempotency-table` at `AWS_ENDPOINT_URL`.
+    Dynamodb,
+    /// `RedisBackend`, at `REDIS_URL` (lease mode only).
+    Redis,
+}
+
+/// One side of the benchmark: this project's batch processor with an idempotency store, over a
+/// workload file, in a process of its own; writes its measurements as JSON.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench-worker",
+    version,
+    after_help = "Talks to DynamoDB at AWS_ENDPOINT_URL (and to Redis at REDIS_URL with --store redis). \
+Started by the driver, `bench`, once per side and scenario.
+
+Exit codes:
+  0  every event processed (or the SDK floor measured) and the result written to --out
+  1  a request, a record or the output failed (the error is printed)
+  2  bad command line (clap's usage error)"
+)]
+struct Cli {
+    /// The events: one Lambda SQS event (JSON) per line.
+    #[arg(long, value_name = "FILE.jsonl", required_unless_present = "sdk_floor")]
+    events: Option<PathBuf>,
+    /// The DynamoDB table of the idempotency records (with `--store dynamodb`).
+    #[arg(long, value_name = "TABLE")]
+    idempotency_table: Option<String>,
+    /// The DynamoDB table the handler writes its item into.
+    #[arg(long, value_name = "TABLE")]
+    effects_table: String,
+    /// Where to write the result (JSON).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// The idempotency mode.
+    #[arg(long, value_enum, default_value_t = Mode::Lease)]
+    mode: Mode,
+    /// The idempotency store; `redis` reads its URL from REDIS_URL and runs the lease mode.
+    #[arg(long, value_enum, default_value_t = Store::Dynamodb)]
+    store: Store,
+    /// The Redis server, for `--store redis`.
+    #[arg(long, env = "REDIS_URL", value_name = "URL", hide_env_values = true)]
+    redis_url: Option<String>,
+    /// A local cache of 10,000 completed keys for 15 minutes.
+    #[arg(long)]
+    cache: bool,
+    /// Each invocation's deadline, from its start (the Lambda function's timeout).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    lambda_timeout_ms: u64,
+    /// When the driver spawned this process, ns since the Unix epoch: the cold start counts
+    /// from there (default: this process's own start).
+    #[arg(long, value_name = "NS")]
+    started_at_ns: Option<u64>,
+    /// Instead of a workload: N sequential `PutItem` calls into `--effects-table` with the plain
+    /// SDK client, and the CPU and wall time of each.
+    #[arg(long, value_name = "N", conflicts_with_all = ["events", "mode", "store", "cache"])]
+    sdk_floor: Option<u32>,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
     let process_start = SystemTime::now();
-    let mut args: HashMap<String, String> = HashMap::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = match flag.as_str() {
-            "--cache" => "true".to_owned(),
-            _ => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
-        };
-        args.insert(flag.trim_start_matches("--").to_owned(), value);
-    }
-    let arg = |name: &str| {
-        args.get(name)
-            .cloned()
-            .ok_or_else(|| format!("--{name} is required"))
-    };
-    let started = match args.get("started-at-ns") {
-        Some(ns) => SystemTime::UNIX_EPOCH + Duration::from_nanos(ns.parse()?),
+    let cli = Cli::parse();
+    let started = match cli.started_at_ns {
+        Some(ns) => SystemTime::UNIX_EPOCH + Duration::from_nanos(ns),
         None => process_start,
     };
-    if let Some(n) = args.get("sdk-floor") {
-        return sdk_floor(n.parse()?, &arg("effects-table")?, &arg("out")?).await;
+    if let Some(n) = cli.sdk_floor {
+        return sdk_floor(n, &cli.effects_table, &cli.out).await;
     }
-    let transactional = match args.get("mode").map(String::as_str) {
-        None | Some("lease") => false,
-        Some("transactional") => true,
-        Some(other) => return Err(format!("--mode {other}: lease or transactional").into()),
-    };
-    let timeout = Duration::from_millis(match args.get("lambda-timeout-ms") {
-        Some(ms) => ms.parse()?,
-        None => 30_000,
-    });
-    let events_path = arg("events")?;
+    let transactional = cli.mode == Mode::Transactional;
+    if transactional && cli.store == Store::Redis {
+        return Err(
+            "--mode transactional --store redis: the transactional mode is DynamoDB's only".into(),
+        );
+    }
+    let timeout = Duration::from_millis(cli.lambda_timeout_ms);
+    let events_path = cli
+        .events
+        .clone()
+        .ok_or("--events FILE.jsonl is required")?
+        .display()
+        .to_string();
     let events = std::io::BufReader::new(
         std::fs::File::open(&events_path).map_err(|e| format!("cannot read {events_path}: {e}"))?,
     );
-    let effects_table = arg("effects-table")?;
+    let effects_table = cli.effects_table.clone();
 
     let sdk = local_aws::local_sdk_config().await?;
     let counter = PerDelivery::default();
@@ -196,16 +262,9 @@ async fn main() -> Result<(), BoxError> {
             .interceptor(counter.clone())
             .build(),
     );
-    let cache = args
-        .contains_key("cache")
+    let cache = cli
+        .cache
         .then(|| LocalCache::new(NonZeroUsize::new(CACHE_KEYS).unwrap(), CACHE_TTL));
-    let mut store = Idempotency::new(DynamoDbBackend::new(
-        dynamodb.clone(),
-        arg("idempotency-table")?,
-    ));
-    if let Some(cache) = &cache {
-        store = store.with_local_cache(cache.clone());
-    }
     let mut result = SideResult {
         side: "rust".into(),
         version: format!("lambda-idempotency {}", env!("CARGO_PKG_VERSION")),
@@ -213,6 +272,11 @@ async fn main() -> Result<(), BoxError> {
             "transactional"
         } else {
             "lease"
+        }
+        .into(),
+        store: match cli.store {
+            Store::Dynamodb => "dynamodb",
+            Store::Redis => "redis",
         }
         .into(),
         cache: cache.is_some(),
@@ -226,45 +290,66 @@ async fn main() -> Result<(), BoxError> {
         result: &mut result,
         seen: Seen::default(),
     };
-    let seen = if transactional {
-        // The handler's PutItem becomes the Put of the transaction: no request of its own.
-        let handler = Counted(
-            json(|p: Payment, ctx: RecordContext| {
-                let table = &effects_table;
-                async move {
-                    let put = Put::builder()
-                        .table_name(table)
-                        .item("id", AttributeValue::S(p.payment_id))
-                        .item("messageId", AttributeValue::S(ctx.message_id))
-                        .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                        .build()?;
-                    Ok::<_, aws_sdk_dynamodb::error::BuildError>(
-                        Transaction::<(), TransactWriteItem>::new(()).put(put),
-                    )
-                }
+    let operations = RequestCounter::default();
+    let seen = match cli.store {
+        Store::Redis => {
+            let url = cli
+                .redis_url
+                .as_deref()
+                .ok_or("--store redis: REDIS_URL (or --redis-url) is not set")?;
+            let connection = ::redis::Client::open(url)
+                .map_err(|e| format!("REDIS_URL: not a Redis URL: {e}"))?
+                .get_connection_manager()
+                .await
+                .map_err(|e| format!("cannot connect to Redis at REDIS_URL: {e}"))?;
+            let backend = RedisBackend::new(CountedConnection {
+                inner: connection,
+                per_delivery: counter.clone(),
             })
-            .transactional(store),
-        );
-        invocations.run(&handler).await?
-    } else {
-        let handler = Counted(
-            json(|p: Payment, ctx: RecordContext| {
-                let (dynamodb, table) = (&dynamodb, &effects_table);
-                IN_HANDLER.scope((), async move {
-                    dynamodb
-                        .put_item()
-                        .table_name(table)
-                        .item("id", AttributeValue::S(p.payment_id))
-                        .item("messageId", AttributeValue::S(ctx.message_id))
-                        .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                        .send()
-                        .await
-                        .map(|_| ())
-                })
-            })
-            .idempotent(store),
-        );
-        invocations.run(&handler).await?
+            .with_namespace(format!("bench-{}:", uuid::Uuid::new_v4().simple()))
+            .with_counter(operations.clone());
+            // Up front, as `RedisBackend::connect` does: not a record's round trip.
+            backend.load_scripts().await?;
+            let store = with_cache(Idempotency::new(backend), &cache);
+            invocations
+                .run(&lease_handler(&dynamodb, &effects_table, store))
+                .await?
+        }
+        Store::Dynamodb => {
+            let table = cli
+                .idempotency_table
+                .clone()
+                .ok_or("--idempotency-table TABLE is required with --store dynamodb")?;
+            let store = with_cache(
+                Idempotency::new(DynamoDbBackend::new(dynamodb.clone(), table)),
+                &cache,
+            );
+            if transactional {
+                // The handler's PutItem becomes the Put of the transaction: no request of its own.
+                let handler = Counted(
+                    json(|p: Payment, ctx: RecordContext| {
+                        let table = &effects_table;
+                        async move {
+                            let put = Put::builder()
+                                .table_name(table)
+                                .item("id", AttributeValue::S(p.payment_id))
+                                .item("messageId", AttributeValue::S(ctx.message_id))
+                                .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                                .build()?;
+                            Ok::<_, aws_sdk_dynamodb::error::BuildError>(
+                                Transaction::<(), TransactWriteItem>::new(()).put(put),
+                            )
+                        }
+                    })
+                    .transactional(store),
+                );
+                invocations.run(&handler).await?
+            } else {
+                invocations
+                    .run(&lease_handler(&dynamodb, &effects_table, store))
+                    .await?
+            }
+        }
     };
     let (_, peak_kib) = rusage();
     result.cpu_us_per_record = result.cpu_ms_total * 1000.0 / result.records.max(1) as f64;
@@ -290,8 +375,78 @@ async fn main() -> Result<(), BoxError> {
         mean(duplicates, &|[all, handler, _]| all - handler);
     result.wcu_per_fresh_record = Some(mean(fresh, &|[_, _, units]| units));
     result.wcu_per_duplicate_record = Some(mean(duplicates, &|[_, _, units]| units));
-    std::fs::write(arg("out")?, serde_json::to_string_pretty(&result)?)?;
+    result.store_operations = operations.snapshot();
+    std::fs::write(&cli.out, serde_json::to_string_pretty(&result)?)?;
     Ok(())
+}
+
+/// `store` with the local cache of `--cache`, if on.
+fn with_cache<B: Backend>(store: Idempotency<B>, cache: &Option<LocalCache>) -> Idempotency<B> {
+    match cache {
+        Some(cache) => store.with_local_cache(cache.clone()),
+        None => store,
+    }
+}
+
+/// The lease mode's handler over `store`: its own `PutItem` into `table`, counted apart.
+fn lease_handler<'a, B: Backend + 'a>(
+    dynamodb: &'a aws_sdk_dynamodb::Client,
+    table: &'a str,
+    store: Idempotency<B>,
+) -> impl RecordHandler + 'a {
+    Counted(
+        json(move |p: Payment, ctx: RecordContext| {
+            IN_HANDLER.scope((), async move {
+                dynamodb
+                    .put_item()
+                    .table_name(table)
+                    .item("id", AttributeValue::S(p.payment_id))
+                    .item("messageId", AttributeValue::S(ctx.message_id))
+                    .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                    .send()
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .idempotent(store),
+    )
+}
+
+/// A Redis connection that counts each round trip for the delivery being processed, as the
+/// DynamoDB interceptor does: the request counts of `--store redis`.
+#[derive(Clone)]
+struct CountedConnection<C> {
+    inner: C,
+    per_delivery: PerDelivery,
+}
+
+impl<C> CountedConnection<C> {
+    fn count(&self) {
+        if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
+            self.per_delivery.add(delivery, |count| count[0] += 1);
+        }
+    }
+}
+
+impl<C: ConnectionLike + Send> ConnectionLike for CountedConnection<C> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a ::redis::Cmd) -> RedisFuture<'a, Value> {
+        self.count();
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.count();
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
 }
 
 /// The invocations of the workload, one event at a time, as one warm execution environment.
@@ -362,7 +517,7 @@ impl<R: BufRead> Invocations<'_, R> {
 
 /// `--sdk-floor`: CPU time per request of the plain SDK client, N `PutItem` calls one after
 /// another.
-async fn sdk_floor(n: u32, table: &str, out: &str) -> Result<(), BoxError> {
+async fn sdk_floor(n: u32, table: &str, out: &Path) -> Result<(), BoxError> {
     let sdk = local_aws::local_sdk_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let put = |i: u32| {
@@ -387,4 +542,61 @@ async fn sdk_floor(n: u32, table: &str, out: &str) -> Result<(), BoxError> {
             .to_string(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Mode, Store};
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_drivers_flags_parse_and_bad_values_are_refused_naming_the_argument() {
+        let base = ["bench-worker", "--effects-table", "E", "--out", "o.json"];
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+        };
+        let cli = with(&[
+            "--mode",
+            "transactional",
+            "--cache",
+            "--events",
+            "e.jsonl",
+            "--idempotency-table",
+            "I",
+            "--lambda-timeout-ms",
+            "600000",
+            "--started-at-ns",
+            "1700000000000000000",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.mode, cli.store, cli.cache),
+            (Mode::Transactional, Store::Dynamodb, true)
+        );
+        assert_eq!(cli.lambda_timeout_ms, 600_000);
+        let cli = with(&["--events", "e.jsonl", "--store", "redis"]).unwrap();
+        assert_eq!((cli.mode, cli.store), (Mode::Lease, Store::Redis));
+        assert_eq!(with(&["--sdk-floor", "500"]).unwrap().sdk_floor, Some(500));
+        for (extra, named) in [
+            (&["--events", "e", "--mode", "eventual"][..], "--mode"),
+            (&["--events", "e", "--store", "memcached"], "--store"),
+            (
+                &["--events", "e", "--lambda-timeout-ms", "soon"],
+                "--lambda-timeout-ms",
+            ),
+            (&["--sdk-floor", "many"], "--sdk-floor"),
+            (&[], "--events"),
+        ] {
+            let error = with(extra).unwrap_err().to_string();
+            assert!(error.contains(named), "{extra:?}: {error}");
+        }
+    }
 }

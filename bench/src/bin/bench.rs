@@ -1,16 +1,12 @@
 //! The benchmark driver: provisions tables on the local endpoint, runs each workload through
 //! every side (this project in the lease mode, the transactional mode, and the transactional mode
-//! with a local cache, `bench-worker`; Powertools, `bench/powertools/bench.py`), directly and
-//! through a proxy adding latency, counts each side's instructions per record under callgrind,
-//! measures the publisher, and writes the report.
+//! with a local cache, `bench-worker`; the lease mode over Redis; Powertools,
+//! `bench/powertools/bench.py`), directly and through a proxy adding latency, counts each side's
+//! instructions per record under callgrind, measures the publisher, and writes the report.
 //!
-//! `bench [--records N] [--latency-ms MS] [--publisher-messages N] [--out DIR] [--rust-only]
-//! [--callgrind-batches SHORT,LONG] [--no-callgrind]` against `AWS_ENDPOINT_URL`; `make bench`
-//! runs it with a fresh local endpoint. `bench --render DIR/benchmarks.json [--out DIR]` writes
-//! the report and charts again from a run's figures.
-//!
-//! `--callgrind-batches` (default 5,25): the prefixes of the standard queue's events each side
-//! runs under callgrind, on the instant endpoint; `--no-callgrind` skips that part.
+//! `make bench` runs it with a fresh local endpoint (moto and a Redis server); `bench --help`
+//! lists the options. `bench --render DIR/benchmarks.json [--out DIR]` writes the report and
+//! charts again from a run's figures.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,56 +14,78 @@ use std::time::{Duration, Instant};
 use bench::render::{DUPLICATES, Report, write_report};
 use bench::sides::{BoxError, Run, create_table, run_side, run_to_file, worker, write_events};
 use bench::{PublisherResult, Scenario, Side, callgrind, workload};
+use clap::Parser;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
 
+/// The benchmark driver: the same SQS workload through this project (lease mode, transactional
+/// mode, transactional mode with a cache, lease mode over Redis) and AWS Lambda Powertools, on a
+/// local endpoint, straight and through a proxy adding latency; writes the report.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    version,
+    after_help = "Environment: AWS_ENDPOINT_URL (the local DynamoDB/SQS endpoint) and REDIS_URL \
+(the Redis server of the Redis side; without it that side is skipped, with a warning). \
+`make bench` and `make bench-smoke` start both.
+
+Exit codes:
+  0  the report was written
+  1  a side, a request or the report failed (the error is printed)
+  2  bad command line (clap's usage error)"
+)]
 struct Options {
-    records: usize,
+    /// Records of each workload (batches of 10).
+    #[arg(long, value_name = "N", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    records: u64,
+    /// Latency the proxy adds each way in the slow scenarios, ms.
+    #[arg(long, value_name = "MS", default_value_t = 5)]
     latency_ms: u64,
-    publisher_messages: usize,
+    /// Messages of the publisher's measurement.
+    #[arg(long, value_name = "N", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    publisher_messages: u64,
+    /// Where to write benchmarks.json, benchmarks-figures.md and the charts (and the figures
+    /// into DIR/benchmarks.md, between its markers).
+    #[arg(long, value_name = "DIR", default_value = "docs")]
     out: PathBuf,
+    /// Skip Powertools.
+    #[arg(long)]
     rust_only: bool,
+    /// Write the report again from a run's figures, without measuring anything.
+    #[arg(long, value_name = "FILE.json")]
     render: Option<PathBuf>,
-    /// Batches of the short and of the long run under callgrind; `None`: no callgrind.
-    callgrind: Option<[usize; 2]>,
+    /// The prefixes of the standard queue's events (in batches) each side runs under callgrind,
+    /// on the instant endpoint: SHORT,LONG with 0 < SHORT < LONG.
+    #[arg(long, value_name = "SHORT,LONG", default_value = "5,25", value_parser = parse_batches)]
+    callgrind_batches: [usize; 2],
+    /// Skip the instruction counts (callgrind needs valgrind).
+    #[arg(long, conflicts_with = "callgrind_batches")]
+    no_callgrind: bool,
 }
 
-fn options() -> Result<Options, BoxError> {
-    let mut o = Options {
-        records: 2000,
-        latency_ms: 5,
-        publisher_messages: 300,
-        out: PathBuf::from("docs"),
-        rust_only: false,
-        render: None,
-        callgrind: Some([5, 25]),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--records" => o.records = value()?.parse()?,
-            "--latency-ms" => o.latency_ms = value()?.parse()?,
-            "--publisher-messages" => o.publisher_messages = value()?.parse()?,
-            "--out" => o.out = PathBuf::from(value()?),
-            "--rust-only" => o.rust_only = true,
-            "--render" => o.render = Some(PathBuf::from(value()?)),
-            "--no-callgrind" => o.callgrind = None,
-            "--callgrind-batches" => {
-                let v = value()?;
-                let parsed = v
-                    .split_once(',')
-                    .and_then(|(a, b)| Some([a.trim().parse().ok()?, b.trim().parse().ok()?]))
-                    .filter(|[short, long]| 0 < *short && short < long)
-                    .ok_or_else(|| {
-                        format!("--callgrind-batches {v}: SHORT,LONG with 0 < SHORT < LONG")
-                    })?;
-                o.callgrind = Some(parsed);
-            }
-            other => return Err(format!("unknown argument {other}; see the file's docs").into()),
-        }
-    }
-    Ok(o)
+/// `SHORT,LONG`, two batch counts with 0 < SHORT < LONG.
+fn parse_batches(v: &str) -> Result<[usize; 2], String> {
+    v.split_once(',')
+        .and_then(|(a, b)| Some([a.trim().parse().ok()?, b.trim().parse().ok()?]))
+        .filter(|[short, long]| 0 < *short && short < long)
+        .ok_or_else(|| format!("{v:?} is not SHORT,LONG with 0 < SHORT < LONG (e.g. 5,25)"))
+}
+
+/// A proxy adding `latency_ms` each way in front of the Redis server at `url`
+/// (`redis://HOST:PORT[/DB]`), and the URL that reaches the server through it.
+async fn redis_through_proxy(url: &str, latency_ms: u64) -> Result<(Proxy, String), BoxError> {
+    let rest = url
+        .strip_prefix("redis://")
+        .ok_or_else(|| format!("REDIS_URL {url:?}: only redis://HOST:PORT[/DB] can be proxied"))?;
+    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let upstream = parse_endpoint(authority).map_err(|e| format!("REDIS_URL: {e}"))?;
+    let proxy = Proxy::start(
+        upstream,
+        ProxyOptions::with_latency(Duration::from_millis(latency_ms)),
+    )
+    .await?;
+    let through = format!("redis://{}/{db}", proxy.addr());
+    Ok((proxy, through))
 }
 
 /// An endpoint that answers every request at once with `{}` (keeping connections alive), for
@@ -210,7 +228,8 @@ fn machine() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let o = options()?;
+    let o = Options::parse();
+    let (records, publisher_messages) = (o.records as usize, o.publisher_messages as usize);
     if let Some(figures) = &o.render {
         let report: Report = serde_json::from_str(
             &std::fs::read_to_string(figures)
@@ -227,9 +246,14 @@ async fn main() -> Result<(), BoxError> {
     let work = std::env::temp_dir().join(format!("bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     std::fs::create_dir_all(&o.out)?;
+    let redis = std::env::var("REDIS_URL").ok();
+    if redis.is_none() {
+        eprintln!("bench: REDIS_URL is not set: the Redis side is skipped");
+    }
     let sides: Vec<Side> = Side::ALL
         .into_iter()
         .filter(|side| !(o.rust_only && *side == Side::Powertools))
+        .filter(|side| redis.is_some() || *side != Side::Redis)
         .collect();
     let mut scenarios = Vec::new();
     let mut publishers = Vec::new();
@@ -238,10 +262,10 @@ async fn main() -> Result<(), BoxError> {
     eprintln!("bench: the SDK's own CPU per request, against an endpoint that answers at once ...");
     // The same events for every side and network: as one JSON document for Python, one event
     // per line for the Rust worker.
-    let standard = workload(o.records, DUPLICATES, false, 10, 7);
+    let standard = workload(records, DUPLICATES, false, 10, 7);
     for (queue, fifo) in [("standard", false), ("fifo", true)] {
         let w = if fifo {
-            workload(o.records, DUPLICATES, true, 10, 7)
+            workload(records, DUPLICATES, true, 10, 7)
         } else {
             standard.clone()
         };
@@ -272,6 +296,15 @@ async fn main() -> Result<(), BoxError> {
         } else {
             proxy.url()
         };
+        // The Redis side's store goes through a proxy with the same latency.
+        let redis_proxy = match &redis {
+            Some(redis) if latency > 0 => {
+                let (proxy, url) = redis_through_proxy(redis, latency).await?;
+                Some((proxy, url))
+            }
+            _ => None,
+        };
+        let redis_url = redis_proxy.as_ref().map(|(_, url)| url.clone());
         eprintln!("bench: {server}, one PutItem round trip, +{latency} ms each way ...");
         let (_, round_trip_us) = sdk_floor(&url, floor_table, 100, &work).await?;
         for (queue, fifo) in [("standard", false), ("fifo", true)] {
@@ -288,8 +321,11 @@ async fn main() -> Result<(), BoxError> {
                     "bench: {server}, {queue} queue, +{latency} ms each way: {} ...",
                     side.label()
                 );
-                let result =
-                    run_side(side, &Run::new(&url, &events, fifo), &dynamodb, &work).await?;
+                let run = Run {
+                    redis_url: redis_url.clone(),
+                    ..Run::new(&url, &events, fifo)
+                };
+                let result = run_side(side, &run, &dynamodb, &work).await?;
                 scenario.set(side, result);
             }
             scenarios.push(scenario);
@@ -300,15 +336,18 @@ async fn main() -> Result<(), BoxError> {
             publishers.push(
                 publisher(
                     &aws_sdk_sqs::Client::new(&sqs_config),
-                    o.publisher_messages,
+                    publisher_messages,
                     latency,
                 )
                 .await?,
             );
         }
         proxy.shutdown().await;
+        if let Some((proxy, _)) = redis_proxy {
+            proxy.shutdown().await;
+        }
     }
-    let instructions = match o.callgrind {
+    let instructions = match (!o.no_callgrind).then_some(o.callgrind_batches) {
         Some(batches) => {
             let t = Instant::now();
             let counts =
@@ -323,7 +362,7 @@ async fn main() -> Result<(), BoxError> {
     };
     let report = Report {
         machine: machine(),
-        records: o.records,
+        records,
         latency_ms: o.latency_ms,
         sdk_cpu_us_per_request: floor_cpu_us,
         scenarios,
@@ -338,6 +377,43 @@ async fn main() -> Result<(), BoxError> {
 #[cfg(test)]
 mod tests {
     use bench::render::{FIGURES_END, FIGURES_START, embed};
+    use clap::{CommandFactory, Parser};
+
+    use super::Options;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_argument() {
+        for (args, named) in [
+            (&["bench", "--records", "lots"][..], "--records"),
+            (&["bench", "--records", "0"], "--records"),
+            (
+                &["bench", "--callgrind-batches", "25,5"],
+                "--callgrind-batches",
+            ),
+            (
+                &["bench", "--callgrind-batches", "5"],
+                "--callgrind-batches",
+            ),
+            (&["bench", "--latency-ms=-1"], "--latency-ms"),
+        ] {
+            let error = Options::try_parse_from(args).unwrap_err().to_string();
+            assert!(error.contains(named), "{args:?}: {error}");
+        }
+        let error = Options::try_parse_from(["bench", "--frobnicate"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--frobnicate"), "{error}");
+        let o = Options::try_parse_from(["bench", "--callgrind-batches", "1, 2", "--rust-only"])
+            .unwrap();
+        assert_eq!(o.callgrind_batches, [1, 2]);
+        assert!(o.rust_only && !o.no_callgrind);
+        assert_eq!((o.records, o.latency_ms), (2000, 5));
+    }
 
     #[test]
     fn figures_go_between_the_markers_and_nowhere_else() {
