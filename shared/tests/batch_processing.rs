@@ -562,7 +562,9 @@ async fn a_deadline_that_is_no_epoch_time_is_no_deadline() {
         message(move |m, ctx: RecordContext| {
             let seen = seen.clone();
             async move {
-                seen.lock().unwrap().push((m.message_id.clone(), ctx.deadline));
+                seen.lock()
+                    .unwrap()
+                    .push((m.message_id.clone(), ctx.deadline));
                 Ok::<_, std::convert::Infallible>(())
             }
         })
@@ -573,5 +575,8 @@ async fn a_deadline_that_is_no_epoch_time_is_no_deadline() {
     assert!(failed_ids(&report.response()).is_empty());
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 2, "both records ran");
-    assert!(seen.iter().all(|(_, deadline)| deadline.is_none()), "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, deadline)| deadline.is_none()),
+        "{seen:?}"
+    );
 }

@@ -29,15 +29,15 @@ mod transactional;
 
 use std::future::Future;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use dynamodb::DynamoDbBackend;
 pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
 };
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 
