@@ -137,19 +137,21 @@ demo:
 UP_API_PORT      ?= 3000
 UP_ENDPOINT_PORT ?= 4566
 WATCH            ?=
-UP_ARGS = --api-port $(UP_API_PORT) --env-file $(ROOT)/.local/up.env $(if $(WATCH),--watch) \
+# WATCH=1 (or yes, true) turns watch mode on; empty or anything else leaves it off.
+UP_WATCH = $(filter 1 yes true,$(WATCH))
+UP_ARGS = --api-port $(UP_API_PORT) --env-file $(ROOT)/.local/up.env $(if $(UP_WATCH),--watch) \
           $(if $(FAIL_PAYMENTS),--fail-payments '$(FAIL_PAYMENTS)')
 up:
 	@mkdir -p $(ROOT)/.local
 	LOCAL_AWS_RUN_PORT=$(UP_ENDPOINT_PORT) $(LOCAL_AWS) run -- \
-	  $(if $(WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
+	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
 
 # The same stack on LocalStack (Docker): starts infra/localstack's container, runs `up` against
 # it, and stops the container when `up` ends.
 up-localstack:
 	@mkdir -p $(ROOT)/.local
 	$(ROOT)/infra/localstack/up -- \
-	  $(if $(WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
+	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
 
 # --- benchmarks ----------------------------------------------------------------
 

@@ -129,7 +129,9 @@ impl App {
             }
         };
         // The first request holds the key until the function's deadline at most.
-        let deadline = request.lambda_context_ref().map(|c| c.deadline());
+        let deadline = request
+            .lambda_context_ref()
+            .and_then(lambda_idempotency::deadline::deadline);
         let create = || self.create(&order);
         let outcome = self
             .engine

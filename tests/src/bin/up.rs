@@ -61,11 +61,21 @@ async fn main() -> ExitCode {
         functions,
         fail_payments: args.fail_payments,
     };
-    let up = match Up::start(options).await {
-        Ok(up) => up,
-        Err(e) => {
-            eprintln!("up: cannot start the stack: {e}");
-            return ExitCode::FAILURE;
+    // Listening from the start: Ctrl-C while the stack starts (or builds, in watch mode) stops
+    // what was started so far (dropping the start kills the watchers) and exits 0.
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    let up = tokio::select! {
+        up = Up::start(options) => match up {
+            Ok(up) => up,
+            Err(e) => {
+                eprintln!("up: cannot start the stack: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        name = &mut signal => {
+            println!("up: {name} while starting: stopped");
+            return ExitCode::SUCCESS;
         }
     };
     if let Some(path) = &args.env_file {
@@ -77,7 +87,7 @@ async fn main() -> ExitCode {
         }
     }
     print!("{}", up.banner(args.env_file.as_deref()));
-    let signal = wait_for_signal().await;
+    let signal = signal.await;
     println!("up: {signal}: stopping");
     up.stop().await;
     println!("up: stopped");

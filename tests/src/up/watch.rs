@@ -84,7 +84,34 @@ pub struct Watch {
     pub stack: Stack,
     gateway: Gateway,
     runner: RunningRunner,
-    children: Vec<(String, Child)>,
+    children: Watchers,
+}
+
+/// The `cargo lambda watch` processes, each in its own process group. Dropped without
+/// [`stop`](Watchers::stop) (a failed start, `up` interrupted while starting), it kills their
+/// groups, so that nothing they started outlives `up`.
+#[derive(Default)]
+struct Watchers(Vec<(String, Child)>);
+
+impl Watchers {
+    async fn stop(mut self) {
+        for (function, child) in &mut self.0 {
+            stop_child(function, child).await;
+        }
+        self.0.clear();
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        for (_, child) in &self.0 {
+            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                // SAFETY: kill(2) with a process group id and a signal number has no memory
+                // effects.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 impl Watch {
@@ -101,13 +128,13 @@ impl Watch {
         )
         .await?;
         build(&options).await?;
-        let mut children = Vec::new();
+        let mut children = Watchers::default();
         let mut invokers = BTreeMap::new();
         for (i, function) in FUNCTIONS.iter().enumerate() {
             let port = options.first_port + u16::try_from(i).unwrap_or(0);
             let env = stack.settings(function)?;
             let child = spawn_watch(&options, function, port, &env)?;
-            children.push(((*function).to_owned(), child));
+            children.0.push(((*function).to_owned(), child));
             invokers.insert(
                 *function,
                 HttpInvoker::new(format!("http://127.0.0.1:{port}")),
@@ -165,9 +192,7 @@ impl Watch {
     pub async fn stop(self) {
         self.runner.stop().await;
         self.gateway.shutdown().await;
-        for (function, mut child) in self.children {
-            stop_child(&function, &mut child).await;
-        }
+        self.children.stop().await;
     }
 }
 
