@@ -64,7 +64,19 @@ async fn refused(addr: &str) -> bool {
     tokio::net::TcpStream::connect(addr).await.is_err()
 }
 
+/// Kills the child's whole process group when dropped: a failing assertion must not leave `up`
+/// (or its endpoint) running behind the test.
+struct KillGroup(i32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the test's own child process group.
+        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+    }
+}
+
 struct Started {
+    _guard: KillGroup,
     child: Child,
     pgid: i32,
     stdout: Lines,
@@ -107,7 +119,8 @@ async fn start_up(api_port: u16) -> Started {
     })
     .await;
     if ready != Ok(true) {
-        let _ = child.start_kill();
+        // SAFETY: as in KillGroup.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
         panic!(
             "no ready line from up within 180 s\nstdout:\n{}\nstderr:\n{}",
             stdout.lock().unwrap().join("\n"),
@@ -116,6 +129,7 @@ async fn start_up(api_port: u16) -> Started {
     }
     let exports = exports(&stdout.lock().unwrap());
     Started {
+        _guard: KillGroup(pgid),
         child,
         pgid,
         stdout,
@@ -127,6 +141,7 @@ async fn start_up(api_port: u16) -> Started {
 async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     let api_port = free_port();
     let Started {
+        _guard,
         mut child,
         pgid,
         stdout,
