@@ -36,6 +36,7 @@ use std::time::Duration;
 use lru::LruCache;
 
 use crate::idempotency::{AcquireError, Acquired, Idempotency};
+use crate::payload::PayloadHash;
 use crate::record::{Record, Status};
 
 /// A completed key, as the cache keeps it.
@@ -175,11 +176,12 @@ impl<B> Idempotency<B> {
         &self,
         key: &str,
         stored: &str,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         now_ms: i64,
     ) -> Option<Result<Acquired, AcquireError>> {
-        let hit = self.cache.as_ref()?.get(stored, now_ms)?;
-        Some(if hit.payload_hash == payload_hash {
+        let cache = self.cache.as_ref()?;
+        let hit = cache.get(&self.cache_key(stored), now_ms)?;
+        Some(if payload_hash.matches(&hit.payload_hash) {
             Ok(Acquired::Completed {
                 result: hit.result,
                 result_omitted: false,
@@ -187,8 +189,16 @@ impl<B> Idempotency<B> {
         } else {
             Err(AcquireError::PayloadMismatch {
                 key: key.to_owned(),
+                stored: Status::Completed,
             })
         })
+    }
+
+    /// The cache's key for the record stored under `stored`: the backend's identity and the
+    /// full stored key, so that engines over different stores, or with different prefixes, never
+    /// answer for each other from one cache.
+    pub(crate) fn cache_key(&self, stored: &str) -> String {
+        format!("{}\n{stored}", self.cache_scope)
     }
 
     /// Keeps `record` in the local cache when it is completed and live.
@@ -199,7 +209,7 @@ impl<B> Idempotency<B> {
             && !record.is_expired(now_ms)
         {
             cache.insert(
-                &record.key,
+                &self.cache_key(&record.key),
                 &record.payload_hash,
                 record.result.clone(),
                 now_ms,

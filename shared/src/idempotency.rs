@@ -12,15 +12,22 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cache::LocalCache;
-use crate::key::{sha256_hex, stored_key};
+use crate::key::stored_key;
 use crate::outcome::panic_message;
+use crate::payload::PayloadHash;
 use crate::record::{Clock, Record, Status, SystemClock, new_owner_token, system_time_ms};
 use crate::store::{Backend, Put, StoreError, Update, Updated};
 
 pub use crate::store::MAX_ITEM_BYTES;
 
-/// Default time a completed record blocks duplicates: 24 hours.
-pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default time a completed record blocks duplicates: 18 days, SQS's default retention of a
+/// source queue (4 days) plus the longest retention of its dead-letter queue (14 days). A record
+/// must outlive every copy of its message, or a copy redriven from the dead-letter queue runs
+/// again (see [`redrive_policy`](crate::redrive_policy) for the cold-start check).
+pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(18 * 24 * 60 * 60);
+
+/// The environment variable Lambda sets to the function's name: the default key prefix.
+pub const FUNCTION_NAME_VARIABLE: &str = "AWS_LAMBDA_FUNCTION_NAME";
 
 /// Default lease when the caller knows no deadline: 60 seconds.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -51,12 +58,16 @@ pub enum Acquired {
 /// Why a key could not be acquired.
 #[derive(Debug, thiserror::Error)]
 pub enum AcquireError {
-    /// The key was first used with another payload: a different piece of work reuses the key.
-    /// This is an error, never a silent skip.
+    /// A record of another payload holds the key: a different piece of work reuses it. This is
+    /// an error, never a silent skip. Against a completed record it is final until the record
+    /// expires; against a running attempt ([`Status::InProgress`]) it may pass once that attempt
+    /// fails.
     #[error("idempotency key `{key}` was already used with a different payload")]
     PayloadMismatch {
         /// The key as the caller gave it.
         key: String,
+        /// The state of the record that holds the key.
+        stored: Status,
     },
     /// The store failed; the work must not be treated as done.
     #[error(transparent)]
@@ -73,7 +84,7 @@ pub struct Lease {
     lease_until_ms: i64,
     owner: String,
     attempts: u32,
-    payload_hash: String,
+    payload_hash: PayloadHash,
 }
 
 impl Lease {
@@ -129,11 +140,13 @@ pub enum RunError<E> {
         /// When the other attempt's lease ends, epoch milliseconds.
         lease_until_ms: i64,
     },
-    /// The key was first used with another payload.
+    /// A record of another payload holds the key ([`AcquireError::PayloadMismatch`]).
     #[error("idempotency key `{key}` was already used with a different payload")]
     PayloadMismatch {
         /// The key.
         key: String,
+        /// The state of the record that holds the key.
+        stored: Status,
     },
     /// The store failed.
     #[error(transparent)]
@@ -151,7 +164,9 @@ pub enum RunError<E> {
 impl<E> From<AcquireError> for RunError<E> {
     fn from(e: AcquireError) -> Self {
         match e {
-            AcquireError::PayloadMismatch { key } => RunError::PayloadMismatch { key },
+            AcquireError::PayloadMismatch { key, stored } => {
+                RunError::PayloadMismatch { key, stored }
+            }
             AcquireError::Store(e) => RunError::Store(e),
         }
     }
@@ -170,7 +185,8 @@ impl<E> From<AcquireError> for RunError<E> {
 ///
 /// let charge = || async { Ok::<_, std::io::Error>(42_u64) };
 /// let first = store.run("payment-1", b"{\"amount\":42}", None, charge).await.unwrap();
-/// let again = store.run("payment-1", b"{\"amount\":42}", None, charge).await.unwrap();
+/// // The same JSON written otherwise is the same payload.
+/// let again = store.run("payment-1", b"{ \"amount\": 42 }", None, charge).await.unwrap();
 /// assert_eq!(first, Outcome::Ran(42));
 /// assert_eq!(again, Outcome::Replayed(Some(42)));
 /// # });
@@ -183,6 +199,8 @@ pub struct Idempotency<B> {
     key_prefix: Option<String>,
     clock: Arc<dyn Clock>,
     pub(crate) cache: Option<LocalCache>,
+    /// The backend's identity, as the cache keys its entries ([`Backend::identity`]).
+    pub(crate) cache_scope: String,
 }
 
 impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
@@ -198,16 +216,50 @@ impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
 }
 
 impl<B: Backend> Idempotency<B> {
-    /// An engine over `backend`: expiry 24 hours, default lease 60 s, no key prefix.
+    /// An engine over `backend`: expiry [`DEFAULT_EXPIRY`] (18 days), default lease 60 s, and
+    /// keys prefixed with the function's name ([`FUNCTION_NAME_VARIABLE`], which Lambda sets), as
+    /// Powertools does, so that two functions sharing a table never answer for each other. Outside
+    /// Lambda (the variable unset) there is no prefix. [`with_key_prefix`](Self::with_key_prefix)
+    /// sets another, [`without_key_prefix`](Self::without_key_prefix) none.
     pub fn new(backend: B) -> Self {
+        let key_prefix = std::env::var(FUNCTION_NAME_VARIABLE)
+            .ok()
+            .filter(|name| match crate::key::validate_prefix(name) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "{FUNCTION_NAME_VARIABLE} cannot be the key prefix; keys are not prefixed");
+                    false
+                }
+            });
+        let cache_scope = backend.identity();
         Self {
             backend,
             expiry: DEFAULT_EXPIRY,
             default_lease: DEFAULT_LEASE,
-            key_prefix: None,
+            key_prefix,
             clock: Arc::new(SystemClock),
             cache: None,
+            cache_scope,
         }
+    }
+
+    /// Stores keys as they are, without the default prefix (the function's name): for a table
+    /// shared on purpose by functions that must see each other's keys, or records written
+    /// without a prefix before. See [`with_key_prefix`](Self::with_key_prefix) on what changing
+    /// a prefix does to existing records.
+    pub fn without_key_prefix(mut self) -> Self {
+        self.key_prefix = None;
+        self
+    }
+
+    /// The key prefix, if any.
+    pub fn key_prefix(&self) -> Option<&str> {
+        self.key_prefix.as_deref()
+    }
+
+    /// How long a completed record blocks duplicates.
+    pub fn expiry(&self) -> Duration {
+        self.expiry
     }
 
     /// How long a completed record blocks duplicates (and the TTL of every record).
@@ -224,6 +276,10 @@ impl<B: Backend> Idempotency<B> {
     }
 
     /// Prefixes every key (`prefix#key`), so that one table serves several functions.
+    ///
+    /// A prefix is part of every stored key: changing it (or the function's name, the default)
+    /// makes the records stored under the old one invisible, so a message delivered again within
+    /// its record's expiry runs again. Set the prefix explicitly where a function may be renamed.
     ///
     /// # Panics
     ///
@@ -284,13 +340,14 @@ impl<B: Backend> Idempotency<B> {
 
     /// Tries to take `key` for work on `payload`, until `deadline` (the Lambda deadline; without
     /// one, the default lease). One conditional write; a duplicate costs no further request.
+    /// The payload's identity is [`PayloadHash::of_bytes`]: canonical JSON for a JSON body.
     pub async fn acquire(
         &self,
         key: &str,
         payload: &[u8],
         deadline: Option<SystemTime>,
     ) -> Result<Acquired, AcquireError> {
-        self.acquire_hashed(key, &sha256_hex(payload), deadline)
+        self.acquire_hashed(key, &PayloadHash::of_bytes(payload), deadline)
             .await
     }
 
@@ -299,7 +356,7 @@ impl<B: Backend> Idempotency<B> {
     pub async fn acquire_hashed(
         &self,
         key: &str,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         deadline: Option<SystemTime>,
     ) -> Result<Acquired, AcquireError> {
         let now_ms = self.clock.now_ms();
@@ -318,21 +375,41 @@ impl<B: Backend> Idempotency<B> {
                 .max(lease_until_ms.div_euclid(1000) + 1),
             lease_until_ms: Some(lease_until_ms),
             owner: Some(owner.clone()),
-            payload_hash: payload_hash.to_owned(),
+            payload_hash: payload_hash.as_str().to_owned(),
             attempts: 0,
             last_error: None,
             result: None,
             result_omitted: false,
         };
-        match self.backend.put(&record, now_ms).await? {
-            Put::Written { attempts } => Ok(Acquired::Started(Lease {
+        let started = |attempts| {
+            Ok(Acquired::Started(Lease {
                 key: key.to_owned(),
-                stored_key: record.key,
+                stored_key: record.key.clone(),
                 lease_until_ms,
-                owner,
+                owner: owner.clone(),
                 attempts,
-                payload_hash: payload_hash.to_owned(),
-            })),
+                payload_hash: payload_hash.clone(),
+            }))
+        };
+        match self.backend.put(&record, now_ms).await? {
+            Put::Written { attempts, replaced } => {
+                if let Some(replaced) = replaced {
+                    tracing::info!(
+                        key,
+                        replaced_payload_hash = replaced,
+                        payload_hash = payload_hash.as_str(),
+                        "a record of another payload that had failed was replaced; its attempts start again"
+                    );
+                }
+                started(attempts)
+            }
+            // This attempt's own record: an earlier try of this write was applied and its answer
+            // lost (an SDK retry found it).
+            Put::Exists(existing)
+                if existing.status == Status::InProgress && existing.owner == record.owner =>
+            {
+                started(existing.attempts)
+            }
             Put::Exists(existing) => {
                 self.remember(&existing, now_ms);
                 classify(key, existing, payload_hash, now_ms)
@@ -381,8 +458,8 @@ impl<B: Backend> Idempotency<B> {
             (updated, &self.cache, result_omitted)
         {
             cache.insert(
-                &lease.stored_key,
-                &lease.payload_hash,
+                &self.cache_key(&lease.stored_key),
+                lease.payload_hash.as_str(),
                 result,
                 now_ms,
                 expires_at.saturating_mul(1000),
@@ -451,7 +528,7 @@ impl<B: Backend> Idempotency<B> {
     pub async fn forget(&self, key: &str) -> Result<(), StoreError> {
         let stored = self.stored_key(key);
         if let Some(cache) = &self.cache {
-            cache.remove(&stored);
+            cache.remove(&self.cache_key(&stored));
         }
         self.backend.delete(&stored).await
     }
@@ -542,26 +619,30 @@ impl<B: Backend> Idempotency<B> {
     }
 }
 
-/// Interprets a record that blocked an acquire.
+/// Interprets a record that blocked an acquire: a completed record of this payload is a
+/// duplicate; a record of another payload that holds an effect (completed, not expired) or a
+/// running handler (in progress, its lease live) is a mismatch; anything else was replaced
+/// between our clock reading and the write, and is reported held, to be retried.
 pub(crate) fn classify(
     key: &str,
     existing: Record,
-    payload_hash: &str,
+    payload_hash: &PayloadHash,
     now_ms: i64,
 ) -> Result<Acquired, AcquireError> {
-    if existing.payload_hash != payload_hash && !existing.is_expired(now_ms) {
+    let protected = existing.is_held(now_ms)
+        || (existing.status == Status::Completed && !existing.is_expired(now_ms));
+    if protected && !payload_hash.matches(&existing.payload_hash) {
         return Err(AcquireError::PayloadMismatch {
             key: key.to_owned(),
+            stored: existing.status,
         });
     }
     Ok(match existing.status {
-        Status::Completed => Acquired::Completed {
+        Status::Completed if !existing.is_expired(now_ms) => Acquired::Completed {
             result: existing.result,
             result_omitted: existing.result_omitted,
         },
-        // A failed record or ended lease only blocks when another attempt replaced it between
-        // our clock reading and the write: report it as held, to be retried.
-        Status::InProgress | Status::Failed => Acquired::InProgress {
+        _ => Acquired::InProgress {
             lease_until_ms: existing
                 .lease_until_ms
                 .unwrap_or(existing.expires_at.saturating_mul(1000)),

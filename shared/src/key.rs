@@ -13,6 +13,8 @@ use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::payload::{PayloadHash, canonical_sha256};
+
 /// Longest partition key DynamoDB accepts, in bytes. Longer keys are hashed, never truncated.
 pub const MAX_KEY_BYTES: usize = 2048;
 
@@ -161,7 +163,7 @@ impl fmt::Debug for KeySource {
 #[derive(Clone, Debug, Default)]
 pub struct KeyConfig {
     key: KeySource,
-    payload_pointer: Option<String>,
+    payload_pointers: Vec<String>,
 }
 
 impl KeyConfig {
@@ -169,7 +171,7 @@ impl KeyConfig {
     pub fn json_pointer(pointer: impl Into<String>) -> Self {
         Self {
             key: KeySource::JsonPointer(pointer.into()),
-            payload_pointer: None,
+            payload_pointers: Vec::new(),
         }
     }
 
@@ -179,15 +181,48 @@ impl KeyConfig {
     ) -> Self {
         Self {
             key: KeySource::Custom(Arc::new(f)),
-            payload_pointer: None,
+            payload_pointers: Vec::new(),
         }
     }
 
     /// Hashes only the part of the body at `pointer` (canonical JSON), instead of the whole body:
     /// for bodies that carry fields that may differ between two sends of the same work (a
-    /// timestamp, a trace id).
+    /// timestamp, a trace id). Called again, adds a pointer: see
+    /// [`with_payload_pointers`](Self::with_payload_pointers).
     pub fn with_payload_pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.payload_pointer = Some(pointer.into());
+        self.payload_pointers.push(pointer.into());
+        self
+    }
+
+    /// Hashes only the fields at `pointers` (canonical JSON): the fields that define the work, so
+    /// that a resend with another envelope (a new trace id, a schema version, a field the
+    /// consumer does not read) is a duplicate, not a conflict. Every pointer must select a value
+    /// ([`KeyError::Missing`] names the one that does not).
+    ///
+    /// ```
+    /// use lambda_idempotency::key::KeyConfig;
+    /// use aws_lambda_events::sqs::SqsMessage;
+    ///
+    /// let keys = KeyConfig::json_pointer("/paymentId")
+    ///     .with_payload_pointers(["/paymentId", "/amountCents", "/currency"]);
+    /// let message = |body: &str| {
+    ///     let mut m = SqsMessage::default();
+    ///     m.body = Some(body.into());
+    ///     m
+    /// };
+    /// let v1 = message(r#"{"paymentId":"p-1","amountCents":10,"currency":"EUR"}"#);
+    /// let v2 = message(r#"{"version":2,"traceId":"t-9","currency":"EUR","amountCents":10,"paymentId":"p-1"}"#);
+    /// let fixed = message(r#"{"paymentId":"p-1","amountCents":12,"currency":"EUR"}"#);
+    /// assert_eq!(keys.payload_hash(&v1).unwrap(), keys.payload_hash(&v2).unwrap());
+    /// assert_ne!(keys.payload_hash(&v1).unwrap(), keys.payload_hash(&fixed).unwrap());
+    /// ```
+    pub fn with_payload_pointers<I, P>(mut self, pointers: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<String>,
+    {
+        self.payload_pointers
+            .extend(pointers.into_iter().map(Into::into));
         self
     }
 
@@ -198,12 +233,34 @@ impl KeyConfig {
 
     /// The message's idempotency key (before any prefix or hashing).
     pub fn key(&self, message: &SqsMessage) -> Result<String, KeyError> {
+        let mut body = None;
+        self.key_with(message, &mut body)
+    }
+
+    /// The payload's hash ([`crate::payload`]): the whole body (canonical when it is JSON), or
+    /// the fields at the payload pointers.
+    pub fn payload_hash(&self, message: &SqsMessage) -> Result<PayloadHash, KeyError> {
+        let mut body = None;
+        self.hash_with(message, &mut body)
+    }
+
+    /// The key and the payload hash, parsing the body once.
+    pub fn key_and_payload_hash(
+        &self,
+        message: &SqsMessage,
+    ) -> Result<(String, PayloadHash), KeyError> {
+        let mut body = None;
+        let key = self.key_with(message, &mut body)?;
+        Ok((key, self.hash_with(message, &mut body)?))
+    }
+
+    fn key_with(&self, message: &SqsMessage, body: &mut Option<Value>) -> Result<String, KeyError> {
         match &self.key {
             KeySource::MessageId => match message.message_id.as_deref() {
                 Some(id) if !id.is_empty() => Ok(id.to_owned()),
                 _ => Err(KeyError::MissingMessageId),
             },
-            KeySource::JsonPointer(pointer) => key_at(&parse_body(message)?, pointer),
+            KeySource::JsonPointer(pointer) => key_at(parsed(message, body)?, pointer),
             KeySource::Custom(f) => match f(message)? {
                 key if key.is_empty() => Err(KeyError::Custom(
                     "the key function gave an empty key".into(),
@@ -213,41 +270,51 @@ impl KeyConfig {
         }
     }
 
-    /// SHA-256 (hex) of the message's payload: the whole body, or the selected part.
-    pub fn payload_hash(&self, message: &SqsMessage) -> Result<String, KeyError> {
-        match &self.payload_pointer {
-            None => Ok(sha256_hex(message.body.as_deref().unwrap_or("").as_bytes())),
-            Some(pointer) => {
-                let body = parse_body(message)?;
-                let part = body
+    fn hash_with(
+        &self,
+        message: &SqsMessage,
+        body: &mut Option<Value>,
+    ) -> Result<PayloadHash, KeyError> {
+        let text = message.body.as_deref().unwrap_or("");
+        match self.payload_pointers.as_slice() {
+            [] => Ok(match body {
+                // Parsed for the key already.
+                Some(value) => PayloadHash::of_json(value).with_legacy(sha256_hex(text.as_bytes())),
+                None => PayloadHash::of_bytes(text.as_bytes()),
+            }),
+            [pointer] => {
+                let part = parsed(message, body)?
                     .pointer(pointer)
                     .ok_or_else(|| KeyError::Missing(pointer.clone()))?;
-                Ok(canonical_hash(part))
+                Ok(PayloadHash::of_json(part).with_legacy(canonical_sha256(part)))
+            }
+            pointers => {
+                let body = parsed(message, body)?;
+                let mut selected = serde_json::Map::new();
+                for pointer in pointers {
+                    let part = body
+                        .pointer(pointer)
+                        .ok_or_else(|| KeyError::Missing(pointer.clone()))?;
+                    selected.insert(pointer.clone(), part.clone());
+                }
+                Ok(PayloadHash::of_json(&Value::Object(selected)))
             }
         }
     }
 }
 
-/// SHA-256 (hex) of a JSON value in canonical form (object keys sorted, no white space).
+/// SHA-256 (hex) of a JSON value in canonical form (object keys sorted, no white space), without
+/// a scheme tag; [`PayloadHash::of_json`] is the payload hash of a value.
 pub fn canonical_hash(value: &Value) -> String {
-    // serde_json's map is ordered by key unless its `preserve_order` feature is on; sort anyway.
-    fn canonical(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<_> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.clone(), canonical(v)))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-            other => other.clone(),
-        }
+    canonical_sha256(value)
+}
+
+/// The parsed body, parsing it on first use.
+fn parsed<'a>(message: &SqsMessage, body: &'a mut Option<Value>) -> Result<&'a Value, KeyError> {
+    if body.is_none() {
+        *body = Some(parse_body(message)?);
     }
-    sha256_hex(canonical(value).to_string().as_bytes())
+    Ok(body.as_ref().expect("parsed above"))
 }
 
 fn parse_body(message: &SqsMessage) -> Result<Value, KeyError> {
@@ -370,15 +437,34 @@ mod tests {
         let c = message(r#"{"id":"1","sentAt":2,"order":{"b":3,"a":1}}"#);
         assert_eq!(cfg.payload_hash(&a).unwrap(), cfg.payload_hash(&b).unwrap());
         assert_ne!(cfg.payload_hash(&a).unwrap(), cfg.payload_hash(&c).unwrap());
+        // A record the previous version wrote (the bare canonical hash of the part) matches.
+        let part: Value = serde_json::from_str(r#"{"a":1,"b":2}"#).unwrap();
+        assert!(
+            cfg.payload_hash(&b)
+                .unwrap()
+                .matches(&canonical_hash(&part))
+        );
     }
 
     #[test]
     fn whole_body_hash_by_default() {
         let cfg = KeyConfig::default();
         assert_eq!(
-            cfg.payload_hash(&message("abc")).unwrap(),
+            cfg.payload_hash(&message("abc")).unwrap().as_str(),
             sha256_hex(b"abc")
         );
+        // A JSON body: canonical, whatever its spacing and key order.
+        let a = cfg.payload_hash(&message(r#"{"id":"1","n":2}"#)).unwrap();
+        let b = cfg
+            .payload_hash(&message("{ \"n\": 2, \"id\": \"1\" }"))
+            .unwrap();
+        assert_eq!(a, b);
+        // The same with a key from the body (the body parsed once, for both).
+        let by_id = KeyConfig::json_pointer("/id");
+        let (key, hash) = by_id
+            .key_and_payload_hash(&message("{ \"n\": 2, \"id\": \"1\" }"))
+            .unwrap();
+        assert_eq!((key.as_str(), hash.as_str()), ("1", a.as_str()));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`backoff`], [`dead_letter`], [`redrive_policy`]: per-message backoff, dead-lettering with a
 //!   reason, and the check that a queue's redrive backstop cannot dead-letter innocent messages.
 //! - [`outcome`]: what happened to a record ([`outcome::RecordError`]), errors a caller can match on.
+//! - [`payload`]: when two deliveries under one key carry the same work (canonical JSON).
 //!
 //! # Features
 //!
@@ -97,6 +98,7 @@ pub mod idempotency;
 pub mod key;
 pub mod metrics;
 pub mod outcome;
+pub mod payload;
 pub mod publish;
 pub mod record;
 pub mod redrive_policy;

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::key::KeyError;
+use crate::record::Status;
 use crate::store::{BoxError, StoreError};
 
 /// Why one record failed. Every variant fails that record only.
@@ -81,11 +82,15 @@ pub enum RecordError {
         /// When the other invocation's lease ends, epoch milliseconds.
         lease_until_ms: i64,
     },
-    /// The idempotency key was first used with another payload.
-    #[error("idempotency key `{key}` was already used with a different payload")]
+    /// A record of another payload holds the idempotency key: completed (the key was used for
+    /// other work: permanent), or in progress (another attempt runs other work under it: retried,
+    /// since that attempt may fail and free the key).
+    #[error("idempotency key `{key}` was already used with a different payload ({stored} record)")]
     PayloadMismatch {
         /// The key.
         key: String,
+        /// The state of the record that holds the key.
+        stored: Status,
     },
     /// The idempotency store failed: the record is not treated as processed.
     #[error(transparent)]
@@ -139,15 +144,18 @@ impl RecordError {
     }
 
     /// True when retrying cannot help: the handler said so ([`RecordError::Permanent`]), the
-    /// body does not deserialize, no key can be taken from it, or its key was used with another
-    /// payload.
+    /// body does not deserialize, no key can be taken from it, or its key holds the completed
+    /// work of another payload. Never for a failure of the store or its configuration.
     pub fn is_permanent(&self) -> bool {
         matches!(
             self.cause(),
             RecordError::Permanent(_)
                 | RecordError::Body { .. }
                 | RecordError::Key { .. }
-                | RecordError::PayloadMismatch { .. }
+                | RecordError::PayloadMismatch {
+                    stored: Status::Completed,
+                    ..
+                }
         )
     }
 

@@ -2,8 +2,9 @@
 //! whether a new attempt may take the key over.
 //!
 //! Every backend stores the same [`Record`]; the rules live here once, in
-//! [`Record::is_replaceable_by`], and each backend evaluates them atomically (the DynamoDB backend
-//! as a condition expression, the in-memory one under a lock).
+//! [`Record::is_replaceable`] and [`Record::carries_attempts_to`], and each backend evaluates
+//! them atomically (the DynamoDB backend as a condition expression, the Redis one in a Lua
+//! script, the in-memory one under a lock).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,7 +63,8 @@ pub struct Record {
     /// The token of the attempt that wrote the record last. Completing or failing a record is
     /// conditional on it (fencing): an attempt whose lease was taken over changes nothing.
     pub owner: Option<String>,
-    /// SHA-256 (hex) of the payload the key was first seen with.
+    /// The hash of the payload of the attempt that wrote the record last, with its scheme
+    /// ([`crate::payload`]).
     pub payload_hash: String,
     /// How many attempts have failed.
     pub attempts: u32,
@@ -78,19 +80,37 @@ pub struct Record {
 pub const MAX_ERROR_LEN: usize = 1024;
 
 impl Record {
-    /// True when a new attempt carrying `payload_hash` may take this key over at `now_ms`:
-    /// no lease holds it ([`Record::is_held`]), and either the record has expired or it carries
-    /// the same payload and is not completed.
+    /// True when a new attempt may take this key over at `now_ms`, whatever its payload: no lease
+    /// holds it ([`Record::is_held`]), and it has expired or is not completed.
     ///
-    /// A completed record that has not expired is never replaceable, and neither is a record of
-    /// another payload: that is a payload mismatch for the caller. An in-progress record never
-    /// expires before its lease ends.
-    pub fn is_replaceable_by(&self, payload_hash: &str, now_ms: i64) -> bool {
-        if self.is_held(now_ms) {
-            return false;
-        }
-        self.is_expired(now_ms)
-            || (self.payload_hash == payload_hash && self.status != Status::Completed)
+    /// The payload check protects only what holds an effect or a running handler: a completed
+    /// record (until it expires) and an in-progress one (while its lease lasts). A failed record,
+    /// or one whose lease ended, never blocks another payload under its key: a corrected message
+    /// after a malformed one runs. Whether the failed attempts carry over is
+    /// [`Record::carries_attempts_to`].
+    pub fn is_replaceable(&self, now_ms: i64) -> bool {
+        !self.is_held(now_ms) && (self.is_expired(now_ms) || self.status != Status::Completed)
+    }
+
+    /// True when a new attempt carrying `payload_hash` that replaces this record keeps its failed
+    /// attempts and last error: the same payload (the same stored hash), not expired. A different
+    /// payload, or an expired record, starts its attempts again.
+    pub fn carries_attempts_to(&self, payload_hash: &str, now_ms: i64) -> bool {
+        !self.is_expired(now_ms) && self.payload_hash == payload_hash
+    }
+
+    /// True when this stored record shows that `update`, sent by the attempt whose token the
+    /// update carries, was applied already: an earlier try of the same request whose answer was
+    /// lost (an SDK retry). A completion finds its own completed record; a failure its own failed
+    /// record.
+    pub fn shows_applied(&self, update: &crate::store::Update) -> bool {
+        use crate::store::Update;
+        let (owner, status) = match update {
+            Update::Complete { owner, .. } => (owner, Status::Completed),
+            Update::Fail { owner, .. } => (owner, Status::Failed),
+            Update::ResetAttempts => return false,
+        };
+        self.status == status && self.owner.as_deref() == Some(owner.as_str())
     }
 
     /// True while an in-progress attempt's lease holds the record at `now_ms`: until
@@ -224,42 +244,39 @@ mod tests {
     #[test]
     fn completed_blocks_until_expiry() {
         let r = record(Status::Completed);
-        assert!(!r.is_replaceable_by("h", 99_999));
-        assert!(
-            !r.is_replaceable_by("h", 100_999),
-            "expiry is in whole seconds"
-        );
-        assert!(r.is_replaceable_by("h", 101_000));
+        assert!(!r.is_replaceable(99_999));
+        assert!(!r.is_replaceable(100_999), "expiry is in whole seconds");
+        assert!(r.is_replaceable(101_000));
     }
 
     #[test]
     fn in_progress_blocks_until_lease_end() {
         let r = record(Status::InProgress);
-        assert!(!r.is_replaceable_by("h", 50_000));
-        assert!(r.is_replaceable_by("h", 50_001));
+        assert!(!r.is_replaceable(50_000));
+        assert!(r.is_replaceable(50_001));
     }
 
     #[test]
-    fn failed_is_replaceable_with_same_payload_only() {
+    fn a_failed_record_is_replaceable_by_any_payload_and_carries_attempts_to_its_own() {
         let r = record(Status::Failed);
-        assert!(r.is_replaceable_by("h", 0));
-        assert!(!r.is_replaceable_by("other", 0));
-    }
-
-    #[test]
-    fn other_payload_blocks_until_expiry() {
-        let r = record(Status::InProgress);
-        assert!(!r.is_replaceable_by("other", 60_000));
-        assert!(r.is_replaceable_by("other", 101_000));
+        assert!(r.is_replaceable(0));
+        assert!(r.carries_attempts_to("h", 0));
+        assert!(
+            !r.carries_attempts_to("other", 0),
+            "a corrected payload starts again"
+        );
+        assert!(
+            !r.carries_attempts_to("h", 101_000),
+            "expired: starts again"
+        );
     }
 
     #[test]
     fn in_progress_never_expires_before_its_lease_ends() {
         let mut r = record(Status::InProgress);
         r.lease_until_ms = Some(200_000);
-        assert!(!r.is_replaceable_by("h", 150_000), "expired, but leased");
-        assert!(!r.is_replaceable_by("other", 150_000));
-        assert!(r.is_replaceable_by("other", 200_001));
+        assert!(!r.is_replaceable(150_000), "expired, but leased");
+        assert!(r.is_replaceable(200_001));
     }
 
     #[test]
@@ -267,11 +284,33 @@ mod tests {
         let mut r = record(Status::InProgress);
         r.lease_until_ms = None;
         assert!(r.is_held(100_999));
-        assert!(!r.is_replaceable_by("h", 100_999));
-        assert!(r.is_replaceable_by("h", 101_000));
+        assert!(!r.is_replaceable(100_999));
+        assert!(r.is_replaceable(101_000));
         r.status = Status::Failed;
         assert!(!r.is_held(0), "only an in-progress record is held");
-        assert!(r.is_replaceable_by("h", 0));
+        assert!(r.is_replaceable(0));
+    }
+
+    #[test]
+    fn an_update_finds_its_own_earlier_try() {
+        use crate::store::Update;
+        let complete = Update::Complete {
+            owner: "t".into(),
+            expires_at: 1,
+            result: None,
+            result_omitted: false,
+        };
+        let fail = Update::Fail {
+            owner: "t".into(),
+            error: "e".into(),
+        };
+        assert!(record(Status::Completed).shows_applied(&complete));
+        assert!(!record(Status::Failed).shows_applied(&complete));
+        assert!(record(Status::Failed).shows_applied(&fail));
+        let mut other = record(Status::Completed);
+        other.owner = Some("someone else".into());
+        assert!(!other.shows_applied(&complete));
+        assert!(!record(Status::Failed).shows_applied(&Update::ResetAttempts));
     }
 
     #[test]

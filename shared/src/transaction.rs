@@ -85,6 +85,7 @@ use serde::Serialize;
 use crate::idempotency::{Acquired, Idempotency, classify};
 use crate::key::sha256_hex;
 use crate::outcome::panic_message;
+use crate::payload::PayloadHash;
 use crate::record::{Record, Status, new_owner_token, system_time_ms};
 use crate::store::{Commit, Failure, LimitError, StoreError, TransactionalBackend};
 
@@ -254,6 +255,8 @@ pub enum TransactError<E> {
     PayloadMismatch {
         /// The key.
         key: String,
+        /// The state of the record that holds the key.
+        stored: crate::record::Status,
     },
     /// The store refused the whole request as invalid (DynamoDB's `ValidationException`: an
     /// expression that names an undefined value, two actions on one item, ...): nothing was
@@ -322,7 +325,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
     {
-        self.transact_hashed(key, &sha256_hex(payload), deadline, work)
+        self.transact_hashed(key, &PayloadHash::of_bytes(payload), deadline, work)
             .await
     }
 
@@ -332,7 +335,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
     pub async fn transact_hashed<T, E, F, Fut>(
         &self,
         key: &str,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         deadline: Option<SystemTime>,
         work: F,
     ) -> Result<Transacted<T>, TransactError<E>>
@@ -354,7 +357,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
             expires_at: self.expires_at(now_ms),
             lease_until_ms: None,
             owner: Some(owner),
-            payload_hash: payload_hash.to_owned(),
+            payload_hash: payload_hash.as_str().to_owned(),
             attempts: 0,
             last_error: None,
             result: None,
@@ -363,12 +366,15 @@ impl<B: TransactionalBackend> Idempotency<B> {
         let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
             Ok(Ok(transaction)) => transaction,
             Ok(Err(error)) => {
-                let noted = self.note_failure(key, &record, &error.to_string()).await;
+                let noted = self
+                    .note_failure(key, &record, payload_hash, &error.to_string())
+                    .await;
                 return settle(noted, |attempts| TransactError::Failed { error, attempts });
             }
             Err(panic) => {
                 let message = format!("panicked: {}", panic_message(&panic));
-                self.note_failure(key, &record, &message).await;
+                self.note_failure(key, &record, payload_hash, &message)
+                    .await;
                 std::panic::resume_unwind(panic)
             }
         };
@@ -418,7 +424,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
                         message,
                     };
                     let noted = self
-                        .note_failure(key, &record, &rejection.to_string())
+                        .note_failure(key, &record, payload_hash, &rejection.to_string())
                         .await;
                     return settle(noted, |attempts| TransactError::Rejected {
                         rejection,
@@ -426,7 +432,9 @@ impl<B: TransactionalBackend> Idempotency<B> {
                     });
                 }
                 Ok(Commit::Invalid { message }) => {
-                    let noted = self.note_failure(key, &record, &message).await;
+                    let noted = self
+                        .note_failure(key, &record, payload_hash, &message)
+                        .await;
                     return settle(noted, |attempts| TransactError::Invalid {
                         message,
                         attempts,
@@ -462,18 +470,22 @@ impl<B: TransactionalBackend> Idempotency<B> {
     /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
     /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
     /// first delivery goes straight to [`transact`](Self::transact).
-    pub async fn peek(&self, key: &str, payload_hash: &str) -> Result<Peeked, crate::AcquireError> {
+    pub async fn peek(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+    ) -> Result<Peeked, crate::AcquireError> {
         let stored = self.stored_key(key);
         let now_ms = self.clock().now_ms();
         let found = match self.cached(key, &stored, payload_hash, now_ms) {
             Some(cached) => cached?,
             None => match self.backend().get(&stored).await? {
                 None => return Ok(Peeked::Attempts(0)),
-                Some(record) if record.is_replaceable_by(payload_hash, now_ms) => {
-                    let attempts = if record.is_expired(now_ms) {
-                        0
-                    } else {
+                Some(record) if record.is_replaceable(now_ms) => {
+                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
                         record.attempts
+                    } else {
+                        0
                     };
                     return Ok(Peeked::Attempts(attempts));
                 }
@@ -508,7 +520,13 @@ impl<B: TransactionalBackend> Idempotency<B> {
     }
 
     /// Records a failed attempt of `record`'s key with `error`.
-    async fn note_failure(&self, key: &str, record: &Record, error: &str) -> Noted {
+    async fn note_failure(
+        &self,
+        key: &str,
+        record: &Record,
+        payload_hash: &PayloadHash,
+        error: &str,
+    ) -> Noted {
         let now_ms = self.clock().now_ms();
         let failed = Record {
             status: Status::Failed,
@@ -521,7 +539,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
             Ok(Failure::Recorded { attempts }) => Noted::Attempts(Some(attempts)),
             Ok(Failure::Exists(existing)) => {
                 self.remember(&existing, now_ms);
-                Noted::Answer(classify(key, existing, &record.payload_hash, now_ms))
+                Noted::Answer(classify(key, existing, payload_hash, now_ms))
             }
             Err(e) => {
                 tracing::warn!(key, error = %e, "could not record the failure");
@@ -542,8 +560,8 @@ fn answer<T, E>(
         }
         // `classify` never starts an attempt.
         Ok(Acquired::Started(_)) => unreachable!("a stored record never starts an attempt"),
-        Err(crate::AcquireError::PayloadMismatch { key }) => {
-            Err(TransactError::PayloadMismatch { key })
+        Err(crate::AcquireError::PayloadMismatch { key, stored }) => {
+            Err(TransactError::PayloadMismatch { key, stored })
         }
         Err(crate::AcquireError::Store(e)) => Err(TransactError::Store(e)),
     }

@@ -26,7 +26,7 @@ const REDIS: Operations = Operations {
     reset_attempts: "reset_attempts",
     get: "HGETALL",
     delete: "DEL",
-    replace_expired: 1,
+    replace: 1,
 };
 
 /// A backend on `REDIS_URL`, in a namespace of its own.

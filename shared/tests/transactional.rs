@@ -281,7 +281,7 @@ async fn the_same_key_with_another_payload_is_a_mismatch() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error, TransactError::PayloadMismatch { ref key } if key == "p-1"),
+        matches!(error, TransactError::PayloadMismatch { ref key, .. } if key == "p-1"),
         "{error:?}"
     );
     assert_eq!(f.counter.total(), 1);

@@ -202,9 +202,12 @@ impl App {
             .lambda_context_ref()
             .and_then(lambda_idempotency::deadline::deadline);
         let hash = canonical_hash(&payment.json);
+        // The request's fingerprint is canonical already (the validated payment's JSON): stored
+        // as it is, the form payments and their records have always held.
+        let fingerprint = lambda_idempotency::payload::PayloadHash::stored(hash.clone());
         match self
             .idempotency
-            .acquire_hashed(&scoped_key, &hash, deadline)
+            .acquire_hashed(&scoped_key, &fingerprint, deadline)
             .await
         {
             Ok(Acquired::Started(lease)) => {

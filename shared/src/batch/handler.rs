@@ -60,7 +60,8 @@ impl RecordContext {
     }
 
     /// Runs `work`, cancelling it at [`stop_at`](Self::stop_at) with
-    /// [`RecordError::DeadlineReached`]. The [`json`] and [`message`] adapters and the
+    /// [`RecordError::DeadlineReached`]; when `stop_at` has passed already, `work` never starts
+    /// and the answer is [`RecordError::DeadlineNear`], which spends no attempt. The [`json`] and [`message`] adapters and the
     /// [`Idempotent`](super::Idempotent) wrapper call it around the handler's own work; a hand-written
     /// [`RecordHandler`] should too, so that only its work is cancelled and never the bookkeeping
     /// that follows it.
@@ -78,6 +79,10 @@ impl RecordContext {
             .deadline
             .and_then(|d| d.duration_since(stop_at).ok())
             .unwrap_or_default();
+        if left.is_zero() {
+            // Never started: not an attempt (it spends none of the record's budget).
+            return Err(RecordError::DeadlineNear { margin });
+        }
         tokio::time::timeout(left, work)
             .await
             .unwrap_or(Err(RecordError::DeadlineReached { margin }))

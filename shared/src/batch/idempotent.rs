@@ -12,6 +12,7 @@ use super::{RecordContext, RecordHandler};
 use crate::idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use crate::key::KeyConfig;
 use crate::outcome::{RecordError, panic_message};
+use crate::payload::PayloadHash;
 use crate::store::{Backend, Updated};
 
 /// What an [`Idempotent`] handler did with a record.
@@ -177,6 +178,9 @@ where
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
         let (key, hash) = key_and_hash(&self.keys, message, ctx)?;
+        if let Some(error) = too_late_to_start(ctx) {
+            return Err(error);
+        }
         let lease = match self.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
             Ok(Acquired::Started(lease)) => lease,
             Ok(Acquired::Completed { result, .. }) => {
@@ -186,8 +190,8 @@ where
             Ok(Acquired::InProgress { lease_until_ms }) => {
                 return Err(RecordError::InProgress { lease_until_ms });
             }
-            Err(AcquireError::PayloadMismatch { key }) => {
-                return Err(RecordError::PayloadMismatch { key });
+            Err(AcquireError::PayloadMismatch { key, stored }) => {
+                return Err(RecordError::PayloadMismatch { key, stored });
             }
             Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
         };
@@ -219,6 +223,9 @@ where
                 }
                 Ok(Deduplicated::Processed(output))
             }
+            // Cut by the deadline before it started: no attempt to record. The lease ends at the
+            // deadline, and the next delivery takes the key over with its attempts as they were.
+            Ok(Err(error @ RecordError::DeadlineNear { .. })) => Err(error),
             Ok(Err(error)) => Err(self.record_failure(&lease, ctx, error).await),
             Err(panic) => {
                 let error = RecordError::Panicked(panic_message(&panic));
@@ -234,19 +241,29 @@ where
     }
 }
 
+/// [`RecordError::DeadlineNear`] when the record's [`stop_at`](RecordContext::stop_at) has passed:
+/// its handler would not start, so neither the key is taken nor an attempt spent.
+pub(super) fn too_late_to_start(ctx: &RecordContext) -> Option<RecordError> {
+    let stop_at = ctx.stop_at?;
+    (SystemTime::now() >= stop_at).then(|| RecordError::DeadlineNear {
+        margin: ctx
+            .deadline
+            .and_then(|d| d.duration_since(stop_at).ok())
+            .unwrap_or_default(),
+    })
+}
+
 /// The record's idempotency key and payload hash, or why there is none.
 pub(super) fn key_and_hash(
     keys: &KeyConfig,
     message: &SqsMessage,
     ctx: &RecordContext,
-) -> Result<(String, String), RecordError> {
-    let key_error = |source| RecordError::Key {
-        message_id: ctx.message_id.clone(),
-        source,
-    };
-    let key = keys.key(message).map_err(key_error)?;
-    let hash = keys.payload_hash(message).map_err(key_error)?;
-    Ok((key, hash))
+) -> Result<(String, PayloadHash), RecordError> {
+    keys.key_and_payload_hash(message)
+        .map_err(|source| RecordError::Key {
+            message_id: ctx.message_id.clone(),
+            source,
+        })
 }
 
 /// After a record whose failures the store counted went to the dead-letter queue: its record's

@@ -123,7 +123,9 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
             with_attempts(RecordError::Permanent(Box::new(error)), attempts)
         }
         TransactError::InProgress { lease_until_ms } => RecordError::InProgress { lease_until_ms },
-        TransactError::PayloadMismatch { key } => RecordError::PayloadMismatch { key },
+        TransactError::PayloadMismatch { key, stored } => {
+            RecordError::PayloadMismatch { key, stored }
+        }
         TransactError::Contended { tries, reason } => RecordError::Store(StoreError::Contended {
             operation: "TransactWriteItems",
             tries,
@@ -172,11 +174,15 @@ where
                     return Err(RecordError::InProgress { lease_until_ms });
                 }
                 Ok(Peeked::Attempts(attempts)) => inner_ctx.attempt = attempts + 1,
-                Err(AcquireError::PayloadMismatch { key }) => {
-                    return Err(RecordError::PayloadMismatch { key });
+                Err(AcquireError::PayloadMismatch { key, stored }) => {
+                    return Err(RecordError::PayloadMismatch { key, stored });
                 }
                 Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
             }
+        }
+        // Cut by the deadline before the handler would start: no attempt to record.
+        if let Some(error) = super::idempotent::too_late_to_start(ctx) {
+            return Err(error);
         }
         let work = || async {
             let work = ctx.cancellable(self.inner.handle(message, &inner_ctx));

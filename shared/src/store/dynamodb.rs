@@ -172,17 +172,17 @@ pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
      OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
 
 impl DynamoDbBackend {
-    /// One acquire: `expired` chooses between replacing a live record of the same payload (keeps
-    /// its attempts and last error) and replacing an expired record (resets them).
-    async fn acquire(
-        &self,
-        record: &Record,
-        now_ms: i64,
-        expired: bool,
-    ) -> Result<Put, StoreError> {
-        let (condition, update) = if expired {
+    /// One acquire: `fresh` chooses between taking over a live record of the same payload (keeps
+    /// its attempts and last error) and replacing any other replaceable record, expired or of
+    /// another payload (resets them): [`Record::is_replaceable`] and
+    /// [`Record::carries_attempts_to`] as conditions.
+    async fn acquire(&self, record: &Record, now_ms: i64, fresh: bool) -> Result<Put, StoreError> {
+        let (condition, update) = if fresh {
             (
-                format!("NOT {HELD} AND #exp < :now_s"),
+                format!(
+                    "NOT {HELD} AND (#exp < :now_s \
+                     OR (#status IN (:in_progress, :failed) AND #hash <> :hash))"
+                ),
                 "SET #status = :in_progress, #exp = :exp, #lease = :lease, #hash = :hash, \
                  #owner = :owner, #attempts = :zero REMOVE #result, #omitted, #err",
             )
@@ -225,20 +225,37 @@ impl DynamoDbBackend {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
             .expression_attribute_values(":now_ms", n(now_ms))
-            // ALL_NEW: the attempts are returned even when `if_not_exists` left them as they were.
-            .return_values(ReturnValue::AllNew)
+            // Fresh: ALL_OLD, the record replaced (its attempts are 0 now). Else ALL_NEW: the
+            // attempts are returned even when `if_not_exists` left them as they were.
+            .return_values(if fresh {
+                ReturnValue::AllOld
+            } else {
+                ReturnValue::AllNew
+            })
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if expired {
+        if fresh {
             placeholders.retain(|p| *p != "#key");
             placeholders.push("#err");
-        } else {
-            request = request.expression_attribute_values(":failed", s(Status::Failed.as_str()));
         }
+        request = request.expression_attribute_values(":failed", s(Status::Failed.as_str()));
         let result = request
             .set_expression_attribute_names(Some(self.names(&placeholders)))
             .send()
             .await;
         match result {
+            Ok(output) if fresh => {
+                let replaced = match output.attributes() {
+                    Some(old) if !old.is_empty() => {
+                        let old = self.record_from_item(old)?;
+                        (!old.is_expired(now_ms)).then_some(old.payload_hash)
+                    }
+                    _ => None,
+                };
+                Ok(Put::Written {
+                    attempts: 0,
+                    replaced,
+                })
+            }
             Ok(output) => {
                 let attempts = output
                     .attributes()
@@ -246,7 +263,10 @@ impl DynamoDbBackend {
                     .and_then(|v| v.as_n().ok())
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
-                Ok(Put::Written { attempts })
+                Ok(Put::Written {
+                    attempts,
+                    replaced: None,
+                })
             }
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -256,7 +276,7 @@ impl DynamoDbBackend {
                 };
                 match failed.item() {
                     Some(item) => Ok(Put::Exists(self.record_from_item(item)?)),
-                    None if expired => Ok(Put::Exists(Record {
+                    None if fresh => Ok(Put::Exists(Record {
                         // Deleted between the two requests: report it as held, to be retried.
                         status: Status::InProgress,
                         lease_until_ms: Some(now_ms),
@@ -278,9 +298,10 @@ impl DynamoDbBackend {
 impl Backend for DynamoDbBackend {
     async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
         match self.acquire(record, now_ms, false).await? {
-            Put::Exists(existing) if existing.is_expired(now_ms) && !existing.is_held(now_ms) => {
-                // Rare: an expired record the TTL sweeper has not deleted yet. A second
-                // conditional write replaces it and starts its attempts again.
+            Put::Exists(existing) if existing.is_replaceable(now_ms) => {
+                // An expired record the TTL sweeper has not deleted yet (rare), or a failed
+                // record of another payload (a corrected message): a second conditional write
+                // replaces it and starts its attempts again.
                 self.acquire(record, now_ms, true).await
             }
             other => Ok(other),
@@ -358,6 +379,7 @@ impl Backend for DynamoDbBackend {
         };
         match request
             .set_expression_attribute_names(Some(self.names(placeholders)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await
         {
@@ -371,6 +393,18 @@ impl Backend for DynamoDbBackend {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
+                let UpdateItemError::ConditionalCheckFailedException(failed) = e.err() else {
+                    unreachable!()
+                };
+                // An earlier try of this very update was applied, and its answer lost.
+                if let Some(item) = failed.item()
+                    && let Ok(stored) = self.record_from_item(item)
+                    && stored.shows_applied(update)
+                {
+                    return Ok(Updated::Applied {
+                        attempts: Some(stored.attempts),
+                    });
+                }
                 tracing::debug!(
                     key,
                     "idempotency record not updated: it is gone, completed, or held by another attempt"
@@ -383,6 +417,10 @@ impl Backend for DynamoDbBackend {
 
     fn max_result_bytes(&self, key: &str) -> Option<usize> {
         Some(max_result_bytes(&self.attributes, key))
+    }
+
+    fn identity(&self) -> String {
+        format!("dynamodb:{}", self.table)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

@@ -27,11 +27,11 @@ const CONTENDED: [&str; 4] = [
     "RequestLimitExceeded",
 ];
 
-/// The condition under which a commit writes its record; mirrors [`Record::is_replaceable_by`].
+/// The condition under which a commit writes its record; mirrors [`Record::is_replaceable`].
 fn replaceable() -> String {
     format!(
         "attribute_not_exists(#key) OR (NOT {HELD} \
-         AND (#exp < :now_s OR (#hash = :hash AND #status <> :completed)))"
+         AND (#exp < :now_s OR #status IN (:in_progress, :failed)))"
     )
 }
 
@@ -71,11 +71,10 @@ impl DynamoDbBackend {
             .set_item(Some(self.record_item(record)))
             .condition_expression(replaceable())
             .set_expression_attribute_names(Some(
-                self.names(&["#key", "#status", "#lease", "#exp", "#hash"]),
+                self.names(&["#key", "#status", "#lease", "#exp"]),
             ))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-            .expression_attribute_values(":hash", s(&record.payload_hash))
+            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
             .expression_attribute_values(":now_ms", n(now_ms))
             .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -136,16 +135,24 @@ impl DynamoDbBackend {
         }
     }
 
-    /// One failure update: `expired` chooses between a live record of the same payload (its
-    /// attempts go up by one) and an expired one (they start again at 1).
+    /// One failure update: `fresh` chooses between a live record of the same payload (its
+    /// attempts go up by one) and any other replaceable record, expired or of another payload
+    /// (they start again at 1): the rules of [`Record::is_replaceable`] and
+    /// [`Record::carries_attempts_to`].
     async fn fail_once(
         &self,
         record: &Record,
         now_ms: i64,
-        expired: bool,
+        fresh: bool,
     ) -> Result<Option<Failure>, StoreError> {
-        let (condition, attempts) = if expired {
-            (format!("NOT {HELD} AND #exp < :now_s"), "#attempts = :one")
+        let (condition, attempts) = if fresh {
+            (
+                format!(
+                    "NOT {HELD} AND (#exp < :now_s \
+                     OR (#status IN (:in_progress, :failed) AND #hash <> :hash))"
+                ),
+                "#attempts = :one",
+            )
         } else {
             (
                 format!(
@@ -166,7 +173,7 @@ impl DynamoDbBackend {
             "#result",
             "#omitted",
         ];
-        if !expired {
+        if !fresh {
             placeholders.push("#key");
         }
         let mut request = self
@@ -196,7 +203,7 @@ impl DynamoDbBackend {
             .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if !expired {
+        if !fresh {
             request = request
                 .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                 .expression_attribute_values(":zero", n(0));
@@ -304,12 +311,12 @@ impl TransactionalBackend for DynamoDbBackend {
     }
 
     async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
-        // The live record's update; an expired record's (attempts start again); and, should the
-        // expired one be deleted between the two, the live update once more (it now finds none).
-        for expired in [false, true, false] {
-            match self.fail_once(record, now_ms, expired).await? {
-                Some(Failure::Exists(existing))
-                    if !expired && existing.is_expired(now_ms) && !existing.is_held(now_ms) => {}
+        // The update of a live record of this payload; of any other replaceable record
+        // (attempts start again); and, should that one be deleted between the two, the first
+        // update once more (it now finds none).
+        for fresh in [false, true, false] {
+            match self.fail_once(record, now_ms, fresh).await? {
+                Some(Failure::Exists(existing)) if !fresh && existing.is_replaceable(now_ms) => {}
                 Some(failure) => return Ok(failure),
                 None => {}
             }

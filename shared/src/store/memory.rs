@@ -59,10 +59,23 @@ impl MemoryWrite {
 /// # });
 /// # fn tokio_test_block_on(f: impl std::future::Future) { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f); }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InMemoryBackend {
     records: Mutex<HashMap<String, Record>>,
     items: Mutex<HashMap<(String, String), String>>,
+    /// Distinguishes this backend from every other in the process ([`Backend::identity`]).
+    instance: u64,
+}
+
+impl Default for InMemoryBackend {
+    fn default() -> Self {
+        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self {
+            records: Mutex::default(),
+            items: Mutex::default(),
+            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
 }
 
 impl InMemoryBackend {
@@ -95,20 +108,23 @@ impl Backend for InMemoryBackend {
         let mut new = record.clone();
         new.attempts = 0;
         new.last_error = None;
+        let mut replaced = None;
         if let Some(old) = records.get(&record.key) {
-            if !old.is_replaceable_by(&record.payload_hash, now_ms) {
+            if !old.is_replaceable(now_ms) {
                 return Ok(Put::Exists(old.clone()));
             }
-            if !old.is_expired(now_ms) {
+            if old.carries_attempts_to(&record.payload_hash, now_ms) {
                 new.attempts = old.attempts;
                 new.last_error = old.last_error.clone();
+            } else if !old.is_expired(now_ms) {
+                replaced = Some(old.payload_hash.clone());
             }
         }
         new.result = None;
         new.result_omitted = false;
         let attempts = new.attempts;
         records.insert(new.key.clone(), new);
-        Ok(Put::Written { attempts })
+        Ok(Put::Written { attempts, replaced })
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -120,6 +136,12 @@ impl Backend for InMemoryBackend {
         let Some(record) = records.get_mut(key) else {
             return Ok(Updated::NotApplied);
         };
+        if record.shows_applied(update) {
+            // An earlier try of this update was applied.
+            return Ok(Updated::Applied {
+                attempts: Some(record.attempts),
+            });
+        }
         let held_by = |record: &Record, owner: &str| {
             record.status == Status::InProgress && record.owner.as_deref() == Some(owner)
         };
@@ -168,6 +190,10 @@ impl Backend for InMemoryBackend {
         self.lock().remove(key);
         Ok(())
     }
+
+    fn identity(&self) -> String {
+        format!("memory:{}", self.instance)
+    }
 }
 
 impl TransactionalBackend for InMemoryBackend {
@@ -194,7 +220,7 @@ impl TransactionalBackend for InMemoryBackend {
         // Records first, then items: the one order every method takes the two locks in.
         let mut records = self.lock();
         if let Some(old) = records.get(&record.key)
-            && !old.is_replaceable_by(&record.payload_hash, now_ms)
+            && !old.is_replaceable(now_ms)
         {
             return Ok(Commit::Exists(old.clone()));
         }
@@ -226,10 +252,10 @@ impl TransactionalBackend for InMemoryBackend {
         failed.last_error = record.last_error.as_deref().map(truncate_error);
         failed.attempts = 1;
         if let Some(old) = records.get(&record.key) {
-            if !old.is_replaceable_by(&record.payload_hash, now_ms) {
+            if !old.is_replaceable(now_ms) {
                 return Ok(Failure::Exists(old.clone()));
             }
-            if !old.is_expired(now_ms) {
+            if old.carries_attempts_to(&record.payload_hash, now_ms) {
                 failed.attempts = old.attempts + 1;
             }
         }

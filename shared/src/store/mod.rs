@@ -2,8 +2,8 @@
 //!
 //! A backend is the small [`Backend`] trait: put (conditionally), get, update, delete. It holds
 //! no expiry, hashing or state logic: the [`Idempotency`](crate::Idempotency) engine above it
-//! decides what to write, and [`Record::is_replaceable_by`] states the one rule a backend must
-//! apply atomically in [`Backend::put`].
+//! decides what to write, and [`Record::is_replaceable`] and [`Record::carries_attempts_to`] state
+//! the rules a backend must apply atomically in [`Backend::put`].
 //!
 //! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
 //!   conditional write per acquire, the existing record returned with
@@ -51,9 +51,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub enum Put {
     /// The record was written: the caller holds the key.
     Written {
-        /// Failed attempts the record carries: kept from the record it replaced, unless that
-        /// one had expired (then 0).
+        /// Failed attempts the record carries: kept from the record it replaced when that one
+        /// carried the same payload and had not expired ([`Record::carries_attempts_to`]), else 0.
         attempts: u32,
+        /// The payload hash of a live record of another payload that this write replaced (a
+        /// failed record, or one whose lease ended): a corrected message took over its key.
+        replaced: Option<String>,
     },
     /// A record that is not replaceable holds the key; here it is, as stored.
     Exists(Record),
@@ -63,7 +66,9 @@ pub enum Put {
 ///
 /// [`Update::Complete`] and [`Update::Fail`] are fenced: they apply only while the record is in
 /// progress and carries the caller's `owner` token, so an attempt whose lease ended and was taken
-/// over by another cannot overwrite that one's record.
+/// over by another cannot overwrite that one's record. A backend answers
+/// [`Updated::Applied`] too when the stored record shows the update applied by an earlier try of
+/// the same call ([`Record::shows_applied`]: an SDK retry whose first answer was lost).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
     /// Marks the record completed, with a new expiry and the result, if one is stored.
@@ -144,9 +149,10 @@ pub enum StoreError {
 pub trait Backend: Send + Sync {
     /// Writes `record` (an in-progress record) unless a record that is not replaceable holds its
     /// key, in one atomic step. A stored record is replaceable when
-    /// [`Record::is_replaceable_by`]`(&record.payload_hash, now_ms)` is true; the new record keeps
-    /// the stored record's `attempts` and `last_error` (both reset when the stored record has
-    /// expired), and clears its result.
+    /// [`Record::is_replaceable`]`(now_ms)` is true; the new record keeps the stored record's
+    /// `attempts` and `last_error` when
+    /// [`Record::carries_attempts_to`]`(&record.payload_hash, now_ms)` (else both start again),
+    /// and clears its result.
     ///
     /// When the key is held, returns [`Put::Exists`] with the stored record (no second request
     /// for a live record; replacing an expired one may take a second, conditional, request).
@@ -176,6 +182,15 @@ pub trait Backend: Send + Sync {
 
     /// Deletes the record of `key`, if there is one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Where this backend keeps its records (`dynamodb:TABLE`, `redis:NAMESPACE`): two backends
+    /// with one identity share records. The [local cache](crate::cache) keys its entries by it,
+    /// so that engines over different stores never answer for each other from one cache. The
+    /// default is the backend's type name: a backend of your own that can point at several
+    /// stores should name the one it uses.
+    fn identity(&self) -> String {
+        std::any::type_name::<Self>().to_owned()
+    }
 }
 
 impl<B: Backend> Backend for std::sync::Arc<B> {
@@ -201,5 +216,8 @@ impl<B: Backend> Backend for std::sync::Arc<B> {
     }
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).delete(key)
+    }
+    fn identity(&self) -> String {
+        (**self).identity()
     }
 }

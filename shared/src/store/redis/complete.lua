@@ -7,8 +7,12 @@
 -- ARGV[4]  '1' when a result existed but was too large to store, else '0'
 -- ARGV[5]  the result (JSON), when one is stored
 --
--- Returns {1, attempts} when applied, {0} when not.
+-- Returns {1, attempts} when applied (or applied already by an earlier try of this call: the
+-- record is completed and carries the caller's token), {0} when not.
 local key = KEYS[1]
+if applied_by(key, ARGV[1], 'COMPLETED') then
+  return {1, tonumber(redis.call('HGET', key, 'attempts')) or 0}
+end
 if not held_by(key, ARGV[1]) then
   return {0}
 end

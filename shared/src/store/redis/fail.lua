@@ -3,8 +3,12 @@
 -- KEYS[1]  the record's hash
 -- ARGV[1]  owner token                  ARGV[2]  the error message (truncated by the caller)
 --
--- Returns {1, attempts after this one} when applied, {0} when not. The expiry stays.
+-- Returns {1, attempts after this one} when applied (or applied already by an earlier try of this
+-- call: the record is failed and carries the caller's token), {0} when not. The expiry stays.
 local key = KEYS[1]
+if applied_by(key, ARGV[1], 'FAILED') then
+  return {1, tonumber(redis.call('HGET', key, 'attempts')) or 0}
+end
 if not held_by(key, ARGV[1]) then
   return {0}
 end

@@ -7,3 +7,10 @@ local function held_by(key, owner)
   return state[1] == 'IN_PROGRESS' and state[2] == owner
 end
 
+
+-- True when the record of `key` is in `status` and carries `owner`'s token: an earlier try of the
+-- same completion or failure was applied (`Record::shows_applied`).
+local function applied_by(key, owner, status)
+  local state = redis.call('HMGET', key, 'status', 'owner')
+  return state[1] == status and state[2] == owner
+end

@@ -86,7 +86,7 @@ pub(super) fn record_from_fields(
 /// What a script answered: `{1, attempts}` (applied) or `{0, ...}` (not applied), the rest of a
 /// reply not applied returned as it is.
 pub(super) enum Reply {
-    Applied { attempts: u32 },
+    Applied { attempts: u32, rest: Vec<Value> },
     NotApplied { rest: Vec<Value> },
 }
 
@@ -103,6 +103,7 @@ pub(super) fn reply(key: &str, script: &str, value: Value) -> Result<Reply, Stor
     match (items.next(), items.next()) {
         (Some(Value::Int(1)), Some(Value::Int(attempts))) => Ok(Reply::Applied {
             attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+            rest: items.collect(),
         }),
         (Some(Value::Int(0)), second) => Ok(Reply::NotApplied {
             rest: second.into_iter().chain(items).collect(),
@@ -217,7 +218,7 @@ mod tests {
             "fail",
             Value::Array(vec![Value::Int(1), Value::Int(3)]),
         );
-        assert!(matches!(applied, Ok(Reply::Applied { attempts: 3 })));
+        assert!(matches!(applied, Ok(Reply::Applied { attempts: 3, .. })));
         let held = reply(
             "k",
             "acquire",

@@ -21,7 +21,7 @@ pub const DEFAULT_NAMESPACE: &str = "idempotency:";
 /// Idempotency records in Redis or Valkey: one hash per key, expired by the server.
 ///
 /// Every operation is one round trip. Acquiring, completing, failing and resetting a record are
-/// each one Lua script (`EVALSHA`), so the rule of [`Record::is_replaceable_by`] and the fencing
+/// each one Lua script (`EVALSHA`), so the rule of [`Record::is_replaceable`] and the fencing
 /// of [`Update::Complete`] and [`Update::Fail`] are evaluated atomically on the server, exactly as
 /// the DynamoDB backend's condition expressions state them; a duplicate gets the stored record in
 /// the acquire's own reply. Reading is one `HGETALL`, deleting one `DEL`.
@@ -284,7 +284,15 @@ where
             .run_script(&SCRIPTS.acquire, &record.key, &args)
             .await?
         {
-            Reply::Applied { attempts } => Ok(Put::Written { attempts }),
+            Reply::Applied { attempts, rest } => Ok(Put::Written {
+                attempts,
+                replaced: match rest.into_iter().next() {
+                    Some(Value::BulkString(hash)) => {
+                        Some(String::from_utf8_lossy(&hash).into_owned())
+                    }
+                    _ => None,
+                },
+            }),
             Reply::NotApplied { rest } => {
                 let stored = rest.into_iter().next().unwrap_or(Value::Nil);
                 let fields = field_map(&record.key, stored)?;
@@ -341,7 +349,7 @@ where
             Update::ResetAttempts => self.run_script(&SCRIPTS.reset_attempts, key, &[]).await?,
         };
         Ok(match reply {
-            Reply::Applied { attempts } => Updated::Applied {
+            Reply::Applied { attempts, .. } => Updated::Applied {
                 attempts: Some(attempts),
             },
             Reply::NotApplied { .. } => {
@@ -356,6 +364,10 @@ where
 
     fn max_result_bytes(&self, _key: &str) -> Option<usize> {
         self.max_result_bytes
+    }
+
+    fn identity(&self) -> String {
+        format!("redis:{}", self.namespace)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
