@@ -404,3 +404,53 @@ async fn dead_letter_sends_and_visibility_changes_fit_before_the_deadline() {
 mod completion;
 #[path = "failing_messages/generated.rs"]
 mod generated;
+
+/// A record whose handler never started (the batch's stop margin had passed when its turn came)
+/// spends no attempt of its budget: the key is not even taken.
+#[tokio::test]
+async fn a_record_cut_by_the_deadline_before_its_handler_starts_spends_no_attempt() {
+    let store = Idempotency::new(Arc::new(InMemoryBackend::default()));
+    let ran = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = ran.clone();
+    let handler = json(move |_p: Payment, _ctx: RecordContext| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, std::io::Error>(1)
+        }
+    });
+    let lease_mode = handler
+        .idempotent(store.clone())
+        .with_keys(KeyConfig::json_pointer("/id"));
+    // 2.5 s left: past the start margin (0.5 s), but the handler's own work would be cancelled
+    // 2.6 s before the deadline, which has passed already.
+    let processor = BatchProcessor::new()
+        .start_margin(Duration::from_millis(500))
+        .stop_margin(Duration::from_millis(2_600))
+        .finish_margin(Duration::from_millis(100));
+    for round in 0..3 {
+        let mut e = event(vec![record("m1", &body("p", 1), None, round + 1)]);
+        e.context.deadline = system_time_ms(SystemTime::now() + Duration::from_millis(2500)) as u64;
+        let report = processor.process(&e, &lease_mode).await.unwrap();
+        let Err(error) = &report.records[0].result else {
+            panic!("not run")
+        };
+        assert!(
+            matches!(error.cause(), RecordError::DeadlineNear { .. }),
+            "{error:?}"
+        );
+        assert_eq!(error.attempts(), None);
+        assert!(!error.is_attempt());
+    }
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(store.get("p").await.unwrap(), None, "no attempt recorded");
+    // With time, the record runs as attempt 1.
+    let e = event(vec![record("m1", &body("p", 1), None, 4)]);
+    let report = BatchProcessor::new()
+        .process(&e, &lease_mode)
+        .await
+        .unwrap();
+    assert!(report.records[0].result.is_ok());
+    let record = store.get("p").await.unwrap().unwrap();
+    assert_eq!((record.status, record.attempts), (Status::Completed, 0));
+}

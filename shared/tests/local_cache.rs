@@ -199,3 +199,23 @@ async fn forgetting_a_key_drops_its_entry() {
     ));
     assert_eq!(f.counter.total(), 1);
 }
+
+/// Two engines on two tables, the same key prefix, one cache: an entry of one table never answers
+/// for the other (the cache is keyed by the backend's identity and the full stored key).
+#[tokio::test]
+async fn engines_over_two_tables_share_a_cache_without_answering_for_each_other() {
+    let f = fixture(16, Duration::from_secs(60)).await;
+    let client = f.engine.backend().client().clone();
+    let second_table = common::create_table(&client, "id", "expiration").await;
+    let second = Idempotency::new(DynamoDbBackend::new(client, &second_table))
+        .with_clock(f.clock.clone())
+        .with_local_cache(f.cache.clone());
+    assert_eq!(run(&f.engine, "k", b"{}").await, Outcome::Ran(7));
+    assert_eq!(
+        run(&second, "k", b"{}").await,
+        Outcome::Ran(7),
+        "the first table's entry does not answer for the second table"
+    );
+    assert_eq!(run(&second, "k", b"{}").await, Outcome::Replayed(Some(7)));
+    assert_eq!(f.cache.hits(), 1);
+}

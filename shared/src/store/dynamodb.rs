@@ -49,6 +49,11 @@ impl DynamoDbBackend {
         self
     }
 
+    /// The DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
