@@ -1,0 +1,132 @@
+//! The DynamoDB backend when the SDK retries a write whose first answer was lost (the request was
+//! applied, the response never arrived): the retry finds the attempt's own record. Mocked with
+//! `aws-smithy-mocks`: the first try answers HTTP 500 (the SDK retries it), the second answers as
+//! DynamoDB would after the first was applied.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemInput};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
+use aws_smithy_mocks::{RuleMode, mock, mock_client};
+use lambda_idempotency::store::{DynamoDbBackend, Updated};
+use lambda_idempotency::{Acquired, Idempotency};
+
+/// The item as the first try of `input` left it, with `status`.
+fn applied(input: &UpdateItemInput, status: &str) -> HashMap<String, AttributeValue> {
+    let values = input.expression_attribute_values().unwrap();
+    let mut item = HashMap::from([
+        ("id".to_owned(), input.key().unwrap()["id"].clone()),
+        ("status".to_owned(), AttributeValue::S(status.into())),
+        ("owner".to_owned(), values[":owner"].clone()),
+        ("attempts".to_owned(), AttributeValue::N("0".into())),
+    ]);
+    let expiry = values
+        .get(":exp")
+        .cloned()
+        .unwrap_or(AttributeValue::N("9999999999".into()));
+    item.insert("expiration".into(), expiry);
+    if let Some(lease) = values.get(":lease") {
+        item.insert("in_progress_expiration".into(), lease.clone());
+    }
+    if let Some(hash) = values.get(":hash") {
+        item.insert("payload_hash".into(), hash.clone());
+    }
+    item
+}
+
+/// A write whose first try is applied and its answer lost (HTTP 500, which the SDK retries),
+/// and whose retry then finds the attempt's own record, left in `status`: the condition fails and
+/// DynamoDB returns the record (`ALL_OLD`). The rule keeps the first try's input, since a retry's
+/// input is not shown to a mock.
+fn answer_lost(status: &'static str) -> aws_smithy_mocks::Rule {
+    let first: Arc<Mutex<Option<UpdateItemInput>>> = Arc::default();
+    let seen = first.clone();
+    mock!(aws_sdk_dynamodb::Client::update_item)
+        .match_requests(move |input| {
+            *seen.lock().unwrap() = Some(input.clone());
+            true
+        })
+        .sequence()
+        .http_status(500, None)
+        .times(1)
+        .error(move || {
+            let input = first
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the first try was seen");
+            UpdateItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder()
+                    .message("The conditional request failed")
+                    .set_item(Some(applied(&input, status)))
+                    .build(),
+            )
+        })
+        .build()
+}
+
+/// An engine whose client serves `rules` in order, retrying a failed try once.
+fn engine(rules: &[&aws_smithy_mocks::Rule]) -> Idempotency<DynamoDbBackend> {
+    let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, rules, |c| {
+        c.retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(2)
+                .with_initial_backoff(Duration::from_millis(1)),
+        )
+    });
+    Idempotency::new(DynamoDbBackend::new(client, "idempotency")).with_key_prefix("fn")
+}
+
+#[tokio::test]
+async fn a_retried_acquire_that_finds_its_own_lease_holds_the_key() {
+    let lost = answer_lost("IN_PROGRESS");
+    let engine = engine(&[&lost]);
+    let acquired = engine.acquire("k", b"body", None).await.unwrap();
+    assert!(matches!(acquired, Acquired::Started(_)), "{acquired:?}");
+    assert_eq!(lost.num_calls(), 2, "the SDK retried");
+}
+
+#[tokio::test]
+async fn a_retried_completion_that_finds_its_own_completed_record_succeeded() {
+    let acquire = mock!(aws_sdk_dynamodb::Client::update_item).then_compute_output(|input| {
+        aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder()
+            .set_attributes(Some(applied(input, "IN_PROGRESS")))
+            .build()
+    });
+    let lost = answer_lost("COMPLETED");
+    let engine = engine(&[&acquire, &lost]);
+    let Acquired::Started(lease) = engine.acquire("k", b"body", None).await.unwrap() else {
+        panic!("started");
+    };
+    assert!(
+        matches!(
+            engine.complete(&lease, None).await.unwrap(),
+            Updated::Applied { .. }
+        ),
+        "its own completion, applied by the first try"
+    );
+    assert_eq!(lost.num_calls(), 2, "the SDK retried");
+}
+
+#[tokio::test]
+async fn a_retried_failure_that_finds_its_own_failed_record_counts_once() {
+    let acquire = mock!(aws_sdk_dynamodb::Client::update_item).then_compute_output(|input| {
+        aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder()
+            .set_attributes(Some(applied(input, "IN_PROGRESS")))
+            .build()
+    });
+    let lost = answer_lost("FAILED");
+    let engine = engine(&[&acquire, &lost]);
+    let Acquired::Started(lease) = engine.acquire("k", b"body", None).await.unwrap() else {
+        panic!("started");
+    };
+    assert_eq!(
+        engine.fail(&lease, "boom").await.unwrap(),
+        Updated::Applied { attempts: Some(0) },
+        "applied by the first try; the stored count is returned, not counted again"
+    );
+}
