@@ -296,6 +296,44 @@ async fn the_same_key_with_another_payload_is_a_mismatch() {
     assert!(item(&f, "b").await.is_some());
 }
 
+/// The transactional mode follows the same payload rules as the lease mode: a failed attempt of
+/// a malformed payload never blocks its correction, and the correction re-serialized is a
+/// duplicate.
+#[tokio::test]
+async fn a_corrected_payload_after_a_failed_transaction_commits_and_a_reserialized_resend_is_a_duplicate()
+ {
+    let f = fixture().await;
+    let failing = || async { Err::<Tx<()>, _>(std::io::Error::other("amountCents is not a number")) };
+    for attempt in 1..=2 {
+        let error = f
+            .engine
+            .transact("p-9", br#"{"amountCents":"ten"}"#, None, failing)
+            .await
+            .unwrap_err();
+        assert_eq!(error.attempts(), Some(attempt));
+    }
+    let table = f.effects.clone();
+    let fixed = || async move { Ok::<_, std::io::Error>(Tx::new(()).put(entry(&table, "p-9"))) };
+    assert_eq!(
+        f.engine
+            .transact("p-9", br#"{"amountCents":10}"#, None, fixed)
+            .await
+            .unwrap(),
+        Transacted::Committed(())
+    );
+    assert!(item(&f, "p-9").await.is_some(), "the correction's write applied");
+    let table = f.effects.clone();
+    let again = || async move { Ok::<_, std::io::Error>(Tx::new(()).put(entry(&table, "p-9-again"))) };
+    assert!(matches!(
+        f.engine
+            .transact("p-9", b"{ \"amountCents\": 10 }", None, again)
+            .await
+            .unwrap(),
+        Transacted::Duplicate { .. }
+    ));
+    assert!(item(&f, "p-9-again").await.is_none(), "a duplicate applies nothing");
+}
+
 #[tokio::test]
 async fn ten_concurrent_invocations_of_one_key_commit_one_transaction() {
     let f = Arc::new(fixture().await);
