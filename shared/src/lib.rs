@@ -99,6 +99,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod publish;
 pub mod record;
+pub mod redact;
 pub mod redrive_policy;
 pub mod store;
 pub mod transaction;
