@@ -101,6 +101,7 @@ pub mod outcome;
 pub mod payload;
 pub mod publish;
 pub mod record;
+pub mod redact;
 pub mod redrive_policy;
 pub mod store;
 pub mod transaction;

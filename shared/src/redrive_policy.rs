@@ -13,6 +13,25 @@
 //! its `N`-th failed attempt, in the same loop, and no longer blocks). [`min_max_receive_count`]
 //! is that bound; [`check`] compares a queue's policy with it and [`warn_if_too_low`] logs what to
 //! fix, for a consumer's cold start.
+//!
+//! [`check_queue`] (and [`warn_if_unsafe`], which logs what it finds) does the same and two more
+//! checks, with one `GetQueueAttributes` of the queue (`RedrivePolicy`, `MessageRetentionPeriod`,
+//! `MaximumMessageSize`) and one of the dead-letter queue its policy names
+//! (`MessageRetentionPeriod`, `MaximumMessageSize`):
+//!
+//! - the dead-letter queue must take messages as large as its source queue does: if its
+//!   `MaximumMessageSize` is smaller, a large message cannot be moved there whole
+//!   ([`Finding::DeadLetterTakesSmallerMessages`]; the consumer's own dead-lettering then sends a
+//!   reduced copy, see [`dead_letter`](crate::dead_letter), and cannot move a body over the limit
+//!   at all);
+//! - an idempotency record must outlive every copy of its message, or a copy redriven from the
+//!   dead-letter queue runs again: the engine's expiry must be at least the queue's
+//!   `MessageRetentionPeriod` plus the dead-letter queue's ([`Finding::ExpiryTooShort`]).
+//!
+//! What they find is logged and returned, never an error: a cold start does not fail on it.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -102,26 +121,38 @@ async fn read(
     batch_size: u32,
     max_attempts: u32,
 ) -> RedriveCheck {
-    let required = min_max_receive_count(batch_size, max_attempts);
     let url = match queue_url(sqs, queue).await {
         Ok(url) => url,
         Err(e) => return RedriveCheck::Unreadable(e),
     };
-    let attributes = match sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::RedrivePolicy)
+    match attributes(sqs, &url, &[QueueAttributeName::RedrivePolicy]).await {
+        Ok(attributes) => backstop(&attributes, batch_size, max_attempts),
+        Err(e) => RedriveCheck::Unreadable(e),
+    }
+}
+
+/// The queue's attributes `names`, by one `GetQueueAttributes`.
+async fn attributes(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    names: &[QueueAttributeName],
+) -> Result<HashMap<QueueAttributeName, String>, String> {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .set_attribute_names(Some(names.to_vec()))
         .send()
         .await
-    {
-        Ok(out) => out.attributes.unwrap_or_default(),
-        Err(e) => {
-            return RedriveCheck::Unreadable(format!(
-                "GetQueueAttributes {url}: {}",
-                DisplayErrorContext(e)
-            ));
-        }
-    };
+        .map(|out| out.attributes.unwrap_or_default())
+        .map_err(|e| format!("GetQueueAttributes {url}: {}", DisplayErrorContext(e)))
+}
+
+/// The backstop check of a queue's attributes (its `RedrivePolicy`).
+fn backstop(
+    attributes: &HashMap<QueueAttributeName, String>,
+    batch_size: u32,
+    max_attempts: u32,
+) -> RedriveCheck {
+    let required = min_max_receive_count(batch_size, max_attempts);
     let Some(policy) = attributes
         .get(&QueueAttributeName::RedrivePolicy)
         .filter(|p| !p.is_empty())
@@ -150,8 +181,13 @@ pub async fn warn_if_too_low(
     max_attempts: u32,
 ) -> RedriveCheck {
     let result = check(sqs, queue, batch_size, max_attempts).await;
+    log_backstop(queue, batch_size, max_attempts, &result);
+    result
+}
+
+fn log_backstop(queue: &QueueRef, batch_size: u32, max_attempts: u32, result: &RedriveCheck) {
     let queue = queue.to_string();
-    match &result {
+    match result {
         RedriveCheck::Ok {
             max_receive_count,
             required,
@@ -191,6 +227,263 @@ pub async fn warn_if_too_low(
              {max_attempts} attempts it must be at least {}",
             min_max_receive_count(batch_size, max_attempts)
         ),
+    }
+}
+
+/// A queue's `MessageRetentionPeriod` and `MaximumMessageSize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// `MessageRetentionPeriod`: how long SQS keeps a message.
+    pub retention: Duration,
+    /// `MaximumMessageSize`, in bytes.
+    pub max_message_size: u32,
+}
+
+impl QueueLimits {
+    fn read(attributes: &HashMap<QueueAttributeName, String>) -> Result<Self, String> {
+        let number = |name: QueueAttributeName| {
+            let value = attributes
+                .get(&name)
+                .ok_or_else(|| format!("no {} in the answer", name.as_str()))?;
+            value
+                .trim()
+                .parse::<u32>()
+                .map_err(|e| format!("{} is `{value}`: {e}", name.as_str()))
+        };
+        Ok(Self {
+            retention: Duration::from_secs(
+                number(QueueAttributeName::MessageRetentionPeriod)?.into(),
+            ),
+            max_message_size: number(QueueAttributeName::MaximumMessageSize)?,
+        })
+    }
+}
+
+/// What [`check_queue`] found: the redrive backstop as [`check`] answers it, the limits it read,
+/// and what needs fixing beyond the backstop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueCheck {
+    /// The redrive backstop, as [`check`] answers.
+    pub redrive: RedriveCheck,
+    /// The queue's retention and largest message, when they could be read.
+    pub source: Option<QueueLimits>,
+    /// The dead-letter queue its redrive policy names (`deadLetterTargetArn`), if any.
+    pub dead_letter_arn: Option<String>,
+    /// The dead-letter queue's retention and largest message, when they could be read.
+    pub dead_letter: Option<QueueLimits>,
+    /// What needs fixing besides the backstop; empty when nothing does.
+    pub findings: Vec<Finding>,
+}
+
+/// Something [`check_queue`] found to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The dead-letter queue takes smaller messages than its source queue: a large message
+    /// cannot be moved there whole.
+    DeadLetterTakesSmallerMessages {
+        /// The source queue's `MaximumMessageSize`, bytes.
+        source: u32,
+        /// The dead-letter queue's `MaximumMessageSize`, bytes.
+        dead_letter: u32,
+    },
+    /// The idempotency records expire before every copy of their message is gone: a copy
+    /// redriven late from the dead-letter queue finds no record and runs again.
+    ExpiryTooShort {
+        /// The engine's expiry.
+        expiry: Duration,
+        /// The source queue's `MessageRetentionPeriod`.
+        source_retention: Duration,
+        /// The dead-letter queue's `MessageRetentionPeriod` (zero without a dead-letter queue).
+        dead_letter_retention: Duration,
+        /// Their sum: the shortest safe expiry.
+        required: Duration,
+    },
+    /// A queue's `MaximumMessageSize` and `MessageRetentionPeriod` could not be read (the
+    /// dead-letter queue's need `sqs:GetQueueUrl` and `sqs:GetQueueAttributes` on it): what
+    /// depends on them was not checked.
+    Unreadable(String),
+}
+
+/// [`check`], and two more checks of the queue and of the dead-letter queue its redrive policy
+/// names (see the module docs): the dead-letter queue's `MaximumMessageSize` is at least the
+/// queue's, and `expiry`, the idempotency engine's (the records' lifetime), is at least the
+/// queue's `MessageRetentionPeriod` plus the dead-letter queue's (the queue's alone when it has no
+/// redrive policy). Two `GetQueueAttributes` (and a `GetQueueUrl` for the dead-letter queue, and
+/// for `queue` when given by ARN), all within [`CHECK_TIMEOUT`].
+pub async fn check_queue(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueueRef,
+    batch_size: u32,
+    max_attempts: u32,
+    expiry: Duration,
+) -> QueueCheck {
+    let read = read_all(sqs, queue, batch_size, max_attempts, expiry);
+    tokio::time::timeout(CHECK_TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| unreadable(format!("no answer from SQS within {CHECK_TIMEOUT:?}")))
+}
+
+fn unreadable(error: String) -> QueueCheck {
+    QueueCheck {
+        redrive: RedriveCheck::Unreadable(error),
+        source: None,
+        dead_letter_arn: None,
+        dead_letter: None,
+        findings: Vec::new(),
+    }
+}
+
+async fn read_all(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueueRef,
+    batch_size: u32,
+    max_attempts: u32,
+    expiry: Duration,
+) -> QueueCheck {
+    let url = match queue_url(sqs, queue).await {
+        Ok(url) => url,
+        Err(e) => return unreadable(e),
+    };
+    let names = [
+        QueueAttributeName::RedrivePolicy,
+        QueueAttributeName::MessageRetentionPeriod,
+        QueueAttributeName::MaximumMessageSize,
+    ];
+    let source_attributes = match attributes(sqs, &url, &names).await {
+        Ok(attributes) => attributes,
+        Err(e) => return unreadable(e),
+    };
+    let mut result = QueueCheck {
+        redrive: backstop(&source_attributes, batch_size, max_attempts),
+        source: None,
+        dead_letter_arn: None,
+        dead_letter: None,
+        findings: Vec::new(),
+    };
+    let source = match QueueLimits::read(&source_attributes) {
+        Ok(limits) => limits,
+        Err(e) => {
+            result
+                .findings
+                .push(Finding::Unreadable(format!("{url}: {e}")));
+            return result;
+        }
+    };
+    result.source = Some(source);
+    result.dead_letter_arn = source_attributes
+        .get(&QueueAttributeName::RedrivePolicy)
+        .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+        .and_then(|doc| doc["deadLetterTargetArn"].as_str().map(str::to_owned));
+    if let Some(arn) = &result.dead_letter_arn {
+        let names = [
+            QueueAttributeName::MessageRetentionPeriod,
+            QueueAttributeName::MaximumMessageSize,
+        ];
+        let read = match queue_url(sqs, &QueueRef::Arn(arn.clone())).await {
+            Ok(url) => attributes(sqs, &url, &names)
+                .await
+                .and_then(|a| QueueLimits::read(&a)),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(limits) => result.dead_letter = Some(limits),
+            Err(e) => result.findings.push(Finding::Unreadable(e)),
+        }
+    }
+    if let Some(dead_letter) = result.dead_letter
+        && dead_letter.max_message_size < source.max_message_size
+    {
+        result
+            .findings
+            .push(Finding::DeadLetterTakesSmallerMessages {
+                source: source.max_message_size,
+                dead_letter: dead_letter.max_message_size,
+            });
+    }
+    let dead_letter_retention = result.dead_letter.map_or(Duration::ZERO, |d| d.retention);
+    let required = source.retention + dead_letter_retention;
+    if expiry < required {
+        result.findings.push(Finding::ExpiryTooShort {
+            expiry,
+            source_retention: source.retention,
+            dead_letter_retention,
+            required,
+        });
+    }
+    result
+}
+
+/// [`check_queue`], and a log line for each outcome: the backstop's as [`warn_if_too_low`]
+/// logs it, and a `warn` with the numbers and the fix for each [`Finding`]. For a consumer's cold
+/// start: nothing it finds is an error.
+pub async fn warn_if_unsafe(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueueRef,
+    batch_size: u32,
+    max_attempts: u32,
+    expiry: Duration,
+) -> QueueCheck {
+    let result = check_queue(sqs, queue, batch_size, max_attempts, expiry).await;
+    log_backstop(queue, batch_size, max_attempts, &result.redrive);
+    let queue = queue.to_string();
+    let dead_letter_queue = result.dead_letter_arn.as_deref().unwrap_or("none");
+    for finding in &result.findings {
+        match finding {
+            Finding::DeadLetterTakesSmallerMessages {
+                source,
+                dead_letter,
+            } => tracing::warn!(
+                queue,
+                dead_letter_queue,
+                source_max_message_size = source,
+                dead_letter_max_message_size = dead_letter,
+                "dead-letter queue takes smaller messages: queue {queue} takes messages of up to \
+                 {source} bytes but its dead-letter queue {dead_letter_queue} only {dead_letter} \
+                 bytes, so a large message cannot be moved there whole (the consumer sends a \
+                 reduced copy, and cannot move a body over {dead_letter} bytes at all). Fix: set \
+                 the dead-letter queue's MaximumMessageSize to {source}"
+            ),
+            Finding::ExpiryTooShort {
+                expiry,
+                source_retention,
+                dead_letter_retention,
+                required,
+            } => tracing::warn!(
+                queue,
+                dead_letter_queue,
+                expiry_seconds = expiry.as_secs(),
+                source_retention_seconds = source_retention.as_secs(),
+                dead_letter_retention_seconds = dead_letter_retention.as_secs(),
+                required_seconds = required.as_secs(),
+                "idempotency expiry too short: records expire after {} s, but a message can live \
+                 {} s on queue {queue} and {} s more on its dead-letter queue \
+                 {dead_letter_queue}, so a copy redriven late finds no record and runs again. \
+                 Fix: set the expiry (IDEMPOTENCY_TTL_SECONDS) to at least {} s, or shorten the \
+                 queues' MessageRetentionPeriod",
+                expiry.as_secs(),
+                source_retention.as_secs(),
+                dead_letter_retention.as_secs(),
+                required.as_secs()
+            ),
+            Finding::Unreadable(error) => tracing::warn!(
+                queue,
+                dead_letter_queue,
+                error,
+                "could not read a queue's MaximumMessageSize and MessageRetentionPeriod (the \
+                 dead-letter queue's need sqs:GetQueueUrl and sqs:GetQueueAttributes on it): the \
+                 dead-letter queue's message size and the idempotency expiry were not checked \
+                 against them"
+            ),
+        }
+    }
+    if result.findings.is_empty() && result.source.is_some() {
+        tracing::info!(
+            queue,
+            dead_letter_queue,
+            expiry_seconds = expiry.as_secs(),
+            "queue limits: the dead-letter queue takes the queue's messages, and records outlive \
+             every copy of their message"
+        );
     }
     result
 }

@@ -4,7 +4,12 @@ mod common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::redrive_policy::{QueueRef, RedriveCheck, check, warn_if_too_low};
+use std::time::Duration;
+
+use lambda_idempotency::redrive_policy::{
+    Finding, QueueLimits, QueueRef, RedriveCheck, check, check_queue, warn_if_too_low,
+    warn_if_unsafe,
+};
 
 /// A FIFO queue with a FIFO dead-letter queue after `max_receive_count` receives (`None`: no
 /// redrive policy). Returns the queue's URL and name.
@@ -119,4 +124,220 @@ async fn no_policy_and_a_missing_queue_are_told_apart() {
         RedriveCheck::Unreadable(e) => assert!(e.contains("GetQueueAttributes"), "{e}"),
         other => panic!("a missing queue is unreadable, not {other:?}"),
     }
+}
+
+// --- the dead-letter queue's message size and the records' expiry ------------------------------
+
+const FOUR_DAYS: u64 = 345_600;
+const FOURTEEN_DAYS: u64 = 1_209_600;
+
+/// A FIFO queue with `attributes`; its URL and ARN.
+async fn fifo_queue(
+    sqs: &aws_sdk_sqs::Client,
+    attributes: &[(QueueAttributeName, String)],
+) -> (String, String) {
+    let mut create = sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", common::unique("limits")))
+        .attributes(QueueAttributeName::FifoQueue, "true");
+    for (name, value) in attributes {
+        create = create.attributes(name.clone(), value);
+    }
+    let url = create.send().await.unwrap().queue_url.unwrap();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    (url, arn)
+}
+
+fn limits(retention: u64, max_message_size: u32) -> Vec<(QueueAttributeName, String)> {
+    vec![
+        (
+            QueueAttributeName::MessageRetentionPeriod,
+            retention.to_string(),
+        ),
+        (
+            QueueAttributeName::MaximumMessageSize,
+            max_message_size.to_string(),
+        ),
+    ]
+}
+
+/// A queue (retention 4 days, `source_size` bytes) whose redrive policy (maxReceiveCount 41)
+/// names a dead-letter queue (retention 14 days, `dead_letter_size` bytes). The queue's URL, the
+/// dead-letter queue's URL and ARN.
+async fn pair(
+    sqs: &aws_sdk_sqs::Client,
+    source_size: u32,
+    dead_letter_size: u32,
+) -> (String, String, String) {
+    let (dlq_url, dlq_arn) = fifo_queue(sqs, &limits(FOURTEEN_DAYS, dead_letter_size)).await;
+    let mut attributes = limits(FOUR_DAYS, source_size);
+    attributes.push((
+        QueueAttributeName::RedrivePolicy,
+        serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": 41 }).to_string(),
+    ));
+    let (url, _) = fifo_queue(sqs, &attributes).await;
+    (url, dlq_url, dlq_arn)
+}
+
+const ENOUGH: Duration = Duration::from_secs(FOUR_DAYS + FOURTEEN_DAYS);
+
+#[tokio::test]
+async fn queues_that_fit_each_other_have_no_findings() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, _, dlq_arn) = pair(&sqs, 262_144, 262_144).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    assert_eq!(
+        found.redrive,
+        RedriveCheck::Ok {
+            max_receive_count: 41,
+            required: 41
+        }
+    );
+    assert_eq!(
+        found.source,
+        Some(QueueLimits {
+            retention: Duration::from_secs(FOUR_DAYS),
+            max_message_size: 262_144
+        })
+    );
+    assert_eq!(
+        found.dead_letter,
+        Some(QueueLimits {
+            retention: Duration::from_secs(FOURTEEN_DAYS),
+            max_message_size: 262_144
+        })
+    );
+    assert_eq!(found.dead_letter_arn, Some(dlq_arn));
+    assert_eq!(found.findings, []);
+}
+
+#[tokio::test]
+async fn a_dead_letter_queue_taking_smaller_messages_is_found_with_both_sizes() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, _, _) = pair(&sqs, 1_048_576, 65_536).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    assert_eq!(
+        found.findings,
+        [Finding::DeadLetterTakesSmallerMessages {
+            source: 1_048_576,
+            dead_letter: 65_536
+        }]
+    );
+    assert!(matches!(found.redrive, RedriveCheck::Ok { .. }));
+    // A larger dead-letter queue is fine.
+    let (url, _, _) = pair(&sqs, 65_536, 1_048_576).await;
+    assert_eq!(
+        check_queue(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH)
+            .await
+            .findings,
+        []
+    );
+}
+
+#[tokio::test]
+async fn an_expiry_shorter_than_both_retentions_is_found_with_the_numbers() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, _, _) = pair(&sqs, 262_144, 262_144).await;
+    let queue = QueueRef::Url(url);
+    let short = ENOUGH - Duration::from_secs(1);
+    let found = warn_if_unsafe(&sqs, &queue, 10, 5, short).await;
+    assert_eq!(
+        found.findings,
+        [Finding::ExpiryTooShort {
+            expiry: short,
+            source_retention: Duration::from_secs(FOUR_DAYS),
+            dead_letter_retention: Duration::from_secs(FOURTEEN_DAYS),
+            required: ENOUGH,
+        }]
+    );
+    // The library's default expiry (24 hours) is far too short for these queues.
+    let found = check_queue(&sqs, &queue, 10, 5, Duration::from_secs(86_400)).await;
+    assert!(
+        matches!(found.findings[..], [Finding::ExpiryTooShort { required, .. }] if required == ENOUGH),
+        "{found:?}"
+    );
+    assert_eq!(check_queue(&sqs, &queue, 10, 5, ENOUGH).await.findings, []);
+}
+
+#[tokio::test]
+async fn both_findings_are_reported_together_and_the_backstop_still_checked() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, _, _) = pair(&sqs, 262_144, 1_024).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 6, Duration::from_secs(60)).await;
+    assert_eq!(
+        found.redrive,
+        RedriveCheck::TooLow {
+            max_receive_count: 41,
+            required: 51
+        }
+    );
+    assert_eq!(found.findings.len(), 2, "{found:?}");
+    assert!(matches!(
+        found.findings[0],
+        Finding::DeadLetterTakesSmallerMessages {
+            source: 262_144,
+            dead_letter: 1_024
+        }
+    ));
+    assert!(matches!(found.findings[1], Finding::ExpiryTooShort { .. }));
+}
+
+#[tokio::test]
+async fn without_a_redrive_policy_the_expiry_is_checked_against_the_queues_retention() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, _) = fifo_queue(&sqs, &limits(FOUR_DAYS, 262_144)).await;
+    let queue = QueueRef::Url(url);
+    let found = warn_if_unsafe(&sqs, &queue, 10, 5, Duration::from_secs(86_400)).await;
+    assert_eq!(found.redrive, RedriveCheck::NoRedrivePolicy);
+    assert_eq!(found.dead_letter_arn, None);
+    assert_eq!(
+        found.findings,
+        [Finding::ExpiryTooShort {
+            expiry: Duration::from_secs(86_400),
+            source_retention: Duration::from_secs(FOUR_DAYS),
+            dead_letter_retention: Duration::ZERO,
+            required: Duration::from_secs(FOUR_DAYS),
+        }]
+    );
+    assert_eq!(
+        check_queue(&sqs, &queue, 10, 5, Duration::from_secs(FOUR_DAYS))
+            .await
+            .findings,
+        []
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_dead_letter_queue_is_a_finding_not_a_failure() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let (url, dlq_url, _) = pair(&sqs, 262_144, 262_144).await;
+    sqs.delete_queue().queue_url(&dlq_url).send().await.unwrap();
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    assert!(matches!(found.redrive, RedriveCheck::Ok { .. }));
+    assert_eq!(found.dead_letter, None);
+    assert!(
+        matches!(&found.findings[..], [Finding::Unreadable(e)] if e.contains("GetQueueUrl")),
+        "{found:?}"
+    );
+    // A missing source queue: unreadable, no findings, no error.
+    let missing = format!(
+        "{}/123456789012/{}",
+        common::endpoint().trim_end_matches('/'),
+        common::unique("missing")
+    );
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(missing), 10, 5, ENOUGH).await;
+    assert!(
+        matches!(&found.redrive, RedriveCheck::Unreadable(e) if e.contains("GetQueueAttributes")),
+        "{found:?}"
+    );
+    assert_eq!(found.findings, []);
 }

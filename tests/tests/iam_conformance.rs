@@ -136,16 +136,25 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
         ),
     );
-    // Each consumer's cold start: the redrive policy check its main runs.
+    // Each consumer's cold start: the queue checks its main runs (the redrive backstop, the
+    // dead-letter queue's message size and retention, the expiry against both retentions).
     for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
-        let check = payments_model::check_redrive_backstop(sqs, s)
+        let ttl = payments_model::Settings::seconds(
+            s,
+            "IDEMPOTENCY_TTL_SECONDS",
+            payments_model::DEFAULT_IDEMPOTENCY_TTL,
+        )
+        .unwrap();
+        let check = payments_model::check_redrive_backstop(sqs, s, ttl)
             .await
-            .unwrap();
+            .unwrap()
+            .expect("SOURCE_QUEUE_URL and MAX_ATTEMPTS are set");
         assert!(
             matches!(
-                check,
-                Some(lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. })
-            ),
+                check.redrive,
+                lambda_idempotency::redrive_policy::RedriveCheck::Ok { .. }
+            ) && check.findings.is_empty()
+                && check.dead_letter.is_some(),
             "{check:?}"
         );
     }

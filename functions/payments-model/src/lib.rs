@@ -254,26 +254,45 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
         .transpose()
 }
 
-/// The cold-start check of a consumer's redrive backstop: reads the `RedrivePolicy` of
-/// `SOURCE_QUEUE_URL` and logs a warning naming the queue, the values and the fix when its
-/// `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
-/// `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a failing
-/// one of their FIFO group). `None` when `SOURCE_QUEUE_URL` or `MAX_ATTEMPTS` is unset. Never
-/// fails the cold start on what it finds: only an invalid setting is an error.
+/// The cold-start checks of a consumer's queue ([`warn_if_unsafe`]): reads the `RedrivePolicy`,
+/// `MessageRetentionPeriod` and `MaximumMessageSize` of `SOURCE_QUEUE_URL`, and the retention and
+/// size of the dead-letter queue its policy names, and logs a warning with the values and the
+/// fix when
+///
+/// - its `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
+///   `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a
+///   failing one of their FIFO group);
+/// - the dead-letter queue's `MaximumMessageSize` is smaller than the queue's (a large message
+///   cannot be moved there whole);
+/// - `idempotency_ttl`, the consumer's configured expiry (`IDEMPOTENCY_TTL_SECONDS`), is shorter
+///   than the queue's retention plus the dead-letter queue's (a copy redriven late would run
+///   again).
+///
+/// `None` when `SOURCE_QUEUE_URL` or `MAX_ATTEMPTS` is unset. Never fails the cold start on what
+/// it finds: only an invalid setting is an error.
 ///
 /// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
+/// [`warn_if_unsafe`]: lambda_idempotency::redrive_policy::warn_if_unsafe
 pub async fn check_redrive_backstop(
     sqs: &aws_sdk_sqs::Client,
     settings: &impl Settings,
-) -> Result<Option<lambda_idempotency::redrive_policy::RedriveCheck>, ConfigError> {
-    use lambda_idempotency::redrive_policy::{QueueRef, warn_if_too_low};
+    idempotency_ttl: Duration,
+) -> Result<Option<lambda_idempotency::redrive_policy::QueueCheck>, ConfigError> {
+    use lambda_idempotency::redrive_policy::{QueueRef, warn_if_unsafe};
     let batch_size = event_source_batch_size(settings)?;
     let (Some(url), Some(attempts)) = (settings.get("SOURCE_QUEUE_URL"), max_attempts(settings)?)
     else {
         return Ok(None);
     };
     Ok(Some(
-        warn_if_too_low(sqs, &QueueRef::Url(url), batch_size, attempts).await,
+        warn_if_unsafe(
+            sqs,
+            &QueueRef::Url(url),
+            batch_size,
+            attempts,
+            idempotency_ttl,
+        )
+        .await,
     ))
 }
 

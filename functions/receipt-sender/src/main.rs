@@ -7,9 +7,16 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_model::sdk_config().await;
     let app = App::from_settings(&sdk, &payments_model::Env)?;
-    // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages:
-    // warn at cold start (the check never stops the function).
-    payments_model::check_redrive_backstop(&aws_sdk_sqs::Client::new(&sdk), &payments_model::Env)
-        .await?;
+    // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages, a
+    // dead-letter queue taking smaller messages could not take a large one, and records expiring
+    // before a message's last copy would let a redriven copy run again: warn at cold start (the
+    // check never stops the function).
+    let ttl = receipt_sender::Config::from_settings(&payments_model::Env)?.idempotency_ttl;
+    payments_model::check_redrive_backstop(
+        &aws_sdk_sqs::Client::new(&sdk),
+        &payments_model::Env,
+        ttl,
+    )
+    .await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| app.handle(event))).await
 }

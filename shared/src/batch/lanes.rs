@@ -1,6 +1,9 @@
 //! One batch being processed: records run in lanes (a FIFO message group, the whole batch in
 //! strict order, or a single record of a standard queue), and a record that fails for good goes
-//! to the dead-letter queue right where it fails, so that the rest of its lane runs on.
+//! to the dead-letter queue right where it fails, so that the rest of its lane runs on (as a
+//! reduced copy when the whole one does not fit the queue: see [`DeadLetter::send`]). The reason
+//! it is sent and logged with has what looks like an item's value cut
+//! ([`safe_reason`](crate::redact::safe_reason)).
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -200,17 +203,19 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             );
             return false;
         };
-        let reason = if error.is_permanent() {
+        // Without what looks like an item's value: the reason is logged and sent.
+        let reason = crate::redact::safe_reason(&if error.is_permanent() {
             error.to_string()
         } else {
             format!("attempt budget used up: {error}")
-        };
+        });
         match tokio::time::timeout(budget, dead_letter.send(&self.records[i], &reason)).await {
-            Ok(Ok(())) => {
+            Ok(Ok(copied)) => {
                 tracing::warn!(
                     message_id,
                     queue = dead_letter.queue_url(),
                     reason,
+                    ?copied,
                     "moved to the dead-letter queue"
                 );
                 // The hook sees the attempt the store counted, when it counted one.
