@@ -33,6 +33,8 @@
   and copied every table it names in full before each transaction, so a transaction's cost grew
   with its tables' size (about a second on tables of a few thousand items). Conditions are checked
   first, and only the items written (and their stream records) are kept to undo a failed write.
+  A Put whose item lacks a key attribute of its table is refused as DynamoDB refuses it (a
+  ValidationException, "Missing the key ... in the item"), not with a server error.
 
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
@@ -250,6 +252,13 @@ def _transact_write_items(self, transact_items):
             raise MockValidationException(f"Unsupported transaction operation {op_type}")
         table = self.get_table(op["TableName"])
         if op_type == "Put":
+            # DynamoDB refuses the whole request when a Put lacks a key attribute of its table
+            # (moto's own code stopped at a KeyError here: a 500, which the SDK retries).
+            for name in (table.hash_key_attr, table.range_key_attr):
+                if name is not None and name not in op["Item"]:
+                    raise MockValidationException(
+                        f"One or more parameter values were invalid: Missing the key {name} in the item"
+                    )
             key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
             if table.range_key_attr is not None:
                 key[table.range_key_attr] = op["Item"][table.range_key_attr]

@@ -136,6 +136,14 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
                 "dynamodb:DeleteItem".to_owned(),
                 table("payments-idempotency")
             ),
+            (
+                "dynamodb:DescribeTable".to_owned(),
+                table("payments-idempotency")
+            ),
+            (
+                "dynamodb:DescribeTimeToLive".to_owned(),
+                table("payments-idempotency")
+            ),
             ("dynamodb:GetItem".to_owned(), table("payments"))
         ]
     );

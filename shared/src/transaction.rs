@@ -13,7 +13,13 @@
 //!   any point leaves either all of it or none of it, and a redelivery after a crash cannot apply
 //!   the writes a second time;
 //! - the handler's own conditions are its business: a write refused by its condition fails the
-//!   record with [`TransactError::Rejected`], naming the write, and nothing is applied.
+//!   record with [`TransactError::Rejected`], naming the write, and nothing is applied;
+//! - only the message's own faults are permanent: an item over the store's size limit
+//!   ([`TransactError::Limit`] before the request, [`TransactError::TooLarge`] or a
+//!   [`Rejection`] for its size from the store). A request refused for a table (a key schema it
+//!   does not match, a table that does not exist) or for the code is
+//!   [`StoreError::Misconfigured`], and a failure to run it (throttling, an outage, access
+//!   denied) another [`StoreError`]: retried by redelivery, never dead-lettered.
 //!
 //! The handler runs before the store is asked (the transaction needs its writes), so it must make
 //! no effects of its own: a duplicate's writes are built and dropped. Effects that cannot be
@@ -193,8 +199,9 @@ pub enum Peeked {
     Attempts(u32),
 }
 
-/// One of the handler's writes, refused by the store: its own condition failed, or the store
-/// found it invalid.
+/// One of the handler's writes, refused by the store for what it holds: its own condition
+/// failed, or its item is over the store's size limit. (A write refused for its table is
+/// [`StoreError::Misconfigured`], never a rejection.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("write {index} of the transaction ({write}) was refused: {code}: {message}")]
 pub struct Rejection {
@@ -202,14 +209,16 @@ pub struct Rejection {
     pub index: usize,
     /// The write: operation, table and key.
     pub write: String,
-    /// The store's code (DynamoDB: `ConditionalCheckFailed`, `ValidationError`, ...).
+    /// The store's code (DynamoDB: `ConditionalCheckFailed`, or `ValidationError` for an item
+    /// over the size limit).
     pub code: String,
     /// The store's message.
     pub message: String,
 }
 
 impl Rejection {
-    /// True when the write's own condition failed (not an invalid write).
+    /// True when the write's own condition failed; false when its data is over the store's
+    /// size limit (a retry cannot succeed).
     pub fn is_condition(&self) -> bool {
         self.code == "ConditionalCheckFailed"
     }
@@ -227,7 +236,8 @@ pub enum TransactError<E> {
         /// Failed attempts of the key, this one included.
         attempts: Option<u32>,
     },
-    /// One of the handler's writes was refused; nothing was applied.
+    /// One of the handler's writes was refused by its own condition or for its size; nothing
+    /// was applied.
     #[error("{rejection}")]
     Rejected {
         /// Which write, and why.
@@ -258,11 +268,13 @@ pub enum TransactError<E> {
         /// The state of the record that holds the key.
         stored: crate::record::Status,
     },
-    /// The store refused the whole request as invalid (DynamoDB's `ValidationException`: an
-    /// expression that names an undefined value, two actions on one item, ...): nothing was
-    /// applied, and a retry cannot succeed.
-    #[error("the transaction is invalid: {message}")]
-    Invalid {
+    /// The store refused the request for the size of its data (DynamoDB's `ValidationException`
+    /// saying an item, or a key, is over its limit): nothing was applied, and a retry of the same
+    /// message cannot succeed. Found by the store; [`TransactError::Limit`] is found before the
+    /// request. Any other refusal is the store's configuration or the code, never the
+    /// message's: [`TransactError::Store`] with [`StoreError::Misconfigured`].
+    #[error("the transaction is too large for the store: {message}")]
+    TooLarge {
         /// What the store said.
         message: String,
         /// Failed attempts of the key, this one included.
@@ -276,7 +288,9 @@ pub enum TransactError<E> {
         /// The last reason the store gave.
         reason: String,
     },
-    /// The store failed.
+    /// The store failed, or refused the request for its configuration
+    /// ([`StoreError::Misconfigured`]: returned at once, without another try). Never the
+    /// message's fault.
     #[error(transparent)]
     Store(StoreError),
 }
@@ -287,7 +301,7 @@ impl<E> TransactError<E> {
         match self {
             TransactError::Failed { attempts, .. }
             | TransactError::Rejected { attempts, .. }
-            | TransactError::Invalid { attempts, .. }
+            | TransactError::TooLarge { attempts, .. }
             | TransactError::Limit { attempts, .. } => *attempts,
             _ => None,
         }
@@ -431,11 +445,11 @@ impl<B: TransactionalBackend> Idempotency<B> {
                         attempts,
                     });
                 }
-                Ok(Commit::Invalid { message }) => {
+                Ok(Commit::TooLarge { message }) => {
                     let noted = self
                         .note_failure(key, &record, payload_hash, &message)
                         .await;
-                    return settle(noted, |attempts| TransactError::Invalid {
+                    return settle(noted, |attempts| TransactError::TooLarge {
                         message,
                         attempts,
                     });
@@ -446,6 +460,12 @@ impl<B: TransactionalBackend> Idempotency<B> {
                     // one have committed, it finds this attempt's own record (above).
                     round += 1;
                     TransactError::Contended { tries, reason }
+                }
+                // Refused for a table or the code: nothing was applied, and no try can succeed
+                // before the configuration is fixed. Not recorded as a failed attempt: the
+                // message is not at fault, and its budget stays whole for after the fix.
+                Err(e @ StoreError::Misconfigured { .. }) => {
+                    return Err(TransactError::Store(e));
                 }
                 // The answer may be lost after a commit: the next try repeats the token.
                 Err(e) => TransactError::Store(e),

@@ -15,7 +15,7 @@ use lambda_idempotency::batch::{
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::record::{ManualClock, Status};
-use lambda_idempotency::store::{DynamoDbBackend, LimitError};
+use lambda_idempotency::store::{DynamoDbBackend, LimitError, StoreError};
 use lambda_idempotency::transaction::{TransactError, Transacted, Transaction};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -669,9 +669,10 @@ async fn a_redelivered_duplicate_costs_one_read_and_no_transaction() {
 }
 
 #[tokio::test]
-async fn a_request_the_store_refuses_as_invalid_is_a_permanent_failure_named_once() {
+async fn a_request_the_store_refuses_as_invalid_is_a_store_error_tried_once_and_not_recorded() {
     let f = fixture().await;
-    // Two actions on one item: DynamoDB refuses the whole request before running any.
+    // Two actions on one item: DynamoDB refuses the whole request before running any. That is
+    // the code's fault, not the message's: never permanent.
     let work = || async {
         Ok::<_, std::io::Error>(
             Tx::new(())
@@ -684,28 +685,71 @@ async fn a_request_the_store_refuses_as_invalid_is_a_permanent_failure_named_onc
         .transact("p-1", b"body", None, work)
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            TransactError::Invalid {
-                attempts: Some(1),
-                ..
-            }
-        ),
-        "{error:?}"
+    let TransactError::Store(StoreError::Misconfigured { table, problem }) = &error else {
+        panic!("expected a misconfigured store, got {error:?}");
+    };
+    assert_eq!(
+        table, &f.effects,
+        "the idempotency table fits: the writes' table"
     );
     assert!(
-        error
-            .to_string()
-            .contains("multiple operations on one item"),
-        "{error}"
+        problem.contains("multiple operations on one item")
+            && problem.contains(&format!("`{}`", f.effects)),
+        "{problem}"
     );
+    assert_eq!(error.attempts(), None, "not recorded as a failed attempt");
     assert_eq!(
         f.counter.count("TransactWriteItems"),
         1,
-        "not retried: it cannot succeed"
+        "not tried again at once: it cannot succeed"
     );
+    assert_eq!(
+        f.counter.count("DescribeTable"),
+        1,
+        "the idempotency table is checked"
+    );
+    assert_eq!(f.counter.count("UpdateItem"), 0, "no failure recorded");
     assert!(item(&f, "entry-1").await.is_none());
+}
+
+#[tokio::test]
+async fn an_update_that_grows_an_item_over_400_kb_is_permanent() {
+    let f = fixture().await;
+    let big = "x".repeat(300 * 1024);
+    f.client
+        .put_item()
+        .table_name(&f.effects)
+        .item("pk", s("statement"))
+        .item("lines", s(&big))
+        .send()
+        .await
+        .unwrap();
+    f.counter.reset();
+    // 200 KB more: the request is small enough for `check`, the item it makes is not.
+    let more = "y".repeat(200 * 1024);
+    let work = || async {
+        let grow = Update::builder()
+            .table_name(&f.effects)
+            .key("pk", s("statement"))
+            .update_expression("SET more = :more")
+            .expression_attribute_values(":more", s(&more))
+            .build()
+            .unwrap();
+        Ok::<_, std::io::Error>(Tx::new(()).update(grow))
+    };
+    let error = f
+        .engine
+        .transact("p-1", b"body", None, work)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, TransactError::TooLarge { message, attempts: Some(1) }
+            if message.contains("Item size to update has exceeded")),
+        "the message's data over a size limit: {error:?}"
+    );
+    assert_eq!(f.counter.count("TransactWriteItems"), 1, "not tried again");
+    assert_eq!(f.counter.count("DescribeTable"), 0, "no table to check");
+    assert!(!item(&f, "statement").await.unwrap().contains_key("more"));
 }
 
 #[tokio::test]

@@ -113,6 +113,9 @@ impl Pipeline {
             &sdk,
             &settings(&resources, &template, "payments-api")?,
         )?;
+        // Each function's init, as its main runs it: an idempotency table that does not fit
+        // stops it.
+        api.check_idempotency_table().await?;
         let api_function = template
             .function_by_name("payments-api")
             .ok_or("no payments-api")?;
@@ -138,6 +141,8 @@ impl Pipeline {
             &sdk,
             &settings(&resources, &template, "receipt-sender")?,
         )?);
+        processor.check_idempotency_table().await?;
+        sender.check_idempotency_table().await?;
         let (c1, c2) = (counts.clone(), counts.clone());
         let processor_app = processor.clone();
         let runner = Runner::from_clients(&clients)

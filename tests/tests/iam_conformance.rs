@@ -2,7 +2,8 @@
 //! paths run against the provisioned stack with a recorder on its clients (and on its event
 //! source mapping's, which Lambda runs with the function's role), and every recorded call is
 //! checked against the function's role in template.yaml; every action the role grants must be
-//! used by some path. The paths include the recovery ones: a failed charge and its redelivery
+//! used by some path. The paths include the cold starts (the idempotency table's check, the
+//! redrive policy's) and the recovery ones: a failed charge and its redelivery
 //! (which reads its record first), a record in progress elsewhere, a failed attempt's visibility
 //! backoff, permanent failures sent to dead-letter queues, a stream record that can never be
 //! relayed.
@@ -66,6 +67,9 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         api_rec.dynamodb_client(sdk),
         payments_api::Config::from_settings(&settings("payments-api")).unwrap(),
     );
+    // Its cold start: the idempotency table's check its main runs.
+    let check = api.check_idempotency_table().await.unwrap();
+    assert!(check.warnings.is_empty(), "{check:?}");
     let authorizer =
         JwtAuthorizer::from_parameters(&stack.template, "JwtIssuer", "JwtAudience").unwrap();
     let http = HttpClient::new("")
@@ -136,8 +140,16 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
         ),
     );
-    // Each consumer's cold start: the queue checks its main runs (the redrive backstop, the
-    // dead-letter queue's message size and retention, the expiry against both retentions).
+    // Each consumer's cold start: the idempotency table's check, and the queue checks its main
+    // runs (the redrive backstop, the dead-letter queue's message size and retention, the expiry
+    // against both retentions).
+    for check in [
+        processor.check_idempotency_table().await,
+        sender.check_idempotency_table().await,
+    ] {
+        let check = check.unwrap();
+        assert!(check.warnings.is_empty(), "{check:?}");
+    }
     for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
         let ttl = payments_model::Settings::seconds(
             s,

@@ -34,7 +34,7 @@ use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
 use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
-use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{
@@ -163,6 +163,15 @@ impl App {
     /// The idempotency engine.
     pub fn idempotency(&self) -> &Idempotency<DynamoDbBackend> {
         &self.idempotency
+    }
+
+    /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
+    /// error names the table and what does not match it (a partition key named or typed
+    /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a
+    /// failed init and counts it in the function's errors, and no message is dead-lettered
+    /// meanwhile. What does not stop the table from working (its TTL) is only logged.
+    pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
+        self.idempotency.backend().check_table().await
     }
 
     /// Handles one SQS batch; reports the failed records.

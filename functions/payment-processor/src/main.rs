@@ -7,6 +7,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_model::sdk_config().await;
     let app = App::from_settings(&sdk, &payments_model::Env)?;
+    // An idempotency table that does not fit fails the init, naming the table and the mismatch:
+    // Lambda retries the init, and no message is dead-lettered for it.
+    app.check_idempotency_table().await?;
     // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages, a
     // dead-letter queue taking smaller messages could not take a large one, and records expiring
     // before a message's last copy would let a redriven copy run again: warn at cold start (the

@@ -35,7 +35,7 @@ use lambda_http::{Body, Error, Request, RequestExt, Response};
 use lambda_idempotency::key::{canonical_hash, sha256_hex};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::record::{Clock, SystemClock};
-use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use payments_model::{
     ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings,
@@ -132,6 +132,15 @@ impl App {
             aws_sdk_dynamodb::Client::new(sdk),
             Config::from_settings(settings)?,
         ))
+    }
+
+    /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
+    /// error names the table and what does not match it (a partition key named or typed
+    /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a
+    /// failed init and counts it in the function's errors, instead of every request failing.
+    /// What does not stop the table from working (its TTL) is only logged.
+    pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
+        self.idempotency.backend().check_table().await
     }
 
     /// Handles one HTTP request (API Gateway HTTP API payload 2.0).

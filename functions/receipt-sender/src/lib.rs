@@ -18,7 +18,7 @@ use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt,
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::record::{Clock, SystemClock};
-use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentCharged, Settings};
 
@@ -92,6 +92,15 @@ impl App {
     pub fn with_processor(mut self, processor: BatchProcessor) -> Self {
         self.processor = processor;
         self
+    }
+
+    /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
+    /// error names the table and what does not match it (a partition key named or typed
+    /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a
+    /// failed init and counts it in the function's errors, and no message is dead-lettered
+    /// meanwhile. What does not stop the table from working (its TTL) is only logged.
+    pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
+        self.idempotency.backend().check_table().await
     }
 
     /// Handles one SQS batch; reports the failed records.

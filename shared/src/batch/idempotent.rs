@@ -40,7 +40,10 @@ impl<T> Deduplicated<T> {
 ///   ([`Deduplicated::Duplicate`]).
 /// - A key in progress in another invocation: [`RecordError::InProgress`] (retried later).
 /// - The same key with another payload: [`RecordError::PayloadMismatch`].
-/// - The store unreachable: [`RecordError::Store`]; never a success.
+/// - The store unreachable, or its table misconfigured
+///   ([`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured), naming the table
+///   and what does not match): [`RecordError::Store`]; never a success, never permanent: the
+///   record is left for redelivery.
 /// - The inner handler fails or panics: the failure is recorded and the record fails with
 ///   [`RecordError::Attempt`], carrying the key's failed attempts (what the processor's attempt
 ///   budget and backoff go by).

@@ -23,11 +23,18 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// - A key completed before: nothing is written ([`Deduplicated::Duplicate`], with the stored
 ///   result), in one request, or none when the engine's [local cache](crate::cache) knows it.
 /// - One of the writes refused by its own condition: [`RecordError::Handler`] naming the write;
-///   a transaction the store finds invalid (one write, or the whole request), or one over its
-///   limits: [`RecordError::Permanent`]. Nothing is applied. The failure is recorded as for any
-///   failure of the inner handler: the key's record becomes failed, with the error and the
-///   failed attempts ([`RecordError::Attempt`]), and stays replaceable by the same payload (the
-///   next delivery runs again); a limit is found before any request and not recorded.
+///   a transaction over the store's limits, found before the request
+///   ([`TransactError::Limit`]) or by the store (an item or a key over its size limit:
+///   [`TransactError::TooLarge`], or a write rejected for its size): [`RecordError::Permanent`],
+///   the message's own fault. Nothing is applied. The failure is recorded as for any failure of
+///   the inner handler: the key's record becomes failed, with the error and the failed attempts
+///   ([`RecordError::Attempt`]), and stays replaceable by the same payload (the next delivery
+///   runs again); a limit is found before any request and not recorded.
+/// - A request the store refuses for a table or the code, never the message (the idempotency
+///   table or a write's table missing, or with another key schema; an invalid expression; two
+///   actions on one item): [`RecordError::Store`] with [`StoreError::Misconfigured`], naming the
+///   table and what does not match. Not permanent, not recorded as an attempt: the record is left
+///   for redelivery and comes back once the configuration is fixed.
 /// - The store unable to run the transaction on every try (conflicts, throttling):
 ///   [`RecordError::Store`] with [`StoreError::Contended`], retried by redelivery.
 /// - Another payload under the key, the store unreachable, a key held by a lease of the other
@@ -112,6 +119,8 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
             rejection,
             attempts,
         } => {
+            // A rejection is the write's own condition (retried under the attempt budget) or its
+            // size (permanent); a write refused for its table is `TransactError::Store`.
             let error = if rejection.is_condition() {
                 RecordError::Handler(Box::new(rejection))
             } else {
@@ -131,7 +140,8 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
             tries,
             reason,
         }),
-        TransactError::Invalid { message, attempts } => {
+        // The store found the message's data over a size limit.
+        TransactError::TooLarge { message, attempts } => {
             with_attempts(RecordError::Permanent(message.into()), attempts)
         }
         TransactError::Store(e) => RecordError::Store(e),

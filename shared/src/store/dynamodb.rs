@@ -17,6 +17,12 @@ use crate::record::{Record, Status, truncate_error};
 /// a new attempt.) Expiry is part of the condition: an expired record that the TTL sweeper has not
 /// deleted yet is replaced, never honoured.
 ///
+/// A table that does not fit (missing, or keyed otherwise: see [`check_table`](Self::check_table),
+/// the cold-start check) makes every request fail with [`StoreError::Misconfigured`], naming the
+/// table and what does not match (one `DescribeTable` after the refusal tells what); any other
+/// failure is [`StoreError::Request`]. Neither is ever the message's fault: a batch leaves the
+/// record for redelivery.
+///
 /// ```no_run
 /// # async fn example() {
 /// use lambda_idempotency::{Idempotency, store::DynamoDbBackend};
@@ -295,7 +301,7 @@ impl DynamoDbBackend {
                     }),
                 }
             }
-            Err(e) => Err(request_error("UpdateItem", e)),
+            Err(e) => Err(self.store_error("UpdateItem", e).await),
         }
     }
 }
@@ -314,7 +320,7 @@ impl Backend for DynamoDbBackend {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let output = self
+        let output = match self
             .client
             .get_item()
             .table_name(&self.table)
@@ -322,7 +328,10 @@ impl Backend for DynamoDbBackend {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| request_error("GetItem", e))?;
+        {
+            Ok(output) => output,
+            Err(e) => return Err(self.store_error("GetItem", e).await),
+        };
         output
             .item()
             .map(|item| self.record_from_item(item))
@@ -416,7 +425,7 @@ impl Backend for DynamoDbBackend {
                 );
                 Ok(Updated::NotApplied)
             }
-            Err(e) => Err(request_error("UpdateItem", e)),
+            Err(e) => Err(self.store_error("UpdateItem", e).await),
         }
     }
 
@@ -429,13 +438,16 @@ impl Backend for DynamoDbBackend {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.client
+        match self
+            .client
             .delete_item()
             .table_name(&self.table)
             .set_key(Some(self.key_value(key)))
             .send()
             .await
-            .map_err(|e| request_error("DeleteItem", e))?;
-        Ok(())
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.store_error("DeleteItem", e).await),
+        }
     }
 }

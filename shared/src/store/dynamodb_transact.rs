@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::TransactionalBackend;
 use super::dynamodb::{HELD, n, request_error, s};
+use super::dynamodb_table::{is_refusal, is_size_limit};
 use super::{
     Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS,
     MAX_TRANSACTION_BYTES, StoreError,
@@ -85,13 +86,21 @@ impl DynamoDbBackend {
 
     /// Reads the cancellation reasons of a commit: the record's first (index 0), then the
     /// handler's writes.
-    fn cancelled(
+    ///
+    /// In this order: the record's own condition failed ([`Commit::Exists`]); the transaction
+    /// met another or throttling ([`Commit::Contended`]); an action refused for a reason that is
+    /// not the message's ([`StoreError::Misconfigured`]: a key schema, a type, an expression, a
+    /// missing table, an unknown code); an item over DynamoDB's size limit ([`Commit::TooLarge`]
+    /// for the record, [`Commit::Rejected`] for a write); a write's own condition
+    /// ([`Commit::Rejected`]).
+    async fn cancelled(
         &self,
         record: &Record,
         writes: &[TransactWriteItem],
         reasons: &[CancellationReason],
     ) -> Result<Commit, StoreError> {
         let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
+        let message = |r: &CancellationReason| r.message().unwrap_or("no message").to_owned();
         if let Some(first) = reasons.first()
             && first.code() == Some("ConditionalCheckFailed")
         {
@@ -110,20 +119,33 @@ impl DynamoDbBackend {
             .find(|r| CONTENDED.contains(&r.code().unwrap_or_default()))
         {
             return Ok(Commit::Contended {
-                reason: format!("{}: {}", code(r), r.message().unwrap_or("no message")),
+                reason: format!("{}: {}", code(r), message(r)),
             });
         }
-        let refused = reasons
+        let refused: Vec<(usize, &CancellationReason)> = reasons
             .iter()
             .enumerate()
-            .skip(1)
-            .find(|(_, r)| r.code().is_some_and(|c| c != "None"));
-        match refused {
-            Some((i, r)) => Ok(Commit::Rejected {
+            .filter(|(_, r)| r.code().is_some_and(|c| c != "None"))
+            .collect();
+        // Neither the write's own condition nor its data over a size limit: not the message.
+        if let Some(&(i, r)) = refused.iter().find(|(_, r)| {
+            r.code() != Some("ConditionalCheckFailed") && !is_size_limit(&code(r), &message(r))
+        }) {
+            return Err(self.action_refused(writes, i, &code(r), &message(r)).await);
+        }
+        let first = refused
+            .iter()
+            .find(|(_, r)| r.code() != Some("ConditionalCheckFailed"))
+            .or(refused.first());
+        match first {
+            Some(&(0, r)) => Ok(Commit::TooLarge {
+                message: format!("the idempotency record: {}: {}", code(r), message(r)),
+            }),
+            Some(&(i, r)) => Ok(Commit::Rejected {
                 index: i - 1,
                 write: writes.get(i - 1).map(describe).unwrap_or_default(),
                 code: code(r),
-                message: r.message().unwrap_or("no message").to_owned(),
+                message: message(r),
             }),
             None => Err(StoreError::Malformed {
                 key: record.key.clone(),
@@ -230,7 +252,7 @@ impl DynamoDbBackend {
                     None => Ok(None),
                 }
             }
-            Err(e) => Err(request_error("UpdateItem", e)),
+            Err(e) => Err(self.store_error("UpdateItem", e).await),
         }
     }
 }
@@ -290,6 +312,7 @@ impl TransactionalBackend for DynamoDbBackend {
             Err(SdkError::ServiceError(e)) => match e.err() {
                 TransactWriteItemsError::TransactionCanceledException(cancelled) => {
                     self.cancelled(record, writes, cancelled.cancellation_reasons())
+                        .await
                 }
                 TransactWriteItemsError::TransactionInProgressException(_) => {
                     Ok(Commit::Contended {
@@ -297,10 +320,23 @@ impl TransactionalBackend for DynamoDbBackend {
                             .into(),
                     })
                 }
-                // Refused as a whole before any action ran: retrying cannot help.
-                other if other.code() == Some("ValidationException") => Ok(Commit::Invalid {
-                    message: other.message().unwrap_or("no message").to_owned(),
-                }),
+                // Refused as a whole before any action ran: for the size of the message's
+                // data (permanent), or for a table or the code (not the message: retried by
+                // redelivery once fixed).
+                other
+                    if other.code().is_some_and(is_refusal)
+                        || other.is_resource_not_found_exception() =>
+                {
+                    let code = other.code().unwrap_or("ResourceNotFoundException");
+                    let message = other.message().unwrap_or("no message");
+                    if is_size_limit(code, message) {
+                        Ok(Commit::TooLarge {
+                            message: format!("{code}: {message}"),
+                        })
+                    } else {
+                        Err(self.transaction_refused(writes, code, message).await)
+                    }
+                }
                 _ => Err(request_error(
                     "TransactWriteItems",
                     SdkError::ServiceError(e),

@@ -21,6 +21,8 @@
 mod dynamodb;
 mod dynamodb_layout;
 #[cfg(feature = "dynamodb")]
+mod dynamodb_table;
+#[cfg(feature = "dynamodb")]
 mod dynamodb_transact;
 mod memory;
 #[cfg(feature = "redis")]
@@ -38,6 +40,9 @@ pub use dynamodb::DynamoDbBackend;
 pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
 };
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb_table::TableCheck;
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
 
@@ -140,6 +145,25 @@ pub enum StoreError {
         key: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A table does not fit the request: it does not exist, its key schema is not the one the
+    /// request writes (a partition key named or typed otherwise, a sort key), or the store
+    /// refused the request as invalid for another reason that is not the size of the message's
+    /// data. Found by `DynamoDbBackend::check_table`, or from the store's refusal of a request.
+    /// Nothing was applied.
+    ///
+    /// This is the configuration's fault (or the code's), never the message's: trying again at
+    /// once cannot help, but the record is not permanent either. A batch leaves it for
+    /// redelivery (reported in `batchItemFailures`, not dead-lettered, not counted as an
+    /// attempt), so that no message is lost to the dead-letter queue while the table or the code
+    /// is fixed (the queue's own redrive policy, the backstop, still counts its receives).
+    #[error("idempotency store: {problem}")]
+    Misconfigured {
+        /// The table at fault. When the store did not say which of a transaction's tables it
+        /// refused, the tables it may be, comma-separated.
+        table: String,
+        /// What does not match, naming the table (never an item's values).
+        problem: String,
     },
 }
 

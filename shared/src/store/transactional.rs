@@ -14,8 +14,10 @@ pub enum Commit {
     /// A record that is not replaceable holds the key; here it is, as stored. Nothing was
     /// applied.
     Exists(Record),
-    /// One of the handler's writes was refused (its own condition failed, or the store rejected
-    /// it); nothing was applied.
+    /// One of the handler's writes was refused for what it holds: its own condition failed, or
+    /// its item is over the store's size limit. Nothing was applied. A write refused for its
+    /// table (a key schema it does not match, a table that does not exist) is not a rejection
+    /// but [`StoreError::Misconfigured`].
     Rejected {
         /// Its position among the handler's writes, from 0.
         index: usize,
@@ -26,9 +28,13 @@ pub enum Commit {
         /// The store's message.
         message: String,
     },
-    /// The store refused the whole request as invalid (an expression naming an undefined value,
-    /// two actions on one item, ...): nothing was applied, and a retry cannot succeed.
-    Invalid {
+    /// The store refused the request for the size of its data (an item over 400 KB on
+    /// DynamoDB, a key over its limit), without saying which write, or for the idempotency
+    /// record's own size: nothing was applied, and a retry of the same message cannot succeed.
+    /// Any other refusal of the whole request (an expression naming an undefined value, two
+    /// actions on one item, a key schema, a missing table) is [`StoreError::Misconfigured`]:
+    /// not the message's fault.
+    TooLarge {
         /// What the store said.
         message: String,
     },
@@ -114,6 +120,13 @@ pub trait TransactionalBackend: Backend {
     /// `token` is the same for every try of one attempt, and the request is the same: a store
     /// that keeps request tokens (DynamoDB's `ClientRequestToken`, for 10 minutes) applies a
     /// repeated call once, so a try whose answer was lost is safe to repeat.
+    ///
+    /// A refusal is an answer ([`Commit::Rejected`], [`Commit::TooLarge`]) only when the
+    /// message's own data decides it: a write's own condition, or data over a size limit. A
+    /// refusal for the store's configuration or the code (a table that does not exist, a key
+    /// schema the request does not match, an invalid expression) is
+    /// [`StoreError::Misconfigured`], and a failure to run the request (unreachable, throttled,
+    /// denied) another [`StoreError`]: the engine never makes those permanent.
     fn commit(
         &self,
         record: &Record,
