@@ -158,10 +158,12 @@ where
 {
     // A service error by its code and message; anything else (timeout, connection refused) by
     // its whole chain of causes.
-    let message = match err.code() {
+    // Anything that looks like an item's value is cut (`crate::redact`): this text reaches logs
+    // and stored errors.
+    let message = crate::redact::safe_reason(&match err.code() {
         Some(code) => format!("{code}: {}", err.message().unwrap_or("no message")),
         None => DisplayErrorContext(&err).to_string(),
-    };
+    });
     StoreError::Request {
         operation,
         message,

@@ -100,7 +100,11 @@ impl DynamoDbBackend {
         reasons: &[CancellationReason],
     ) -> Result<Commit, StoreError> {
         let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
-        let message = |r: &CancellationReason| r.message().unwrap_or("no message").to_owned();
+        // Anything that looks like an item's value is cut (`crate::redact`): this text reaches
+        // logs, stored errors and dead-letter copies.
+        let message = |r: &CancellationReason| {
+            crate::redact::safe_reason(r.message().unwrap_or("no message"))
+        };
         if let Some(first) = reasons.first()
             && first.code() == Some("ConditionalCheckFailed")
         {
@@ -331,7 +335,7 @@ impl TransactionalBackend for DynamoDbBackend {
                     let message = other.message().unwrap_or("no message");
                     if is_size_limit(code, message) {
                         Ok(Commit::TooLarge {
-                            message: format!("{code}: {message}"),
+                            message: crate::redact::safe_reason(&format!("{code}: {message}")),
                         })
                     } else {
                         Err(self.transaction_refused(writes, code, message).await)
@@ -364,56 +368,50 @@ impl TransactionalBackend for DynamoDbBackend {
     }
 }
 
-/// A write as an error names it: operation, table and key.
+/// A write as an error names it: operation, table and the names (never the values) of its key or
+/// item attributes.
 pub(crate) fn describe(write: &TransactWriteItem) -> String {
-    let keyed = |op: &str, table: &str, key: Option<&HashMap<String, AttributeValue>>| {
-        let key = key
-            .map(|k| {
-                let mut parts: Vec<String> = k
-                    .iter()
-                    .map(|(name, v)| format!("{name} = {}", show(v)))
-                    .collect();
-                parts.sort();
-                format!(" ({})", parts.join(", "))
-            })
-            .unwrap_or_default();
-        format!("{op} on table `{table}`{key}")
+    // Attribute names only: an item's values may be personal data, and this text reaches logs,
+    // stored errors and dead-letter copies.
+    let named = |op: &str, table: &str, what: &str, names: Vec<&String>| {
+        let mut names: Vec<&str> = names.into_iter().map(String::as_str).collect();
+        names.sort_unstable();
+        let more = names.len().saturating_sub(6);
+        names.truncate(6);
+        let more = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        if names.is_empty() {
+            format!("{op} on table `{table}`")
+        } else {
+            format!(
+                "{op} on table `{table}` ({what} {}{more})",
+                names.join(", ")
+            )
+        }
     };
     if let Some(p) = write.put() {
-        // The table's key attributes are not in the request: the item's short scalar ones are.
-        let mut shown: Vec<_> = p
-            .item()
-            .iter()
-            .filter(
-                |(_, v)| matches!(v, AttributeValue::S(s) | AttributeValue::N(s) if s.len() <= 64),
-            )
-            .collect();
-        shown.sort_by_key(|(name, _)| *name);
-        shown.truncate(4);
-        let shown: HashMap<String, AttributeValue> = shown
-            .into_iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        keyed(
+        named(
             "Put",
             p.table_name(),
-            Some(&shown).filter(|s| !s.is_empty()),
+            "attributes",
+            p.item().keys().collect(),
         )
     } else if let Some(u) = write.update() {
-        keyed("Update", u.table_name(), Some(u.key()))
+        named("Update", u.table_name(), "key", u.key().keys().collect())
     } else if let Some(d) = write.delete() {
-        keyed("Delete", d.table_name(), Some(d.key()))
+        named("Delete", d.table_name(), "key", d.key().keys().collect())
     } else if let Some(c) = write.condition_check() {
-        keyed("ConditionCheck", c.table_name(), Some(c.key()))
+        named(
+            "ConditionCheck",
+            c.table_name(),
+            "key",
+            c.key().keys().collect(),
+        )
     } else {
         "an empty action".to_owned()
-    }
-}
-
-fn show(value: &AttributeValue) -> String {
-    match value {
-        AttributeValue::S(v) | AttributeValue::N(v) => v.clone(),
-        other => format!("{other:?}"),
     }
 }
 
