@@ -184,6 +184,14 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
         "DynamoDB_20120810.DeleteItem",
         &serde_json::json!({"TableName": "payments-idempotency", "Key": {"id": {"S": "payments-api#k1"}}}),
     );
+    // And the cold start's check of the idempotency table.
+    for action in ["DescribeTable", "DescribeTimeToLive"] {
+        record(
+            &r,
+            &format!("DynamoDB_20120810.{action}"),
+            &serde_json::json!({"TableName": "payments-idempotency"}),
+        );
+    }
     let report = check("payments-api", &r.take());
     assert!(report.is_conformant(), "{report}");
     println!("{}\n{}", Report::markdown_header(), report.markdown_row());
