@@ -60,7 +60,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use crate::publish::{
     DeduplicationId, MAX_MESSAGE_BYTES, Message, MessageGroupId, PublishError, Publisher,
 };
-use crate::record::truncate_error;
+use crate::record::{truncate, truncate_error};
 use crate::redact::safe_reason;
 
 /// Attribute with the error that sent a message to the dead-letter queue.
@@ -408,25 +408,9 @@ fn string_attribute(name: &str, value: &str) -> Attribute {
     (name.to_owned(), value)
 }
 
-/// An attribute's share of a message's size, as
-/// [`message_size`](crate::publish::message_size) counts it.
+/// An attribute's share of a message's size ([`attribute_size`](crate::publish::attribute_size)).
 fn cost((name, value): &Attribute) -> usize {
-    name.len()
-        + value.data_type().len()
-        + value.string_value().map_or(0, str::len)
-        + value.binary_value().map_or(0, |b| b.as_ref().len())
-}
-
-/// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max.saturating_sub(3);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
+    crate::publish::attribute_size(name, value)
 }
 
 /// Whether SQS refused a message as too large, and the limit it stated (`Message must be shorter
@@ -518,7 +502,7 @@ impl Draft {
             }
         }
         let reason_room = room.saturating_sub(REASON_ATTRIBUTE.len() + "String".len());
-        let reason = cut(&self.reason, REDUCED_REASON_LEN.min(reason_room));
+        let reason = truncate(&self.reason, REDUCED_REASON_LEN.min(reason_room));
         let attribute = string_attribute(REASON_ATTRIBUTE, &reason);
         if reason.len() < MIN_REASON_LEN.min(self.reason.len()) || cost(&attribute) > room {
             dropped.insert(0, REASON_ATTRIBUTE.to_owned());
@@ -548,7 +532,7 @@ impl Draft {
         if !dropped.is_empty() {
             cuts.push(format!("not copied: {}", dropped.join(", ")));
         }
-        let marker = cut(
+        let marker = truncate(
             &format!("over the queue's {limit} bytes: {}", cuts.join("; ")),
             MARKER_LEN,
         );

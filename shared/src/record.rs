@@ -146,14 +146,19 @@ pub const OWNER_TOKEN_LEN: usize = 32;
 
 /// Truncates an error message to at most [`MAX_ERROR_LEN`] bytes, on a character boundary.
 pub fn truncate_error(message: &str) -> String {
-    if message.len() <= MAX_ERROR_LEN {
-        return message.to_owned();
+    truncate(message, MAX_ERROR_LEN)
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
     }
-    let mut end = MAX_ERROR_LEN - 3;
-    while !message.is_char_boundary(end) {
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &message[..end])
+    format!("{}...", &text[..end])
 }
 
 /// A source of the current time, so that expiry and leases can be tested without waiting.

@@ -14,11 +14,10 @@ async fn main() -> Result<(), Error> {
     // dead-letter queue taking smaller messages could not take a large one, and records expiring
     // before a message's last copy would let a redriven copy run again: warn at cold start (the
     // check never stops the function).
-    let ttl = payment_processor::Config::from_settings(&payments_model::Env)?.idempotency_ttl;
     payments_model::check_redrive_backstop(
         &aws_sdk_sqs::Client::new(&sdk),
         &payments_model::Env,
-        ttl,
+        app.idempotency().expiry(),
     )
     .await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| app.handle(event))).await

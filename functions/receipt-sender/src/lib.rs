@@ -94,6 +94,11 @@ impl App {
         self
     }
 
+    /// The idempotency engine.
+    pub fn idempotency(&self) -> &Idempotency<DynamoDbBackend> {
+        &self.idempotency
+    }
+
     /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
     /// error names the table and what does not match it (a partition key named or typed
     /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a

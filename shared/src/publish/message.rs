@@ -424,13 +424,16 @@ pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeVal
     body.len()
         + attributes
             .iter()
-            .map(|(name, v)| {
-                name.len()
-                    + v.data_type().len()
-                    + v.string_value().map_or(0, str::len)
-                    + v.binary_value().map_or(0, |b| b.as_ref().len())
-            })
+            .map(|(name, v)| attribute_size(name, v))
             .sum::<usize>()
+}
+
+/// One message attribute's share of [`message_size`]: its name, type and value.
+pub fn attribute_size(name: &str, value: &MessageAttributeValue) -> usize {
+    name.len()
+        + value.data_type().len()
+        + value.string_value().map_or(0, str::len)
+        + value.binary_value().map_or(0, |b| b.as_ref().len())
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ use std::time::Duration;
 
 pub use fault::{error_text, is_client_fault, is_missing_queue, is_queue_level};
 pub use message::{
-    DeduplicationId, InvalidMessage, Message, MessageGroupId, invalid_character, message_size,
+    DeduplicationId, InvalidMessage, Message, MessageGroupId, attribute_size, invalid_character,
+    message_size,
 };
 pub use plan::{plan_batches, plan_batches_by_size};
 pub use publisher::{PublishError, Publisher, Sent};

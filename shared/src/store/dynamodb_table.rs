@@ -235,7 +235,10 @@ impl DynamoDbBackend {
         let Some(code) = err.code().filter(|c| is_refusal(c)).map(str::to_owned) else {
             return request_error(operation, err);
         };
-        let said = format!("{code}: {}", err.message().unwrap_or("no message"));
+        let said = crate::redact::safe_reason(&format!(
+            "{code}: {}",
+            err.message().unwrap_or("no message")
+        ));
         let table = self.table().to_owned();
         match self.table_problem().await {
             Ok(Some(problem)) => StoreError::Misconfigured { table, problem },
@@ -261,7 +264,9 @@ impl DynamoDbBackend {
         message: &str,
     ) -> StoreError {
         let idempotency = self.table();
-        let said = format!("TransactWriteItems was refused: {code}: {message}");
+        let said = crate::redact::safe_reason(&format!(
+            "TransactWriteItems was refused: {code}: {message}"
+        ));
         let mut tables: Vec<&str> = writes.iter().filter_map(table_of).collect();
         tables.sort_unstable();
         tables.dedup();
@@ -358,7 +363,7 @@ pub(super) fn table_of(write: &TransactWriteItem) -> Option<&str> {
 }
 
 /// The kind of a transaction's action.
-fn operation_of(write: &TransactWriteItem) -> &'static str {
+pub(super) fn operation_of(write: &TransactWriteItem) -> &'static str {
     if write.put().is_some() {
         "Put"
     } else if write.update().is_some() {

@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::TransactionalBackend;
 use super::dynamodb::{HELD, n, request_error, s};
-use super::dynamodb_table::{is_refusal, is_size_limit};
+use super::dynamodb_table::{is_refusal, is_size_limit, operation_of, table_of};
 use super::{
     Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS,
     MAX_TRANSACTION_BYTES, StoreError,
@@ -373,62 +373,61 @@ impl TransactionalBackend for DynamoDbBackend {
 pub(crate) fn describe(write: &TransactWriteItem) -> String {
     // Attribute names only: an item's values may be personal data, and this text reaches logs,
     // stored errors and dead-letter copies.
-    let named = |op: &str, table: &str, what: &str, names: Vec<&String>| {
-        let mut names: Vec<&str> = names.into_iter().map(String::as_str).collect();
-        names.sort_unstable();
-        let more = names.len().saturating_sub(6);
-        names.truncate(6);
-        let more = if more > 0 {
-            format!(", and {more} more")
-        } else {
-            String::new()
-        };
-        if names.is_empty() {
-            format!("{op} on table `{table}`")
-        } else {
-            format!(
-                "{op} on table `{table}` ({what} {}{more})",
-                names.join(", ")
-            )
-        }
+    let operation = operation_of(write);
+    let Some(table) = table_of(write) else {
+        return operation.to_owned();
     };
-    if let Some(p) = write.put() {
-        named(
-            "Put",
-            p.table_name(),
-            "attributes",
-            p.item().keys().collect(),
-        )
-    } else if let Some(u) = write.update() {
-        named("Update", u.table_name(), "key", u.key().keys().collect())
-    } else if let Some(d) = write.delete() {
-        named("Delete", d.table_name(), "key", d.key().keys().collect())
-    } else if let Some(c) = write.condition_check() {
-        named(
-            "ConditionCheck",
-            c.table_name(),
+    let (what, mut names): (&str, Vec<&str>) = match write.put() {
+        Some(p) => ("attributes", p.item().keys().map(String::as_str).collect()),
+        None => (
             "key",
-            c.key().keys().collect(),
-        )
+            key_of(write)
+                .into_iter()
+                .flat_map(HashMap::keys)
+                .map(String::as_str)
+                .collect(),
+        ),
+    };
+    if names.is_empty() {
+        return format!("{operation} on table `{table}`");
+    }
+    names.sort_unstable();
+    let more = names.len().saturating_sub(6);
+    names.truncate(6);
+    let more = if more > 0 {
+        format!(", and {more} more")
     } else {
-        "an empty action".to_owned()
+        String::new()
+    };
+    format!(
+        "{operation} on table `{table}` ({what} {}{more})",
+        names.join(", ")
+    )
+}
+
+/// The key of an update, a delete or a condition check.
+fn key_of(write: &TransactWriteItem) -> Option<&HashMap<String, AttributeValue>> {
+    if let Some(u) = write.update() {
+        Some(u.key())
+    } else if let Some(d) = write.delete() {
+        Some(d.key())
+    } else {
+        write.condition_check().map(|c| c.key())
     }
 }
 
 /// The bytes of a write's item as far as the request shows them: a put's whole item; an
 /// update's key and new values; a delete's or a check's key.
 fn write_bytes(write: &TransactWriteItem) -> usize {
-    let values = |v: Option<&HashMap<String, AttributeValue>>| v.map_or(0, values_bytes);
-    if let Some(p) = write.put() {
-        item_bytes(p.item())
-    } else if let Some(u) = write.update() {
-        item_bytes(u.key()) + values(u.expression_attribute_values())
-    } else if let Some(d) = write.delete() {
-        item_bytes(d.key())
-    } else if let Some(c) = write.condition_check() {
-        item_bytes(c.key())
-    } else {
-        0
+    match write.put() {
+        Some(p) => item_bytes(p.item()),
+        None => {
+            key_of(write).map_or(0, item_bytes)
+                + write
+                    .update()
+                    .and_then(|u| u.expression_attribute_values())
+                    .map_or(0, values_bytes)
+        }
     }
 }
 
