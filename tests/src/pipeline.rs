@@ -333,6 +333,8 @@ impl Pipeline {
                 amount_cents: a.planned.amount_cents,
                 currency: "EUR".into(),
                 description: Some(a.planned.description.clone()),
+                sequence: None,
+                unknown: Default::default(),
             };
             messages.push(Message::fifo(
                 MessageGroupId::new(a.planned.account.as_str())?,

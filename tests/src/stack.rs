@@ -90,6 +90,82 @@ impl Stack {
         Ok(d.visible + d.not_visible + d.delayed)
     }
 
+    /// Stores `payments` as payments-api accepts them (status `accepted`, each numbered in its
+    /// account's order, in the order given), so that their messages can be charged: the
+    /// processor charges only payments the table holds. Returns them with their numbers, as
+    /// payments-publisher would send them.
+    pub async fn accept(
+        &self,
+        mut payments: Vec<PaymentRequested>,
+    ) -> Result<Vec<PaymentRequested>, BoxError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let mut by_account: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, p) in payments.iter().enumerate() {
+            match by_account.iter_mut().find(|(a, _)| *a == p.account_id) {
+                Some((_, indexes)) => indexes.push(i),
+                None => by_account.push((p.account_id.clone(), vec![i])),
+            }
+        }
+        let payments_ref = &payments;
+        let numbered: Vec<Vec<(usize, u64)>> = futures_util::stream::iter(by_account)
+            .map(|(_, indexes)| async move {
+                let mut numbered = Vec::new();
+                for i in indexes {
+                    numbered.push((i, self.accept_one(&payments_ref[i]).await?));
+                }
+                Ok::<_, BoxError>(numbered)
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        for (i, sequence) in numbered.into_iter().flatten() {
+            payments[i].sequence = Some(sequence);
+        }
+        Ok(payments)
+    }
+
+    async fn accept_one(&self, p: &PaymentRequested) -> Result<u64, BoxError> {
+        use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+        use lambda_idempotency::record::Clock;
+        use payments_model::order;
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let put = |sequence: u64| {
+            let mut put = Put::builder()
+                .table_name(self.table("PaymentsTable"))
+                .item("paymentId", s(&p.payment_id))
+                .item("accountId", s(&p.account_id))
+                .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                .item("currency", s(&p.currency))
+                .item("status", s("accepted"))
+                .item(
+                    "createdAt",
+                    AttributeValue::N(lambda_idempotency::record::SystemClock.now_ms().to_string()),
+                )
+                .item("callerId", s("accepted-by-test"))
+                .item("requestHash", s("accepted-by-test"))
+                .item("sequence", AttributeValue::N(sequence.to_string()))
+                .condition_expression("attribute_not_exists(paymentId)");
+            if let Some(d) = &p.description {
+                put = put.item("description", s(d));
+            }
+            TransactWriteItem::builder()
+                .put(put.build().expect("table and item are set"))
+                .build()
+        };
+        match order::append(
+            &self.clients.dynamodb,
+            self.table("AccountsTable"),
+            &p.account_id,
+            &p.payment_id,
+            put,
+        )
+        .await?
+        {
+            order::Appended::Numbered(n) => Ok(n),
+            order::Appended::Refused => Err(format!("payment {} exists", p.payment_id).into()),
+        }
+    }
+
     /// Publishes payments to `payments.fifo` as payments-api would (group = account); `resend`
     /// gives each message a deduplication id of its own, as a producer resending after the
     /// deduplication window would.
@@ -267,6 +343,8 @@ pub fn payments(
             amount_cents: 100 + (i as i64 * 37) % 10_000,
             currency: "EUR".into(),
             description: Some(format!("payment {i}{}", suffix(i))),
+            sequence: None,
+            unknown: Default::default(),
         })
         .collect()
 }

@@ -31,7 +31,7 @@ async fn duplicates_under_concurrency_take_effect_once() {
     let stack = Stack::provision(&[("BackoffBaseSeconds", "1")])
         .await
         .unwrap();
-    let all = payments(1000, 100, "dup", |_| String::new());
+    let all = stack.accept(payments(1000, 100, "dup", |_| String::new())).await.unwrap();
     // Every payment once; a third of them again and a sixth a third time, as new messages with
     // the same business key, each sent one wave after the previous send.
     let mut sends: Vec<(PaymentRequested, bool)> = Vec::new();
@@ -108,7 +108,7 @@ async fn a_poison_message_backs_off_then_is_dead_lettered() {
         .unwrap()
         .parse()
         .unwrap();
-    let poison = payments(1, 1, "poison", |_| " [poison]".into());
+    let poison = stack.accept(payments(1, 1, "poison", |_| " [poison]".into())).await.unwrap();
     stack.publish(&poison, false).await.unwrap();
     let running = run_processor(
         &stack,
@@ -233,7 +233,7 @@ fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String
 async fn bad_input_fails_alone_with_a_clear_error() {
     let stack = Stack::provision(&[]).await.unwrap();
     let app = stack.payment_processor().unwrap();
-    let good = payments(2, 2, "good", |_| String::new());
+    let good = stack.accept(payments(2, 2, "good", |_| String::new())).await.unwrap();
     let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
     let mut negative = payments(1, 1, "neg", |_| String::new()).remove(0);
     negative.amount_cents = -5;
@@ -357,13 +357,13 @@ async fn a_panic_fails_only_its_record() {
         .await
         .unwrap();
     let app = stack.payment_processor().unwrap();
-    let all = payments(3, 3, "panic", |i| {
+    let all = stack.accept(payments(3, 3, "panic", |i| {
         if i == 1 {
             " [panic]".into()
         } else {
             String::new()
         }
-    });
+    })).await.unwrap();
     let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
     let records: Vec<_> = all
         .iter()
@@ -393,7 +393,7 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
         .await
         .unwrap();
     let app = stack.payment_processor().unwrap();
-    let all = payments(4, 1, "slow", |_| " [slow]".into());
+    let all = stack.accept(payments(4, 1, "slow", |_| " [slow]".into())).await.unwrap();
     let json = |p: &PaymentRequested| serde_json::to_string(p).unwrap();
     let records: Vec<_> = all
         .iter()
@@ -440,13 +440,13 @@ async fn fifo_groups_keep_order_and_do_not_hold_each_other_up() {
         .await
         .unwrap();
     // 6 accounts x 6 payments; in accounts 0 and 1 the third payment fails twice.
-    let all = payments(36, 6, "order", |i| {
+    let all = stack.accept(payments(36, 6, "order", |i| {
         if i / 6 == 2 && i % 6 < 2 {
             " [flaky]".into()
         } else {
             String::new()
         }
-    });
+    })).await.unwrap();
     stack.publish(&all, false).await.unwrap();
     let running = run_processor(
         &stack,
@@ -568,7 +568,7 @@ async fn a_killed_consumer_loses_nothing_and_repeats_nothing() {
     let stack = Stack::provision_named(Naming::prefix(prefix.clone()), &params)
         .await
         .unwrap();
-    let all = payments(150, 30, "crash", |_| " [slow]".into());
+    let all = stack.accept(payments(150, 30, "crash", |_| " [slow]".into())).await.unwrap();
     stack.publish(&all, false).await.unwrap();
     let spawn = || {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_consumer"));
@@ -653,7 +653,7 @@ async fn a_store_outage_acknowledges_nothing_unprocessed() {
         ));
     let app = payment_processor::App::new(dynamodb, sqs, config).with_processor(processor);
 
-    let all = payments(80, 20, "outage", |_| String::new());
+    let all = stack.accept(payments(80, 20, "outage", |_| String::new())).await.unwrap();
     stack.publish(&all, false).await.unwrap();
     let consumer = Consumer {
         timeout: Duration::from_secs(5),

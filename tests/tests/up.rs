@@ -197,6 +197,8 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         amount_cents: 1250,
         currency: "EUR".to_owned(),
         description: Some("make up test".to_owned()),
+        sequence: None,
+        unknown: Default::default(),
     };
     let queue = var("PAYMENTS_QUEUE_URL");
     sqs.send_message()

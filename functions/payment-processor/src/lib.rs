@@ -1,46 +1,65 @@
-//! payment-processor: consumes `payments.fifo` and charges each payment once.
+//! payment-processor: consumes `payments.fifo` and charges each payment once, as the payments
+//! table accepted it, in its account's order.
 //!
-//! A charge is one DynamoDB transaction of four writes: a ledger entry with a fresh id, a plain
-//! (non-idempotent) increment of the account's balance, the payment marked `charged`, and the
-//! idempotency record, written completed (the library's transactional mode,
-//! [`lambda_idempotency::transaction`]). Either all four commit or none does, so there is no
-//! interrupted state: a crash before the commit leaves nothing, and a redelivery after it finds
-//! the record and is a duplicate. Deduplication is keyed on the `paymentId` of the body rather
-//! than the SQS `MessageId`, so it also catches a producer that sends the same payment again after
-//! the FIFO deduplication window (5 minutes), with a new `MessageId`.
+//! A charge is one DynamoDB transaction ([`charge::charge`]): a ledger entry, the balance of the
+//! account in the payment's currency, the payment marked `charged`, the account's order moved
+//! on ([`payments_model::order`]), and the idempotency record, written completed (the library's
+//! transactional mode, [`lambda_idempotency::transaction`]). Either all commit or none does.
+//!
+//! **The queue is not trusted; the payments table is.** The condition on the payment requires it
+//! to exist, to be `accepted` and to have the message's account, amount, currency and number.
+//! When the transaction is refused, one read of the payment (and of its account) tells why
+//! ([`verify`]):
+//!
+//! - no such payment (never accepted by payments-api), or a message that disagrees with it:
+//!   nothing is charged, no row is created, the payment is left as it was, and the message goes
+//!   to the dead-letter queue with a reason naming the mismatch;
+//! - a payment that `failed`: final until an operator reopens it; a later delivery or a redrive
+//!   is dead-lettered again, never charged;
+//! - a payment charged already (its idempotency record expired, or a message of an older
+//!   producer hashed otherwise): a duplicate;
+//! - an earlier payment of the account not settled yet (the message came early): those are
+//!   charged first, from the table, then this one.
+//!
+//! **Readers are tolerant** ([`PaymentRequested`]): unknown fields are logged at debug and read
+//! past, a message without the optional `sequence` (the previous version) is charged with the
+//! number stored with its payment, and the idempotency payload is the payment's defining fields
+//! (`paymentId`, `accountId`, `amountCents`, `currency`), so a resend in another envelope is a
+//! duplicate, not a conflict.
 //!
 //! After the commit a `PaymentCharged` event goes to the `receipts` queue. That send is outside the
 //! transaction, so it happens at least once: a duplicate sends the stored event again (the same
 //! event, ledger entry id included), which covers a crash between the commit and the send, and
-//! receipt-sender deduplicates on the payment id. [`App::receipts_resent`] counts those sends.
-//!
-//! The payment's status update keeps its own condition (not `charged` yet): should a payment come
-//! back after its idempotency record expired, the transaction is refused, naming the payment, and
-//! nothing is charged twice.
+//! receipt-sender writes one receipt per payment. [`App::receipts_resent`] counts those sends.
+
+pub mod charge;
+pub mod verify;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandlerExt,
-    json,
+    BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
+    RecordHandlerExt, json,
 };
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
-use lambda_idempotency::publish::{Message, MessageGroupId, Publisher};
+use lambda_idempotency::publish::{Message, Publisher};
 use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
-use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{
     ConfigError, FailureSwitch, Fault, METRICS_NAMESPACE, PaymentCharged, PaymentRequested,
     PaymentStatus, Settings,
 };
+
+pub use crate::charge::Charge;
 
 /// Settings of payment-processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +72,10 @@ pub struct Config {
     pub payments_table: String,
     /// `LEDGER_TABLE`.
     pub ledger_table: String,
-    /// `BALANCES_TABLE`.
+    /// `BALANCES_TABLE`: balances per account and currency.
     pub balances_table: String,
+    /// `ACCOUNTS_TABLE`: each account's order ([`payments_model::order`]).
+    pub accounts_table: String,
     /// `RECEIPTS_QUEUE_URL`.
     pub receipts_queue_url: String,
     /// `FAIL_PAYMENTS`: the failure switch (tests and demos only).
@@ -73,6 +94,7 @@ impl Config {
             payments_table: settings.required("PAYMENTS_TABLE")?,
             ledger_table: settings.required("LEDGER_TABLE")?,
             balances_table: settings.required("BALANCES_TABLE")?,
+            accounts_table: settings.required("ACCOUNTS_TABLE")?,
             receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
             failure_switch: FailureSwitch::from_settings(settings)?,
         })
@@ -92,10 +114,6 @@ pub enum ChargeError {
     #[error("could not publish PaymentCharged: {0}")]
     Publish(String),
 }
-
-/// A charge: the event it publishes is its stored result, so that a duplicate publishes the
-/// same one.
-pub type Charge = Transaction<PaymentCharged, TransactWriteItem>;
 
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
@@ -184,13 +202,10 @@ impl App {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
-        let handler =
-            json(|payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx))
-                .on_dead_letter(|dead| self.dead_lettered(dead))
-                .transactional(self.idempotency.clone())
-                .with_keys(KeyConfig::json_pointer("/paymentId"))
-                .and_then(|charged, ctx| self.publish(charged, ctx));
-        let report = self.processor.process(&event, &handler).await?;
+        let report = self
+            .processor
+            .process(&event, &verify::Verified::new(self))
+            .await?;
         let counts = BatchCounts::of(&report);
         counts
             .metrics(METRICS_NAMESPACE, "payment-processor")
@@ -198,8 +213,45 @@ impl App {
         Ok((report.response(), counts))
     }
 
-    async fn charge(&self, payment: PaymentRequested, ctx: RecordContext) -> Result<Charge, Error> {
-        match self.prepare_charge(&payment, &ctx).await {
+    /// The idempotency keys and payloads of `payments.fifo`: the key is the payment, the payload
+    /// its defining fields.
+    pub fn keys() -> KeyConfig {
+        KeyConfig::json_pointer("/paymentId").with_payload_pointers([
+            "/paymentId",
+            "/accountId",
+            "/amountCents",
+            "/currency",
+        ])
+    }
+
+    /// The charge of one message, in the transactional mode, then its `PaymentCharged` sent.
+    /// With `switched`, the failure switch applies (a payment charged from the table ahead of
+    /// its own message is not: the switch stands for a fault of the message's processing).
+    fn charging(
+        &self,
+        switched: bool,
+    ) -> impl RecordHandler<Output = Deduplicated<PaymentCharged>> + '_ {
+        json(move |payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx, switched))
+            .on_dead_letter(|dead| self.dead_lettered(dead))
+            .transactional(self.idempotency.clone())
+            .with_keys(Self::keys())
+            .and_then(|charged, ctx| self.publish(charged, ctx))
+    }
+
+    async fn charge(
+        &self,
+        payment: PaymentRequested,
+        ctx: RecordContext,
+        switched: bool,
+    ) -> Result<Charge, Error> {
+        if !payment.unknown.is_empty() {
+            tracing::debug!(
+                message_id = ctx.message_id,
+                fields = ?payment.unknown_fields(),
+                "fields this version does not know, read past"
+            );
+        }
+        match self.prepare_charge(&payment, &ctx, switched).await {
             Ok(charge) => Ok(charge),
             Err(e @ ChargeError::Invalid(_)) => Err(PermanentError::new(e).into()),
             Err(e) => Err(e.into()),
@@ -263,19 +315,17 @@ impl App {
     }
 
     /// A payment's message went to the dead-letter queue (its error was permanent, or its
-    /// attempts are used up): the payment is marked `failed`.
+    /// attempts are used up): the payment is marked `failed`, if the message is the payment's
+    /// (see [`App::mark_failed`]).
     async fn dead_lettered(&self, dead: DeadLettered) {
-        let payment_id = serde_json::from_str::<serde_json::Value>(
-            dead.message.body.as_deref().unwrap_or_default(),
-        )
-        .ok()
-        .and_then(|body| body.get("paymentId")?.as_str().map(str::to_owned));
-        match payment_id {
-            Some(payment_id) => self.mark_failed(&payment_id, &dead.reason).await,
-            None => tracing::error!(
+        match serde_json::from_str::<PaymentRequested>(dead.message.body.as_deref().unwrap_or_default())
+        {
+            Ok(payment) => self.mark_failed(&payment, &dead.reason).await,
+            Err(e) => tracing::error!(
                 message_id = dead.ctx.message_id,
                 reason = dead.reason,
-                "dead-lettered message without a paymentId: no payment to mark failed"
+                error = %e,
+                "dead-lettered message that is not a payment: no payment to mark failed"
             ),
         }
     }
@@ -285,13 +335,13 @@ impl App {
         &self,
         payment: &PaymentRequested,
         ctx: &RecordContext,
+        switched: bool,
     ) -> Result<Charge, ChargeError> {
-        match self
-            .config
-            .failure_switch
-            .as_ref()
-            .and_then(|s| s.fault(payment.description.as_deref(), ctx.attempt))
-        {
+        let fault = match &self.config.failure_switch {
+            Some(switch) if switched => switch.fault(payment.description.as_deref(), ctx.attempt),
+            _ => None,
+        };
+        match fault {
             None => {}
             Some(Fault::Fail) => return Err(ChargeError::Injected(ctx.attempt)),
             Some(Fault::Permanent) => {
@@ -305,92 +355,65 @@ impl App {
             ),
             Some(Fault::Sleep(pause)) => tokio::time::sleep(pause).await,
         }
-        validate(payment)?;
-        let entry_id = uuid::Uuid::new_v4().to_string();
         let now_ms = SystemClock.now_ms();
-        let now = AttributeValue::N(now_ms.to_string());
         // When payments-publisher's send reached SQS: the relay's lag is queuedAt - createdAt.
         let queued_at = ctx
             .sent_at
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(now_ms, |d| d.as_millis() as i64);
-        let s = |v: &str| AttributeValue::S(v.to_owned());
-        let amount = AttributeValue::N(payment.amount_cents.to_string());
-        let ledger = Put::builder()
-            .table_name(&self.config.ledger_table)
-            .item("entryId", s(&entry_id))
-            .item("paymentId", s(&payment.payment_id))
-            .item("accountId", s(&payment.account_id))
-            .item("amountCents", amount.clone())
-            .item("currency", s(&payment.currency))
-            .item("messageId", s(&ctx.message_id))
-            .item("createdAt", now.clone())
-            .build()
-            .expect("table and item are set");
-        let balance = Update::builder()
-            .table_name(&self.config.balances_table)
-            .key("accountId", s(&payment.account_id))
-            .update_expression("ADD balanceCents :amount, charges :one")
-            .expression_attribute_values(":amount", amount.clone())
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .build()
-            .expect("table, key and expression are set");
-        let status = Update::builder()
-            .table_name(&self.config.payments_table)
-            .key("paymentId", s(&payment.payment_id))
-            .update_expression(
-                "SET #status = :charged, chargedAt = :now, queuedAt = :queued, ledgerEntryId = :entry, \
-                 accountId = if_not_exists(accountId, :account), amountCents = if_not_exists(amountCents, :amount), \
-                 currency = if_not_exists(currency, :currency)",
-            )
-            // Never charged twice, even once the idempotency record has expired.
-            .condition_expression("attribute_not_exists(#status) OR #status <> :charged")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":charged", s(PaymentStatus::Charged.as_str()))
-            .expression_attribute_values(":now", now)
-            .expression_attribute_values(":queued", AttributeValue::N(queued_at.to_string()))
-            .expression_attribute_values(":entry", s(&entry_id))
-            .expression_attribute_values(":account", s(&payment.account_id))
-            .expression_attribute_values(":amount", amount)
-            .expression_attribute_values(":currency", s(&payment.currency))
-            .build()
-            .expect("table, key and expression are set");
-        let event = PaymentCharged {
-            payment_id: payment.payment_id.clone(),
-            account_id: payment.account_id.clone(),
-            amount_cents: payment.amount_cents,
-            currency: payment.currency.clone(),
-            ledger_entry_id: entry_id,
-        };
-        Ok(Charge::new(event)
-            .put(ledger)
-            .update(balance)
-            .update(status))
+        charge::charge(&self.config, payment, &ctx.message_id, now_ms, queued_at)
     }
 
-    /// Marks a payment `failed` (never one already charged).
-    async fn mark_failed(&self, payment_id: &str, error: &str) {
-        let result = self
+    /// Marks a payment `failed`, with the reason and the time, only if the message is the
+    /// payment's: it exists, is still `accepted`, and has the message's account, amount,
+    /// currency (and number, when the message has one). A message that was refused for
+    /// disagreeing with its payment, or for a payment never accepted, leaves the table as it was;
+    /// a payment already failed keeps its first reason.
+    pub async fn mark_failed(&self, payment: &PaymentRequested, reason: &str) {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let mut condition = "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
+                             AND amountCents = :amount AND currency = :currency"
+            .to_owned();
+        if payment.sequence.is_some() {
+            condition.push_str(" AND #sequence = :sequence");
+        }
+        let mut update = self
             .dynamodb
             .update_item()
             .table_name(&self.config.payments_table)
-            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-            .update_expression("SET #status = :failed, lastError = :error")
-            .condition_expression("attribute_not_exists(#status) OR #status <> :charged")
+            .key("paymentId", s(&payment.payment_id))
+            .update_expression("SET #status = :failed, lastError = :error, failedAt = :now")
+            .condition_expression(condition)
             .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":failed", s(PaymentStatus::Failed.as_str()))
+            .expression_attribute_values(":accepted", s(PaymentStatus::Accepted.as_str()))
+            .expression_attribute_values(":account", s(&payment.account_id))
             .expression_attribute_values(
-                ":failed",
-                AttributeValue::S(PaymentStatus::Failed.as_str().into()),
+                ":amount",
+                AttributeValue::N(payment.amount_cents.to_string()),
             )
-            .expression_attribute_values(
-                ":charged",
-                AttributeValue::S(PaymentStatus::Charged.as_str().into()),
-            )
-            .expression_attribute_values(":error", AttributeValue::S(truncate_error(error)))
-            .send()
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
+            .expression_attribute_values(":currency", s(&payment.currency))
+            .expression_attribute_values(":error", AttributeValue::S(truncate_error(reason)))
+            .expression_attribute_values(":now", AttributeValue::N(SystemClock.now_ms().to_string()));
+        if let Some(sequence) = payment.sequence {
+            update = update
+                .expression_attribute_names("#sequence", "sequence")
+                .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string()));
+        }
+        match update.send().await {
+            Ok(_) => tracing::info!(payment_id = payment.payment_id, "payment marked failed"),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                tracing::info!(
+                    payment_id = payment.payment_id,
+                    "payment not marked failed: the message is not an accepted payment's (never \
+                     accepted, disagreeing with it, or settled already)"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(payment_id = payment.payment_id, error = %DisplayErrorContext(e), "could not mark the payment failed");
+            }
         }
     }
 }
@@ -404,31 +427,6 @@ fn is_lease_mode_result(stored: &str) -> bool {
             && v.get("ledgerEntryId").is_some()
             && v.get("paymentId").is_none()
     })
-}
-
-/// A payment that can never be charged.
-fn validate(payment: &PaymentRequested) -> Result<(), ChargeError> {
-    if payment.payment_id.is_empty() || payment.payment_id.len() > 128 {
-        return Err(ChargeError::Invalid(format!(
-            "paymentId must be 1 to 128 characters; it has {}",
-            payment.payment_id.len()
-        )));
-    }
-    if payment.amount_cents <= 0 {
-        return Err(ChargeError::Invalid(format!(
-            "amountCents {} is not positive",
-            payment.amount_cents
-        )));
-    }
-    if payment.currency.len() != 3 || !payment.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(ChargeError::Invalid(format!(
-            "currency `{}` is not an ISO 4217 code",
-            payment.currency
-        )));
-    }
-    MessageGroupId::new(payment.account_id.as_str())
-        .map_err(|e| ChargeError::Invalid(format!("accountId: {e}")))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -27,9 +27,8 @@ pub mod validate;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use lambda_idempotency::key::{canonical_hash, sha256_hex};
@@ -38,7 +37,7 @@ use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use payments_model::{
-    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings,
+    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings, order,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -60,6 +59,8 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// `PAYMENTS_TABLE`.
     pub payments_table: String,
+    /// `ACCOUNTS_TABLE`: each account's order ([`payments_model::order`]).
+    pub accounts_table: String,
     /// `ACCOUNT_CLAIM` (default `sub`): the JWT claim naming the caller's account.
     pub account_claim: String,
 }
@@ -72,6 +73,7 @@ impl Config {
             idempotency_ttl: settings
                 .seconds("IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL)?,
             payments_table: settings.required("PAYMENTS_TABLE")?,
+            accounts_table: settings.required("ACCOUNTS_TABLE")?,
             account_claim: settings
                 .get("ACCOUNT_CLAIM")
                 .unwrap_or_else(|| "sub".into()),
@@ -93,6 +95,7 @@ pub struct App {
     idempotency: Idempotency<DynamoDbBackend>,
     dynamodb: aws_sdk_dynamodb::Client,
     payments_table: String,
+    accounts_table: String,
     account_claim: String,
 }
 
@@ -119,6 +122,7 @@ impl App {
             idempotency,
             dynamodb,
             payments_table: config.payments_table,
+            accounts_table: config.accounts_table,
             account_claim: config.account_claim,
         }
     }
@@ -307,53 +311,41 @@ impl App {
         self.answer(outcome, stored_response(&stored, replayed))
     }
 
-    /// The payment's one conditional write; on a conflict, the stored item's fingerprint tells
-    /// a retry from a reuse, in the same request.
+    /// The payment's write, with its number in its account's order ([`payments_model::order`]):
+    /// one read of the account's last number, then one transaction of the payment (on condition
+    /// that no payment has its id) and the account (on condition that its last number is still
+    /// the one read). On a conflict over the id, the stored payment's fingerprint tells a retry
+    /// from a reuse; a conflict over the number (another payment of the account accepted
+    /// meanwhile) reads again.
     async fn write(
         &self,
         payment_id: &str,
         hash: &str,
         payment: &NewPayment,
         caller: &Caller,
-    ) -> Result<Written, SdkError<PutItemError>> {
-        let s = |v: &str| AttributeValue::S(v.to_owned());
-        let mut item = HashMap::from([
-            ("paymentId".to_owned(), s(payment_id)),
-            ("accountId".to_owned(), s(payment.account_id.as_str())),
-            (
-                "amountCents".to_owned(),
-                AttributeValue::N(payment.amount_cents.to_string()),
-            ),
-            ("currency".to_owned(), s(&payment.currency)),
-            ("status".to_owned(), s(PaymentStatus::Accepted.as_str())),
-            (
-                "createdAt".to_owned(),
-                AttributeValue::N(SystemClock.now_ms().to_string()),
-            ),
-            ("callerId".to_owned(), s(&caller.id)),
-            ("requestHash".to_owned(), s(hash)),
-        ]);
-        if let Some(d) = &payment.description {
-            item.insert("description".to_owned(), s(d));
-        }
-        let put = self
-            .dynamodb
-            .put_item()
-            .table_name(&self.payments_table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(paymentId)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(Written::New),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                let PutItemError::ConditionalCheckFailedException(conflict) = e.err() else {
-                    unreachable!("matched above")
-                };
-                let stored_hash = conflict
+    ) -> Result<Written, aws_sdk_dynamodb::Error> {
+        let put = |sequence| {
+            let put = Put::builder()
+                .table_name(&self.payments_table)
+                .set_item(Some(payment_item(payment_id, hash, payment, caller, sequence)))
+                .condition_expression("attribute_not_exists(paymentId)")
+                .build()
+                .expect("table and item are set");
+            TransactWriteItem::builder().put(put).build()
+        };
+        let account = payment.account_id.as_str();
+        match order::append(&self.dynamodb, &self.accounts_table, account, payment_id, put).await? {
+            order::Appended::Numbered(_) => Ok(Written::New),
+            order::Appended::Refused => {
+                let stored = self
+                    .dynamodb
+                    .get_item()
+                    .table_name(&self.payments_table)
+                    .key("paymentId", AttributeValue::S(payment_id.to_owned()))
+                    .consistent_read(true)
+                    .send()
+                    .await?;
+                let stored_hash = stored
                     .item()
                     .and_then(|i| i.get("requestHash"))
                     .and_then(|v| v.as_s().ok());
@@ -363,7 +355,6 @@ impl App {
                     Written::OtherRequest
                 })
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -434,6 +425,38 @@ pub fn payment_id(key: &str) -> String {
         "pay_{}",
         &sha256_hex(format!("payments-api\n{key}").as_bytes())[..32]
     )
+}
+
+/// The payment item payments-api writes: `accepted`, number `sequence` of its account.
+fn payment_item(
+    payment_id: &str,
+    hash: &str,
+    payment: &NewPayment,
+    caller: &Caller,
+    sequence: u64,
+) -> HashMap<String, AttributeValue> {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let mut item = HashMap::from([
+        ("paymentId".to_owned(), s(payment_id)),
+        ("accountId".to_owned(), s(payment.account_id.as_str())),
+        (
+            "amountCents".to_owned(),
+            AttributeValue::N(payment.amount_cents.to_string()),
+        ),
+        ("currency".to_owned(), s(&payment.currency)),
+        ("status".to_owned(), s(PaymentStatus::Accepted.as_str())),
+        (
+            "createdAt".to_owned(),
+            AttributeValue::N(SystemClock.now_ms().to_string()),
+        ),
+        ("callerId".to_owned(), s(&caller.id)),
+        ("requestHash".to_owned(), s(hash)),
+        ("sequence".to_owned(), AttributeValue::N(sequence.to_string())),
+    ]);
+    if let Some(d) = &payment.description {
+        item.insert("description".to_owned(), s(d));
+    }
+    item
 }
 
 /// The two routes.

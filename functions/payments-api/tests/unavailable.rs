@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::get_item::GetItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::InternalServerError;
 use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
@@ -32,6 +32,7 @@ fn app(rules: &[&Rule]) -> App {
             idempotency_table: "payments-idempotency".into(),
             idempotency_ttl: Duration::from_secs(3600),
             payments_table: "payments".into(),
+            accounts_table: "payments-accounts".into(),
             account_claim: "sub".into(),
         },
     )
@@ -86,13 +87,16 @@ async fn the_idempotency_store_down_is_a_503_without_sdk_text() {
 
 #[tokio::test]
 async fn the_payments_table_down_is_a_503_and_the_key_stays_retryable() {
-    // The key is taken (UpdateItem succeeds), the payment's write fails: the key's record is
-    // marked failed (a second UpdateItem), so a retry with the same key runs again.
+    // The key is taken (UpdateItem succeeds), the account's last number read (a fresh account),
+    // the payment's write fails: the key's record is marked failed (a second UpdateItem), so a
+    // retry with the same key runs again.
     let store = mock!(aws_sdk_dynamodb::Client::update_item)
         .then_output(|| UpdateItemOutput::builder().build());
-    let payments = mock!(aws_sdk_dynamodb::Client::put_item)
-        .then_error(|| PutItemError::InternalServerError(internal()));
-    let app = app(&[&store, &payments]);
+    let account = mock!(aws_sdk_dynamodb::Client::get_item)
+        .then_output(|| GetItemOutput::builder().build());
+    let payments = mock!(aws_sdk_dynamodb::Client::transact_write_items)
+        .then_error(|| TransactWriteItemsError::InternalServerError(internal()));
+    let app = app(&[&store, &account, &payments]);
     let (status, problem) = answer(&app, request("POST", "/payments", PAYMENT)).await;
     assert_eq!(status, 503);
     assert_eq!(problem["detail"], "the payments table is unavailable");

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod order;
+
 /// Metric namespace of the pipeline.
 pub const METRICS_NAMESPACE: &str = "PaymentsPipeline";
 
@@ -80,6 +82,10 @@ pub struct PaymentItem {
     /// SHA-256 of the canonical request body: the same key with another body is refused even
     /// after the idempotency record expired.
     pub request_hash: String,
+    /// Its place in its account's order ([`order`]): 1 for the account's first payment. Absent
+    /// on payments accepted before accounts were ordered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
 }
 
 impl PaymentItem {
@@ -91,13 +97,36 @@ impl PaymentItem {
             amount_cents: self.amount_cents,
             currency: self.currency.clone(),
             description: self.description.clone(),
+            sequence: self.sequence,
+            unknown: serde_json::Map::new(),
         }
     }
 }
 
 /// Body of a message on `payments.fifo`: a payment to charge.
+///
+/// A tolerant reader: fields it does not know (a newer producer's) are kept in
+/// [`unknown`](Self::unknown), never refused, and the optional fields may be missing (an older
+/// producer's). What defines the payment (id, account, amount, currency) is required, and
+/// payment-processor checks it against the stored payment before charging.
+///
+/// ```
+/// use payments_model::PaymentRequested;
+///
+/// // The previous version: no sequence.
+/// let old: PaymentRequested = serde_json::from_str(
+///     r#"{"paymentId":"p-1","accountId":"a-1","amountCents":5,"currency":"EUR"}"#,
+/// ).unwrap();
+/// assert_eq!(old.sequence, None);
+/// // A next version: new fields are read past.
+/// let next: PaymentRequested = serde_json::from_str(
+///     r#"{"version":3,"paymentId":"p-1","accountId":"a-1","amountCents":5,"currency":"EUR","sequence":2,"channel":{"kind":"web"}}"#,
+/// ).unwrap();
+/// assert_eq!(next.sequence, Some(2));
+/// assert_eq!(next.unknown_fields(), vec!["channel", "version"]);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PaymentRequested {
     /// The payment (derived from the client's Idempotency-Key).
     pub payment_id: String,
@@ -110,11 +139,26 @@ pub struct PaymentRequested {
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The payment's place in its account's order ([`order`]); absent in messages of the
+    /// previous version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// Fields this version does not know, as sent. Never written back.
+    #[serde(flatten, skip_serializing)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Body of a message on the `receipts` queue: a payment was charged.
+impl PaymentRequested {
+    /// The names of the fields this version does not know, sorted.
+    pub fn unknown_fields(&self) -> Vec<&str> {
+        self.unknown.keys().map(String::as_str).collect()
+    }
+}
+
+/// Body of a message on the `receipts` queue: a payment was charged. Read tolerantly: fields a
+/// newer payment-processor adds are ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PaymentCharged {
     /// The payment.
     pub payment_id: String,

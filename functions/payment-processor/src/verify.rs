@@ -1,0 +1,406 @@
+//! Why a charge was refused, from the payments table, and what follows: a dead letter naming the
+//! mismatch, a duplicate, or the account's earlier payments settled first.
+//!
+//! The charge's transaction carries every check as a condition ([`crate::charge::charge`]), so a
+//! charge that goes through costs no read. Only a refused one reads: the payment, and for an
+//! early message its account ([`payments_model::order`]).
+
+use std::collections::HashMap;
+
+use aws_lambda_events::sqs::SqsMessage;
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
+use lambda_idempotency::record::Status;
+use lambda_idempotency::transaction::Rejection;
+use payments_model::order::{self, Account};
+use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
+
+use crate::App;
+use crate::charge::write;
+
+/// Earlier payments of an account one message settles before giving up for this delivery (it
+/// keeps what it settled, and the next delivery goes on).
+pub const MAX_CATCH_UP: usize = 25;
+
+/// payment-processor's handler: the transactional charge ([`App`]), and on a refusal the reason
+/// read from the payments table.
+#[derive(Debug, Clone, Copy)]
+pub struct Verified<'a> {
+    app: &'a App,
+}
+
+impl<'a> Verified<'a> {
+    /// The handler of `app`.
+    pub fn new(app: &'a App) -> Self {
+        Self { app }
+    }
+}
+
+impl RecordHandler for Verified<'_> {
+    type Output = Deduplicated<PaymentCharged>;
+
+    async fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> Result<Self::Output, RecordError> {
+        let refused = match self.app.charging(true).handle(message, ctx).await {
+            Ok(charged) => return Ok(charged),
+            Err(error) if Refusal::of(&error).is_some() => error,
+            Err(error) => return Err(error),
+        };
+        self.app.after_refusal(message, ctx, refused).await
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        App::keys().key(message).ok()
+    }
+
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+
+    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        self.app
+            .charging(true)
+            .dead_lettered(message, ctx, error)
+            .await;
+    }
+}
+
+/// A failure that the payments table explains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The condition on the payment or on the account refused the charge.
+    Condition,
+    /// The payment's record is completed with another payload (written by a producer that
+    /// hashed otherwise, or a message that disagrees with the charged payment).
+    CompletedWithOtherPayload,
+}
+
+impl Refusal {
+    fn of(error: &RecordError) -> Option<Self> {
+        match error {
+            RecordError::Attempt { error, .. } => Self::of(error),
+            RecordError::Handler(e) => e
+                .downcast_ref::<Rejection>()
+                .filter(|r| {
+                    r.is_condition() && (r.index == write::PAYMENT || r.index == write::ACCOUNT)
+                })
+                .map(|_| Refusal::Condition),
+            RecordError::PayloadMismatch {
+                stored: Status::Completed,
+                ..
+            } => Some(Refusal::CompletedWithOtherPayload),
+            _ => None,
+        }
+    }
+}
+
+/// A payment as the payments table holds it, read for a refused charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPayment {
+    /// The payment.
+    pub payment_id: String,
+    /// Its account.
+    pub account_id: Option<String>,
+    /// Its amount.
+    pub amount_cents: Option<i64>,
+    /// Its currency.
+    pub currency: Option<String>,
+    /// Its status, as stored.
+    pub status: Option<String>,
+    /// Its place in its account's order.
+    pub sequence: Option<u64>,
+    /// Why it failed, when it did.
+    pub last_error: Option<String>,
+}
+
+impl StoredPayment {
+    /// Reads an item of the payments table.
+    pub fn of_item(payment_id: &str, item: &HashMap<String, AttributeValue>) -> Self {
+        let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let n = |name: &str| item.get(name).and_then(|v| v.as_n().ok());
+        Self {
+            payment_id: payment_id.to_owned(),
+            account_id: s("accountId"),
+            amount_cents: n("amountCents").and_then(|v| v.parse().ok()),
+            currency: s("currency"),
+            status: s("status"),
+            sequence: n("sequence").and_then(|v| v.parse().ok()),
+            last_error: s("lastError"),
+        }
+    }
+
+    /// The message the payment's own producer would send for it.
+    pub fn requested(&self) -> PaymentRequested {
+        PaymentRequested {
+            payment_id: self.payment_id.clone(),
+            account_id: self.account_id.clone().unwrap_or_default(),
+            amount_cents: self.amount_cents.unwrap_or_default(),
+            currency: self.currency.clone().unwrap_or_default(),
+            description: None,
+            sequence: self.sequence,
+            unknown: serde_json::Map::new(),
+        }
+    }
+
+    fn is(&self, status: PaymentStatus) -> bool {
+        self.status.as_deref() == Some(status.as_str())
+    }
+}
+
+/// What the payments table says of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No such payment: payments-api never accepted it.
+    Unknown,
+    /// The message disagrees with the payment on these fields.
+    Disagrees(Vec<&'static str>),
+    /// The payment failed (with its reason): final until an operator reopens it.
+    Failed(Option<String>),
+    /// The payment is charged already.
+    Charged,
+    /// The payment is accepted, and the message agrees with it.
+    Accepted,
+}
+
+/// Compares a message with its stored payment.
+///
+/// ```
+/// use payment_processor::verify::{StoredPayment, Verdict, verdict};
+/// use payments_model::PaymentRequested;
+///
+/// let message: PaymentRequested = serde_json::from_str(
+///     r#"{"paymentId":"p-1","accountId":"a-1","amountCents":900,"currency":"EUR"}"#,
+/// ).unwrap();
+/// let stored = StoredPayment {
+///     payment_id: "p-1".into(),
+///     account_id: Some("a-1".into()),
+///     amount_cents: Some(100),
+///     currency: Some("EUR".into()),
+///     status: Some("accepted".into()),
+///     sequence: Some(1),
+///     last_error: None,
+/// };
+/// assert_eq!(verdict(&message, Some(&stored)), Verdict::Disagrees(vec!["amountCents"]));
+/// assert_eq!(verdict(&message, None), Verdict::Unknown);
+/// ```
+pub fn verdict(message: &PaymentRequested, stored: Option<&StoredPayment>) -> Verdict {
+    let Some(stored) = stored else {
+        return Verdict::Unknown;
+    };
+    let mut differ = Vec::new();
+    if stored.account_id.as_deref() != Some(message.account_id.as_str()) {
+        differ.push("accountId");
+    }
+    if stored.amount_cents != Some(message.amount_cents) {
+        differ.push("amountCents");
+    }
+    if stored.currency.as_deref() != Some(message.currency.as_str()) {
+        differ.push("currency");
+    }
+    if message.sequence.is_some() && message.sequence != stored.sequence {
+        differ.push("sequence");
+    }
+    if !differ.is_empty() {
+        Verdict::Disagrees(differ)
+    } else if stored.is(PaymentStatus::Charged) {
+        Verdict::Charged
+    } else if stored.is(PaymentStatus::Failed) {
+        Verdict::Failed(stored.last_error.clone())
+    } else {
+        Verdict::Accepted
+    }
+}
+
+fn permanent(reason: String) -> RecordError {
+    RecordError::Permanent(reason.into())
+}
+
+/// A read or write of the payments or accounts table that failed: retried by redelivery.
+fn store_error(operation: &'static str, e: aws_sdk_dynamodb::Error) -> RecordError {
+    RecordError::Handler(
+        format!(
+            "{operation} of the payment's table failed: {}",
+            lambda_idempotency::redact::safe_reason(&e.to_string())
+        )
+        .into(),
+    )
+}
+
+/// The message `message` would have been had its producer written `payment`: the same message,
+/// another body.
+fn message_of(message: &SqsMessage, payment: &PaymentRequested) -> SqsMessage {
+    let mut message = message.clone();
+    message.body = Some(serde_json::to_string(payment).expect("a payment serializes"));
+    message
+}
+
+impl App {
+    /// Reads a payment, strongly consistent.
+    pub async fn read_payment(
+        &self,
+        payment_id: &str,
+    ) -> Result<Option<StoredPayment>, aws_sdk_dynamodb::Error> {
+        let output = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.payments_table)
+            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await?;
+        Ok(output
+            .item()
+            .map(|item| StoredPayment::of_item(payment_id, item)))
+    }
+
+    /// A refused charge: the payments table says why, and what follows.
+    async fn after_refusal(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+        refused: RecordError,
+    ) -> Result<Deduplicated<PaymentCharged>, RecordError> {
+        let body = message.body.as_deref().unwrap_or_default();
+        let Ok(payment) = serde_json::from_str::<PaymentRequested>(body) else {
+            return Err(refused);
+        };
+        let id = &payment.payment_id;
+        let stored = self
+            .read_payment(id)
+            .await
+            .map_err(|e| store_error("GetItem", e))?;
+        match verdict(&payment, stored.as_ref()) {
+            Verdict::Unknown => Err(permanent(format!(
+                "payment {id} was never accepted: the payments table has no such payment; \
+                 nothing was charged"
+            ))),
+            Verdict::Disagrees(fields) => Err(permanent(format!(
+                "the message disagrees with payment {id} on {}: nothing was charged and the \
+                 payment is left as it was",
+                fields.join(", ")
+            ))),
+            Verdict::Failed(reason) => Err(permanent(format!(
+                "payment {id} failed ({}): a failed payment is charged again only once an \
+                 operator reopens it",
+                reason.as_deref().unwrap_or("no reason recorded")
+            ))),
+            Verdict::Charged => {
+                tracing::info!(
+                    message_id = ctx.message_id,
+                    payment_id = id,
+                    "payment charged already: a duplicate"
+                );
+                Ok(Deduplicated::Duplicate { stored: None })
+            }
+            Verdict::Accepted => {
+                let stored = stored.expect("a verdict of accepted has a payment");
+                let Some(sequence) = stored.sequence else {
+                    // Not the order and not the payment: the refusal stands (retried).
+                    return Err(refused);
+                };
+                if Refusal::of(&refused) == Some(Refusal::CompletedWithOtherPayload) {
+                    return Err(refused);
+                }
+                self.catch_up(&stored, sequence, ctx).await?;
+                // Charged as stored: a message of the previous version (no number) gets the
+                // payment's.
+                self.charging(true)
+                    .handle(&message_of(message, &stored.requested()), ctx)
+                    .await
+            }
+        }
+    }
+
+    /// Settles the payments of `payment`'s account before `sequence`, oldest first: an accepted
+    /// one is charged from the table (its own message, when it comes, is a duplicate); a failed
+    /// one, or one reopened under another number, is passed over.
+    async fn catch_up(
+        &self,
+        payment: &StoredPayment,
+        sequence: u64,
+        ctx: &RecordContext,
+    ) -> Result<(), RecordError> {
+        let account_id = payment.account_id.as_deref().unwrap_or_default();
+        for _ in 0..MAX_CATCH_UP {
+            let account = Account::read(&self.dynamodb, &self.config.accounts_table, account_id)
+                .await
+                .map_err(|e| store_error("GetItem", e))?;
+            if account.settled + 1 >= sequence {
+                return Ok(());
+            }
+            let next = account.settled + 1;
+            let earlier = match account.pending.get(&next) {
+                Some(id) => self
+                    .read_payment(id)
+                    .await
+                    .map_err(|e| store_error("GetItem", e))?,
+                None => None,
+            };
+            match earlier {
+                Some(earlier)
+                    if earlier.is(PaymentStatus::Accepted) && earlier.sequence == Some(next) =>
+                {
+                    tracing::info!(
+                        message_id = ctx.message_id,
+                        payment_id = payment.payment_id,
+                        earlier = earlier.payment_id,
+                        sequence = next,
+                        "an earlier payment of the account is not settled: charging it first"
+                    );
+                    self.charging(false)
+                        .handle(&message_of(&SqsMessage::default(), &earlier.requested()), ctx)
+                        .await
+                        .map_err(|e| {
+                            RecordError::Handler(
+                                format!(
+                                    "payment {} (number {sequence} of its account) waits for {} \
+                                     (number {next}), which could not be charged yet: {e}",
+                                    payment.payment_id, earlier.payment_id
+                                )
+                                .into(),
+                            )
+                        })?;
+                }
+                _ => self.pass_over(account_id, next).await?,
+            }
+        }
+        Err(RecordError::Handler(
+            format!(
+                "payment {} waits for more than {MAX_CATCH_UP} earlier payments of its account; \
+                 the next delivery goes on",
+                payment.payment_id
+            )
+            .into(),
+        ))
+    }
+
+    /// Settles number `sequence` of an account without a charge (its payment failed, or was
+    /// reopened under another number). A refusal means another delivery settled it.
+    async fn pass_over(&self, account_id: &str, sequence: u64) -> Result<(), RecordError> {
+        let update = order::settle(&self.config.accounts_table, account_id, sequence);
+        let result = self
+            .dynamodb
+            .update_item()
+            .set_table_name(Some(update.table_name))
+            .set_key(Some(update.key))
+            .set_update_expression(Some(update.update_expression))
+            .set_condition_expression(update.condition_expression)
+            .set_expression_attribute_names(update.expression_attribute_names)
+            .set_expression_attribute_values(update.expression_attribute_values)
+            .send()
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::info!(account_id, sequence, "settled without a charge (failed or reopened)");
+                Ok(())
+            }
+            Err(e) => match aws_sdk_dynamodb::Error::from(e) {
+                aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_) => Ok(()),
+                e => Err(store_error("UpdateItem", e)),
+            },
+        }
+    }
+}
