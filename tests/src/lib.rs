@@ -14,6 +14,7 @@ pub mod http;
 pub mod logs;
 pub mod pipeline;
 pub mod report;
+pub mod sqs_records;
 pub mod stack;
 pub mod up;
 pub mod workload;

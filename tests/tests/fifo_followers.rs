@@ -34,7 +34,12 @@ async fn one_group(tag: &str, faults: &[Fault]) {
         Fault::Poison => POISON_MARKER,
         Fault::Permanent => PERMANENT_MARKER,
     };
-    let all = stack.accept(payments(faults.len(), 1, tag, |i| format!(" {}", marker(faults[i])))).await.unwrap();
+    let all = stack
+        .accept(payments(faults.len(), 1, tag, |i| {
+            format!(" {}", marker(faults[i]))
+        }))
+        .await
+        .unwrap();
     stack.publish(&all, false).await.unwrap();
     let running = run_processor(
         &stack,

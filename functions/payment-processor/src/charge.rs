@@ -91,7 +91,9 @@ pub fn charge(
         Some(sequence) => status
             .condition_expression(format!("{verified} AND #sequence = :sequence"))
             .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string())),
-        None => status.condition_expression(format!("{verified} AND attribute_not_exists(#sequence)")),
+        None => {
+            status.condition_expression(format!("{verified} AND attribute_not_exists(#sequence)"))
+        }
     }
     .build()
     .expect("table, key and expression are set");
@@ -102,7 +104,10 @@ pub fn charge(
         currency: payment.currency.clone(),
         ledger_entry_id: entry_id,
     };
-    let charge = Charge::new(event).put(ledger).update(balance).update(status);
+    let charge = Charge::new(event)
+        .put(ledger)
+        .update(balance)
+        .update(status);
     Ok(match payment.sequence {
         Some(sequence) => charge.update(order::settle(
             &config.accounts_table,

@@ -231,11 +231,13 @@ impl App {
         &self,
         switched: bool,
     ) -> impl RecordHandler<Output = Deduplicated<PaymentCharged>> + '_ {
-        json(move |payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx, switched))
-            .on_dead_letter(|dead| self.dead_lettered(dead))
-            .transactional(self.idempotency.clone())
-            .with_keys(Self::keys())
-            .and_then(|charged, ctx| self.publish(charged, ctx))
+        json(move |payment: PaymentRequested, ctx: RecordContext| {
+            self.charge(payment, ctx, switched)
+        })
+        .on_dead_letter(|dead| self.dead_lettered(dead))
+        .transactional(self.idempotency.clone())
+        .with_keys(Self::keys())
+        .and_then(|charged, ctx| self.publish(charged, ctx))
     }
 
     async fn charge(
@@ -318,8 +320,9 @@ impl App {
     /// attempts are used up): the payment is marked `failed`, if the message is the payment's
     /// (see [`App::mark_failed`]).
     async fn dead_lettered(&self, dead: DeadLettered) {
-        match serde_json::from_str::<PaymentRequested>(dead.message.body.as_deref().unwrap_or_default())
-        {
+        match serde_json::from_str::<PaymentRequested>(
+            dead.message.body.as_deref().unwrap_or_default(),
+        ) {
             Ok(payment) => self.mark_failed(&payment, &dead.reason).await,
             Err(e) => tracing::error!(
                 message_id = dead.ctx.message_id,
@@ -371,9 +374,10 @@ impl App {
     /// a payment already failed keeps its first reason.
     pub async fn mark_failed(&self, payment: &PaymentRequested, reason: &str) {
         let s = |v: &str| AttributeValue::S(v.to_owned());
-        let mut condition = "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
+        let mut condition =
+            "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
                              AND amountCents = :amount AND currency = :currency"
-            .to_owned();
+                .to_owned();
         if payment.sequence.is_some() {
             condition.push_str(" AND #sequence = :sequence");
         }
@@ -394,7 +398,10 @@ impl App {
             )
             .expression_attribute_values(":currency", s(&payment.currency))
             .expression_attribute_values(":error", AttributeValue::S(truncate_error(reason)))
-            .expression_attribute_values(":now", AttributeValue::N(SystemClock.now_ms().to_string()));
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::N(SystemClock.now_ms().to_string()),
+            );
         if let Some(sequence) = payment.sequence {
             update = update
                 .expression_attribute_names("#sequence", "sequence")

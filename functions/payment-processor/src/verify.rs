@@ -351,7 +351,10 @@ impl App {
                         "an earlier payment of the account is not settled: charging it first"
                     );
                     self.charging(false)
-                        .handle(&message_of(&SqsMessage::default(), &earlier.requested()), ctx)
+                        .handle(
+                            &message_of(&SqsMessage::default(), &earlier.requested()),
+                            ctx,
+                        )
                         .await
                         .map_err(|e| {
                             RecordError::Handler(
@@ -394,7 +397,11 @@ impl App {
             .await;
         match result {
             Ok(_) => {
-                tracing::info!(account_id, sequence, "settled without a charge (failed or reopened)");
+                tracing::info!(
+                    account_id,
+                    sequence,
+                    "settled without a charge (failed or reopened)"
+                );
                 Ok(())
             }
             Err(e) => match aws_sdk_dynamodb::Error::from(e) {

@@ -327,14 +327,24 @@ impl App {
         let put = |sequence| {
             let put = Put::builder()
                 .table_name(&self.payments_table)
-                .set_item(Some(payment_item(payment_id, hash, payment, caller, sequence)))
+                .set_item(Some(payment_item(
+                    payment_id, hash, payment, caller, sequence,
+                )))
                 .condition_expression("attribute_not_exists(paymentId)")
                 .build()
                 .expect("table and item are set");
             TransactWriteItem::builder().put(put).build()
         };
         let account = payment.account_id.as_str();
-        match order::append(&self.dynamodb, &self.accounts_table, account, payment_id, put).await? {
+        match order::append(
+            &self.dynamodb,
+            &self.accounts_table,
+            account,
+            payment_id,
+            put,
+        )
+        .await?
+        {
             order::Appended::Numbered(_) => Ok(Written::New),
             order::Appended::Refused => {
                 let stored = self
@@ -451,7 +461,10 @@ fn payment_item(
         ),
         ("callerId".to_owned(), s(&caller.id)),
         ("requestHash".to_owned(), s(hash)),
-        ("sequence".to_owned(), AttributeValue::N(sequence.to_string())),
+        (
+            "sequence".to_owned(),
+            AttributeValue::N(sequence.to_string()),
+        ),
     ]);
     if let Some(d) = &payment.description {
         item.insert("description".to_owned(), s(d));

@@ -92,8 +92,8 @@ async fn the_payments_table_down_is_a_503_and_the_key_stays_retryable() {
     // retry with the same key runs again.
     let store = mock!(aws_sdk_dynamodb::Client::update_item)
         .then_output(|| UpdateItemOutput::builder().build());
-    let account = mock!(aws_sdk_dynamodb::Client::get_item)
-        .then_output(|| GetItemOutput::builder().build());
+    let account =
+        mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| GetItemOutput::builder().build());
     let payments = mock!(aws_sdk_dynamodb::Client::transact_write_items)
         .then_error(|| TransactWriteItemsError::InternalServerError(internal()));
     let app = app(&[&store, &account, &payments]);

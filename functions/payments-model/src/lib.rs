@@ -86,6 +86,9 @@ pub struct PaymentItem {
     /// on payments accepted before accounts were ordered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence: Option<u64>,
+    /// How many times an operator reopened it after it failed (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reopens: Option<u32>,
 }
 
 impl PaymentItem {

@@ -109,7 +109,9 @@ pub async fn append(
     let mut tries = 0;
     loop {
         tries += 1;
-        let last = Account::read(client, accounts_table, account_id).await?.next;
+        let last = Account::read(client, accounts_table, account_id)
+            .await?
+            .next;
         let written = client
             .transact_write_items()
             .transact_items(payment_write(last + 1))
@@ -123,7 +125,10 @@ pub async fn append(
         let cancelled = match written {
             Ok(_) => return Ok(Appended::Numbered(last + 1)),
             Err(SdkError::ServiceError(e))
-                if matches!(e.err(), TransactWriteItemsError::TransactionCanceledException(_)) =>
+                if matches!(
+                    e.err(),
+                    TransactWriteItemsError::TransactionCanceledException(_)
+                ) =>
             {
                 let TransactWriteItemsError::TransactionCanceledException(cancelled) = e.err()
                 else {
@@ -145,7 +150,9 @@ pub async fn append(
             return Ok(Appended::Refused);
         }
         if tries >= APPEND_TRIES {
-            return Err(aws_sdk_dynamodb::Error::TransactionCanceledException(cancelled));
+            return Err(aws_sdk_dynamodb::Error::TransactionCanceledException(
+                cancelled,
+            ));
         }
         tracing::info!(
             account_id,
@@ -233,11 +240,17 @@ mod tests {
     #[test]
     fn the_first_number_and_the_first_settlement_need_no_earlier_one() {
         let first = allocate("accounts", "a-1", "p-1", 0);
-        assert_eq!(first.condition_expression(), Some("attribute_not_exists(#next)"));
+        assert_eq!(
+            first.condition_expression(),
+            Some("attribute_not_exists(#next)")
+        );
         let third = allocate("accounts", "a-1", "p-3", 2);
         assert_eq!(third.condition_expression(), Some("#next = :last"));
         assert_eq!(
-            third.expression_attribute_names().and_then(|n| n.get("#pending")).map(String::as_str),
+            third
+                .expression_attribute_names()
+                .and_then(|n| n.get("#pending"))
+                .map(String::as_str),
             Some("pending3")
         );
         assert_eq!(
@@ -245,7 +258,9 @@ mod tests {
             Some("attribute_not_exists(#settled)")
         );
         assert_eq!(
-            settle("accounts", "a-1", 4).expression_attribute_values().and_then(|v| v.get(":previous")),
+            settle("accounts", "a-1", 4)
+                .expression_attribute_values()
+                .and_then(|v| v.get(":previous")),
             Some(&AttributeValue::N("3".into()))
         );
     }

@@ -32,6 +32,7 @@ use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
 use serde_json::json;
 
+pub mod reopen;
 pub mod republish;
 
 /// Settings of payments-publisher.
@@ -236,8 +237,9 @@ fn message_of(record: &EventRecord) -> Result<(PaymentItem, Message), Unrelayabl
     Ok((item, message))
 }
 
-/// The message of a payment on `payments.fifo`: group = account, deduplication id = payment id,
-/// body = [`PaymentItem::requested`].
+/// The message of a payment on `payments.fifo`: group = account, deduplication id = payment id
+/// (with the reopening's count, for a payment an operator reopened: SQS must not drop it as a
+/// copy of the first send), body = [`PaymentItem::requested`].
 pub fn payment_message(item: &PaymentItem) -> Result<Message, Unrelayable> {
     let invalid = |reason: String| Unrelayable::InvalidMessage {
         payment_id: item.payment_id.clone(),
@@ -246,8 +248,11 @@ pub fn payment_message(item: &PaymentItem) -> Result<Message, Unrelayable> {
     let group =
         MessageGroupId::new(item.account_id.as_str()).map_err(|e| invalid(e.to_string()))?;
     let body = serde_json::to_string(&item.requested()).expect("a payment serializes");
-    Message::fifo(group, DeduplicationId::from_key(&item.payment_id), body)
-        .map_err(|e| invalid(e.to_string()))
+    let deduplication = match item.reopens {
+        None | Some(0) => DeduplicationId::from_key(&item.payment_id),
+        Some(n) => DeduplicationId::from_key(&format!("{}#reopen-{n}", item.payment_id)),
+    };
+    Message::fifo(group, deduplication, body).map_err(|e| invalid(e.to_string()))
 }
 
 /// Now, in epoch ms.
