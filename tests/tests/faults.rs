@@ -2,12 +2,13 @@
 //! data (ledger, balances, payments, queues), not from logs.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_runtime::{Context, LambdaEvent};
+use aws_lambda_events::sqs::SqsMessage;
 use payments_e2e::Stack;
-use payments_e2e::faults::{Consumer, receive_counts, run_processor, wait_until};
+use payments_e2e::faults::{
+    Consumer, event, failed_ids, receive_counts, run_processor, wait_until,
+};
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
 
@@ -180,17 +181,6 @@ fn fifo_record(id: &str, body: &str, group: &str, receive_count: u32) -> SqsMess
     m
 }
 
-fn event(records: Vec<SqsMessage>, deadline_in: Duration) -> LambdaEvent<SqsEvent> {
-    let mut e = SqsEvent::default();
-    e.records = records;
-    let mut context = Context::default();
-    context.deadline = (SystemTime::now() + deadline_in)
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    LambdaEvent::new(e, context)
-}
-
 /// The same records, delivered a second time.
 fn redelivered(records: Vec<SqsMessage>) -> Vec<SqsMessage> {
     records
@@ -217,14 +207,6 @@ async fn redeliver_with_time_to_spare(
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
     assert_exactly_once(stack.charged_exactly_once(all).await.unwrap());
-}
-
-fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String> {
-    response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
 }
 
 /// Scenario 5: bad input gets a clear error or a per-record failure, and the rest of its batch
@@ -265,18 +247,7 @@ async fn bad_input_fails_alone_with_a_clear_error() {
     // reduced copy (its body whole, the reason cut): a poison message always leaves its group.
     assert_eq!(failed_ids(&response), Vec::<String>::new());
     assert_exactly_once(stack.charged_exactly_once(&good).await.unwrap());
-    let dead: Vec<_> = stack
-        .clients
-        .sqs
-        .receive_message()
-        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap_or_default();
+    let dead: Vec<_> = stack.receive("PaymentsDeadLetterQueue").await.unwrap();
     // The 1 MiB message's copy: its body whole, with only what room was left for attributes
     // (here none: 200 bytes do not hold the reason).
     let reduced = dead
