@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use aws_lambda_events::sqs::SqsEvent;
-use lambda_runtime::{Error, LambdaEvent};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::{Context, Error, LambdaEvent};
 use local_aws::runner::{EventSourceMapping, InProcess, Runner, RunningRunner};
 use tokio_util::sync::CancellationToken;
 
@@ -192,6 +192,27 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// An invocation's event: `records`, with the Lambda deadline `deadline_in` from now.
+pub fn event(records: Vec<SqsMessage>, deadline_in: Duration) -> LambdaEvent<SqsEvent> {
+    let mut e = SqsEvent::default();
+    e.records = records;
+    let mut context = Context::default();
+    context.deadline = (SystemTime::now() + deadline_in)
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    LambdaEvent::new(e, context)
+}
+
+/// The message ids a batch response reports failed.
+pub fn failed_ids(response: &SqsBatchResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
 }
 
 /// Receive counts by message id, the highest seen.

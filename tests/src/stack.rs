@@ -195,6 +195,25 @@ impl Stack {
         Ok(ids)
     }
 
+    /// Up to 10 messages of a queue (a dead-letter queue, after a test), with all their message
+    /// attributes; they stay on the queue, hidden for its visibility timeout.
+    pub async fn receive(
+        &self,
+        logical_id: &str,
+    ) -> Result<Vec<aws_sdk_sqs::types::Message>, BoxError> {
+        Ok(self
+            .clients
+            .sqs
+            .receive_message()
+            .queue_url(self.queue_url(logical_id))
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .send()
+            .await?
+            .messages
+            .unwrap_or_default())
+    }
+
     /// Every item of a table.
     pub async fn scan(
         &self,

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
 use payments_e2e::Stack;
-use payments_e2e::faults::{Consumer, receive_counts, run_processor, wait_until};
-use payments_e2e::sqs_records::{event, failed_ids, fifo_record};
+use payments_e2e::faults::{
+    Consumer, event, failed_ids, receive_counts, run_processor, wait_until,
+};
+use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
 
@@ -243,18 +245,7 @@ async fn bad_input_fails_alone_with_a_clear_error() {
     // reduced copy (its body whole, the reason cut): a poison message always leaves its group.
     assert_eq!(failed_ids(&response), Vec::<String>::new());
     assert_exactly_once(stack.charged_exactly_once(&good).await.unwrap());
-    let dead: Vec<_> = stack
-        .clients
-        .sqs
-        .receive_message()
-        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap_or_default();
+    let dead: Vec<_> = stack.receive("PaymentsDeadLetterQueue").await.unwrap();
     // The 1 MiB message's copy: its body whole, with only what room was left for attributes
     // (here none: 200 bytes do not hold the reason).
     let reduced = dead

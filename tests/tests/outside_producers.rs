@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use payments_e2e::Stack;
-use payments_e2e::sqs_records::{event, failed_ids, fifo_record};
+use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
 use payments_model::order::Account;

@@ -14,6 +14,10 @@
 //!   `Idempotent-Replayed: true`; the same key with another body is `422`, also after the
 //!   idempotency record expired (the payment item keeps the fingerprint); while the first
 //!   request runs, `409` with `Retry-After`.
+//! - **Reads.** `GET /payments/{paymentId}` answers the payment (`paymentId`, `accountId`,
+//!   `amountCents`, `currency`, `description`, `status`), why it failed (`failureReason`), its
+//!   `sequence`, and when each state change happened (`timestamps`: `accepted`, `charged`,
+//!   `failed`, `reopened`, epoch ms); a field the payment does not have is `null`.
 //! - **Bad input is refused before anything is stored**: a body over 16 KiB is `413` unparsed, a
 //!   non-JSON content type `415`, a wrong method `405` with `Allow`, an invalid field (or a
 //!   character the queue would refuse) `400` naming it. Problem details never carry SDK errors.
@@ -368,7 +372,11 @@ impl App {
         }
     }
 
-    /// A payment of the caller's account; any other is a 404, as if it did not exist.
+    /// A payment of the caller's account; any other is a 404, as if it did not exist. Besides
+    /// the payment's fields and status: `failureReason` (the item's `lastError`), `sequence`, and
+    /// `timestamps` of each state change (`accepted`, `charged`, `failed`, `reopened`, epoch ms,
+    /// from `createdAt`, `chargedAt`, `failedAt`, `reopenedAt`); what the item does not have is
+    /// `null`.
     async fn get(&self, payment_id: &str, caller: &Caller) -> Response<Body> {
         if payment_id.is_empty()
             || payment_id.len() > 64
@@ -415,6 +423,14 @@ impl App {
             "currency": s("currency"),
             "description": s("description"),
             "status": s("status"),
+            "failureReason": s("lastError"),
+            "sequence": n("sequence"),
+            "timestamps": {
+                "accepted": n("createdAt"),
+                "charged": n("chargedAt"),
+                "failed": n("failedAt"),
+                "reopened": n("reopenedAt"),
+            },
         });
         json_response(StatusCode::OK, body.to_string())
     }

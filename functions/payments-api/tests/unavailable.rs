@@ -1,58 +1,22 @@
 //! When DynamoDB fails, the API answers `503` with a problem+json body that names what is
 //! unavailable and never carries the SDK's error text; a POST stays retryable with its key.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::InternalServerError;
-use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
-use lambda_http::aws_lambda_events::apigw::{
-    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
-    ApiGatewayV2httpRequestContext,
-};
-use lambda_http::request::RequestContext;
-use lambda_http::{Body, Request, RequestExt};
-use payments_api::{App, Config};
+use aws_smithy_mocks::mock;
+use common::{app, request};
+use lambda_http::Request;
+use payments_api::App;
+
+mod common;
 
 /// Text only the SDK's error carries.
 const SDK_TEXT: &str = "InternalServerError: the disk under partition 7 caught fire";
 
 fn internal() -> InternalServerError {
     InternalServerError::builder().message(SDK_TEXT).build()
-}
-
-fn app(rules: &[&Rule]) -> App {
-    let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, rules);
-    App::new(
-        dynamodb,
-        Config {
-            idempotency_table: "payments-idempotency".into(),
-            idempotency_ttl: Duration::from_secs(3600),
-            payments_table: "payments".into(),
-            accounts_table: "payments-accounts".into(),
-            account_claim: "sub".into(),
-        },
-    )
-}
-
-fn request(method: &str, path: &str, body: &str) -> Request {
-    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
-    jwt.claims = HashMap::from([("sub".to_owned(), "acct-1".to_owned())]);
-    let mut authorizer = ApiGatewayRequestAuthorizer::default();
-    authorizer.jwt = Some(jwt);
-    let mut context = ApiGatewayV2httpRequestContext::default();
-    context.authorizer = Some(authorizer);
-    lambda_http::http::Request::builder()
-        .method(method)
-        .uri(format!("https://api.example.com{path}"))
-        .header("content-type", "application/json")
-        .header("idempotency-key", "key-1")
-        .body(Body::from(body.to_owned()))
-        .unwrap()
-        .with_request_context(RequestContext::ApiGatewayV2(context))
 }
 
 const PAYMENT: &str = r#"{"amountCents":100,"currency":"EUR"}"#;

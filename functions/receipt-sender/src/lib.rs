@@ -6,18 +6,42 @@
 //! event again (with the same ledger entry) when a crash interrupted it between the charge and
 //! its completion.
 //!
-//! "Sending" appends an item with a fresh random id to the receipts table, so a duplicate would
-//! show as a second item for the same payment.
+//! The idempotency record runs in the lease mode, so it cannot cover a crash (or a deadline
+//! cancellation) after the receipt's write and before the record is completed: the next delivery
+//! after the lease runs the handler again. The receipt itself makes that harmless. "Sending" puts
+//! an item in the receipts table whose id is derived from the payment ([`receipt_id`]:
+//! `rcpt_<paymentId>`), on the condition `attribute_not_exists(receiptId)`:
+//!
+//! - the write succeeds: the receipt is sent (logged "receipt sent");
+//! - the condition fails and the stored receipt is for the same account, amount and currency:
+//!   it was sent before, by an attempt that did not complete its record. A success, logged at
+//!   info as "receipt already sent", with the same receipt id;
+//! - the condition fails and the stored receipt is for another account, amount or currency (the
+//!   write returns it: `ReturnValuesOnConditionCheckFailure=ALL_OLD`): a permanent failure
+//!   ([`PermanentError`]) naming the attributes that differ, so the event goes to the
+//!   dead-letter queue and the stored receipt is left as it was.
+//!
+//! An event whose `paymentId` is not 1 to [`MAX_PAYMENT_ID_CHARS`] characters (payment-processor
+//! charges no other) is a permanent failure too: its receipt id would not be a valid key.
+//!
+//! So a payment has at most one receipt, whatever the deliveries, crashes and resends; a second
+//! item for the same payment would be a bug.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::batch::{
+    BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json,
+};
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::record::{Clock, SystemClock};
+use lambda_idempotency::redact::safe_reason;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentCharged, Settings};
@@ -133,9 +157,30 @@ impl App {
         charged: PaymentCharged,
         ctx: RecordContext,
     ) -> Result<String, Error> {
-        let receipt_id = uuid::Uuid::new_v4().to_string();
+        match self.put_receipt(&charged, &ctx).await {
+            Ok(receipt_id) => Ok(receipt_id),
+            Err(e @ (ReceiptError::InvalidPaymentId(_) | ReceiptError::Mismatch { .. })) => {
+                Err(PermanentError::new(e).into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The receipt's one conditional write; on a conflict, the stored receipt (returned by the
+    /// same request) tells a receipt sent before from one of another payment.
+    async fn put_receipt(
+        &self,
+        charged: &PaymentCharged,
+        ctx: &RecordContext,
+    ) -> Result<String, ReceiptError> {
+        let id_len = charged.payment_id.chars().count();
+        if !(1..=MAX_PAYMENT_ID_CHARS).contains(&id_len) {
+            return Err(ReceiptError::InvalidPaymentId(id_len));
+        }
+        let receipt_id = receipt_id(&charged.payment_id);
         let s = |v: &str| AttributeValue::S(v.to_owned());
-        self.dynamodb
+        let put = self
+            .dynamodb
             .put_item()
             .table_name(&self.receipts_table)
             .item("receiptId", s(&receipt_id))
@@ -151,16 +196,193 @@ impl App {
                 "sentAt",
                 AttributeValue::N(SystemClock.now_ms().to_string()),
             )
+            .condition_expression("attribute_not_exists(receiptId)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
-            .await
-            .map_err(aws_sdk_dynamodb::error::DisplayErrorContext)
-            .map_err(|e| e.to_string())?;
+            .await;
+        let sent_before = match put {
+            Ok(_) => false,
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let PutItemError::ConditionalCheckFailedException(conflict) = e.err() else {
+                    unreachable!("matched above")
+                };
+                let Some(stored) = conflict.item() else {
+                    return Err(ReceiptError::Store(format!(
+                        "the receipt `{receipt_id}` exists, but its conditional write returned \
+                         no item (ReturnValuesOnConditionCheckFailure unsupported?)"
+                    )));
+                };
+                let differing = differing_attributes(charged, stored);
+                if !differing.is_empty() {
+                    return Err(ReceiptError::Mismatch {
+                        receipt_id,
+                        payment_id: charged.payment_id.clone(),
+                        differing,
+                    });
+                }
+                true
+            }
+            Err(e) => {
+                return Err(ReceiptError::Store(safe_reason(
+                    &DisplayErrorContext(&e).to_string(),
+                )));
+            }
+        };
         tracing::info!(
             message_id = ctx.message_id,
             payment_id = charged.payment_id,
             receipt_id,
-            "receipt sent"
+            "{}",
+            if sent_before {
+                "receipt already sent"
+            } else {
+                "receipt sent"
+            }
         );
         Ok(receipt_id)
+    }
+}
+
+/// The longest payment id a receipt is sent for, in characters (payment-processor charges no
+/// longer one), so that a receipt id always fits DynamoDB's 2,048-byte partition key.
+pub const MAX_PAYMENT_ID_CHARS: usize = 128;
+
+/// The receipt id of a payment: `rcpt_<paymentId>`. One payment, one receipt id, whichever
+/// delivery writes it.
+///
+/// ```
+/// assert_eq!(receipt_sender::receipt_id("pay_42"), "rcpt_pay_42");
+/// ```
+pub fn receipt_id(payment_id: &str) -> String {
+    format!("rcpt_{payment_id}")
+}
+
+/// Why a receipt was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiptError {
+    /// The event's payment id cannot make a receipt id (permanent).
+    #[error("paymentId must be 1 to {MAX_PAYMENT_ID_CHARS} characters; it has {0}")]
+    InvalidPaymentId(usize),
+    /// The payment's receipt exists for another account, amount or currency (permanent).
+    #[error(
+        "receipt `{receipt_id}` of payment `{payment_id}` was sent for another payment: {}",
+        differ(differing)
+    )]
+    Mismatch {
+        /// The stored receipt.
+        receipt_id: String,
+        /// The event's payment.
+        payment_id: String,
+        /// The attributes whose stored value is not the event's.
+        differing: Vec<&'static str>,
+    },
+    /// The receipts table did not answer, or refused the write (retried).
+    #[error("could not write the receipt: {0}")]
+    Store(String),
+}
+
+/// `amountCents differs`, `accountId and amountCents differ`, `accountId, amountCents and
+/// currency differ`.
+fn differ(names: &[&str]) -> String {
+    match names {
+        [] => "nothing differs".to_owned(),
+        [one] => format!("{one} differs"),
+        [rest @ .., last] => format!("{} and {last} differ", rest.join(", ")),
+    }
+}
+
+/// The attributes of a stored receipt that do not match the event: `accountId`, `amountCents`,
+/// `currency` (and `paymentId`, which the receipt id already fixes).
+fn differing_attributes(
+    charged: &PaymentCharged,
+    stored: &HashMap<String, AttributeValue>,
+) -> Vec<&'static str> {
+    let s = |name: &str| {
+        stored
+            .get(name)
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+    };
+    let amount = stored
+        .get("amountCents")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok());
+    [
+        (
+            "paymentId",
+            s("paymentId") == Some(charged.payment_id.as_str()),
+        ),
+        (
+            "accountId",
+            s("accountId") == Some(charged.account_id.as_str()),
+        ),
+        ("amountCents", amount == Some(charged.amount_cents)),
+        ("currency", s("currency") == Some(charged.currency.as_str())),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charged() -> PaymentCharged {
+        PaymentCharged {
+            payment_id: "pay_1".into(),
+            account_id: "acct-1".into(),
+            amount_cents: 500,
+            currency: "EUR".into(),
+            ledger_entry_id: "entry-1".into(),
+        }
+    }
+
+    fn stored(account: &str, amount: &str, currency: &str) -> HashMap<String, AttributeValue> {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        HashMap::from([
+            ("receiptId".to_owned(), s("rcpt_pay_1")),
+            ("paymentId".to_owned(), s("pay_1")),
+            ("accountId".to_owned(), s(account)),
+            ("amountCents".to_owned(), AttributeValue::N(amount.into())),
+            ("currency".to_owned(), s(currency)),
+            ("messageId".to_owned(), s("another message")),
+        ])
+    }
+
+    #[test]
+    fn the_same_payment_matches_whatever_message_sent_it() {
+        assert!(differing_attributes(&charged(), &stored("acct-1", "500", "EUR")).is_empty());
+    }
+
+    #[test]
+    fn a_mismatch_names_the_attributes_not_their_values() {
+        let differing = differing_attributes(&charged(), &stored("acct-2", "900", "EUR"));
+        assert_eq!(differing, ["accountId", "amountCents"]);
+        let error = ReceiptError::Mismatch {
+            receipt_id: receipt_id("pay_1"),
+            payment_id: "pay_1".into(),
+            differing,
+        };
+        assert_eq!(
+            error.to_string(),
+            "receipt `rcpt_pay_1` of payment `pay_1` was sent for another payment: \
+             accountId and amountCents differ"
+        );
+        assert_eq!(
+            differ(&differing_attributes(
+                &charged(),
+                &stored("acct-1", "500", "JPY")
+            )),
+            "currency differs"
+        );
+        let missing = HashMap::from([("receiptId".to_owned(), AttributeValue::S("x".into()))]);
+        assert_eq!(
+            differing_attributes(&charged(), &missing),
+            ["paymentId", "accountId", "amountCents", "currency"]
+        );
     }
 }

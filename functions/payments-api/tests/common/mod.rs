@@ -1,0 +1,47 @@
+//! What the tests over a mocked DynamoDB share: the app, and a request as API Gateway passes it
+//! (the JWT authorizer's claims in the request context).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_smithy_mocks::{Rule, RuleMode, mock_client};
+use lambda_http::aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+    ApiGatewayV2httpRequestContext,
+};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt};
+use payments_api::{App, Config};
+
+/// The app over a DynamoDB client that answers by `rules`.
+pub fn app(rules: &[&Rule]) -> App {
+    let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, rules);
+    App::new(
+        dynamodb,
+        Config {
+            idempotency_table: "payments-idempotency".into(),
+            idempotency_ttl: Duration::from_secs(3600),
+            payments_table: "payments".into(),
+            accounts_table: "payments-accounts".into(),
+            account_claim: "sub".into(),
+        },
+    )
+}
+
+/// A request of the caller `acct-1`, with an Idempotency-Key.
+pub fn request(method: &str, path: &str, body: &str) -> Request {
+    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+    jwt.claims = HashMap::from([("sub".to_owned(), "acct-1".to_owned())]);
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.jwt = Some(jwt);
+    let mut context = ApiGatewayV2httpRequestContext::default();
+    context.authorizer = Some(authorizer);
+    lambda_http::http::Request::builder()
+        .method(method)
+        .uri(format!("https://api.example.com{path}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "key-1")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+        .with_request_context(RequestContext::ApiGatewayV2(context))
+}
