@@ -39,8 +39,8 @@ pub struct Stored {
     pub receipts: HashMap<String, usize>,
     /// Messages in the payments dead-letter queue.
     pub dead_lettered_payments: usize,
-    /// The payment ids of the messages in the payments dead-letter queue (one per message).
-    pub dead_lettered_payment_ids: Vec<String>,
+    /// The payment id and the reason of each message in the payments dead-letter queue.
+    pub dead_letters: Vec<(String, String)>,
     /// Messages in the receipts dead-letter queue.
     pub dead_lettered_receipts: usize,
 }
@@ -305,7 +305,7 @@ fn no_innocent_dead_lettered(failing: &[&Accepted], stored: &Stored) -> Check {
         .map(|a| (a.payment_id.as_str(), *a))
         .collect();
     let mut in_queue: HashMap<&str, usize> = HashMap::new();
-    for id in &stored.dead_lettered_payment_ids {
+    for (id, _) in &stored.dead_letters {
         *in_queue.entry(id.as_str()).or_default() += 1;
     }
     let mut offenders: Vec<String> = in_queue

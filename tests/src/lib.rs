@@ -12,6 +12,7 @@ pub mod checks;
 pub mod faults;
 pub mod http;
 pub mod logs;
+pub mod outside;
 pub mod pipeline;
 pub mod report;
 pub mod sqs_records;

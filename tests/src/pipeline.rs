@@ -350,6 +350,15 @@ impl Pipeline {
         Ok(sent)
     }
 
+    /// A publisher to the payments queue that is not the pipeline's relay: an outside
+    /// producer's.
+    pub fn payments_publisher(&self) -> lambda_idempotency::publish::Publisher {
+        lambda_idempotency::publish::Publisher::new(
+            self.clients.sqs.clone(),
+            self.queue_url("PaymentsQueue"),
+        )
+    }
+
     /// The tables to check.
     pub fn tables(&self) -> Tables {
         let t = |id: &str| self.resources.tables[id].name.clone();
@@ -367,7 +376,7 @@ impl Pipeline {
         let depth = |id: &str| queue_depth(&self.clients.sqs, self.queue_url(id));
         let d = depth("PaymentsDeadLetterQueue").await?;
         stored.dead_lettered_payments = (d.visible + d.not_visible) as usize;
-        stored.dead_lettered_payment_ids = crate::stack::payment_ids_in_queue(
+        stored.dead_letters = crate::stack::dead_letters_in_queue(
             &self.clients.sqs,
             self.queue_url("PaymentsDeadLetterQueue"),
             Duration::from_secs(300),

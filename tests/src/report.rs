@@ -81,6 +81,20 @@ pub async fn run(
     say(&format!(
         "a producer sent {resent} accepted payments to the queue again"
     ));
+    let innocent: Vec<_> = tally
+        .accepted
+        .iter()
+        .filter(|a| a.planned.fault == Fault::None)
+        .collect();
+    let (outside, messages) = crate::outside::messages(&innocent, 3)?;
+    let sent_outside = crate::outside::send(&pipeline.payments_publisher(), messages).await?;
+    say(&format!(
+        "a producer outside the pipeline sent {sent_outside} messages of its own to payments.fifo: \
+         {} re-serialized, {} of the next version, {} tampered, 1 never accepted",
+        outside.reserialized.len(),
+        outside.next_version.len(),
+        usize::from(outside.tampered.is_some())
+    ));
     let drained_at = Instant::now();
     let drained = pipeline
         .drain(drain_timeout, |left| {
@@ -95,9 +109,11 @@ pub async fn run(
     let receipts_resent = pipeline.receipts_resent();
     let cache_hits = pipeline.cache_hits();
     let stats = pipeline.stop().await;
-    let stored = stored?;
+    let mut stored = stored?;
     let relay_lag_ms = crate::checks::relay_lag(&stored);
+    let outside_checks = outside.checks(&mut stored);
     let mut checks = checks(&tally, &stored);
+    checks.extend(outside_checks);
     let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
     checks.push(Check {
         name: "every resent payment skipped as a duplicate",

@@ -368,27 +368,29 @@ pub fn payments(
         .collect()
 }
 
-/// The payment ids in the bodies of every message of a queue (a dead-letter queue, after a run):
-/// receives until the queue has nothing visible, hiding what it received for `hide` so that
-/// each message is read once. Bodies without a payment id count as `?`.
-pub async fn payment_ids_in_queue(
+/// The payment id in the body and the `DeadLetterReason` of every message of a queue (a
+/// dead-letter queue, after a run): receives until the queue has nothing visible, hiding what it
+/// received for `hide` so that each message is read once. Bodies without a payment id count as
+/// `?`, messages without a reason have an empty one.
+pub async fn dead_letters_in_queue(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
     hide: Duration,
-) -> Result<Vec<String>, BoxError> {
-    let mut ids = Vec::new();
+) -> Result<Vec<(String, String)>, BoxError> {
+    let mut found = Vec::new();
     loop {
         let messages = sqs
             .receive_message()
             .queue_url(queue_url)
             .max_number_of_messages(10)
             .visibility_timeout(hide.as_secs() as i32)
+            .message_attribute_names("All")
             .send()
             .await?
             .messages
             .unwrap_or_default();
         if messages.is_empty() {
-            return Ok(ids);
+            return Ok(found);
         }
         for m in messages {
             let id = m
@@ -396,7 +398,14 @@ pub async fn payment_ids_in_queue(
                 .as_deref()
                 .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
                 .and_then(|v| v["paymentId"].as_str().map(str::to_owned));
-            ids.push(id.unwrap_or_else(|| "?".into()));
+            let reason = m
+                .message_attributes
+                .as_ref()
+                .and_then(|a| a.get("DeadLetterReason"))
+                .and_then(|v| v.string_value())
+                .unwrap_or_default()
+                .to_owned();
+            found.push((id.unwrap_or_else(|| "?".into()), reason));
         }
     }
 }

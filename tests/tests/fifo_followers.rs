@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use payments_e2e::Stack;
 use payments_e2e::faults::{Consumer, run_processor};
-use payments_e2e::stack::{payment_ids_in_queue, payments};
+use payments_e2e::stack::{dead_letters_in_queue, payments};
 use payments_e2e::workload::{
     FLAKY_MARKER, Fault, PERMANENT_MARKER, POISON_MARKER, failure_switch,
 };
@@ -59,13 +59,16 @@ async fn one_group(tag: &str, faults: &[Fault]) {
     let failing: Vec<&str> = failing.iter().map(|(p, _)| p.payment_id.as_str()).collect();
     let innocent: Vec<_> = innocent.into_iter().map(|(p, _)| p.clone()).collect();
 
-    let mut dead = payment_ids_in_queue(
+    let mut dead: Vec<String> = dead_letters_in_queue(
         &stack.clients.sqs,
         stack.queue_url("PaymentsDeadLetterQueue"),
         Duration::from_secs(300),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .into_iter()
+    .map(|(id, _)| id)
+    .collect();
     dead.sort();
     let mut expected = failing.clone();
     expected.sort();

@@ -243,6 +243,57 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             .unwrap();
         assert_eq!(answer.status, 201);
     }
+    // An outside producer's messages: one for a payment never accepted (refused: the payment is
+    // read to say why), and one that arrives before an earlier payment of its account is
+    // settled (its account's order is read, the earlier payment charged from the table first).
+    // The two seeded payments lack the API's request fingerprint, so the relay dead-letters
+    // their stream records instead of sending them: only the outside message reaches the queue.
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let n = |v: u64| AttributeValue::N(v.to_string());
+    for sequence in [1u64, 2] {
+        stack
+            .clients
+            .dynamodb
+            .put_item()
+            .table_name(stack.table("PaymentsTable"))
+            .item("paymentId", s(&format!("pay_outside_{sequence}")))
+            .item("accountId", s("acct-outside"))
+            .item("amountCents", n(10))
+            .item("currency", s("EUR"))
+            .item("status", s("accepted"))
+            .item("sequence", n(sequence))
+            .send()
+            .await
+            .unwrap();
+    }
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(stack.table("AccountsTable"))
+        .item("accountId", s("acct-outside"))
+        .item("nextSequence", n(2))
+        .item("pending1", s("pay_outside_1"))
+        .item("pending2", s("pay_outside_2"))
+        .send()
+        .await
+        .unwrap();
+    for (payment_id, sequence) in [("pay_never_accepted", 1), ("pay_outside_2", 2)] {
+        let body = format!(
+            r#"{{"paymentId":"{payment_id}","accountId":"acct-outside","amountCents":10,"currency":"EUR","sequence":{sequence}}}"#
+        );
+        stack
+            .clients
+            .sqs
+            .send_message()
+            .queue_url(stack.queue_url("PaymentsQueue"))
+            .message_group_id("acct-outside")
+            .message_deduplication_id(payment_id)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
     // A stream record that is not a payment: dead-lettered by the relay.
     stack
         .clients
@@ -329,4 +380,86 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .map(ToString::to_string)
         .collect();
     assert!(failing.is_empty(), "{}", failing.join("\n\n"));
+}
+
+/// `payments.fifo` takes messages from payments-publisher's role only (and the operators' role):
+/// its queue policy denies `sqs:SendMessage` to every other principal, which no identity policy
+/// can override, and the other functions' roles are neither excepted nor granted the send.
+#[test]
+fn only_the_relay_may_send_to_the_payments_queue() {
+    use serde_yaml_ng::Value;
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml")).unwrap();
+    let template: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let resources = &template["Resources"];
+    let tagged = |v: &Value| match v {
+        Value::Tagged(t) => Some((t.tag.to_string(), t.value.as_str().map(str::to_owned))),
+        _ => None,
+    };
+    let policy = &resources["PaymentsQueuePolicy"];
+    assert_eq!(policy["Type"].as_str(), Some("AWS::SQS::QueuePolicy"));
+    assert_eq!(
+        tagged(&policy["Properties"]["Queues"][0]),
+        Some(("!Ref".to_owned(), Some("PaymentsQueue".to_owned())))
+    );
+    let statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        .as_sequence()
+        .unwrap();
+    let deny = statements
+        .iter()
+        .find(|s| s["Effect"].as_str() == Some("Deny"))
+        .expect("a Deny statement");
+    assert_eq!(deny["Principal"].as_str(), Some("*"));
+    assert_eq!(deny["Action"].as_str(), Some("sqs:SendMessage"));
+    assert_eq!(
+        tagged(&deny["Resource"]),
+        Some(("!GetAtt".to_owned(), Some("PaymentsQueue.Arn".to_owned())))
+    );
+    let excepted: Vec<(String, Option<String>)> =
+        deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+            .as_sequence()
+            .expect("ArnNotEquals aws:PrincipalArn, a list")
+            .iter()
+            .map(|v| tagged(v).expect("a resolved ARN"))
+            .collect();
+    assert_eq!(
+        excepted[0],
+        (
+            "!GetAtt".to_owned(),
+            Some("PaymentsPublisherRole.Arn".to_owned())
+        )
+    );
+    assert_eq!(excepted.len(), 2, "the relay and the operators' role only");
+    assert!(
+        excepted[1]
+            .1
+            .as_deref()
+            .is_some_and(|arn| arn.ends_with(":role/${PaymentsQueueOperatorRoleName}")),
+        "{excepted:?}"
+    );
+    assert!(
+        statements
+            .iter()
+            .all(|s| s["Effect"].as_str() != Some("Allow")),
+        "the policy grants nothing"
+    );
+
+    // No function's role but the relay's is granted the send by its own policy either.
+    let env = Environment::new("us-east-1", "123456789012").reference(
+        "PaymentsQueue",
+        "https://sqs.us-east-1.amazonaws.com/123456789012/payments.fifo",
+    );
+    let roles = TemplateRoles::load_project(&env).unwrap();
+    let queue_arn = "arn:aws:sqs:us-east-1:123456789012:payments.fifo";
+    let senders: Vec<&str> = roles
+        .functions
+        .values()
+        .filter(|f| {
+            roles.roles[&f.role]
+                .evaluate("sqs:SendMessage", queue_arn, None)
+                .is_allowed()
+        })
+        .map(|f| f.role.as_str())
+        .collect();
+    assert_eq!(senders, vec!["PaymentsPublisherRole"]);
 }
