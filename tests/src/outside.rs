@@ -163,8 +163,8 @@ impl OutsideSent {
                 passed,
                 detail: match reason {
                     Some(reason) => format!(
-                        "{id}: dead-lettered ({reason}); the payment {:?} with {} ledger entry (the balances check holds the amount)",
-                        status(id),
+                        "{id}: dead-lettered ({reason}); the payment {} with {} ledger entry (the balances check holds the amount)",
+                        status(id).unwrap_or("missing"),
                         ledger(id)
                     ),
                     None => format!("{id}: no dead letter naming the mismatch"),
