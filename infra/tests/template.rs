@@ -187,6 +187,15 @@ fn functions_and_event_sources() {
         "IdempotencyTtlSeconds"
     );
     assert_eq!(api.environment["PAYMENTS_TABLE"], r("PaymentsTable"));
+    // The upper limit of an amount, in major units of its currency.
+    assert_eq!(
+        api.environment["MAX_PAYMENT_AMOUNT"].as_literal(),
+        Some("1000000")
+    );
+    assert_eq!(
+        api.environment_parameters["MAX_PAYMENT_AMOUNT"],
+        "MaxPaymentAmount"
+    );
     // The API writes the outbox (the table) only; the publisher queues.
     assert!(!api.environment.contains_key("PAYMENTS_QUEUE_URL"));
 
