@@ -129,6 +129,19 @@ fn tables() {
         assert_eq!(table.partition_key().attribute_type, AttributeType::String);
         assert_eq!(table.ttl_attribute, None, "{id}");
     }
+    // Balances are per account and currency: the currency is the sort key.
+    let currency = t.tables["BalancesTable"].sort_key().unwrap();
+    assert_eq!(
+        (
+            currency.name.as_str(),
+            currency.attribute_type,
+            currency.key_type
+        ),
+        ("currency", AttributeType::String, KeyType::Range)
+    );
+    for id in ["PaymentsTable", "LedgerTable", "ReceiptsTable"] {
+        assert_eq!(t.tables[id].sort_key(), None, "{id}");
+    }
     // The payments table is the outbox: its stream carries each new payment.
     assert_eq!(
         t.tables["PaymentsTable"].stream_view_type,
@@ -187,6 +200,15 @@ fn functions_and_event_sources() {
         "IdempotencyTtlSeconds"
     );
     assert_eq!(api.environment["PAYMENTS_TABLE"], r("PaymentsTable"));
+    // The upper limit of an amount, in major units of its currency.
+    assert_eq!(
+        api.environment["MAX_PAYMENT_AMOUNT"].as_literal(),
+        Some("1000000")
+    );
+    assert_eq!(
+        api.environment_parameters["MAX_PAYMENT_AMOUNT"],
+        "MaxPaymentAmount"
+    );
     // The API writes the outbox (the table) only; the publisher queues.
     assert!(!api.environment.contains_key("PAYMENTS_QUEUE_URL"));
 

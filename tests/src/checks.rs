@@ -33,8 +33,9 @@ pub struct Stored {
     /// payments-publisher's send (`queuedAt`, the message's `SentTimestamp`), in ms. Only
     /// payments that reached payment-processor's charge have one.
     pub relay_lag_ms: HashMap<String, i64>,
-    /// Account to (balance, charges).
-    pub balances: BTreeMap<String, (i64, i64)>,
+    /// (account, currency) to (balance in minor units, charges): one balance per account and
+    /// currency.
+    pub balances: BTreeMap<(String, String), (i64, i64)>,
     /// Payment id to the number of receipts.
     pub receipts: HashMap<String, usize>,
     /// Messages in the payments dead-letter queue.
@@ -107,7 +108,7 @@ impl Stored {
         }
         for item in scan(client, &tables.balances).await? {
             stored.balances.insert(
-                s(&item, "accountId"),
+                (s(&item, "accountId"), s(&item, "currency")),
                 (n(&item, "balanceCents"), n(&item, "charges")),
             );
         }
@@ -115,6 +116,13 @@ impl Stored {
             *stored.receipts.entry(s(&item, "paymentId")).or_default() += 1;
         }
         Ok(stored)
+    }
+
+    /// The balance of `account` in `currency`: (minor units, charges).
+    pub fn balance(&self, account: &str, currency: &str) -> Option<(i64, i64)> {
+        self.balances
+            .get(&(account.to_owned(), currency.to_owned()))
+            .copied()
     }
 }
 
@@ -179,29 +187,43 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
             .collect(),
         format!("{} payments, one ledger entry each", charged.len()),
     ));
-    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    // One balance per account and currency: the sum of the account's charged payments in that
+    // currency, never an amount of another currency.
+    let mut expected: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
     for a in &charged {
-        let e = expected.entry(a.planned.account.clone()).or_default();
+        let key = (a.planned.account.clone(), a.planned.currency.to_owned());
+        let e = expected.entry(key).or_default();
         e.0 += a.planned.amount_cents;
         e.1 += 1;
     }
-    let mut accounts: Vec<&String> = expected.keys().chain(stored.balances.keys()).collect();
-    accounts.sort();
-    accounts.dedup();
+    let mut balances: Vec<&(String, String)> =
+        expected.keys().chain(stored.balances.keys()).collect();
+    balances.sort();
+    balances.dedup();
+    let accounts = expected
+        .keys()
+        .map(|(account, _)| account)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     out.push(check(
         "each balance equals the sum of its payments",
-        accounts
+        balances
             .iter()
-            .filter(|acct| expected.get(**acct) != stored.balances.get(**acct))
-            .map(|acct| {
+            .filter(|key| expected.get(**key) != stored.balances.get(**key))
+            .map(|key| {
                 format!(
-                    "{acct}: expected {:?}, stored {:?} (cents, charges)",
-                    expected.get(*acct),
-                    stored.balances.get(*acct)
+                    "{} {}: expected {:?}, stored {:?} (minor units, charges)",
+                    key.0,
+                    key.1,
+                    expected.get(*key),
+                    stored.balances.get(*key)
                 )
             })
             .collect(),
-        format!("{} accounts", expected.len()),
+        format!(
+            "{} balances, one per account and currency ({accounts} accounts)",
+            expected.len()
+        ),
     ));
     out.push(check(
         "exactly one receipt per charged payment",

@@ -37,6 +37,8 @@ pub struct Options {
     pub start_publisher: bool,
     /// Where the API listens (port 0: any free port).
     pub api_addr: SocketAddr,
+    /// Other template parameters, by name (`MaxPaymentAmount`, ...).
+    pub parameters: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -47,6 +49,7 @@ impl Default for Options {
             backoff_base_seconds: 1,
             start_publisher: true,
             api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            parameters: Vec::new(),
         }
     }
 }
@@ -97,15 +100,17 @@ impl Pipeline {
         lambda_idempotency::metrics::set_enabled(false);
         let sdk = local_aws::local_sdk_config().await?;
         let clients = Clients::new(&sdk);
-        let template = Template::load_project(
-            &TemplateOptions::default()
-                .naming(options.naming)
-                .parameter("FailPayments", options.fail_payments)
-                .parameter(
-                    "BackoffBaseSeconds",
-                    options.backoff_base_seconds.to_string(),
-                ),
-        )?;
+        let mut template_options = TemplateOptions::default()
+            .naming(options.naming)
+            .parameter("FailPayments", options.fail_payments)
+            .parameter(
+                "BackoffBaseSeconds",
+                options.backoff_base_seconds.to_string(),
+            );
+        for (name, value) in options.parameters {
+            template_options = template_options.parameter(name, value);
+        }
+        let template = Template::load_project(&template_options)?;
         let resources = provision(&clients, &template).await?;
         let counts = Counts::default();
 
@@ -331,7 +336,7 @@ impl Pipeline {
                 payment_id: a.payment_id.clone(),
                 account_id: a.planned.account.clone(),
                 amount_cents: a.planned.amount_cents,
-                currency: "EUR".into(),
+                currency: a.planned.currency.into(),
                 description: Some(a.planned.description.clone()),
                 sequence: None,
                 unknown: Default::default(),

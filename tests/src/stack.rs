@@ -269,31 +269,33 @@ impl Stack {
             .collect())
     }
 
-    /// Balances by account: (cents, charges).
-    pub async fn balances(&self) -> Result<HashMap<String, (i64, i64)>, BoxError> {
+    /// Balances by (account, currency): (minor units, charges).
+    pub async fn balances(&self) -> Result<HashMap<(String, String), (i64, i64)>, BoxError> {
         let n = |item: &HashMap<String, AttributeValue>, name: &str| {
             item.get(name)
                 .and_then(|v| v.as_n().ok())
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
+        let s = |item: &HashMap<String, AttributeValue>, name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
         Ok(self
             .scan("BalancesTable")
             .await?
             .into_iter()
             .map(|item| {
-                let account = item
-                    .get("accountId")
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default();
-                (account, (n(&item, "balanceCents"), n(&item, "charges")))
+                let key = (s(&item, "accountId"), s(&item, "currency"));
+                (key, (n(&item, "balanceCents"), n(&item, "charges")))
             })
             .collect())
     }
 
-    /// Checks that each of `payments` was charged exactly once and every balance is the sum of
-    /// its payments; returns the offenders.
+    /// Checks that each of `payments` was charged exactly once and every balance (one per account
+    /// and currency) is the sum of its payments; returns the offenders.
     pub async fn charged_exactly_once(
         &self,
         payments: &[PaymentRequested],
@@ -301,14 +303,15 @@ impl Stack {
         let ledger = self.ledger_entries().await?;
         let balances = self.balances().await?;
         let mut offenders = Vec::new();
-        let mut expected: HashMap<&str, (i64, i64)> = HashMap::new();
+        let mut expected: HashMap<(String, String), (i64, i64)> = HashMap::new();
         let ids: HashSet<&str> = payments.iter().map(|p| p.payment_id.as_str()).collect();
         for p in payments {
             let n = ledger.get(&p.payment_id).copied().unwrap_or(0);
             if n != 1 {
                 offenders.push(format!("{}: {n} ledger entries", p.payment_id));
             }
-            let e = expected.entry(p.account_id.as_str()).or_default();
+            let key = (p.account_id.clone(), p.currency.clone());
+            let e = expected.entry(key).or_default();
             e.0 += p.amount_cents;
             e.1 += 1;
         }
@@ -317,11 +320,14 @@ impl Stack {
                 offenders.push(format!("unknown payment {id} in the ledger"));
             }
         }
-        for (account, want) in &expected {
-            let got = balances.get(*account).copied().unwrap_or_default();
+        for ((account, currency), want) in &expected {
+            let got = balances
+                .get(&(account.clone(), currency.clone()))
+                .copied()
+                .unwrap_or_default();
             if got != *want {
                 offenders.push(format!(
-                    "{account}: balance {got:?}, expected {want:?} (cents, charges)"
+                    "{account} {currency}: balance {got:?}, expected {want:?} (minor units, charges)"
                 ));
             }
         }

@@ -59,6 +59,10 @@ pub fn failure_switch(flaky_attempts: u32) -> String {
     )
 }
 
+/// The currencies of a run, one minor unit each (JPY none, EUR 2 decimal places, BHD 3): each
+/// account pays in every one of them, so that its balances are per currency.
+pub const CURRENCIES: [&str; 3] = ["EUR", "JPY", "BHD"];
+
 /// One planned payment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
@@ -66,8 +70,12 @@ pub struct Planned {
     pub key: String,
     /// The account.
     pub account: String,
-    /// Amount, minor units.
+    /// Amount, minor units of `currency`.
     pub amount_cents: i64,
+    /// One of [`CURRENCIES`].
+    pub currency: &'static str,
+    /// Sent as `amount`, a decimal string of major units, instead of `amountCents`.
+    pub decimal: bool,
     /// Description (carries the fault marker).
     pub description: String,
     /// Client behaviour.
@@ -80,15 +88,21 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// The JSON body.
+    /// The JSON body: the amount as `amountCents`, or as `amount` in major units.
     pub fn body(&self) -> String {
-        json!({
+        let mut body = json!({
             "accountId": self.account,
-            "amountCents": self.amount_cents,
-            "currency": "EUR",
+            "currency": self.currency,
             "description": self.description,
-        })
-        .to_string()
+        });
+        if self.decimal {
+            let exponent = payments_api::validate::exponent(self.currency)
+                .expect("the run's currencies have a minor unit");
+            body["amount"] = payments_api::validate::decimal(self.amount_cents, exponent).into();
+        } else {
+            body["amountCents"] = self.amount_cents.into();
+        }
+        body.to_string()
     }
 }
 
@@ -142,7 +156,8 @@ impl Workload {
     /// permanently; the second account holds two poison payments (its second and fourth), with a
     /// flaky one between them; the other poison payments are second in their accounts; flaky
     /// payments head their accounts, then come third. Client behaviours and amounts are random
-    /// (seeded).
+    /// (seeded). An account's payments take the [`CURRENCIES`] in turn, every other one with its
+    /// amount as a decimal string (`amount`).
     pub fn plan(&self) -> Vec<Planned> {
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let run = uuid::Uuid::new_v4().simple().to_string();
@@ -175,6 +190,8 @@ impl Workload {
                     key: format!("{run}-{i}"),
                     account: format!("acct-{account:02}"),
                     amount_cents: i64::from(rng.u32(100..10_000)),
+                    currency: CURRENCIES[position % CURRENCIES.len()],
+                    decimal: position % 2 == 1,
                     description: format!("payment {i} {marker}").trim_end().to_owned(),
                     behaviour,
                     fault,
@@ -475,6 +492,30 @@ async fn invalid_requests(client: &HttpClient, tally: &Arc<std::sync::Mutex<Tall
             "an unknown currency",
             r#"{"amountCents":5,"currency":"XYZ"}"#,
             Some("currency"),
+            400,
+        ),
+        post(
+            "a currency without a minor unit",
+            r#"{"amountCents":5,"currency":"XAU"}"#,
+            Some("currency"),
+            400,
+        ),
+        post(
+            "decimals JPY does not have",
+            r#"{"amount":"100.5","currency":"JPY"}"#,
+            Some("amount"),
+            400,
+        ),
+        post(
+            "an amount over the limit",
+            r#"{"amountCents":100000001,"currency":"EUR"}"#,
+            Some("amountCents"),
+            400,
+        ),
+        post(
+            "both amount and amountCents",
+            r#"{"amount":"1.00","amountCents":100,"currency":"EUR"}"#,
+            Some("amount"),
             400,
         ),
         post("a body that is not JSON", "{", Some("body"), 400),

@@ -1,5 +1,6 @@
 //! payments-api over HTTP, through the local gateway and its JWT authorizer: bad input is refused
-//! before anything is stored, callers own their payments and their keys, a reused key stays a
+//! before anything is stored, amounts follow their currency's minor unit and the limit and
+//! balances are per currency, callers own their payments and their keys, a reused key stays a
 //! 422 after its idempotency record expired, and concurrent POSTs with one key make one payment.
 
 use std::time::Duration;
@@ -182,6 +183,109 @@ async fn bad_input_gets_its_status_and_nothing_is_stored() {
     pipeline.stop().await;
 }
 
+/// Money is per currency, through the gateway and the functions with the template's
+/// `MaxPaymentAmount` set to 500: an amount is checked against its currency's minor unit and the
+/// limit (a `400` naming the field and the rule, nothing stored), may be sent as `amountCents` or
+/// as a decimal `amount`, and each account has one balance per currency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amounts_follow_their_currency_and_balances_are_per_currency() {
+    let pipeline = Pipeline::start(Options {
+        parameters: vec![("MaxPaymentAmount".into(), "500".into())],
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let http = pipeline.http().as_caller("acct-fx");
+    // (body, field, detail)
+    let refused = [
+        (
+            r#"{"amount":"100.5","currency":"JPY"}"#,
+            "amount",
+            "amount 100.5 JPY: JPY has no minor unit",
+        ),
+        (
+            r#"{"amount":"12.345","currency":"EUR"}"#,
+            "amount",
+            "amount 12.345 EUR: EUR has 2 decimal places",
+        ),
+        (
+            r#"{"amountCents":50001,"currency":"EUR"}"#,
+            "amountCents",
+            "amountCents 50001 is over the limit of 500 EUR (50000 minor units)",
+        ),
+        (
+            r#"{"amount":"501","currency":"JPY"}"#,
+            "amount",
+            "amount 501 JPY is over the limit of 500 JPY (500 minor units)",
+        ),
+        (
+            r#"{"amount":"500.001","currency":"BHD"}"#,
+            "amount",
+            "amount 500.001 BHD is over the limit of 500 BHD (500000 minor units)",
+        ),
+        (
+            r#"{"amount":"1.00","amountCents":100,"currency":"EUR"}"#,
+            "amount",
+            "amount and amountCents are both given: give exactly one of amountCents (an integer of minor units) and amount (a decimal string of major units)",
+        ),
+        (
+            r#"{"amountCents":1,"currency":"XAU"}"#,
+            "currency",
+            "currency `XAU` has no minor unit: a payment's currency must be an active ISO 4217 code with a minor unit",
+        ),
+    ];
+    for (body, field, detail) in refused {
+        let key = uuid::Uuid::new_v4().to_string();
+        let answer = http.post_payment(Some(&key), body).await.unwrap();
+        assert_eq!(answer.status, 400, "{body}: {answer:?}");
+        let problem = problem(&answer);
+        assert_eq!(problem["field"], field, "{body}");
+        assert_eq!(problem["detail"], detail, "{body}");
+    }
+    assert_eq!(scan_count(&pipeline, "PaymentsTable").await, 0);
+    assert_eq!(scan_count(&pipeline, "IdempotencyTable").await, 0);
+
+    // At the limit, in either form; amountCents is minor units of the payment's currency.
+    let accepted = [
+        r#"{"amountCents":50000,"currency":"EUR"}"#,
+        r#"{"amount":"2.50","currency":"EUR"}"#,
+        r#"{"amount":"500","currency":"JPY"}"#,
+        r#"{"amountCents":70,"currency":"JPY"}"#,
+        r#"{"amount":"1.5","currency":"BHD"}"#,
+    ];
+    let mut ids = Vec::new();
+    for body in accepted {
+        let key = uuid::Uuid::new_v4().to_string();
+        let answer = http.post_payment(Some(&key), body).await.unwrap();
+        assert_eq!(answer.status, 201, "{body}: {answer:?}");
+        let created: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+        ids.push(created["paymentId"].as_str().unwrap().to_owned());
+    }
+    let read = http.get(&format!("/payments/{}", ids[4])).await.unwrap();
+    let read: serde_json::Value = serde_json::from_str(&read.body).unwrap();
+    assert_eq!(
+        (read["amountCents"].as_i64(), read["currency"].as_str()),
+        (Some(1500), Some("BHD"))
+    );
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(stored.ledger_entries.values().sum::<usize>(), 5);
+    // One balance per currency: (minor units, charges); nothing added across currencies.
+    assert_eq!(
+        stored.balances,
+        [
+            (("acct-fx".into(), "BHD".into()), (1500, 1)),
+            (("acct-fx".into(), "EUR".into()), (50250, 2)),
+            (("acct-fx".into(), "JPY".into()), (570, 2)),
+        ]
+        .into()
+    );
+    pipeline.stop().await;
+}
+
 /// A caller charges and reads its own account only, and its keys are its own: two callers using
 /// one key make two payments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,8 +343,8 @@ async fn callers_own_their_payments_and_their_keys() {
         .await
         .unwrap();
     let stored = pipeline.stored().await.unwrap();
-    assert_eq!(stored.balances.get("acct-alice"), Some(&(700, 1)));
-    assert_eq!(stored.balances.get("acct-bob"), Some(&(700, 1)));
+    assert_eq!(stored.balance("acct-alice", "EUR"), Some((700, 1)));
+    assert_eq!(stored.balance("acct-bob", "EUR"), Some((700, 1)));
     pipeline.stop().await;
 }
 
@@ -292,8 +396,8 @@ async fn a_reused_key_is_refused_even_after_its_record_expired() {
     let stored = pipeline.stored().await.unwrap();
     assert_eq!(stored.payment_status.len(), 1);
     assert_eq!(
-        stored.balances.get("acct-1"),
-        Some(&(100, 1)),
+        stored.balance("acct-1", "EUR"),
+        Some((100, 1)),
         "the first body, once"
     );
     pipeline.stop().await;

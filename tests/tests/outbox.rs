@@ -59,7 +59,7 @@ async fn publisher_app(pipeline: &Pipeline) -> payments_publisher::App {
 }
 
 /// Every payment charged exactly once (one ledger entry, status `charged`, one receipt), and
-/// every balance the sum of its payments.
+/// every balance the sum of its payments (all in EUR).
 async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, String, i64)]) {
     let stored = pipeline.stored().await.unwrap();
     let mut offenders = Vec::new();
@@ -78,7 +78,7 @@ async fn assert_each_charged_once(pipeline: &Pipeline, accepted: &[(String, Stri
         e.1 += 1;
     }
     for (account, want) in expected {
-        let got = stored.balances.get(account).copied().unwrap_or_default();
+        let got = stored.balance(account, "EUR").unwrap_or_default();
         if got != want {
             offenders.push(format!("{account}: balance {got:?}, expected {want:?}"));
         }

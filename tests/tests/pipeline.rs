@@ -35,8 +35,19 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
     let t = &report.tally;
     assert!(t.replayed > 0, "no replay happened");
     assert!(t.count(422) > 0, "no reused key was refused");
-    // The refused requests: six 400s, one each of 401, 403, 405, 413 and 415.
-    assert_eq!(t.count(400), 6, "the invalid requests");
+    // The refused requests: ten 400s, one each of 401, 403, 405, 413 and 415.
+    assert_eq!(t.count(400), 10, "the invalid requests");
+    // Payments in every currency, with each form of the amount.
+    for currency in payments_e2e::workload::CURRENCIES {
+        for decimal in [false, true] {
+            assert!(
+                t.accepted
+                    .iter()
+                    .any(|a| a.planned.currency == currency && a.planned.decimal == decimal),
+                "no {currency} payment with decimal = {decimal}"
+            );
+        }
+    }
     for status in [401, 403, 405, 413, 415] {
         assert_eq!(t.count(status), 1, "the request refused with {status}");
     }

@@ -258,7 +258,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         Some(&1),
         "{stored:?}"
     );
-    assert_eq!(stored.balances.get(CALLER), Some(&(1250, 1)), "{stored:?}");
+    assert_eq!(stored.balance(CALLER, "EUR"), Some((1250, 1)), "{stored:?}");
     assert_eq!(stored.receipts.get(&payment_id), Some(&1), "{stored:?}");
 
     // The functions' JSON logs, each line with the function's name in front.

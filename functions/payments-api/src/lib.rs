@@ -21,6 +21,10 @@
 //! - **Bad input is refused before anything is stored**: a body over 16 KiB is `413` unparsed, a
 //!   non-JSON content type `415`, a wrong method `405` with `Allow`, an invalid field (or a
 //!   character the queue would refuse) `400` naming it. Problem details never carry SDK errors.
+//! - **Money is per currency** ([`validate::amount_of`]): the currency is an active ISO 4217 code
+//!   with a minor unit; the amount is `amountCents` (minor units) or `amount` (a decimal string of
+//!   major units, with no more decimal places than the currency has), at most
+//!   `MAX_PAYMENT_AMOUNT` major units. A refusal is a `400` naming the field and the rule.
 //!
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
 
@@ -48,7 +52,7 @@ use serde_json::json;
 
 use crate::identity::Caller;
 use crate::problem::Problem;
-use crate::validate::NewPayment;
+use crate::validate::{DEFAULT_MAX_PAYMENT_AMOUNT, NewPayment};
 
 /// Header that marks a replayed response.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -67,6 +71,10 @@ pub struct Config {
     pub accounts_table: String,
     /// `ACCOUNT_CLAIM` (default `sub`): the JWT claim naming the caller's account.
     pub account_claim: String,
+    /// `MAX_PAYMENT_AMOUNT` (default [`DEFAULT_MAX_PAYMENT_AMOUNT`], at least 1): the largest
+    /// amount of a payment, in major units of its currency (1,000,000 is 1,000,000.00 EUR,
+    /// 1,000,000 JPY or 1,000,000.000 BHD).
+    pub max_payment_amount: u64,
 }
 
 impl Config {
@@ -81,7 +89,25 @@ impl Config {
             account_claim: settings
                 .get("ACCOUNT_CLAIM")
                 .unwrap_or_else(|| "sub".into()),
+            max_payment_amount: max_payment_amount(settings)?,
         })
+    }
+}
+
+/// `MAX_PAYMENT_AMOUNT`: a whole number of at least 1; [`DEFAULT_MAX_PAYMENT_AMOUNT`] when unset.
+fn max_payment_amount(settings: &impl Settings) -> Result<u64, ConfigError> {
+    const NAME: &str = "MAX_PAYMENT_AMOUNT";
+    match settings.get(NAME) {
+        None => Ok(DEFAULT_MAX_PAYMENT_AMOUNT),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                name: NAME,
+                reason: format!(
+                    "`{v}` is not a whole number of at least 1 (major units of a payment's currency)"
+                ),
+            }),
+        },
     }
 }
 
@@ -101,6 +127,7 @@ pub struct App {
     payments_table: String,
     accounts_table: String,
     account_claim: String,
+    max_payment_amount: u64,
 }
 
 /// What the conditional write of a payment found.
@@ -128,6 +155,7 @@ impl App {
             payments_table: config.payments_table,
             accounts_table: config.accounts_table,
             account_claim: config.account_claim,
+            max_payment_amount: config.max_payment_amount,
         }
     }
 
@@ -203,7 +231,7 @@ impl App {
         };
         let span = tracing::info_span!("create_payment", caller = caller.id, idempotency_key = key);
         let _enter = span.enter();
-        let payment = match validate::new_payment(body, &caller.account) {
+        let payment = match validate::new_payment(body, &caller.account, self.max_payment_amount) {
             Ok(p) => p,
             Err(problem) => {
                 tracing::info!(
@@ -526,4 +554,38 @@ fn stored_response(stored: &StoredResponse, replayed: bool) -> Response<Body> {
         headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max: Option<&str>) -> Result<Config, ConfigError> {
+        let mut settings = HashMap::from([
+            ("IDEMPOTENCY_TABLE".to_owned(), "idem".to_owned()),
+            ("PAYMENTS_TABLE".to_owned(), "payments".to_owned()),
+            ("ACCOUNTS_TABLE".to_owned(), "accounts".to_owned()),
+        ]);
+        if let Some(v) = max {
+            settings.insert("MAX_PAYMENT_AMOUNT".to_owned(), v.to_owned());
+        }
+        Config::from_settings(&settings)
+    }
+
+    #[test]
+    fn the_payment_limit_is_read_with_a_default() {
+        assert_eq!(config(None).unwrap().max_payment_amount, 1_000_000);
+        assert_eq!(config(Some("")).unwrap().max_payment_amount, 1_000_000);
+        assert_eq!(config(Some("250")).unwrap().max_payment_amount, 250);
+        assert_eq!(config(Some("1")).unwrap().max_payment_amount, 1);
+        for bad in ["0", "-5", "1.5", "1e6", "lots"] {
+            match config(Some(bad)) {
+                Err(ConfigError::Invalid { name, reason }) => {
+                    assert_eq!(name, "MAX_PAYMENT_AMOUNT");
+                    assert!(reason.contains(&format!("`{bad}`")), "{reason}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 }

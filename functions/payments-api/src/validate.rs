@@ -61,24 +61,99 @@ fn sqs_text(field: &'static str, text: &str) -> Result<(), Problem> {
     }
 }
 
-/// Active ISO 4217 currency codes (fiat, plus the CFA and CFP francs and the East Caribbean
-/// dollar).
-const CURRENCIES: &str = "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD \
-     BTN BWP BYN BZD CAD CDF CHF CLP CNY COP CRC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL \
-     GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD \
-     KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK \
-     NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP \
-     STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS UAH UGX USD UYU UZS VES VND VUV WST XAF XCD XCG XOF \
-     XPF YER ZAR ZMW ZWG";
+/// The upper limit of a payment's amount when `MAX_PAYMENT_AMOUNT` is not set, in major units of
+/// the payment's currency.
+pub const DEFAULT_MAX_PAYMENT_AMOUNT: u64 = 1_000_000;
+
+/// The rule a refused currency is refused by.
+const CURRENCY_RULE: &str =
+    "a payment's currency must be an active ISO 4217 code with a minor unit";
+
+/// The minor unit of a currency payments may be taken in: its ISO 4217 exponent (JPY 0, EUR 2,
+/// BHD 3), from the `iso_currency` table. A code that is unknown, superseded, a fund code, or
+/// without a minor unit (gold `XAU`, the IMF's `XDR`) is refused with the reason.
+///
+/// ```
+/// use payments_api::validate::exponent;
+///
+/// assert_eq!(exponent("JPY"), Ok(0));
+/// assert_eq!(exponent("EUR"), Ok(2));
+/// assert_eq!(exponent("BHD"), Ok(3));
+/// assert!(exponent("XAU").unwrap_err().contains("no minor unit"));
+/// ```
+pub fn exponent(code: &str) -> Result<u32, String> {
+    let Some(currency) = iso_currency::Currency::from_code(code) else {
+        return Err(format!("currency `{code}` is not an ISO 4217 code"));
+    };
+    if let Some(newer) = currency.is_superseded() {
+        return Err(format!(
+            "currency `{code}` is no longer active (superseded by {})",
+            newer.code()
+        ));
+    }
+    if currency.is_fund() {
+        return Err(format!(
+            "currency `{code}` is an ISO 4217 fund code, not a currency"
+        ));
+    }
+    match currency.exponent() {
+        None => Err(format!("currency `{code}` has no minor unit")),
+        Some(_) if currency.is_special() => Err(format!(
+            "currency `{code}` is an ISO 4217 special code, not a currency"
+        )),
+        Some(e) => Ok(u32::from(e)),
+    }
+}
+
+/// The upper limit in minor units: `max_amount` major units times 10^`exponent`; `None` when that
+/// is beyond `i64` (no amount that can be stored is over it then).
+///
+/// ```
+/// use payments_api::validate::limit_minor_units;
+///
+/// assert_eq!(limit_minor_units(1_000_000, 0), Some(1_000_000)); // JPY
+/// assert_eq!(limit_minor_units(1_000_000, 2), Some(100_000_000)); // EUR
+/// assert_eq!(limit_minor_units(1_000_000, 3), Some(1_000_000_000)); // BHD
+/// assert_eq!(limit_minor_units(u64::MAX, 2), None);
+/// ```
+pub fn limit_minor_units(max_amount: u64, exponent: u32) -> Option<i64> {
+    10u64
+        .checked_pow(exponent)
+        .and_then(|unit| max_amount.checked_mul(unit))
+        .and_then(|limit| i64::try_from(limit).ok())
+}
+
+/// An amount in minor units written as a decimal of major units, with `exponent` decimal places
+/// (none for 0): the form the `amount` field takes.
+///
+/// ```
+/// use payments_api::validate::decimal;
+///
+/// assert_eq!(decimal(1234, 2), "12.34");
+/// assert_eq!(decimal(5, 3), "0.005");
+/// assert_eq!(decimal(1500, 0), "1500");
+/// ```
+pub fn decimal(minor: i64, exponent: u32) -> String {
+    let digits = minor.unsigned_abs().to_string();
+    let places = exponent as usize;
+    let sign = if minor < 0 { "-" } else { "" };
+    if places == 0 {
+        return format!("{sign}{digits}");
+    }
+    let padded = format!("{digits:0>width$}", width = places + 1);
+    let (units, fraction) = padded.split_at(padded.len() - places);
+    format!("{sign}{units}.{fraction}")
+}
 
 /// A validated `POST /payments` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPayment {
     /// The account; a valid FIFO message group id.
     pub account_id: MessageGroupId,
-    /// > 0.
+    /// Minor units of `currency`, > 0 and at most the limit (from `amountCents`, or from
+    /// `amount` converted exactly).
     pub amount_cents: i64,
-    /// ISO 4217.
+    /// An active ISO 4217 code with a minor unit ([`exponent`]).
     pub currency: String,
     /// Optional free text.
     pub description: Option<String>,
@@ -116,14 +191,26 @@ pub fn idempotency_key(value: Option<&[u8]>) -> Result<String, Problem> {
 }
 
 /// Validates the body of `POST /payments` from a caller whose account is `account`: the body's
-/// `accountId` may be left out, and when present must be the caller's (else 403).
-pub fn new_payment(body: &[u8], account: &MessageGroupId) -> Result<NewPayment, Problem> {
+/// `accountId` may be left out, and when present must be the caller's (else 403). The amount is
+/// `amountCents` (an integer of minor units) or `amount` (a decimal string of major units), at
+/// most `max_amount` major units of the payment's currency ([`amount_of`]).
+pub fn new_payment(
+    body: &[u8],
+    account: &MessageGroupId,
+    max_amount: u64,
+) -> Result<NewPayment, Problem> {
     let json: Value = serde_json::from_slice(body)
         .map_err(|e| Problem::invalid("body", format!("the body is not valid JSON: {e}")))?;
     let Value::Object(map) = &json else {
         return Err(Problem::invalid("body", "the body must be a JSON object"));
     };
-    const FIELDS: [&str; 4] = ["accountId", "amountCents", "currency", "description"];
+    const FIELDS: [&str; 5] = [
+        "accountId",
+        "amount",
+        "amountCents",
+        "currency",
+        "description",
+    ];
     if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Problem::invalid(
             "body",
@@ -142,8 +229,8 @@ pub fn new_payment(body: &[u8], account: &MessageGroupId) -> Result<NewPayment, 
             given
         }
     };
-    let amount_cents = amount_cents(map)?;
-    let currency = currency(map)?;
+    let (currency, exponent) = currency(map)?;
+    let amount_cents = amount_of(map, &currency, exponent, max_amount)?;
     let description = match map.get("description") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.chars().count() <= MAX_DESCRIPTION_CHARS => {
@@ -181,35 +268,143 @@ fn account_id(map: &Map<String, Value>) -> Result<MessageGroupId, Problem> {
     }
 }
 
-fn amount_cents(map: &Map<String, Value>) -> Result<i64, Problem> {
-    let invalid = || {
-        Problem::invalid(
-            "amountCents",
-            "amountCents must be a positive integer (minor units)",
-        )
+/// The amount of a payment in minor units of `currency` (whose minor unit is `exponent`): exactly
+/// one of `amountCents` (a positive integer of minor units) and `amount` (a positive decimal
+/// string of major units with at most `exponent` decimal places, converted exactly), and at most
+/// `max_amount` major units. A refusal names the field and the rule.
+pub fn amount_of(
+    map: &Map<String, Value>,
+    currency: &str,
+    exponent: u32,
+    max_amount: u64,
+) -> Result<i64, Problem> {
+    const BOTH_FORMS: &str = "give exactly one of amountCents (an integer of minor units) and \
+                              amount (a decimal string of major units)";
+    let (field, shown, minor) = match (map.get("amountCents"), map.get("amount")) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::invalid(
+                "amount",
+                format!("amount and amountCents are both given: {BOTH_FORMS}"),
+            ));
+        }
+        (None, None) => {
+            return Err(Problem::invalid(
+                "amountCents",
+                format!("the amount is required: {BOTH_FORMS}"),
+            ));
+        }
+        (Some(value), None) => {
+            let minor = amount_cents(value)?;
+            let shown = minor.map_or_else(|| value.to_string(), |m| m.to_string());
+            ("amountCents", shown, minor)
+        }
+        (None, Some(value)) => {
+            let (text, minor) = decimal_amount(value, currency, exponent)?;
+            ("amount", format!("{} {currency}", shorten(text)), minor)
+        }
     };
-    match map.get("amountCents") {
-        None => Err(Problem::invalid("amountCents", "amountCents is required")),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(v) if v > 0 => Ok(v),
-            _ => Err(invalid()),
-        },
-        Some(_) => Err(invalid()),
+    match (minor, limit_minor_units(max_amount, exponent)) {
+        (Some(minor), Some(limit)) if minor <= limit => Ok(minor),
+        (Some(minor), None) => Ok(minor),
+        (_, Some(limit)) => Err(Problem::invalid(
+            field,
+            format!(
+                "{field} {shown} is over the limit of {max_amount} {currency} ({limit} minor units)"
+            ),
+        )),
+        (None, None) => Err(Problem::invalid(
+            field,
+            format!(
+                "{field} {shown} is over the largest amount that can be stored ({} minor units)",
+                i64::MAX
+            ),
+        )),
     }
 }
 
-fn currency(map: &Map<String, Value>) -> Result<String, Problem> {
+/// `amountCents`: a positive integer; `None` for one too large for an `i64` (over any limit).
+fn amount_cents(value: &Value) -> Result<Option<i64>, Problem> {
+    match value {
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(v), _) if v > 0 => Ok(Some(v)),
+            (None, Some(_)) => Ok(None),
+            _ => Err(amount_cents_invalid()),
+        },
+        _ => Err(amount_cents_invalid()),
+    }
+}
+
+fn amount_cents_invalid() -> Problem {
+    Problem::invalid(
+        "amountCents",
+        "amountCents must be a positive integer (minor units)",
+    )
+}
+
+/// `amount`: a decimal string of major units (`"12.34"`: digits, then optionally a point and
+/// digits; no sign, exponent or spaces), more than zero, with at most `exponent` decimal places;
+/// converted to minor units exactly. `None` for one too large for an `i64`.
+fn decimal_amount<'a>(
+    value: &'a Value,
+    currency: &str,
+    exponent: u32,
+) -> Result<(&'a str, Option<i64>), Problem> {
+    let Value::String(text) = value else {
+        return Err(Problem::invalid(
+            "amount",
+            "amount must be a string of major units such as \"12.34\" (a JSON number is not exact)",
+        ));
+    };
+    let (units, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(units) || (text.contains('.') && !digits(fraction)) {
+        return Err(Problem::invalid(
+            "amount",
+            format!(
+                "amount `{}` is not a decimal number of major units such as \"12.34\" (digits, at most one point, no sign or exponent)",
+                shorten(text)
+            ),
+        ));
+    }
+    if fraction.len() > exponent as usize {
+        let rule = match exponent {
+            0 => format!("{currency} has no minor unit"),
+            1 => format!("{currency} has 1 decimal place"),
+            n => format!("{currency} has {n} decimal places"),
+        };
+        return Err(Problem::invalid(
+            "amount",
+            format!("amount {} {currency}: {rule}", shorten(text)),
+        ));
+    }
+    // Exact: the digits of the major units and of the fraction, padded to `exponent` places,
+    // are the minor units.
+    let padding = exponent as usize - fraction.len();
+    let minor_digits = format!("{units}{fraction}{}", "0".repeat(padding));
+    let minor_digits = minor_digits.trim_start_matches('0');
+    if minor_digits.is_empty() {
+        return Err(Problem::invalid("amount", "amount must be more than zero"));
+    }
+    Ok((text, minor_digits.parse::<i64>().ok()))
+}
+
+/// Input echoed in a refusal, cut to 40 characters.
+fn shorten(text: &str) -> String {
+    const MAX: usize = 40;
+    match text.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// `currency`: three upper-case letters, a code [`exponent`] accepts; with its exponent.
+fn currency(map: &Map<String, Value>) -> Result<(String, u32), Problem> {
     match map.get("currency") {
         None => Err(Problem::invalid("currency", "currency is required")),
         Some(Value::String(s)) if s.len() == 3 && s.bytes().all(|b| b.is_ascii_uppercase()) => {
-            if CURRENCIES.split_ascii_whitespace().any(|c| c == s) {
-                Ok(s.clone())
-            } else {
-                Err(Problem::invalid(
-                    "currency",
-                    format!("currency `{s}` is not an ISO 4217 code"),
-                ))
-            }
+            exponent(s).map(|e| (s.clone(), e)).map_err(|reason| {
+                Problem::invalid("currency", format!("{reason}: {CURRENCY_RULE}"))
+            })
         }
         Some(_) => Err(Problem::invalid(
             "currency",
@@ -256,7 +451,21 @@ mod tests {
 
     fn field_of(body: &str) -> Option<&'static str> {
         let a = MessageGroupId::new("a").unwrap();
-        new_payment(body.as_bytes(), &a).err().and_then(|p| p.field)
+        new_payment(body.as_bytes(), &a, DEFAULT_MAX_PAYMENT_AMOUNT)
+            .err()
+            .and_then(|p| p.field)
+    }
+
+    /// The body's payment with the default limit, as the caller `acct-1`.
+    fn payment(body: &str) -> Result<NewPayment, Problem> {
+        new_payment(body.as_bytes(), &account(), DEFAULT_MAX_PAYMENT_AMOUNT)
+    }
+
+    /// The refusal of `body` with a limit of `max_amount`: (field, detail).
+    fn refusal(body: &str, max_amount: u64) -> (Option<&'static str>, String) {
+        let problem = new_payment(body.as_bytes(), &account(), max_amount).unwrap_err();
+        assert_eq!(problem.status, 400, "{problem:?}");
+        (problem.field, problem.detail)
     }
 
     #[test]
@@ -278,9 +487,8 @@ mod tests {
 
     #[test]
     fn bodies() {
-        let ok = new_payment(
-            br#"{"accountId":"acct-1","amountCents":100,"currency":"EUR","description":"x"}"#,
-            &account(),
+        let ok = payment(
+            r#"{"accountId":"acct-1","amountCents":100,"currency":"EUR","description":"x"}"#,
         )
         .unwrap();
         assert_eq!((ok.amount_cents, ok.currency.as_str()), (100, "EUR"));
@@ -290,13 +498,10 @@ mod tests {
             field_of(r#"{"accountId":"a","amountCents":1,"currency":"EUR","extra":1}"#),
             Some("body")
         );
-        let own = new_payment(br#"{"amountCents":1,"currency":"EUR"}"#, &account()).unwrap();
+        let own = payment(r#"{"amountCents":1,"currency":"EUR"}"#).unwrap();
         assert_eq!(own.account_id, account());
-        let other = new_payment(
-            br#"{"accountId":"acct-2","amountCents":1,"currency":"EUR"}"#,
-            &account(),
-        )
-        .unwrap_err();
+        let other =
+            payment(r#"{"accountId":"acct-2","amountCents":1,"currency":"EUR"}"#).unwrap_err();
         assert_eq!((other.status, other.field), (403, Some("accountId")));
         assert_eq!(
             field_of(r#"{"accountId":"a b","amountCents":1,"currency":"EUR"}"#),
@@ -334,11 +539,8 @@ mod tests {
             field_of(r#"{"accountId":"a","amountCents":1,"currency":"EUR","description":7}"#),
             Some("description")
         );
-        let bad = new_payment(
-            br#"{"amountCents":1,"currency":"EUR","description":"nul \u0000 here"}"#,
-            &account(),
-        )
-        .unwrap_err();
+        let bad = payment(r#"{"amountCents":1,"currency":"EUR","description":"nul \u0000 here"}"#)
+            .unwrap_err();
         assert_eq!((bad.status, bad.field), (400, Some("description")));
         assert!(
             bad.detail.contains("(U+0000) at position 4"),
@@ -346,12 +548,237 @@ mod tests {
             bad.detail
         );
         let fine = r#"{"amountCents":1,"currency":"EUR","description":"tab\t é 😀"}"#;
-        assert!(new_payment(fine.as_bytes(), &account()).is_ok());
-        let unknown = new_payment(
-            br#"{"accountId":"a","amountCents":1,"currency":"EUR","amount":1}"#,
-            &MessageGroupId::new("a").unwrap(),
-        )
-        .unwrap_err();
-        assert!(unknown.detail.contains("`amount`"), "{}", unknown.detail);
+        assert!(payment(fine).is_ok());
+        let unknown = payment(r#"{"amountCents":1,"currency":"EUR","cents":1}"#).unwrap_err();
+        assert_eq!(unknown.field, Some("body"));
+        assert!(unknown.detail.contains("`cents`"), "{}", unknown.detail);
+    }
+
+    #[test]
+    fn exponents_come_from_the_iso_4217_table() {
+        for (code, places) in [("JPY", 0), ("KRW", 0), ("EUR", 2), ("USD", 2), ("BHD", 3)] {
+            assert_eq!(exponent(code), Ok(places), "{code}");
+        }
+        // The reasons, each refused with the rule.
+        for (code, reason) in [
+            ("XAU", "has no minor unit"),
+            ("XDR", "has no minor unit"),
+            ("XTS", "has no minor unit"),
+            ("HRK", "no longer active (superseded by EUR)"),
+            ("BOV", "fund code"),
+            ("ABC", "not an ISO 4217 code"),
+        ] {
+            let (field, detail) = refusal(
+                &format!(r#"{{"amountCents":1,"currency":"{code}"}}"#),
+                DEFAULT_MAX_PAYMENT_AMOUNT,
+            );
+            assert_eq!(field, Some("currency"), "{code}");
+            assert!(detail.contains(reason), "{code}: {detail}");
+            assert!(
+                detail.ends_with(
+                    "a payment's currency must be an active ISO 4217 code with a minor unit"
+                ),
+                "{code}: {detail}"
+            );
+        }
+    }
+
+    #[test]
+    fn amounts_are_minor_units_of_their_currency() {
+        // amountCents is minor units whatever the exponent: 1500 JPY, 15.00 EUR, 1.500 BHD.
+        for currency in ["JPY", "EUR", "BHD"] {
+            let p = payment(&format!(
+                r#"{{"amountCents":1500,"currency":"{currency}"}}"#
+            ))
+            .unwrap();
+            assert_eq!((p.amount_cents, p.currency.as_str()), (1500, currency));
+        }
+        // amount is major units, converted exactly.
+        for (amount, currency, minor) in [
+            ("1500", "JPY", 1500),
+            ("12.34", "EUR", 1234),
+            ("12.3", "EUR", 1230),
+            ("12", "EUR", 1200),
+            ("0.01", "EUR", 1),
+            ("007.10", "EUR", 710),
+            ("1.234", "BHD", 1234),
+            ("0.005", "BHD", 5),
+            ("2.5", "BHD", 2500),
+            // No float could hold these: exact all the same.
+            ("90071992547409.93", "EUR", 9_007_199_254_740_993),
+        ] {
+            let body = format!(r#"{{"amount":"{amount}","currency":"{currency}"}}"#);
+            let p = new_payment(body.as_bytes(), &account(), u64::MAX).unwrap();
+            assert_eq!(p.amount_cents, minor, "{amount} {currency}");
+            // And back: the decimal of the minor units is the same amount.
+            let written = decimal(minor, exponent(currency).unwrap());
+            let body = format!(r#"{{"amount":"{written}","currency":"{currency}"}}"#);
+            let again = new_payment(body.as_bytes(), &account(), u64::MAX).unwrap();
+            assert_eq!(again.amount_cents, minor, "{written} {currency}");
+        }
+    }
+
+    #[test]
+    fn decimal_places_are_at_most_the_currency_s() {
+        for (amount, currency, detail) in [
+            ("100.5", "JPY", "amount 100.5 JPY: JPY has no minor unit"),
+            ("100.0", "JPY", "amount 100.0 JPY: JPY has no minor unit"),
+            (
+                "12.345",
+                "EUR",
+                "amount 12.345 EUR: EUR has 2 decimal places",
+            ),
+            (
+                "1.2345",
+                "BHD",
+                "amount 1.2345 BHD: BHD has 3 decimal places",
+            ),
+        ] {
+            let body = format!(r#"{{"amount":"{amount}","currency":"{currency}"}}"#);
+            assert_eq!(
+                refusal(&body, DEFAULT_MAX_PAYMENT_AMOUNT),
+                (Some("amount"), detail.to_owned())
+            );
+        }
+        // Not a decimal string of major units.
+        for amount in [
+            r#""""#,
+            r#""-1""#,
+            r#""+1""#,
+            r#""1e3""#,
+            r#"".5""#,
+            r#""5.""#,
+            r#""1.2.3""#,
+            r#"" 12""#,
+            r#""12,50""#,
+            r#""0""#,
+            r#""0.00""#,
+            "12.34",
+            "null",
+            "true",
+        ] {
+            let body = format!(r#"{{"amount":{amount},"currency":"EUR"}}"#);
+            let (field, detail) = refusal(&body, DEFAULT_MAX_PAYMENT_AMOUNT);
+            assert_eq!(field, Some("amount"), "{amount}: {detail}");
+        }
+        let (_, detail) = refusal(r#"{"amount":12.34,"currency":"EUR"}"#, 1);
+        assert!(detail.contains("a JSON number is not exact"), "{detail}");
+        let (_, detail) = refusal(
+            &format!(r#"{{"amount":"{}x","currency":"EUR"}}"#, "9".repeat(100)),
+            1,
+        );
+        assert!(
+            detail.chars().count() < 200,
+            "the input is echoed cut: {detail}"
+        );
+    }
+
+    #[test]
+    fn amounts_over_the_limit_are_refused_naming_it() {
+        // The limit is MAX_PAYMENT_AMOUNT major units: 1,000,000 EUR is 100,000,000 cents.
+        let (max, eur) = (DEFAULT_MAX_PAYMENT_AMOUNT, "EUR");
+        assert!(payment(r#"{"amountCents":100000000,"currency":"EUR"}"#).is_ok());
+        assert_eq!(
+            refusal(r#"{"amountCents":100000001,"currency":"EUR"}"#, max),
+            (
+                Some("amountCents"),
+                format!(
+                    "amountCents 100000001 is over the limit of 1000000 {eur} (100000000 minor units)"
+                )
+            )
+        );
+        assert!(payment(r#"{"amount":"1000000.00","currency":"EUR"}"#).is_ok());
+        assert_eq!(
+            refusal(r#"{"amount":"1000000.01","currency":"EUR"}"#, max),
+            (
+                Some("amount"),
+                "amount 1000000.01 EUR is over the limit of 1000000 EUR (100000000 minor units)"
+                    .to_owned()
+            )
+        );
+        // JPY: the limit in minor units is the limit itself; BHD: a thousand times it.
+        assert!(payment(r#"{"amountCents":1000000,"currency":"JPY"}"#).is_ok());
+        assert_eq!(
+            refusal(r#"{"amountCents":1000001,"currency":"JPY"}"#, max).1,
+            "amountCents 1000001 is over the limit of 1000000 JPY (1000000 minor units)"
+        );
+        assert!(payment(r#"{"amount":"1000000.000","currency":"BHD"}"#).is_ok());
+        assert_eq!(
+            refusal(r#"{"amount":"1000000.001","currency":"BHD"}"#, max).1,
+            "amount 1000000.001 BHD is over the limit of 1000000 BHD (1000000000 minor units)"
+        );
+        // Another limit.
+        assert_eq!(
+            refusal(r#"{"amount":"50.01","currency":"EUR"}"#, 50).1,
+            "amount 50.01 EUR is over the limit of 50 EUR (5000 minor units)"
+        );
+        // Amounts beyond i64: over the limit, never wrapped.
+        let (field, detail) = refusal(
+            r#"{"amountCents":18446744073709551615,"currency":"EUR"}"#,
+            max,
+        );
+        assert_eq!(field, Some("amountCents"));
+        assert!(detail.contains("over the limit of 1000000 EUR"), "{detail}");
+        let (field, detail) = refusal(
+            &format!(r#"{{"amount":"{}","currency":"EUR"}}"#, "9".repeat(30)),
+            max,
+        );
+        assert_eq!(field, Some("amount"));
+        assert!(detail.contains("over the limit of 1000000 EUR"), "{detail}");
+        // A limit beyond i64 in minor units: only what can be stored bounds the amount.
+        let (_, detail) = refusal(
+            r#"{"amount":"92233720368547758.08","currency":"EUR"}"#,
+            u64::MAX,
+        );
+        assert!(
+            detail.contains("over the largest amount that can be stored"),
+            "{detail}"
+        );
+        assert_eq!(
+            new_payment(
+                br#"{"amountCents":9223372036854775807,"currency":"EUR"}"#,
+                &account(),
+                u64::MAX
+            )
+            .unwrap()
+            .amount_cents,
+            i64::MAX
+        );
+    }
+
+    #[test]
+    fn exactly_one_of_amount_and_amount_cents() {
+        let (field, detail) = refusal(
+            r#"{"amount":"1.00","amountCents":100,"currency":"EUR"}"#,
+            DEFAULT_MAX_PAYMENT_AMOUNT,
+        );
+        assert_eq!(field, Some("amount"));
+        assert!(
+            detail.contains("both given") && detail.contains("exactly one"),
+            "{detail}"
+        );
+        let (field, detail) = refusal(r#"{"currency":"EUR"}"#, DEFAULT_MAX_PAYMENT_AMOUNT);
+        assert_eq!(field, Some("amountCents"));
+        assert!(
+            detail.contains("required") && detail.contains("exactly one"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn decimals_written_back() {
+        for (minor, exponent, text) in [
+            (1234, 2, "12.34"),
+            (1, 2, "0.01"),
+            (100, 2, "1.00"),
+            (5, 3, "0.005"),
+            (1500, 0, "1500"),
+            (-1234, 2, "-12.34"),
+        ] {
+            assert_eq!(decimal(minor, exponent), text);
+        }
+        assert_eq!(limit_minor_units(1, 0), Some(1));
+        assert_eq!(limit_minor_units(u64::MAX, 0), None);
+        assert_eq!(limit_minor_units(1, 40), None);
     }
 }

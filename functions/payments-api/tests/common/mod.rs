@@ -24,6 +24,7 @@ pub fn app(rules: &[&Rule]) -> App {
             payments_table: "payments".into(),
             accounts_table: "payments-accounts".into(),
             account_claim: "sub".into(),
+            max_payment_amount: payments_api::validate::DEFAULT_MAX_PAYMENT_AMOUNT,
         },
     )
 }
