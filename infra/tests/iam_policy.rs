@@ -228,14 +228,19 @@ fn project_roles_parse_and_resolve() {
     let processor = roles.for_function("payment-processor").unwrap();
     assert_eq!(
         statement(processor, "ChargeBalancesAndPayments").resources,
-        [table("payments-balances"), table("payments")]
+        [
+            table("payments-balances"),
+            table("payments"),
+            table("payments-accounts")
+        ]
     );
 
     let config = roles.recorder_config(&env());
     assert_eq!(config.hash_keys["payments"], "paymentId");
     assert_eq!(config.hash_keys["payments-idempotency"], "id");
     assert_eq!(config.hash_keys["payments-ledger"], "entryId");
-    assert_eq!(config.hash_keys.len(), 5);
+    assert_eq!(config.hash_keys["payments-accounts"], "accountId");
+    assert_eq!(config.hash_keys.len(), 6);
 
     // The stream grant names the table's streams, not one stream's label (which DynamoDB
     // picks): the roles resolve without knowing the label, and the grant outlives a new stream.

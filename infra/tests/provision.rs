@@ -29,7 +29,7 @@ async fn provision_then_verify_matches_and_is_idempotent() {
 
     // Nothing exists yet: every resource is reported missing.
     let missing = provision::verify(&clients, &t).await.unwrap();
-    assert_eq!(missing.len(), 10, "{missing:#?}");
+    assert_eq!(missing.len(), 11, "{missing:#?}");
     assert!(missing.iter().all(|d| d.property == "exists"));
 
     let resources = provision::provision(&clients, &t).await.unwrap();
@@ -51,7 +51,7 @@ async fn provision_then_verify_matches_and_is_idempotent() {
         naming.apply("payments-idempotency")
     );
     assert_eq!(resources.queues.len(), 5);
-    assert_eq!(resources.tables.len(), 5);
+    assert_eq!(resources.tables.len(), 6);
 
     // The payments table has its stream (NEW_IMAGE), the others none.
     let payments_table = &resources.tables["PaymentsTable"];

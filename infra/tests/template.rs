@@ -100,6 +100,7 @@ fn tables() {
     assert_eq!(
         keys(&t.tables),
         [
+            "AccountsTable",
             "BalancesTable",
             "IdempotencyTable",
             "LedgerTable",
@@ -119,6 +120,7 @@ fn tables() {
     assert_eq!(idempotency.sort_key(), None);
     for (id, name, key) in [
         ("PaymentsTable", "payments", "paymentId"),
+        ("AccountsTable", "payments-accounts", "accountId"),
         ("LedgerTable", "payments-ledger", "entryId"),
         ("BalancesTable", "payments-balances", "accountId"),
         ("ReceiptsTable", "payments-receipts", "receiptId"),
