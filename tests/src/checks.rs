@@ -355,8 +355,8 @@ fn no_innocent_dead_lettered(failing: &[&Accepted], stored: &Stored) -> Check {
     )
 }
 
-/// Each account's payments were charged in the order they were sent (its FIFO group's order),
-/// failing payments aside. Charges in the same millisecond show no order and pass.
+/// Each account's payments were charged in the order they were sent, which is the order
+/// payments-api accepted them (each account sends one after another), failing payments aside. Charges in the same millisecond show no order and pass.
 fn charged_in_send_order(charged: &[&Accepted], stored: &Stored) -> Check {
     let mut by_account: BTreeMap<&str, Vec<(i64, usize, &str)>> = BTreeMap::new();
     for a in charged {
@@ -384,7 +384,7 @@ fn charged_in_send_order(charged: &[&Accepted], stored: &Stored) -> Check {
         }
     }
     check(
-        "each account charged in send order",
+        "each account charged in acceptance order",
         offenders,
         format!("{} accounts", by_account.len()),
     )

@@ -46,8 +46,8 @@ pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Me
     for a in accepted.iter().take(n) {
         let p = &a.planned;
         let body = format!(
-            "{{ \"currency\": \"EUR\",  \"amountCents\": {},\n  \"paymentId\": \"{}\", \"accountId\": \"{}\" }}",
-            p.amount_cents, a.payment_id, p.account
+            "{{ \"currency\": \"{}\",  \"amountCents\": {},\n  \"paymentId\": \"{}\", \"accountId\": \"{}\" }}",
+            p.currency, p.amount_cents, a.payment_id, p.account
         );
         fifo(&p.account, "reserialized", body)?;
         sent.reserialized.push(a.payment_id.clone());
@@ -59,7 +59,7 @@ pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Me
             "paymentId": a.payment_id,
             "accountId": p.account,
             "amountCents": p.amount_cents,
-            "currency": "EUR",
+            "currency": p.currency,
             "channel": {"kind": "batch-import", "operator": "ops"},
             "requestedAt": "2026-11-25T10:00:00Z",
         })
@@ -73,7 +73,7 @@ pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Me
             "paymentId": a.payment_id,
             "accountId": p.account,
             "amountCents": p.amount_cents + 100_000,
-            "currency": "EUR",
+            "currency": p.currency,
         })
         .to_string();
         fifo(&p.account, "tampered", body)?;

@@ -379,16 +379,9 @@ impl App {
         {
             order::Appended::Numbered(_) => Ok(Written::New),
             order::Appended::Refused => {
-                let stored = self
-                    .dynamodb
-                    .get_item()
-                    .table_name(&self.payments_table)
-                    .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-                    .consistent_read(true)
-                    .send()
-                    .await?;
+                let stored = self.read_payment(payment_id).await?;
                 let stored_hash = stored
-                    .item()
+                    .as_ref()
                     .and_then(|i| i.get("requestHash"))
                     .and_then(|v| v.as_s().ok());
                 Ok(if stored_hash.is_some_and(|h| h == hash) {
@@ -398,6 +391,22 @@ impl App {
                 })
             }
         }
+    }
+
+    /// A payment item, strongly consistent.
+    async fn read_payment(
+        &self,
+        payment_id: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, aws_sdk_dynamodb::Error> {
+        Ok(self
+            .dynamodb
+            .get_item()
+            .table_name(&self.payments_table)
+            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await?
+            .item)
     }
 
     /// A payment of the caller's account; any other is a 404, as if it did not exist. Besides
@@ -414,16 +423,8 @@ impl App {
         {
             return Problem::not_found(format!("no payment `{payment_id}`")).response();
         }
-        let item = match self
-            .dynamodb
-            .get_item()
-            .table_name(&self.payments_table)
-            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-        {
-            Ok(output) => output.item,
+        let item = match self.read_payment(payment_id).await {
+            Ok(item) => item,
             Err(e) => {
                 tracing::error!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "GetItem failed");
                 return Problem::unavailable("the payments table is unavailable").response();

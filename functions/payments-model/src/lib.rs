@@ -154,7 +154,9 @@ pub struct PaymentRequested {
 impl PaymentRequested {
     /// The names of the fields this version does not know, sorted.
     pub fn unknown_fields(&self) -> Vec<&str> {
-        self.unknown.keys().map(String::as_str).collect()
+        let mut names: Vec<&str> = self.unknown.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
     }
 }
 
