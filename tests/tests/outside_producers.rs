@@ -485,6 +485,27 @@ async fn any_delivery_order_charges_in_acceptance_order() {
                 .map(|(id, body, group)| (id.as_str(), body.clone(), group.as_str()))
                 .collect();
             assert_eq!(deliver(&stack, records).await, Vec::<String>::new());
+            // After every batch, each account's charged payments are its first ones: nothing
+            // is charged before an earlier payment (whatever the clock says).
+            let charged = ledger_of(&stack, &ids).await;
+            for account in [format!("acct-{seed}-0"), format!("acct-{seed}-1")] {
+                let of_account: Vec<&PaymentRequested> =
+                    all.iter().filter(|p| p.account_id == account).collect();
+                let mut numbers: Vec<u64> =
+                    of_account.iter().map(|p| p.sequence.unwrap()).collect();
+                numbers.sort_unstable();
+                let mut done: Vec<u64> = charged
+                    .iter()
+                    .filter(|(id, ..)| of_account.iter().any(|p| &p.payment_id == id))
+                    .map(|e| e.2.unwrap())
+                    .collect();
+                done.sort_unstable();
+                assert_eq!(
+                    done,
+                    numbers[..done.len()],
+                    "seed {seed}, {account}: {done:?}"
+                );
+            }
         }
         everything.extend(all.iter().cloned());
         let offenders = stack.charged_exactly_once(&everything).await.unwrap();

@@ -214,8 +214,17 @@ pub fn verdict(message: &PaymentRequested, stored: Option<&StoredPayment>) -> Ve
     }
 }
 
-fn permanent(reason: String) -> RecordError {
-    RecordError::Permanent(reason.into())
+/// A permanent refusal, carrying the failed attempts the refused charge recorded (so that the
+/// key's attempts are reset once the message is dead-lettered: a reopened payment starts afresh).
+fn permanent(reason: String, attempts: Option<u32>) -> RecordError {
+    let error = RecordError::Permanent(reason.into());
+    match attempts {
+        Some(attempts) => RecordError::Attempt {
+            attempts,
+            error: Box::new(error),
+        },
+        None => error,
+    }
 }
 
 /// A read or write of the payments or accounts table that failed: retried by redelivery.
@@ -268,25 +277,35 @@ impl App {
             return Err(refused);
         };
         let id = &payment.payment_id;
+        let attempts = refused.attempts();
         let stored = self
             .read_payment(id)
             .await
             .map_err(|e| store_error("GetItem", e))?;
         match verdict(&payment, stored.as_ref()) {
-            Verdict::Unknown => Err(permanent(format!(
-                "payment {id} was never accepted: the payments table has no such payment; \
+            Verdict::Unknown => Err(permanent(
+                format!(
+                    "payment {id} was never accepted: the payments table has no such payment; \
                  nothing was charged"
-            ))),
-            Verdict::Disagrees(fields) => Err(permanent(format!(
-                "the message disagrees with payment {id} on {}: nothing was charged and the \
+                ),
+                attempts,
+            )),
+            Verdict::Disagrees(fields) => Err(permanent(
+                format!(
+                    "the message disagrees with payment {id} on {}: nothing was charged and the \
                  payment is left as it was",
-                fields.join(", ")
-            ))),
-            Verdict::Failed(reason) => Err(permanent(format!(
-                "payment {id} failed ({}): a failed payment is charged again only once an \
+                    fields.join(", ")
+                ),
+                attempts,
+            )),
+            Verdict::Failed(reason) => Err(permanent(
+                format!(
+                    "payment {id} failed ({}): a failed payment is charged again only once an \
                  operator reopens it",
-                reason.as_deref().unwrap_or("no reason recorded")
-            ))),
+                    reason.as_deref().unwrap_or("no reason recorded")
+                ),
+                attempts,
+            )),
             Verdict::Charged => {
                 tracing::info!(
                     message_id = ctx.message_id,
@@ -324,7 +343,8 @@ impl App {
         ctx: &RecordContext,
     ) -> Result<(), RecordError> {
         let account_id = payment.account_id.as_deref().unwrap_or_default();
-        for _ in 0..MAX_CATCH_UP {
+        // One pass more than the payments it may settle: the last only sees that they are.
+        for _ in 0..=MAX_CATCH_UP {
             let account = Account::read(&self.dynamodb, &self.config.accounts_table, account_id)
                 .await
                 .map_err(|e| store_error("GetItem", e))?;
