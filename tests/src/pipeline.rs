@@ -364,6 +364,20 @@ impl Pipeline {
         )
     }
 
+    /// payments-reconciler as configured by the template, with `overrides` of its settings
+    /// (e.g. `RESEND_AFTER_SECONDS`).
+    pub fn reconciler(
+        &self,
+        overrides: &[(&str, &str)],
+    ) -> Result<payments_operations::reconcile::Reconciler, BoxError> {
+        let f = self
+            .template
+            .function_by_name("payments-reconciler")
+            .ok_or("template.yaml has no function payments-reconciler")?;
+        let settings = self.resources.function_env(f)?.into_iter().collect();
+        crate::stack::reconciler_with(&self.sdk, settings, overrides)
+    }
+
     /// The tables to check.
     pub fn tables(&self) -> Tables {
         let t = |id: &str| self.resources.tables[id].name.clone();

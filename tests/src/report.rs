@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use lambda_idempotency::metrics::BatchCounts;
+use lambda_idempotency::record::Clock;
 use local_aws::runner::Stats;
 
 use crate::checks::{Check, checks};
@@ -104,6 +105,8 @@ pub async fn run(
         })
         .await;
     let drain_time = drained_at.elapsed();
+    say("payments-reconciler: one pass over what is left accepted, and the audit of every charge");
+    let reconciled = reconcile_now(&pipeline).await;
     let stored = pipeline.stored().await;
     let counts = pipeline.counts();
     let receipts_resent = pipeline.receipts_resent();
@@ -114,6 +117,7 @@ pub async fn run(
     let outside_checks = outside.checks(&mut stored);
     let mut checks = checks(&tally, &stored);
     checks.extend(outside_checks);
+    checks.extend(reconciler_checks(&reconciled, &stored));
     let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
     checks.push(Check {
         name: "every resent payment skipped as a duplicate",
@@ -143,6 +147,72 @@ pub async fn run(
         drain_time,
         relay_lag_ms,
     })
+}
+
+/// One reconciler pass with no thresholds: everything still accepted is sent again, every charge
+/// is audited.
+async fn reconcile_now(
+    pipeline: &Pipeline,
+) -> Result<payments_operations::reconcile::Report, Box<dyn std::error::Error + Send + Sync>> {
+    let reconciler =
+        pipeline.reconciler(&[("RESEND_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")])?;
+    Ok(reconciler
+        .run(lambda_idempotency::record::SystemClock.now_ms() + 1)
+        .await?)
+}
+
+/// After the drain nothing is left accepted, and the audit finds each charge's one ledger entry
+/// and every balance equal to its charges.
+fn reconciler_checks(
+    reconciled: &Result<
+        payments_operations::reconcile::Report,
+        Box<dyn std::error::Error + Send + Sync>,
+    >,
+    stored: &crate::checks::Stored,
+) -> Vec<Check> {
+    let report = match reconciled {
+        Ok(report) => report,
+        Err(e) => {
+            return vec![Check {
+                name: "payments-reconciler ran",
+                passed: false,
+                detail: e.to_string(),
+            }];
+        }
+    };
+    let charged = stored
+        .payment_status
+        .values()
+        .filter(|v| *v == "charged")
+        .count();
+    let w = &report.waiting;
+    vec![
+        Check {
+            name: "payments-reconciler finds no payment left accepted",
+            passed: w.resent.is_empty() && w.marked_failed.is_empty() && w.stuck.is_empty(),
+            detail: format!(
+                "{} sent again, {} marked failed, {} stuck",
+                w.resent.len(),
+                w.marked_failed.len(),
+                w.stuck.len()
+            ),
+        },
+        Check {
+            name: "the audit: each charge has one ledger entry, each balance is its charges' sum",
+            passed: report.audit.mismatches.is_empty() && report.audit.audited as usize == charged,
+            detail: format!(
+                "{} of {charged} charges audited, {} mismatches{}",
+                report.audit.audited,
+                report.audit.mismatches.len(),
+                report
+                    .audit
+                    .mismatches
+                    .first()
+                    .map(|m| format!(" (first: {m})"))
+                    .unwrap_or_default()
+            ),
+        },
+    ]
 }
 
 impl fmt::Display for Report {

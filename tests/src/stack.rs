@@ -74,6 +74,15 @@ impl Stack {
         )?)
     }
 
+    /// payments-reconciler as configured by the template, with `overrides` of its settings
+    /// (e.g. `RESEND_AFTER_SECONDS`).
+    pub fn reconciler(
+        &self,
+        overrides: &[(&str, &str)],
+    ) -> Result<payments_operations::reconcile::Reconciler, BoxError> {
+        reconciler_with(&self.sdk, self.settings("payments-reconciler")?, overrides)
+    }
+
     /// A queue's URL, by logical id.
     pub fn queue_url(&self, logical_id: &str) -> &str {
         &self.resources.queues[logical_id].url
@@ -144,6 +153,10 @@ impl Stack {
                 .item("callerId", s("accepted-by-test"))
                 .item("requestHash", s("accepted-by-test"))
                 .item("sequence", AttributeValue::N(sequence.to_string()))
+                .item(
+                    payments_model::lifecycle::ACCEPTED_SHARD,
+                    s(&payments_model::lifecycle::shard(&p.payment_id)),
+                )
                 .condition_expression("attribute_not_exists(paymentId)");
             if let Some(d) = &p.description {
                 put = put.item("description", s(d));
@@ -414,4 +427,19 @@ pub async fn dead_letters_in_queue(
             found.push((id.unwrap_or_else(|| "?".into()), reason));
         }
     }
+}
+
+/// payments-reconciler over `settings` (its environment), with `overrides`.
+pub(crate) fn reconciler_with(
+    sdk: &aws_config::SdkConfig,
+    mut settings: HashMap<String, String>,
+    overrides: &[(&str, &str)],
+) -> Result<payments_operations::reconcile::Reconciler, BoxError> {
+    for (k, v) in overrides {
+        settings.insert((*k).to_owned(), (*v).to_owned());
+    }
+    let config = payments_operations::reconcile::Config::from_settings(&settings)?;
+    Ok(payments_operations::reconcile::Reconciler::from_sdk(
+        sdk, config,
+    ))
 }

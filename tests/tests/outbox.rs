@@ -13,6 +13,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{Error, LambdaEvent};
 use local_aws::runner::InProcess;
 use payments_e2e::{Options, Pipeline};
+use payments_operations::reconcile::audit::Mismatch;
+use payments_publisher::now_ms;
 
 /// Posts `n` payments over `accounts` callers; returns (payment id, account, amount).
 async fn post_payments(
@@ -176,8 +178,9 @@ async fn a_publisher_crash_mid_batch_loses_nothing_and_charges_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once() {
-    use payments_publisher::{now_ms, republish};
+async fn payments_the_relay_gave_up_on_are_sent_again_by_the_reconciler_in_order_and_charged_once()
+{
+    use payments_model::lifecycle;
 
     // The relay never runs: as if it had given up on these records and the stream had dropped
     // them. The payments stay `accepted`, with no message.
@@ -191,12 +194,16 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
     let dynamodb = &pipeline.clients.dynamodb;
     let table = pipeline.tables().payments;
 
-    // An `accepted` item that is not a payment is reported, and holds back nothing.
+    // An item in the accepted index that is not a payment is left alone, and holds back nothing.
     let s = |v: &str| AttributeValue::S(v.to_owned());
     let broken = HashMap::from([
         ("paymentId".to_owned(), s("pay-broken")),
         ("status".to_owned(), s("accepted")),
         ("createdAt".to_owned(), AttributeValue::N("1".into())),
+        (
+            lifecycle::ACCEPTED_SHARD.to_owned(),
+            s(&lifecycle::shard("pay-broken")),
+        ),
     ]);
     dynamodb
         .put_item()
@@ -205,12 +212,26 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
         .send()
         .await
         .unwrap();
-    let found = republish::unqueued(dynamodb, &table, now_ms() + 1)
-        .await
+
+    // Within the resend threshold the reconciler leaves them to the relay.
+    let patient = pipeline.reconciler(&[]).unwrap();
+    let report = patient.waiting(now_ms()).await.unwrap();
+    assert_eq!(report, Default::default(), "too recent to send again");
+
+    let reconciler = pipeline
+        .reconciler(&[("RESEND_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")])
         .unwrap();
-    assert_eq!(found.malformed.len(), 1, "{:?}", found.malformed);
-    assert_eq!(found.malformed[0].0, "pay-broken");
-    assert!(found.malformed[0].1.contains("not a payment item"));
+    let report = reconciler.run(now_ms() + 1).await.unwrap();
+    let mut resent = report.waiting.resent.clone();
+    let mut accepted_ids: Vec<_> = accepted.iter().map(|(id, ..)| id.clone()).collect();
+    resent.sort();
+    accepted_ids.sort();
+    assert_eq!(
+        resent, accepted_ids,
+        "every accepted payment is sent again: {report}"
+    );
+    assert!(report.waiting.send_failed.is_empty(), "{report}");
+    assert!(report.waiting.stuck.is_empty(), "{report}");
     dynamodb
         .delete_item()
         .table_name(&table)
@@ -218,34 +239,6 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
         .send()
         .await
         .unwrap();
-    let found = found.payments;
-    let mut found_ids: Vec<_> = found.iter().map(|p| p.payment_id.clone()).collect();
-    let mut accepted_ids: Vec<_> = accepted.iter().map(|(id, ..)| id.clone()).collect();
-    assert!(
-        found.windows(2).all(|w| w[0].created_at <= w[1].created_at),
-        "oldest first"
-    );
-    found_ids.sort();
-    accepted_ids.sort();
-    assert_eq!(found_ids, accepted_ids, "every accepted payment is found");
-    let oldest = found[0].created_at;
-    assert_eq!(
-        republish::unqueued(dynamodb, &table, oldest)
-            .await
-            .unwrap()
-            .payments
-            .len(),
-        0,
-        "a payment written after the cut-off is left to the relay"
-    );
-
-    let app = publisher_app(&pipeline).await;
-    let done = app.republish(found).await;
-    assert_eq!(done.sent.len(), accepted.len(), "{done:?}");
-    assert!(
-        done.failed.is_empty() && done.invalid.is_empty(),
-        "{done:?}"
-    );
     pipeline
         .drain(Duration::from_secs(90), |_| {})
         .await
@@ -265,15 +258,86 @@ async fn payments_the_relay_gave_up_on_are_republished_in_order_and_charged_once
             "{account} charged out of order: {charged:?}"
         );
     }
-    assert_eq!(
-        republish::unqueued(dynamodb, &table, now_ms() + 1)
-            .await
-            .unwrap()
-            .payments
-            .len(),
-        0,
-        "nothing left to republish once charged"
+    let report = reconciler.waiting(now_ms() + 1).await.unwrap();
+    assert!(
+        report.resent.is_empty(),
+        "nothing left to send once charged: {report:?}"
     );
+
+    // The audit, with two faults planted: acct-0's balance is a cent off, and one of acct-1's
+    // payments lost its ledger entry. Each is reported, nothing else is.
+    let tables = pipeline.tables();
+    dynamodb
+        .update_item()
+        .table_name(&tables.balances)
+        .key("accountId", s("acct-0"))
+        .key("currency", s("EUR"))
+        .update_expression("ADD balanceCents :one")
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let lost = accepted
+        .iter()
+        .find(|(_, a, _)| a == "acct-1")
+        .unwrap()
+        .0
+        .clone();
+    let entry = dynamodb
+        .get_item()
+        .table_name(&table)
+        .key("paymentId", s(&lost))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap()["ledgerEntryId"]
+        .clone();
+    let removed = dynamodb
+        .delete_item()
+        .table_name(&tables.ledger)
+        .key("entryId", entry)
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    let audit = reconciler.audit(now_ms() + 1).await.unwrap();
+    assert_eq!(audit.audited, accepted.len() as u64, "{audit:?}");
+    assert_eq!(audit.mismatches.len(), 2, "{audit:?}");
+    assert!(
+        audit.mismatches.iter().any(|m| matches!(m,
+            Mismatch::Balance { account_id, balance_cents, audited_cents, .. }
+                if account_id == "acct-0" && balance_cents - audited_cents == 1)),
+        "{audit:?}"
+    );
+    assert!(
+        audit.mismatches.iter().any(|m| matches!(m,
+            Mismatch::LedgerEntries { payment_id, found, .. } if *payment_id == lost && found.is_empty())),
+        "{audit:?}"
+    );
+    // Incremental: a second pass has nothing new to audit.
+    let again = reconciler.audit(now_ms() + 1).await.unwrap();
+    assert_eq!(again, Default::default(), "each charge is audited once");
+    // The faults repaired, for what follows.
+    dynamodb
+        .put_item()
+        .table_name(&tables.ledger)
+        .set_item(Some(removed))
+        .send()
+        .await
+        .unwrap();
+    dynamodb
+        .update_item()
+        .table_name(&tables.balances)
+        .key("accountId", s("acct-0"))
+        .key("currency", s("EUR"))
+        .update_expression("ADD balanceCents :minus_one")
+        .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
+        .send()
+        .await
+        .unwrap();
 
     // The relay, started late after all, sends every payment again (SQS drops the sends within
     // its deduplication window, payment-processor skips them after it): nothing is charged twice.

@@ -4,7 +4,7 @@
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::publish::MessageGroupId;
 use lambda_idempotency::transaction::Transaction;
-use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus, order};
+use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus, lifecycle, order};
 
 use crate::{ChargeError, Config};
 
@@ -24,8 +24,9 @@ pub(crate) mod write {
 ///
 /// 0. the ledger entry (a fresh id);
 /// 1. the balance of the account in the payment's currency (an increment);
-/// 2. the payment marked `charged`, on condition that it exists, is `accepted`, and has the
-///    message's account, amount, currency and number: a message for a payment that was never
+/// 2. the payment marked `charged` (and moved from the reconciler's accepted index to its
+///    charged index), on condition that it exists, is `accepted`, and has the message's
+///    account, amount, currency and number ([`lifecycle::agrees_with_accepted`]): a message for a payment that was never
 ///    accepted, or that disagrees with it, or for a payment that failed or is charged already,
 ///    commits nothing and creates no row;
 /// 3. the account's settled number moved to the payment's, on condition that the previous
@@ -69,34 +70,26 @@ pub fn charge(
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
         .build()
         .expect("table, key and expression are set");
-    let verified = "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
-                    AND amountCents = :amount AND currency = :currency";
+    let (names, values) = lifecycle::agreement(payment);
     let status = Update::builder()
         .table_name(&config.payments_table)
         .key("paymentId", s(&payment.payment_id))
         .update_expression(
-            "SET #status = :charged, chargedAt = :now, queuedAt = :queued, ledgerEntryId = :entry",
+            "SET #status = :charged, chargedAt = :now, queuedAt = :queued, ledgerEntryId = :entry, \
+             #chargedShard = :shard REMOVE #acceptedShard",
         )
-        .expression_attribute_names("#status", "status")
-        .expression_attribute_names("#sequence", "sequence")
+        .condition_expression(lifecycle::agrees_with_accepted(payment))
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
+        .expression_attribute_names("#chargedShard", lifecycle::CHARGED_SHARD)
+        .expression_attribute_names("#acceptedShard", lifecycle::ACCEPTED_SHARD)
         .expression_attribute_values(":charged", s(PaymentStatus::Charged.as_str()))
-        .expression_attribute_values(":accepted", s(PaymentStatus::Accepted.as_str()))
         .expression_attribute_values(":now", now)
         .expression_attribute_values(":queued", AttributeValue::N(queued_at_ms.to_string()))
         .expression_attribute_values(":entry", s(&entry_id))
-        .expression_attribute_values(":account", s(&payment.account_id))
-        .expression_attribute_values(":amount", amount)
-        .expression_attribute_values(":currency", s(&payment.currency));
-    let status = match payment.sequence {
-        Some(sequence) => status
-            .condition_expression(format!("{verified} AND #sequence = :sequence"))
-            .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string())),
-        None => {
-            status.condition_expression(format!("{verified} AND attribute_not_exists(#sequence)"))
-        }
-    }
-    .build()
-    .expect("table, key and expression are set");
+        .expression_attribute_values(":shard", s(&lifecycle::shard(&payment.payment_id)))
+        .build()
+        .expect("table, key and expression are set");
     let event = PaymentCharged {
         payment_id: payment.payment_id.clone(),
         account_id: payment.account_id.clone(),

@@ -40,9 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
@@ -54,9 +52,10 @@ use lambda_idempotency::publish::{Message, Publisher};
 use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_runtime::{Error, LambdaEvent};
+use payments_model::lifecycle::MarkedFailed;
 use payments_model::{
     ConfigError, FailureSwitch, Fault, METRICS_NAMESPACE, PaymentCharged, PaymentRequested,
-    PaymentStatus, Settings,
+    Settings, lifecycle,
 };
 
 pub use crate::charge::Charge;
@@ -373,45 +372,19 @@ impl App {
     /// disagreeing with its payment, or for a payment never accepted, leaves the table as it was;
     /// a payment already failed keeps its first reason.
     pub async fn mark_failed(&self, payment: &PaymentRequested, reason: &str) {
-        let s = |v: &str| AttributeValue::S(v.to_owned());
-        let mut condition =
-            "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
-                             AND amountCents = :amount AND currency = :currency"
-                .to_owned();
-        if payment.sequence.is_some() {
-            condition.push_str(" AND #sequence = :sequence");
-        }
-        let mut update = self
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.payments_table)
-            .key("paymentId", s(&payment.payment_id))
-            .update_expression("SET #status = :failed, lastError = :error, failedAt = :now")
-            .condition_expression(condition)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":failed", s(PaymentStatus::Failed.as_str()))
-            .expression_attribute_values(":accepted", s(PaymentStatus::Accepted.as_str()))
-            .expression_attribute_values(":account", s(&payment.account_id))
-            .expression_attribute_values(
-                ":amount",
-                AttributeValue::N(payment.amount_cents.to_string()),
-            )
-            .expression_attribute_values(":currency", s(&payment.currency))
-            .expression_attribute_values(":error", AttributeValue::S(truncate_error(reason)))
-            .expression_attribute_values(
-                ":now",
-                AttributeValue::N(SystemClock.now_ms().to_string()),
-            );
-        if let Some(sequence) = payment.sequence {
-            update = update
-                .expression_attribute_names("#sequence", "sequence")
-                .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string()));
-        }
-        match update.send().await {
-            Ok(_) => tracing::info!(payment_id = payment.payment_id, "payment marked failed"),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
+        let marked = lifecycle::mark_failed(
+            &self.dynamodb,
+            &self.config.payments_table,
+            payment,
+            &truncate_error(reason),
+            SystemClock.now_ms(),
+        )
+        .await;
+        match marked {
+            Ok(MarkedFailed::Marked) => {
+                tracing::info!(payment_id = payment.payment_id, "payment marked failed");
+            }
+            Ok(MarkedFailed::NotAccepted) => {
                 tracing::info!(
                     payment_id = payment.payment_id,
                     "payment not marked failed: the message is not an accepted payment's (never \

@@ -45,7 +45,8 @@ use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use payments_model::{
-    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings, order,
+    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings, lifecycle,
+    order,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -509,6 +510,11 @@ fn payment_item(
         (
             "sequence".to_owned(),
             AttributeValue::N(sequence.to_string()),
+        ),
+        // In the reconciler's index of payments waiting to be charged.
+        (
+            lifecycle::ACCEPTED_SHARD.to_owned(),
+            s(&lifecycle::shard(payment_id)),
         ),
     ]);
     if let Some(d) = &payment.description {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod lifecycle;
 pub mod order;
 
 /// Metric namespace of the pipeline.

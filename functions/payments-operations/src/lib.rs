@@ -1,7 +1,7 @@
 //! The payments pipeline's operations: what keeps it honest after the fact, and what an
 //! operator runs.
 //!
-//! - `reconcile`: the scheduled reconciler (`payments-reconciler`): payments left `accepted`
+//! - [`reconcile`]: the scheduled reconciler (`payments-reconciler`): payments left `accepted`
 //!   are sent again or marked from their dead-letter queue; charged payments are audited
 //!   against the ledger and the balances. Its one-shot mode runs the same pass from a shell.
 //! - `redrive`: moves a dead-letter queue's messages back to their source queue.
@@ -10,8 +10,8 @@
 //! Every tool builds its SDK configuration with [`sdk_config`]: the default credential chain
 //! and region, and `AWS_ENDPOINT_URL` only when it is set.
 
+pub mod reconcile;
+
 /// The SDK configuration of the operations code: the default chain (credentials, region, and
 /// `AWS_ENDPOINT_URL` when set), as on AWS.
-pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
-}
+pub use payments_model::sdk_config;

@@ -1,15 +1,16 @@
 //! Tables: creating them (with TTL and stream), and reading them back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, ScalarAttributeType, StreamSpecification,
-    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, ProjectionType,
+    ScalarAttributeType, StreamSpecification, TableDescription, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 
 use super::{Difference, Diffs, ProvisionError, ProvisionedTable, aws};
-use crate::template::{AttributeType, KeyType, StreamViewType, Table};
+use crate::template::{AttributeType, KeyAttribute, KeyType, Projection, StreamViewType, Table};
 
 fn scalar_type(t: AttributeType) -> ScalarAttributeType {
     match t {
@@ -89,22 +90,34 @@ pub async fn create_table(
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest);
-    for key in &table.key_schema {
-        create = create
-            .attribute_definitions(
+    let mut defined = BTreeSet::new();
+    let all_keys = table.key_schema.iter().chain(
+        table
+            .global_secondary_indexes
+            .iter()
+            .flat_map(|i| &i.key_schema),
+    );
+    for key in all_keys {
+        if defined.insert(key.name.as_str()) {
+            create = create.attribute_definitions(
                 AttributeDefinition::builder()
                     .attribute_name(&key.name)
                     .attribute_type(scalar_type(key.attribute_type))
                     .build()
                     .expect("name and type are set"),
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(&key.name)
-                    .key_type(key_type(key.key_type))
-                    .build()
-                    .expect("name and type are set"),
             );
+        }
+    }
+    create = create.set_key_schema(Some(key_schema(&table.key_schema)));
+    for index in &table.global_secondary_indexes {
+        create = create.global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(&index.name)
+                .set_key_schema(Some(key_schema(&index.key_schema)))
+                .projection(projection(&index.projection))
+                .build()
+                .expect("name, key schema and projection are set"),
+        );
     }
     if let Some(view) = table.stream_view_type {
         create = create.stream_specification(stream_specification(view));
@@ -229,6 +242,23 @@ pub(super) async fn verify_table(
         })
         .collect();
     d.check("KeySchema", show(expected), show(actual));
+    let mut expected_indexes: Vec<&str> = table
+        .global_secondary_indexes
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    expected_indexes.sort_unstable();
+    let mut actual_indexes: Vec<&str> = described
+        .global_secondary_indexes()
+        .iter()
+        .filter_map(|i| i.index_name())
+        .collect();
+    actual_indexes.sort_unstable();
+    d.check(
+        "GlobalSecondaryIndexes",
+        expected_indexes.join(", "),
+        actual_indexes.join(", "),
+    );
     let billing = described
         .billing_mode_summary()
         .and_then(|b| b.billing_mode())
@@ -265,4 +295,28 @@ pub(super) async fn verify_table(
         enabled_stream(&described).unwrap_or("disabled"),
     );
     Ok(d.out)
+}
+
+fn key_schema(keys: &[KeyAttribute]) -> Vec<KeySchemaElement> {
+    keys.iter()
+        .map(|key| {
+            KeySchemaElement::builder()
+                .attribute_name(&key.name)
+                .key_type(key_type(key.key_type))
+                .build()
+                .expect("name and type are set")
+        })
+        .collect()
+}
+
+fn projection(projection: &Projection) -> aws_sdk_dynamodb::types::Projection {
+    let p = aws_sdk_dynamodb::types::Projection::builder();
+    match projection {
+        Projection::KeysOnly => p.projection_type(ProjectionType::KeysOnly),
+        Projection::All => p.projection_type(ProjectionType::All),
+        Projection::Include(names) => p
+            .projection_type(ProjectionType::Include)
+            .set_non_key_attributes(Some(names.clone())),
+    }
+    .build()
 }

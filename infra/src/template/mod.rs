@@ -4,7 +4,7 @@
 //!
 //! Only what the local harness needs is modelled; everything that has no local effect (IAM roles,
 //! log groups, alarms, encryption settings) is skipped. Properties that *would* change behaviour
-//! but are not emulated (secondary indexes, `Conditions`) are rejected with an error rather than
+//! but are not emulated (local secondary indexes, `Conditions`) are rejected with an error rather than
 //! silently ignored, so the harness never runs something different from what is deployed.
 //!
 //! Values are resolved while parsing where they can be: parameters (defaults, or the overrides
@@ -46,6 +46,7 @@ mod events;
 mod expr;
 mod filter;
 mod functions;
+mod indexes;
 mod mappings;
 mod naming;
 mod parameters;
@@ -61,7 +62,8 @@ pub use mappings::{MapValue, Mappings};
 pub use naming::{Naming, TemplateOptions};
 pub use parameters::Parameter;
 pub use resources::{
-    AttributeType, KeyAttribute, KeyType, Queue, Redrive, RedriveAllowPolicy, StreamViewType, Table,
+    AttributeType, KeyAttribute, KeyType, Projection, Queue, Redrive, RedriveAllowPolicy,
+    SecondaryIndex, StreamViewType, Table,
 };
 
 use expr::{PSEUDO, key_str, parse_expr, plain_scalar};

@@ -1,13 +1,12 @@
 //! Reading resources' properties: the parse context ([`Ctx`]) and queues and tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_yaml_ng::{Mapping, Value};
 
 use super::{
-    AttributeType, Expr, KeyAttribute, KeyType, PSEUDO, Parameter, Part, Queue, Redrive,
-    RedriveAllowPolicy, Result, StreamViewType, Table, TemplateOptions, invalid, parse_expr,
-    pseudo,
+    AttributeType, Expr, PSEUDO, Parameter, Part, Queue, Redrive, RedriveAllowPolicy, Result,
+    StreamViewType, Table, TemplateOptions, invalid, parse_expr, pseudo,
 };
 
 pub(super) struct Ctx<'a> {
@@ -255,13 +254,11 @@ impl Ctx<'_> {
 
     pub(super) fn table(&self, id: &str, props: &Mapping, at: &str) -> Result<Table> {
         let at = format!("{at}.Properties");
-        for unsupported in ["GlobalSecondaryIndexes", "LocalSecondaryIndexes"] {
-            if props.get(unsupported).is_some() {
-                return Err(invalid(
-                    &format!("{at}.{unsupported}"),
-                    "secondary indexes are not yet provisioned by the local harness",
-                ));
-            }
+        if props.get("LocalSecondaryIndexes").is_some() {
+            return Err(invalid(
+                &format!("{at}.LocalSecondaryIndexes"),
+                "local secondary indexes are not provisioned by the local harness",
+            ));
         }
         let base_name = self
             .opt_scalar(props, "TableName", &at)?
@@ -305,49 +302,38 @@ impl Ctx<'_> {
             };
             types.insert(name, kind);
         }
-        let mut key_schema = Vec::new();
-        for (i, k) in seq("KeySchema")?.iter().enumerate() {
-            let at = format!("{at}.KeySchema[{i}]");
-            let k = k
-                .as_mapping()
-                .ok_or_else(|| invalid(&at, "not a mapping"))?;
-            let name = self
-                .opt_scalar(k, "AttributeName", &at)?
-                .ok_or_else(|| invalid(&at, "missing AttributeName"))?;
-            let key_type = match self.opt_scalar(k, "KeyType", &at)?.as_deref() {
-                Some("HASH") => KeyType::Hash,
-                Some("RANGE") => KeyType::Range,
-                other => {
-                    return Err(invalid(
-                        &at,
-                        format!("KeyType {other:?} is not HASH or RANGE"),
-                    ));
-                }
-            };
-            let attribute_type = *types
-                .get(&name)
-                .ok_or_else(|| invalid(&at, format!("{name} is not in AttributeDefinitions")))?;
-            key_schema.push(KeyAttribute {
-                name,
-                attribute_type,
-                key_type,
-            });
-        }
-        let hashes = key_schema
+        let key_schema = self.key_schema(seq("KeySchema")?, &types, &format!("{at}.KeySchema"))?;
+        let global_secondary_indexes = match props.get("GlobalSecondaryIndexes") {
+            None => Vec::new(),
+            Some(Value::Sequence(indexes)) => indexes
+                .iter()
+                .enumerate()
+                .map(|(i, index)| {
+                    self.secondary_index(
+                        index,
+                        &types,
+                        &format!("{at}.GlobalSecondaryIndexes[{i}]"),
+                    )
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{at}.GlobalSecondaryIndexes"),
+                    "not a list",
+                ));
+            }
+        };
+        let keys: BTreeSet<&str> = key_schema
             .iter()
-            .filter(|k| k.key_type == KeyType::Hash)
-            .count();
-        let ranges = key_schema.len() - hashes;
-        if hashes != 1 || ranges > 1 {
-            return Err(invalid(
-                &format!("{at}.KeySchema"),
-                "needs one HASH key and at most one RANGE key",
-            ));
-        }
-        if types.len() != key_schema.len() {
+            .chain(global_secondary_indexes.iter().flat_map(|i| &i.key_schema))
+            .map(|k| k.name.as_str())
+            .collect();
+        if let Some(unused) = types.keys().find(|name| !keys.contains(name.as_str())) {
             return Err(invalid(
                 &format!("{at}.AttributeDefinitions"),
-                "defines attributes that are not keys (DynamoDB rejects that)",
+                format!(
+                    "defines {unused}, which is no key of the table or an index (DynamoDB rejects that)"
+                ),
             ));
         }
         let ttl_attribute = match props.get("TimeToLiveSpecification") {
@@ -399,6 +385,7 @@ impl Ctx<'_> {
             key_schema,
             ttl_attribute,
             stream_view_type,
+            global_secondary_indexes,
         })
     }
 

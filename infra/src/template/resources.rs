@@ -147,6 +147,30 @@ pub struct Table {
     pub ttl_attribute: Option<String>,
     /// `StreamSpecification.StreamViewType`: the table's stream, if it has one.
     pub stream_view_type: Option<StreamViewType>,
+    /// `GlobalSecondaryIndexes`, in template order.
+    pub global_secondary_indexes: Vec<SecondaryIndex>,
+}
+
+/// A global secondary index of a [`Table`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecondaryIndex {
+    /// `IndexName`.
+    pub name: String,
+    /// Its key schema (partition key first), with attribute types.
+    pub key_schema: Vec<KeyAttribute>,
+    /// What it carries besides the keys.
+    pub projection: Projection,
+}
+
+/// The attributes a secondary index carries (`Projection`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Projection {
+    /// `KEYS_ONLY`: the table's and the index's keys.
+    KeysOnly,
+    /// `INCLUDE`: the keys and these attributes.
+    Include(Vec<String>),
+    /// `ALL`: every attribute.
+    All,
 }
 
 /// What a table's stream records carry (`StreamSpecification.StreamViewType`).

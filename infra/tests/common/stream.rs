@@ -40,6 +40,7 @@ pub async fn table(clients: &Clients, view: StreamViewType) -> ProvisionedTable 
         }],
         ttl_attribute: None,
         stream_view_type: Some(view),
+        global_secondary_indexes: Vec::new(),
     };
     let table = local_aws::provision::create_table(&clients.dynamodb, &model)
         .await

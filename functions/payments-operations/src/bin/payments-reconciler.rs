@@ -1,0 +1,142 @@
+//! payments-reconciler: the scheduled reconciler (an EventBridge schedule invokes it every few
+//! minutes), and its one-shot mode for operators: `payments-reconciler once --help`.
+//!
+//! In Lambda it reads its settings from the environment (see
+//! `payments_operations::reconcile::Config`). `once` runs the same pass from a shell, on AWS
+//! with the default credential chain (or a local endpoint in `AWS_ENDPOINT_URL`), each setting
+//! an option or the same environment variable; it prints what it did and exits 1 if a payment
+//! could not be sent or the audit found a mismatch.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use payments_operations::reconcile::{Config, Reconciler};
+
+const EXIT_CODES: &str = "\
+Exit codes (once):
+  0  every payment found was sent or marked, and the audit found nothing wrong
+  1  a payment could not be sent, a payment is stuck, the audit found a mismatch, or a call failed
+  2  bad command line";
+
+/// The payments pipeline's reconciler: Lambda when run without arguments.
+#[derive(Debug, Parser)]
+#[command(name = "payments-reconciler", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// One pass now: payments left accepted are sent again (or marked failed when their
+    /// message is in the dead-letter queue), then the charges not yet audited are checked
+    /// against the ledger and the balances.
+    Once(Once),
+}
+
+#[derive(Debug, Args)]
+struct Once {
+    /// The payments table
+    #[arg(long, env = "PAYMENTS_TABLE", default_value = "payments")]
+    payments_table: String,
+    /// The ledger table
+    #[arg(long, env = "LEDGER_TABLE", default_value = "payments-ledger")]
+    ledger_table: String,
+    /// The balances table
+    #[arg(long, env = "BALANCES_TABLE", default_value = "payments-balances")]
+    balances_table: String,
+    /// The accounts table (also holds the audit's cursors)
+    #[arg(long, env = "ACCOUNTS_TABLE", default_value = "payments-accounts")]
+    accounts_table: String,
+    /// The payments queue's URL (the stack's output PaymentsQueueUrl)
+    #[arg(long, env = "PAYMENTS_QUEUE_URL")]
+    payments_queue_url: String,
+    /// The payments dead-letter queue's URL (the stack's output PaymentsDeadLetterQueueUrl)
+    #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
+    dead_letter_queue_url: String,
+    /// Send again the payments accepted at least this many seconds ago
+    #[arg(long, env = "RESEND_AFTER_SECONDS", default_value_t = 300)]
+    resend_after_seconds: u64,
+    /// Count as stuck the payments accepted at least this many seconds ago
+    #[arg(long, env = "STUCK_AFTER_SECONDS", default_value_t = 3600)]
+    stuck_after_seconds: u64,
+    /// Audit the charges at least this many seconds old
+    #[arg(long, env = "AUDIT_LAG_SECONDS", default_value_t = 120)]
+    audit_lag_seconds: u64,
+    /// At most this many payments in each part of the pass
+    #[arg(long = "max", env = "MAX_PAYMENTS_PER_RUN", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match cli.mode {
+        None => match runtime.block_on(lambda()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("payments-reconciler: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Mode::Once(once)) => runtime.block_on(run_once(once)),
+    }
+}
+
+async fn lambda() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let sdk = payments_operations::sdk_config().await;
+    let config = Config::from_settings(&payments_model::Env)?;
+    let reconciler = Reconciler::from_sdk(&sdk, config);
+    let reconciler = &reconciler;
+    lambda_runtime::run(service_fn(
+        move |_: LambdaEvent<serde_json::Value>| async move {
+            let report = reconciler.run(payments_publisher::now_ms()).await?;
+            Ok::<_, Error>(serde_json::json!({
+                "resent": report.waiting.resent.len(),
+                "markedFailed": report.waiting.marked_failed.len(),
+                "stuck": report.waiting.stuck.len(),
+                "audited": report.audit.audited,
+                "ledgerMismatches": report.audit.mismatches.len(),
+            }))
+        },
+    ))
+    .await
+}
+
+async fn run_once(once: Once) -> ExitCode {
+    let sdk = payments_operations::sdk_config().await;
+    let config = Config {
+        payments_table: once.payments_table,
+        ledger_table: once.ledger_table,
+        balances_table: once.balances_table,
+        accounts_table: once.accounts_table,
+        payments_queue_url: once.payments_queue_url,
+        dead_letter_queue_url: once.dead_letter_queue_url,
+        resend_after: std::time::Duration::from_secs(once.resend_after_seconds),
+        stuck_after: std::time::Duration::from_secs(once.stuck_after_seconds),
+        audit_lag: std::time::Duration::from_secs(once.audit_lag_seconds),
+        max_per_run: usize::try_from(once.max).unwrap_or(usize::MAX),
+    };
+    lambda_idempotency::metrics::set_enabled(false);
+    let reconciler = Reconciler::from_sdk(&sdk, config);
+    match reconciler.run(payments_publisher::now_ms()).await {
+        Ok(report) => {
+            print!("{report}");
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("payments-reconciler: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

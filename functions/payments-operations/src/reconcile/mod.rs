@@ -1,0 +1,240 @@
+//! The reconciler: what keeps the pipeline honest after the fact, every few minutes.
+//!
+//! One [`Reconciler::run`] does two things, neither of which scans a table:
+//!
+//! 1. **Payments left `accepted`** ([`waiting`]). The sparse index
+//!    [`accepted`](payments_model::lifecycle::ACCEPTED_INDEX) holds exactly the payments not yet
+//!    charged or failed. Those accepted longer than [`Config::resend_after`] ago are read again
+//!    (a consistent read: the index lags) and
+//!    - marked `failed`, with the reason, when their message sits in the payments dead-letter
+//!      queue (SQS's own redrive after crashes or timeouts skips payment-processor's
+//!      dead-letter hook, which marks them otherwise);
+//!    - otherwise sent again through the relay's own path (same group, same deduplication id:
+//!      a message still queued is deduplicated by SQS within 5 minutes and by payment-processor
+//!      after), which also recovers what the relay gave up on (the outbox dead-letter queue).
+//!
+//!    Those accepted longer than [`Config::stuck_after`] ago are counted as `stuck`: a metric
+//!    with an alarm, since a resend did not help.
+//! 2. **The audit of charges** ([`audit`]). Each charged payment is in the index
+//!    [`charged`](payments_model::lifecycle::CHARGED_INDEX), sorted by `chargedAt`. Per shard,
+//!    from a cursor kept in the accounts table, the reconciler checks that each payment has
+//!    exactly one ledger entry, the one it names, agreeing on account, amount and currency; and
+//!    adds the audited amounts to the balance item (`auditedCents`, `auditedCharges`) in the
+//!    same transaction that moves the cursor. A balance whose charges are all audited must equal
+//!    their sum; a difference is a `ledgerMismatches` metric with an alarm.
+//!
+//! It emits one EMF line per run (namespace `PaymentsPipeline`, dimension
+//! `function = payments-reconciler`): `runs` (1: the heartbeat whose absence alarms), `resent`,
+//! `markedFailed`, `stuck`, `audited`, `ledgerMismatches`.
+
+pub mod audit;
+mod config;
+pub mod waiting;
+
+use lambda_idempotency::metrics::Metrics;
+use payments_model::METRICS_NAMESPACE;
+
+pub use config::{Config, DEFAULT_RESEND_AFTER, DEFAULT_STUCK_AFTER};
+
+/// The function's name in its metrics' `function` dimension.
+pub const FUNCTION: &str = "payments-reconciler";
+
+/// The metrics the reconciler emits, by name.
+pub mod metric {
+    /// 1 per run: the heartbeat.
+    pub const RUNS: &str = "runs";
+    /// Payments sent again.
+    pub const RESENT: &str = "resent";
+    /// Payments marked `failed` because their message is in the dead-letter queue.
+    pub const MARKED_FAILED: &str = "markedFailed";
+    /// Payments `accepted` for longer than the stuck threshold.
+    pub const STUCK: &str = "stuck";
+    /// Charges audited.
+    pub const AUDITED: &str = "audited";
+    /// Charges or balances that disagree with the ledger.
+    pub const LEDGER_MISMATCHES: &str = "ledgerMismatches";
+}
+
+/// Why a run stopped early (what it did before is kept: the next run goes on from there).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A DynamoDB call failed.
+    #[error("{operation} on {table} failed: {source}")]
+    DynamoDb {
+        /// The call.
+        operation: &'static str,
+        /// The table.
+        table: String,
+        /// The SDK's error.
+        #[source]
+        source: Box<aws_sdk_dynamodb::Error>,
+    },
+    /// An SQS call failed.
+    #[error("{operation} on {queue} failed: {source}")]
+    Sqs {
+        /// The call.
+        operation: &'static str,
+        /// The queue.
+        queue: String,
+        /// The SDK's error.
+        #[source]
+        source: Box<aws_sdk_sqs::Error>,
+    },
+}
+
+impl ReconcileError {
+    pub(crate) fn dynamodb<E>(operation: &'static str, table: &str) -> impl FnOnce(E) -> Self
+    where
+        aws_sdk_dynamodb::Error: From<E>,
+    {
+        let table = table.to_owned();
+        move |e| Self::DynamoDb {
+            operation,
+            table,
+            source: Box::new(e.into()),
+        }
+    }
+
+    pub(crate) fn sqs<E>(operation: &'static str, queue: &str) -> impl FnOnce(E) -> Self
+    where
+        aws_sdk_sqs::Error: From<E>,
+    {
+        let queue = queue.to_owned();
+        move |e| Self::Sqs {
+            operation,
+            queue,
+            source: Box::new(e.into()),
+        }
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Payments left `accepted`.
+    pub waiting: waiting::Waiting,
+    /// The audit of charges.
+    pub audit: audit::Audit,
+}
+
+impl Report {
+    /// The run's EMF line.
+    pub fn metrics(&self) -> Metrics {
+        Metrics::new(METRICS_NAMESPACE)
+            .dimension("function", FUNCTION)
+            .count(metric::RUNS, 1)
+            .count(metric::RESENT, self.waiting.resent.len() as u64)
+            .count(
+                metric::MARKED_FAILED,
+                self.waiting.marked_failed.len() as u64,
+            )
+            .count(metric::STUCK, self.waiting.stuck.len() as u64)
+            .count(metric::AUDITED, self.audit.audited)
+            .count(
+                metric::LEDGER_MISMATCHES,
+                self.audit.mismatches.len() as u64,
+            )
+    }
+}
+
+impl Report {
+    /// Nothing to look at: every payment found was sent or marked, none is stuck, and the
+    /// audit found no mismatch.
+    pub fn is_clean(&self) -> bool {
+        self.waiting.send_failed.is_empty()
+            && self.waiting.stuck.is_empty()
+            && self.audit.mismatches.is_empty()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = &self.waiting;
+        writeln!(
+            f,
+            "accepted: {} resent, {} marked failed (in the dead-letter queue), {} stuck, {} failed to send",
+            w.resent.len(),
+            w.marked_failed.len(),
+            w.stuck.len(),
+            w.send_failed.len()
+        )?;
+        for (id, why) in &w.send_failed {
+            writeln!(f, "  not sent: {id}: {why}")?;
+        }
+        for id in &w.stuck {
+            writeln!(f, "  stuck: {id}")?;
+        }
+        writeln!(
+            f,
+            "audit: {} charges audited, {} mismatches",
+            self.audit.audited,
+            self.audit.mismatches.len()
+        )?;
+        for m in &self.audit.mismatches {
+            writeln!(f, "  mismatch: {m}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The reconciler: its clients, its settings, and the relay's sending path.
+#[derive(Debug, Clone)]
+pub struct Reconciler {
+    dynamodb: aws_sdk_dynamodb::Client,
+    sqs: aws_sdk_sqs::Client,
+    relay: payments_publisher::App,
+    config: Config,
+}
+
+impl Reconciler {
+    /// A reconciler over these clients.
+    pub fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        config: Config,
+    ) -> Self {
+        let relay = payments_publisher::App::new(
+            sqs.clone(),
+            payments_publisher::Config {
+                payments_queue_url: config.payments_queue_url.clone(),
+                dead_letter_queue_url: None,
+            },
+        );
+        Self {
+            dynamodb,
+            sqs,
+            relay,
+            config,
+        }
+    }
+
+    /// A reconciler from the SDK configuration.
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, config: Config) -> Self {
+        Self::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            aws_sdk_sqs::Client::new(sdk),
+            config,
+        )
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// One pass at `now_ms` (epoch ms): payments left `accepted`, then the audit. Each part runs
+    /// even when the other failed; the first error is returned after both.
+    pub async fn run(&self, now_ms: i64) -> Result<Report, ReconcileError> {
+        let waiting = self.waiting(now_ms).await;
+        let audit = self.audit(now_ms).await;
+        let report = Report {
+            waiting: waiting.as_ref().cloned().unwrap_or_default(),
+            audit: audit.as_ref().cloned().unwrap_or_default(),
+        };
+        report.metrics().emit();
+        tracing::info!(%report, "reconciled");
+        waiting?;
+        audit?;
+        Ok(report)
+    }
+}
