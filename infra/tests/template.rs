@@ -516,3 +516,56 @@ fn naming_and_parameter_overrides() {
         );
     }
 }
+
+#[test]
+fn conditions_may_decide_only_on_resources_the_harness_skips() {
+    // The alarm topic's e-mail subscription, as template.yaml has it: a condition the harness
+    // does not evaluate, on a resource it does not model.
+    let template = |queue_condition: &str| {
+        format!(
+            r#"
+Parameters:
+  Email: {{ Type: String, Default: "" }}
+Conditions:
+  HasEmail: !Not [!Equals [!Ref Email, ""]]
+Resources:
+  Jobs:
+    Type: AWS::SQS::Queue
+    {queue_condition}
+    Properties: {{ QueueName: jobs }}
+  Topic:
+    Type: AWS::SNS::Topic
+  Subscription:
+    Type: AWS::SNS::Subscription
+    Condition: HasEmail
+    Properties: {{ TopicArn: !Ref Topic, Protocol: email, Endpoint: !Ref Email }}
+"#
+        )
+    };
+    let t = Template::parse(&template(""), &TemplateOptions::default()).unwrap();
+    assert_eq!(keys(&t.queues), ["Jobs"]);
+    // On a queue (or a table, or a function) a condition would change what runs: refused.
+    let e = Template::parse(
+        &template("Condition: HasEmail"),
+        &TemplateOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("Resources.Jobs") && e.contains("Condition on a AWS::SQS::Queue"),
+        "{e}"
+    );
+    let text = std::fs::read_to_string(Template::project_path()).unwrap();
+    for (resource, kind) in [
+        ("IdempotencyTable", "AWS::DynamoDB::Table"),
+        ("ReceiptSenderFunction", "AWS::Serverless::Function"),
+    ] {
+        let from = format!("  {resource}:\n    Type: {kind}\n");
+        assert!(text.contains(&from), "{from}");
+        let to = format!("{from}    Condition: HasAlarmEmail\n");
+        let e = Template::parse(&text.replacen(&from, &to, 1), &TemplateOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("Condition on a {kind}")), "{e}");
+    }
+}

@@ -24,6 +24,18 @@ use crate::record::{Clock, SystemClock};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
+/// The dimension [`BatchCounts::metrics`] puts the function's name in.
+pub const FUNCTION_DIMENSION: &str = "function";
+/// [`BatchCounts::processed`]'s metric.
+pub const PROCESSED: &str = "processed";
+/// [`BatchCounts::duplicates`]'s metric.
+pub const DUPLICATE: &str = "duplicate";
+/// [`BatchCounts::failed`]'s metric.
+pub const FAILED: &str = "failed";
+/// [`BatchCounts::dead_lettered`]'s metric: records moved to the dead-letter queue, a failure
+/// that needs a person (alarm on it).
+pub const DEAD_LETTERED: &str = "dead_lettered";
+
 /// Turns [`Metrics::emit`] on or off for the whole process (on by default). For local runs and
 /// tests, where stdout is for people.
 pub fn set_enabled(enabled: bool) {
@@ -139,13 +151,14 @@ impl BatchCounts {
         counts
     }
 
-    /// These counts as metrics (`processed`, `duplicate`, `failed`, `dead_lettered`).
+    /// These counts as metrics ([`PROCESSED`], [`DUPLICATE`], [`FAILED`], [`DEAD_LETTERED`]),
+    /// with the function's name in [`FUNCTION_DIMENSION`].
     pub fn metrics(&self, namespace: &str, function: &str) -> Metrics {
         Metrics::new(namespace)
-            .dimension("function", function)
-            .count("processed", self.processed)
-            .count("duplicate", self.duplicates)
-            .count("failed", self.failed)
-            .count("dead_lettered", self.dead_lettered)
+            .dimension(FUNCTION_DIMENSION, function)
+            .count(PROCESSED, self.processed)
+            .count(DUPLICATE, self.duplicates)
+            .count(FAILED, self.failed)
+            .count(DEAD_LETTERED, self.dead_lettered)
     }
 }

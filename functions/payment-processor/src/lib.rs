@@ -207,7 +207,10 @@ impl App {
             .await?;
         let counts = BatchCounts::of(&report);
         counts
-            .metrics(METRICS_NAMESPACE, "payment-processor")
+            .metrics(
+                METRICS_NAMESPACE,
+                payments_model::metrics::function::PAYMENT_PROCESSOR,
+            )
             .emit();
         Ok((report.response(), counts))
     }

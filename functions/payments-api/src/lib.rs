@@ -26,9 +26,13 @@
 //!   major units, with no more decimal places than the currency has), at most
 //!   `MAX_PAYMENT_AMOUNT` major units. A refusal is a `400` naming the field and the rule.
 //!
+//! - **Metrics.** Each request is counted by its [`Outcome`] (one EMF line); every `503` is
+//!   `unavailable`, which has an alarm: to Lambda it is a successful invocation.
+//!
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
 
 pub mod identity;
+pub mod outcome;
 pub mod problem;
 pub mod validate;
 
@@ -44,6 +48,7 @@ use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
+use payments_model::metrics::{FUNCTION_DIMENSION, function};
 use payments_model::{
     ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings, lifecycle,
     order,
@@ -52,6 +57,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::identity::Caller;
+pub use crate::outcome::Outcome;
 use crate::problem::Problem;
 use crate::validate::{DEFAULT_MAX_PAYMENT_AMOUNT, NewPayment};
 
@@ -180,8 +186,20 @@ impl App {
         self.idempotency.backend().check_table().await
     }
 
-    /// Handles one HTTP request (API Gateway HTTP API payload 2.0).
+    /// Handles one HTTP request (API Gateway HTTP API payload 2.0), and counts its outcome
+    /// (one EMF line).
     pub async fn handle(&self, request: Request) -> Result<Response<Body>, Error> {
+        let (outcome, response) = self.respond(&request).await;
+        Metrics::new(METRICS_NAMESPACE)
+            .dimension(FUNCTION_DIMENSION, function::PAYMENTS_API)
+            .count(outcome.metric(), 1)
+            .emit();
+        Ok(response)
+    }
+
+    /// The response to one request and its outcome, which [`handle`](Self::handle) counts:
+    /// every response has one, so each `503` is counted `unavailable`.
+    pub async fn respond(&self, request: &Request) -> (Outcome, Response<Body>) {
         let path = match request.raw_http_path() {
             "" => request.uri().path().to_owned(),
             raw => raw.to_owned(),
@@ -195,7 +213,7 @@ impl App {
             }
             _ => {
                 let problem = Problem::not_found(format!("no route for {method} {path}"));
-                return Ok(self.answer("not_found", problem.response()));
+                return (Outcome::NotFound, problem.response());
             }
         };
         let allowed = match route {
@@ -204,19 +222,19 @@ impl App {
         };
         if method.as_str() != allowed {
             let problem = Problem::method_not_allowed(method.as_str(), allowed);
-            return Ok(self.answer("rejected", problem.response()));
+            return (Outcome::Rejected, problem.response());
         }
-        let caller = match Caller::of(&request, &self.account_claim) {
+        let caller = match Caller::of(request, &self.account_claim) {
             Ok(caller) => caller,
-            Err(problem) => return Ok(self.answer("unauthorized", problem.response())),
+            Err(problem) => return (Outcome::Unauthorized, problem.response()),
         };
-        Ok(match route {
-            Route::Payments => self.create(&request, &caller).await,
+        match route {
+            Route::Payments => self.create(request, &caller).await,
             Route::Payment(id) => self.get(id, &caller).await,
-        })
+        }
     }
 
-    async fn create(&self, request: &Request, caller: &Caller) -> Response<Body> {
+    async fn create(&self, request: &Request, caller: &Caller) -> (Outcome, Response<Body>) {
         let body = request.body().as_ref();
         let headers = request.headers();
         let checked = validate::body_size(body)
@@ -228,7 +246,7 @@ impl App {
             });
         let key = match checked {
             Ok(key) => key,
-            Err(problem) => return self.answer("rejected", problem.response()),
+            Err(problem) => return (Outcome::Rejected, problem.response()),
         };
         let span = tracing::info_span!("create_payment", caller = caller.id, idempotency_key = key);
         let _enter = span.enter();
@@ -240,7 +258,7 @@ impl App {
                     detail = problem.detail,
                     "invalid request"
                 );
-                return self.answer("rejected", problem.response());
+                return (Outcome::Rejected, problem.response());
             }
         };
         let scoped_key = caller.scoped_key(&key);
@@ -271,7 +289,7 @@ impl App {
                     _ => accepted_response(&payment_id(&scoped_key)),
                 };
                 tracing::info!("replaying the stored response");
-                self.answer("replayed", stored_response(&stored, true))
+                (Outcome::Replayed, stored_response(&stored, true))
             }
             Ok(Acquired::InProgress { lease_until_ms }) => {
                 // The first request usually finishes within milliseconds; its lease (the
@@ -280,15 +298,18 @@ impl App {
                 let retry_after = u64::try_from((left_ms + 999) / 1000)
                     .unwrap_or(1)
                     .clamp(1, 2);
-                self.answer("in_progress", Problem::in_progress(retry_after).response())
+                (
+                    Outcome::InProgress,
+                    Problem::in_progress(retry_after).response(),
+                )
             }
             Err(AcquireError::PayloadMismatch { .. }) => {
-                self.answer("key_reused", Problem::key_reused().response())
+                (Outcome::KeyReused, Problem::key_reused().response())
             }
             Err(AcquireError::Store(e)) => {
                 tracing::error!(error = %e, "idempotency store unavailable");
-                self.answer(
-                    "unavailable",
+                (
+                    Outcome::Unavailable,
                     Problem::unavailable("the idempotency store is unavailable").response(),
                 )
             }
@@ -304,11 +325,11 @@ impl App {
         hash: &str,
         payment: &NewPayment,
         caller: &Caller,
-    ) -> Response<Body> {
+    ) -> (Outcome, Response<Body>) {
         let payment_id = payment_id(scoped_key);
         let (outcome, replayed) = match self.write(&payment_id, hash, payment, caller).await {
-            Ok(Written::New) => ("accepted", false),
-            Ok(Written::SameRequest) => ("replayed", true),
+            Ok(Written::New) => (Outcome::Accepted, false),
+            Ok(Written::SameRequest) => (Outcome::Replayed, true),
             Ok(Written::OtherRequest) => {
                 // The record had expired; the payment remembers the first body. Forget the
                 // record this request took (it holds the other body's hash): the first body
@@ -316,7 +337,7 @@ impl App {
                 if let Err(e) = self.idempotency.forget(lease.key()).await {
                     tracing::warn!(error = %e, "could not release the key");
                 }
-                return self.answer("key_reused", Problem::key_reused().response());
+                return (Outcome::KeyReused, Problem::key_reused().response());
             }
             Err(e) => {
                 tracing::error!(error = %DisplayErrorContext(&e), "could not store the payment; the key stays retryable");
@@ -327,8 +348,8 @@ impl App {
                 {
                     tracing::warn!(error = %store, "could not record the failure");
                 }
-                return self.answer(
-                    "unavailable",
+                return (
+                    Outcome::Unavailable,
                     Problem::unavailable("the payments table is unavailable").response(),
                 );
             }
@@ -341,7 +362,7 @@ impl App {
             tracing::error!(error = %e, "payment stored but its key not completed");
         }
         tracing::info!(payment_id, "payment accepted");
-        self.answer(outcome, stored_response(&stored, replayed))
+        (outcome, stored_response(&stored, replayed))
     }
 
     /// The payment's write, with its number in its account's order ([`payments_model::order`]):
@@ -415,20 +436,29 @@ impl App {
     /// `timestamps` of each state change (`accepted`, `charged`, `failed`, `reopened`, epoch ms,
     /// from `createdAt`, `chargedAt`, `failedAt`, `reopenedAt`); what the item does not have is
     /// `null`.
-    async fn get(&self, payment_id: &str, caller: &Caller) -> Response<Body> {
+    async fn get(&self, payment_id: &str, caller: &Caller) -> (Outcome, Response<Body>) {
+        let not_found = || {
+            (
+                Outcome::NotFound,
+                Problem::not_found(format!("no payment `{payment_id}`")).response(),
+            )
+        };
         if payment_id.is_empty()
             || payment_id.len() > 64
             || !payment_id
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            return Problem::not_found(format!("no payment `{payment_id}`")).response();
+            return not_found();
         }
         let item = match self.read_payment(payment_id).await {
             Ok(item) => item,
             Err(e) => {
                 tracing::error!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "GetItem failed");
-                return Problem::unavailable("the payments table is unavailable").response();
+                return (
+                    Outcome::Unavailable,
+                    Problem::unavailable("the payments table is unavailable").response(),
+                );
             }
         };
         let owned = item.filter(|i| {
@@ -438,7 +468,7 @@ impl App {
                 == Some(caller.account.as_str())
         });
         let Some(item) = owned else {
-            return Problem::not_found(format!("no payment `{payment_id}`")).response();
+            return not_found();
         };
         let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
         let n = |name: &str| {
@@ -462,15 +492,10 @@ impl App {
                 "reopened": n("reopenedAt"),
             },
         });
-        json_response(StatusCode::OK, body.to_string())
-    }
-
-    fn answer(&self, outcome: &'static str, response: Response<Body>) -> Response<Body> {
-        Metrics::new(METRICS_NAMESPACE)
-            .dimension("function", "payments-api")
-            .count(outcome, 1)
-            .emit();
-        response
+        (
+            Outcome::Found,
+            json_response(StatusCode::OK, body.to_string()),
+        )
     }
 }
 

@@ -1,5 +1,7 @@
 //! When DynamoDB fails, the API answers `503` with a problem+json body that names what is
-//! unavailable and never carries the SDK's error text; a POST stays retryable with its key.
+//! unavailable and never carries the SDK's error text; a POST stays retryable with its key. Each
+//! `503` is counted as the outcome `unavailable`, the metric its alarm watches (a `503` is a
+//! successful invocation to Lambda, so the function's `Errors` never sees it).
 
 use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -8,7 +10,7 @@ use aws_sdk_dynamodb::types::error::InternalServerError;
 use aws_smithy_mocks::mock;
 use common::{app, request};
 use lambda_http::Request;
-use payments_api::App;
+use payments_api::{App, Outcome};
 
 mod common;
 
@@ -21,9 +23,12 @@ fn internal() -> InternalServerError {
 
 const PAYMENT: &str = r#"{"amountCents":100,"currency":"EUR"}"#;
 
-/// The answer's status and problem body; checks the problem's shape and that no SDK text leaked.
+/// The answer's status and problem body; checks the problem's shape, that no SDK text leaked,
+/// and that the answer is counted `unavailable`.
 async fn answer(app: &App, request: Request) -> (u16, serde_json::Value) {
-    let response = app.handle(request).await.unwrap();
+    let (outcome, response) = app.respond(&request).await;
+    assert_eq!(outcome, Outcome::Unavailable);
+    assert_eq!(outcome.metric(), "unavailable");
     let status = response.status().as_u16();
     assert_eq!(
         response.headers()["content-type"],

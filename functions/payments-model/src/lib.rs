@@ -7,10 +7,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub mod lifecycle;
+pub mod metrics;
 pub mod order;
 
-/// Metric namespace of the pipeline.
-pub const METRICS_NAMESPACE: &str = "PaymentsPipeline";
+/// Metric namespace of the pipeline ([`metrics::NAMESPACE`]).
+pub const METRICS_NAMESPACE: &str = metrics::NAMESPACE;
 
 /// The default idempotency expiry (`IDEMPOTENCY_TTL_SECONDS`) of the pipeline's functions: the
 /// queues' retention (4 days) plus the dead-letter queues' (14 days), so that a message redriven

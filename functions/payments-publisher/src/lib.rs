@@ -29,6 +29,7 @@ use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_runtime::{Error, LambdaEvent};
+use payments_model::metrics::{self, publisher};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
 use serde_json::json;
 
@@ -137,11 +138,14 @@ impl App {
         let relayed = self.relay(&event.payload.records).await;
         let max_lag = relayed.sent.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
         Metrics::new(METRICS_NAMESPACE)
-            .dimension("function", "payments-publisher")
-            .count("relayed", relayed.sent.len() as u64)
-            .count("failed", relayed.failed.len() as u64)
-            .count("deadLettered", relayed.dead_lettered.len() as u64)
-            .milliseconds("maxRelayLag", max_lag as f64)
+            .dimension(
+                metrics::FUNCTION_DIMENSION,
+                metrics::function::PAYMENTS_PUBLISHER,
+            )
+            .count(publisher::RELAYED, relayed.sent.len() as u64)
+            .count(publisher::FAILED, relayed.failed.len() as u64)
+            .count(publisher::DEAD_LETTERED, relayed.dead_lettered.len() as u64)
+            .milliseconds(publisher::MAX_RELAY_LAG, max_lag as f64)
             .emit();
         Ok(relayed.response())
     }

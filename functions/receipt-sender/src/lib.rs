@@ -148,7 +148,12 @@ impl App {
                 .with_keys(KeyConfig::json_pointer("/paymentId"));
         let report = self.processor.process(&event, &handler).await?;
         let counts = BatchCounts::of(&report);
-        counts.metrics(METRICS_NAMESPACE, "receipt-sender").emit();
+        counts
+            .metrics(
+                METRICS_NAMESPACE,
+                payments_model::metrics::function::RECEIPT_SENDER,
+            )
+            .emit();
         Ok((report.response(), counts))
     }
 

@@ -113,7 +113,7 @@ pub(super) const PSEUDO: &[&str] = &[
 
 /// The intrinsic function of a tagged value (`!Ref`) or a one-key mapping (`Ref:`), by its
 /// short name (`Ref`, `GetAtt`, `Sub`, `Join`, ...).
-pub(crate) fn intrinsic(v: &Value) -> Option<(String, &Value)> {
+pub fn intrinsic(v: &Value) -> Option<(String, &Value)> {
     let short = |name: &str| {
         let name = name.trim_start_matches('!');
         name.strip_prefix("Fn::").unwrap_or(name).to_owned()

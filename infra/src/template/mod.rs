@@ -3,9 +3,11 @@
 //! queues, DynamoDB streams with their filters and on-failure queues) and HTTP routes.
 //!
 //! Only what the local harness needs is modelled; everything that has no local effect (IAM roles,
-//! log groups, alarms, encryption settings) is skipped. Properties that *would* change behaviour
-//! but are not emulated (local secondary indexes, `Conditions`) are rejected with an error rather than
-//! silently ignored, so the harness never runs something different from what is deployed.
+//! log groups, alarms, topics, encryption settings) is skipped. Properties that *would* change
+//! behaviour but are not emulated (local secondary indexes, a `Condition` on a queue, table or function)
+//! are rejected with an error rather than silently ignored, so the harness never runs something
+//! different from what is deployed. The `Conditions` section is not evaluated: it may only decide
+//! on resources the harness skips.
 //!
 //! Values are resolved while parsing where they can be: parameters (defaults, or the overrides
 //! in [`TemplateOptions`]), `AWS::*` pseudo parameters inside names, and `!FindInMap` lookups in
@@ -54,8 +56,9 @@ mod parse;
 mod resources;
 
 pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
+pub use expr::intrinsic;
+pub(crate) use expr::pseudo;
 pub use expr::{Expr, Part};
-pub(crate) use expr::{intrinsic, pseudo};
 pub use filter::{FilterError, FilterPattern};
 pub use functions::Function;
 pub use mappings::{MapValue, Mappings};
@@ -69,6 +72,13 @@ pub use resources::{
 use expr::{PSEUDO, key_str, parse_expr, plain_scalar};
 use parameters::parse_parameters;
 use parse::Ctx;
+
+const QUEUE: &str = "AWS::SQS::Queue";
+const TABLE: &str = "AWS::DynamoDB::Table";
+const FUNCTION: &str = "AWS::Serverless::Function";
+/// The resource types the harness models: a `Condition` on one of them is refused, since the
+/// harness does not evaluate conditions.
+const MODELLED: [&str; 3] = [QUEUE, TABLE, FUNCTION];
 
 /// Why a template could not be turned into a [`Template`].
 #[derive(Debug, thiserror::Error)]
@@ -178,12 +188,6 @@ impl Template {
         let root = doc
             .as_mapping()
             .ok_or_else(|| invalid("<root>", "not a mapping"))?;
-        if root.get("Conditions").is_some() {
-            return Err(invalid(
-                "Conditions",
-                "conditions are not supported by the local harness",
-            ));
-        }
         let parameters = parse_parameters(root, options)?;
         let mappings = Mappings::parse(root)?;
         let env = mappings::Env {
@@ -205,10 +209,10 @@ impl Template {
                 Some(Value::String(t)) => t.clone(),
                 _ => return Err(invalid(&at, "missing Type")),
             };
-            if resource.get("Condition").is_some() {
+            if resource.get("Condition").is_some() && MODELLED.contains(&kind.as_str()) {
                 return Err(invalid(
                     &at,
-                    "Condition is not supported by the local harness",
+                    format!("Condition on a {kind} is not supported by the local harness"),
                 ));
             }
             types.insert(id.to_owned(), kind);
@@ -245,15 +249,15 @@ impl Template {
                 Some(_) => return Err(invalid(&format!("{at}.Properties"), "not a mapping")),
             };
             match types[id].as_str() {
-                "AWS::SQS::Queue" => {
+                QUEUE => {
                     let queue = ctx.queue(id, props, &at)?;
                     template.queues.insert(id.to_owned(), queue);
                 }
-                "AWS::DynamoDB::Table" => {
+                TABLE => {
                     let table = ctx.table(id, props, &at)?;
                     template.tables.insert(id.to_owned(), table);
                 }
-                "AWS::Serverless::Function" => {
+                FUNCTION => {
                     let function = ctx.function(id, resource, props, globals, &at)?;
                     template.functions.insert(id.to_owned(), function);
                 }

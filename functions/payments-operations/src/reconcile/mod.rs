@@ -23,37 +23,18 @@
 //!    same transaction that moves the cursor. A balance whose charges are all audited must equal
 //!    their sum; a difference is a `ledgerMismatches` metric with an alarm.
 //!
-//! It emits one EMF line per run (namespace `PaymentsPipeline`, dimension
-//! `function = payments-reconciler`): `runs` (1: the heartbeat whose absence alarms), `resent`,
-//! `markedFailed`, `stuck`, `audited`, `ledgerMismatches`.
+//! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
+//! heartbeat whose absence alarms), `resent`, `markedFailed`, `stuck`, `audited`,
+//! `ledgerMismatches`.
 
 pub mod audit;
 mod config;
 pub mod waiting;
 
-use lambda_idempotency::metrics::Metrics;
-use payments_model::METRICS_NAMESPACE;
+use lambda_idempotency::metrics::{FUNCTION_DIMENSION, Metrics};
+use payments_model::metrics::{NAMESPACE, function, reconciler as metric};
 
 pub use config::{Config, DEFAULT_RESEND_AFTER, DEFAULT_STUCK_AFTER};
-
-/// The function's name in its metrics' `function` dimension.
-pub const FUNCTION: &str = "payments-reconciler";
-
-/// The metrics the reconciler emits, by name.
-pub mod metric {
-    /// 1 per run: the heartbeat.
-    pub const RUNS: &str = "runs";
-    /// Payments sent again.
-    pub const RESENT: &str = "resent";
-    /// Payments marked `failed` because their message is in the dead-letter queue.
-    pub const MARKED_FAILED: &str = "markedFailed";
-    /// Payments `accepted` for longer than the stuck threshold.
-    pub const STUCK: &str = "stuck";
-    /// Charges audited.
-    pub const AUDITED: &str = "audited";
-    /// Charges or balances that disagree with the ledger.
-    pub const LEDGER_MISMATCHES: &str = "ledgerMismatches";
-}
 
 /// Why a run stopped early (what it did before is kept: the next run goes on from there).
 #[derive(Debug, thiserror::Error)]
@@ -120,8 +101,8 @@ pub struct Report {
 impl Report {
     /// The run's EMF line.
     pub fn metrics(&self) -> Metrics {
-        Metrics::new(METRICS_NAMESPACE)
-            .dimension("function", FUNCTION)
+        Metrics::new(NAMESPACE)
+            .dimension(FUNCTION_DIMENSION, function::PAYMENTS_RECONCILER)
             .count(metric::RUNS, 1)
             .count(metric::RESENT, self.waiting.resent.len() as u64)
             .count(
