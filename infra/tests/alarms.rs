@@ -366,7 +366,7 @@ fn the_project_template_has_every_alarm_and_retains_its_data() {
     // Not vacuous: the checks saw what they check.
     let r = Resources::parse(&text);
     assert!(r.alarms().len() >= 27);
-    assert_eq!(r.of_type("AWS::Serverless::Function").count(), 4);
+    assert_eq!(r.of_type("AWS::Serverless::Function").count(), 5);
     assert_eq!(
         dead_letter_queues(&r),
         BTreeSet::from([
@@ -375,13 +375,13 @@ fn the_project_template_has_every_alarm_and_retains_its_data() {
             "ReceiptsDeadLetterQueue".to_owned(),
         ])
     );
-    assert_eq!(r.of_type("AWS::Logs::LogGroup").count(), 5);
+    assert_eq!(r.of_type("AWS::Logs::LogGroup").count(), 6);
 }
 
 #[test]
 fn each_check_finds_what_it_looks_for() {
     let text = project_text();
-    let reconciler = "  PaymentsReconcilerFunction:\n    Type: AWS::Serverless::Function\n    \
+    let reconciler = "  PaymentsAuditorFunction:\n    Type: AWS::Serverless::Function\n    \
                       Properties:\n      FunctionName: payments-reconciler\n      \
                       LoggingConfig: { LogGroup: !Ref PaymentsApiLogGroup }\n\nOutputs:";
     let redriven = "  JobsQueue:\n    Type: AWS::SQS::Queue\n    DeletionPolicy: Retain\n    \
@@ -408,12 +408,12 @@ fn each_check_finds_what_it_looks_for() {
         (
             "\nOutputs:",
             reconciler,
-            "PaymentsReconcilerFunction: no Errors alarm",
+            "PaymentsAuditorFunction: no Errors alarm",
         ),
         (
             "\nOutputs:",
             reconciler,
-            "PaymentsReconcilerFunction: no Throttles alarm",
+            "PaymentsAuditorFunction: no Throttles alarm",
         ),
         (
             "MetricName: Throttles\n      Dimensions:\n        - Name: FunctionName\n          \
