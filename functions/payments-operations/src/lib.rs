@@ -10,6 +10,9 @@
 //! Every tool builds its SDK configuration with [`sdk_config`]: the default credential chain
 //! and region, and `AWS_ENDPOINT_URL` only when it is set.
 
+pub mod redrive;
+pub mod reopen;
+
 /// The SDK configuration of the operations code: the default chain (credentials, region, and
 /// `AWS_ENDPOINT_URL` when set), as on AWS.
 pub async fn sdk_config() -> aws_config::SdkConfig {

@@ -32,7 +32,6 @@ use lambda_runtime::{Error, LambdaEvent};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
 use serde_json::json;
 
-pub mod reopen;
 pub mod republish;
 
 /// Settings of payments-publisher.
