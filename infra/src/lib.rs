@@ -48,7 +48,6 @@ pub mod gateway;
 pub mod iam;
 pub mod provision;
 pub mod proxy;
-pub mod redrive;
 pub mod runner;
 pub mod template;
 

@@ -57,7 +57,6 @@ fn assert_usage_error(program: &str, args: &[&str], names: &[&str]) {
 }
 
 const PROVISION: &str = env!("CARGO_BIN_EXE_provision");
-const REDRIVE: &str = env!("CARGO_BIN_EXE_redrive");
 const PROXY: &str = env!("CARGO_BIN_EXE_proxy");
 
 #[test]
@@ -89,47 +88,6 @@ fn provision_refuses_a_bad_command_line() {
     );
     assert_usage_error(PROVISION, &["--prefix"], &["--prefix"]);
     assert_usage_error(PROVISION, &["--bogus"], &["--bogus"]);
-}
-
-#[test]
-fn redrive_help_lists_its_options_and_exit_codes() {
-    assert_help(
-        REDRIVE,
-        &[
-            "--from <QUEUE>",
-            "--to <QUEUE>",
-            "--template <PATH>",
-            "--prefix <P>",
-            "--suffix <S>",
-            "--param <NAME=VALUE>",
-            "--max <N>",
-            "--dry-run",
-            "--drop-attributes <PREFIX>",
-            "--visibility-timeout <SECS>",
-            "--wait <SECS>",
-        ],
-    );
-}
-
-#[test]
-fn redrive_refuses_a_bad_command_line() {
-    assert_usage_error(REDRIVE, &[], &["--from <QUEUE>", "required"]);
-    assert_usage_error(
-        REDRIVE,
-        &["--from", "q", "--max", "ten"],
-        &["'ten'", "--max"],
-    );
-    assert_usage_error(REDRIVE, &["--from", "q", "--max", "0"], &["--max"]);
-    assert_usage_error(
-        REDRIVE,
-        &["--from", "q", "--wait", "30"],
-        &["'30'", "--wait"],
-    );
-    assert_usage_error(
-        REDRIVE,
-        &["--from", "q", "--visibility-timeout", "43201"],
-        &["--visibility-timeout"],
-    );
 }
 
 #[test]

@@ -166,6 +166,58 @@ fn what_the_model_does_not_cover_is_an_error() {
     ));
 }
 
+#[test]
+fn a_managed_policy_is_read_unless_the_template_attaches_it() {
+    let policy = |attachment: &str| {
+        let yaml = format!(
+            r#"
+Resources:
+  Jobs: {{ Type: AWS::SQS::Queue, Properties: {{ QueueName: jobs }} }}
+  R:
+    Type: AWS::IAM::Role
+    Properties: {{ Policies: [] }}
+  Operators:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      ManagedPolicyName: operators
+      {attachment}
+      PolicyDocument:
+        Statement:
+          - {{ Sid: Send, Effect: Allow, Action: sqs:SendMessage, Resource: !GetAtt Jobs.Arn }}
+"#
+        );
+        TemplateRoles::parse(&yaml, &Environment::new(REGION, ACCOUNT))
+    };
+    let roles = policy("Description: the operators' sends").unwrap();
+    let operators = roles.managed_policy("Operators").unwrap();
+    assert_eq!(operators.logical_id, "Operators");
+    assert_eq!(operators.statements.len(), 1);
+    assert_eq!(operators.statements[0].id.policy, "operators");
+    assert!(
+        operators
+            .evaluate("sqs:SendMessage", &queue("jobs"), None)
+            .is_allowed()
+    );
+    assert!(
+        !operators
+            .evaluate("sqs:DeleteMessage", &queue("jobs"), None)
+            .is_allowed()
+    );
+    // A managed policy is not a function's role, nor a role a managed policy.
+    assert!(roles.roles["R"].statements.is_empty());
+    assert!(matches!(
+        roles.managed_policy("R"),
+        Err(PolicyError::NoSuchManagedPolicy(id)) if id == "R"
+    ));
+    // Attached in the template, it would change what a role grants: refused, not ignored.
+    for attachment in ["Roles: [!Ref R]", "Users: [u]", "Groups: [g]"] {
+        assert!(
+            matches!(policy(attachment), Err(PolicyError::Unsupported { .. })),
+            "{attachment}"
+        );
+    }
+}
+
 // --- the project's template -----------------------------------------------------------------
 
 #[test]

@@ -138,6 +138,7 @@ impl Stack {
         use lambda_idempotency::record::Clock;
         use payments_model::order;
         let s = |v: &str| AttributeValue::S(v.to_owned());
+        let now = AttributeValue::N(lambda_idempotency::record::SystemClock.now_ms().to_string());
         let put = |sequence: u64| {
             let mut put = Put::builder()
                 .table_name(self.table("PaymentsTable"))
@@ -146,10 +147,8 @@ impl Stack {
                 .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
                 .item("currency", s(&p.currency))
                 .item("status", s("accepted"))
-                .item(
-                    "createdAt",
-                    AttributeValue::N(lambda_idempotency::record::SystemClock.now_ms().to_string()),
-                )
+                .item("createdAt", now.clone())
+                .item(payments_model::lifecycle::ACCEPTED_AT, now.clone())
                 .item("callerId", s("accepted-by-test"))
                 .item("requestHash", s("accepted-by-test"))
                 .item("sequence", AttributeValue::N(sequence.to_string()))

@@ -294,27 +294,21 @@ async fn a_failed_payment_is_never_charged_by_a_later_delivery_or_a_redrive() {
         }])
         .await
         .unwrap();
-    let relay = payments_publisher::App::new(
+    let reopener = payments_operations::reopen::Reopener::new(
+        stack.clients.dynamodb.clone(),
         stack.clients.sqs.clone(),
-        payments_publisher::Config {
-            payments_queue_url: stack.queue_url("PaymentsQueue").to_owned(),
-            dead_letter_queue_url: None,
+        payments_operations::reopen::Tables {
+            payments: stack.table("PaymentsTable").to_owned(),
+            accounts: stack.table("AccountsTable").to_owned(),
         },
+        stack.queue_url("PaymentsQueue"),
     );
-    let reopening = payments_publisher::reopen::Reopening {
+    let reopening = payments_operations::reopen::Reopening {
         payment_id: p.payment_id.clone(),
         operator: "on-call".into(),
         reason: "the card issuer's outage is over".into(),
     };
-    let reopened = relay
-        .reopen(
-            &stack.clients.dynamodb,
-            stack.table("PaymentsTable"),
-            stack.table("AccountsTable"),
-            &reopening,
-        )
-        .await
-        .unwrap();
+    let reopened = reopener.reopen(&reopening).await.unwrap();
     assert_eq!((reopened.sequence, reopened.reopens), (3, 1));
     let stored = payment(&stack, &p.payment_id).await.unwrap();
     assert_eq!(s(&stored, "status"), Some("accepted"));
@@ -322,15 +316,8 @@ async fn a_failed_payment_is_never_charged_by_a_later_delivery_or_a_redrive() {
     assert!(stored.contains_key("reopenedAt") && stored.contains_key("failedAt"));
     // Reopening twice is refused: it is no longer failed.
     assert!(matches!(
-        relay
-            .reopen(
-                &stack.clients.dynamodb,
-                stack.table("PaymentsTable"),
-                stack.table("AccountsTable"),
-                &reopening,
-            )
-            .await,
-        Err(payments_publisher::reopen::ReopenError::NotFailed { .. })
+        reopener.reopen(&reopening).await,
+        Err(payments_operations::reopen::ReopenError::NotFailed { .. })
     ));
     let sent = stack
         .clients

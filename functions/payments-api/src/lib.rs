@@ -517,6 +517,7 @@ fn payment_item(
     sequence: u64,
 ) -> HashMap<String, AttributeValue> {
     let s = |v: &str| AttributeValue::S(v.to_owned());
+    let now = AttributeValue::N(SystemClock.now_ms().to_string());
     let mut item = HashMap::from([
         ("paymentId".to_owned(), s(payment_id)),
         ("accountId".to_owned(), s(payment.account_id.as_str())),
@@ -526,10 +527,8 @@ fn payment_item(
         ),
         ("currency".to_owned(), s(&payment.currency)),
         ("status".to_owned(), s(PaymentStatus::Accepted.as_str())),
-        (
-            "createdAt".to_owned(),
-            AttributeValue::N(SystemClock.now_ms().to_string()),
-        ),
+        ("createdAt".to_owned(), now.clone()),
+        (lifecycle::ACCEPTED_AT.to_owned(), now),
         ("callerId".to_owned(), s(&caller.id)),
         ("requestHash".to_owned(), s(hash)),
         (

@@ -6,7 +6,7 @@
 //!
 //! - [`ACCEPTED_INDEX`]: a payment is in it while it is `accepted` ([`ACCEPTED_SHARD`] set at
 //!   acceptance and by a reopen, removed when it is charged or marked failed), sorted by
-//!   `createdAt`: the payments waiting longest come first.
+//!   [`ACCEPTED_AT`]: the payments waiting longest come first.
 //! - [`CHARGED_INDEX`]: every charged payment ([`CHARGED_SHARD`] set by the charge), sorted by
 //!   `chargedAt`, carrying the account, amount, currency and ledger entry: the reconciler audits
 //!   the charges of each shard from where it stopped.
@@ -29,11 +29,15 @@ use crate::{PaymentRequested, PaymentStatus};
 /// How many partitions each reconciler index spreads over.
 pub const SHARDS: u32 = 8;
 
-/// The sparse index of payments waiting to be charged (key [`ACCEPTED_SHARD`], `createdAt`).
+/// The sparse index of payments waiting to be charged (key [`ACCEPTED_SHARD`], [`ACCEPTED_AT`]).
 pub const ACCEPTED_INDEX: &str = "accepted";
 
 /// The payment attribute that puts it in [`ACCEPTED_INDEX`].
 pub const ACCEPTED_SHARD: &str = "acceptedShard";
+
+/// When the payment was last accepted (epoch ms): by payments-api (its `createdAt`), or by an
+/// operator's reopen. [`ACCEPTED_INDEX`]'s sort key.
+pub const ACCEPTED_AT: &str = "acceptedAt";
 
 /// The index of charged payments (key [`CHARGED_SHARD`], `chargedAt`).
 pub const CHARGED_INDEX: &str = "charged";

@@ -11,6 +11,8 @@
 //! and region, and `AWS_ENDPOINT_URL` only when it is set.
 
 pub mod reconcile;
+pub mod redrive;
+pub mod reopen;
 
 /// The SDK configuration of the operations code: the default chain (credentials, region, and
 /// `AWS_ENDPOINT_URL` when set), as on AWS.

@@ -33,7 +33,6 @@ use payments_model::metrics::{self, publisher};
 use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
 use serde_json::json;
 
-pub mod reopen;
 pub mod republish;
 
 /// Settings of payments-publisher.

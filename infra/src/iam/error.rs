@@ -43,6 +43,9 @@ pub enum PolicyError {
     /// No function of that name, or it has no role.
     #[error("no function named {0} in the template")]
     NoSuchFunction(String),
+    /// No managed policy of that logical id.
+    #[error("no AWS::IAM::ManagedPolicy {0} in the template")]
+    NoSuchManagedPolicy(String),
     /// DescribeTable failed while looking up a stream ARN.
     #[error("DescribeTable {table}: {message}")]
     Lookup {

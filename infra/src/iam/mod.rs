@@ -10,12 +10,14 @@
 //!   resource ARN and the `dynamodb:LeadingKeys` of the request ([`Authorization`]).
 //!   `TransactWriteItems` is authorized item by item, `SendMessageBatch` as `sqs:SendMessage`, and
 //!   so on (the sources are in its documentation).
-//! - [`TemplateRoles`] reads the template's `AWS::IAM::Role`s (inline policies) with their
+//! - [`TemplateRoles`] reads the template's `AWS::IAM::Role`s (inline policies) and its
+//!   `AWS::IAM::ManagedPolicy`s attached to nothing (the operators' tools' policies), with their
 //!   resources resolved from an [`Environment`] (the ARNs of the provisioned resources), and
 //!   which role each function runs with. [`Role::evaluate`] decides a request: an explicit deny
 //!   wins over an allow, which wins over the implicit deny.
-//! - [`conformance`] puts them together for one function: the calls not granted, and the grants
-//!   never exercised (the Lambda platform's own log actions listed apart) in a [`Report`].
+//! - [`conformance`] puts them together for one function (or one tool and its managed policy):
+//!   the calls not granted, and the grants never exercised (the Lambda platform's own log
+//!   actions listed apart) in a [`Report`].
 //!
 //! ```
 //! use local_aws::iam::{CallRecorder, Environment, TemplateRoles, conformance};

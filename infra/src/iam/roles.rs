@@ -32,11 +32,14 @@ pub struct TableKey {
     pub hash_key: String,
 }
 
-/// The template's `AWS::IAM::Role`s with their inline policies resolved, the role of each
-/// function, and each table's partition key (for the recorder's `dynamodb:LeadingKeys`).
+/// The template's `AWS::IAM::Role`s with their inline policies resolved, its
+/// `AWS::IAM::ManagedPolicy`s attached to nothing (the operators' policies, which an operator
+/// attaches to their own role), the role of each function, and each table's partition key (for
+/// the recorder's `dynamodb:LeadingKeys`).
 ///
 /// Rejected rather than ignored: roles with `ManagedPolicyArns` or a `PermissionsBoundary`,
-/// `AWS::IAM::Policy`/`ManagedPolicy` resources, SAM `Policies` on a function, functions
+/// managed policies attached to a role, user or group of the template (`Roles`, `Users`,
+/// `Groups`), `AWS::IAM::Policy`/`RolePolicy` resources, SAM `Policies` on a function, functions
 /// without `Role: !GetAtt R.Arn`, statements with `NotAction`, `NotResource` or `Principal`, and
 /// conditions other than `ForAllValues:StringLike`/`ForAllValues:StringEquals` on
 /// `dynamodb:LeadingKeys`.
@@ -44,6 +47,9 @@ pub struct TableKey {
 pub struct TemplateRoles {
     /// Roles by logical id.
     pub roles: BTreeMap<String, Role>,
+    /// Managed policies attached to nothing, by logical id (each as a [`Role`] of its
+    /// statements, so that [`conformance`](crate::iam::conformance) checks a tool against it).
+    pub managed_policies: BTreeMap<String, Role>,
     /// Functions by `FunctionName`.
     pub functions: BTreeMap<String, FunctionRole>,
     /// Tables by logical id.
@@ -100,6 +106,7 @@ impl TemplateRoles {
             .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
         let resolver = Resolver::new(root, env)?;
         let mut roles = BTreeMap::new();
+        let mut managed_policies = BTreeMap::new();
         let mut functions = BTreeMap::new();
         let mut tables = BTreeMap::new();
         for (id, resource) in resolver.resources() {
@@ -111,7 +118,11 @@ impl TemplateRoles {
                 "AWS::IAM::Role" => {
                     roles.insert(id.to_owned(), role(id, properties, &resolver, &at)?);
                 }
-                "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
+                "AWS::IAM::ManagedPolicy" => {
+                    let policy = managed_policy(id, properties, &resolver, &at)?;
+                    managed_policies.insert(id.to_owned(), policy);
+                }
+                "AWS::IAM::Policy" | "AWS::IAM::RolePolicy" => {
                     return Err(PolicyError::unsupported(&at, kind));
                 }
                 "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
@@ -134,6 +145,7 @@ impl TemplateRoles {
         }
         Ok(Self {
             roles,
+            managed_policies,
             functions,
             tables,
         })
@@ -153,6 +165,32 @@ impl TemplateRoles {
         self.roles
             .get(&f.role)
             .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
+    }
+
+    /// The managed policy `logical_id`.
+    ///
+    /// ```
+    /// use local_aws::iam::{Environment, TemplateRoles};
+    ///
+    /// let yaml = r#"
+    /// Resources:
+    ///   Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs } }
+    ///   OperatorPolicy:
+    ///     Type: AWS::IAM::ManagedPolicy
+    ///     Properties:
+    ///       PolicyDocument:
+    ///         Statement:
+    ///           - { Effect: Allow, Action: sqs:SendMessage, Resource: !GetAtt Jobs.Arn }
+    /// "#;
+    /// let roles = TemplateRoles::parse(yaml, &Environment::new("us-east-1", "123456789012")).unwrap();
+    /// let policy = roles.managed_policy("OperatorPolicy").unwrap();
+    /// assert!(policy.evaluate("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:jobs", None).is_allowed());
+    /// assert!(roles.managed_policy("Jobs").is_err());
+    /// ```
+    pub fn managed_policy(&self, logical_id: &str) -> Result<&Role, PolicyError> {
+        self.managed_policies
+            .get(logical_id)
+            .ok_or_else(|| PolicyError::NoSuchManagedPolicy(logical_id.to_owned()))
     }
 
     /// A recorder configuration for `env`'s region and account with every table's partition
@@ -180,6 +218,23 @@ fn items(v: &Value) -> Vec<&Value> {
     }
 }
 
+/// A [`PolicyError::Unsupported`] for the first of `keys` that `properties` has: `what` it
+/// means, or the key's name.
+fn refuse_keys(
+    properties: &Mapping,
+    keys: &[&str],
+    at: &str,
+    what: Option<&str>,
+) -> Result<(), PolicyError> {
+    match keys.iter().find(|k| properties.contains_key(**k)) {
+        Some(k) => Err(PolicyError::unsupported(
+            &format!("{at}.{k}"),
+            what.unwrap_or(k),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn role(
     id: &str,
     properties: Option<&Value>,
@@ -188,14 +243,12 @@ fn role(
 ) -> Result<Role, PolicyError> {
     let at = format!("{at}.Properties");
     let properties = mapping(properties, &at)?;
-    for unsupported in ["ManagedPolicyArns", "PermissionsBoundary"] {
-        if properties.contains_key(unsupported) {
-            return Err(PolicyError::unsupported(
-                &format!("{at}.{unsupported}"),
-                unsupported,
-            ));
-        }
-    }
+    refuse_keys(
+        properties,
+        &["ManagedPolicyArns", "PermissionsBoundary"],
+        &at,
+        None,
+    )?;
     let mut statements = Vec::new();
     for (i, policy) in properties
         .get("Policies")
@@ -210,18 +263,63 @@ fn role(
             .map(|n| resolver.string(n, &format!("{at}.PolicyName")))
             .transpose()?
             .unwrap_or_else(|| format!("{id}-{i}"));
-        let document = mapping(
-            policy.get("PolicyDocument"),
-            &format!("{at}.PolicyDocument"),
-        )?;
-        let list = document
-            .get("Statement")
-            .ok_or_else(|| PolicyError::invalid(&format!("{at}.PolicyDocument"), "no Statement"))?;
-        for (index, s) in items(list).into_iter().enumerate() {
-            let at = format!("{at}.PolicyDocument.Statement[{index}]");
-            statements.push(statement(s, &name, index, resolver, &at)?);
-        }
+        statements.extend(document_statements(policy, &name, resolver, &at)?);
     }
+    Ok(Role {
+        logical_id: id.to_owned(),
+        statements,
+    })
+}
+
+/// The statements of the `PolicyDocument` of `policy` (a role's inline policy, or a managed
+/// policy's properties) named `name`.
+fn document_statements(
+    policy: &Value,
+    name: &str,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Vec<Statement>, PolicyError> {
+    let document = mapping(
+        policy.get("PolicyDocument"),
+        &format!("{at}.PolicyDocument"),
+    )?;
+    let list = document
+        .get("Statement")
+        .ok_or_else(|| PolicyError::invalid(&format!("{at}.PolicyDocument"), "no Statement"))?;
+    items(list)
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| {
+            let at = format!("{at}.PolicyDocument.Statement[{index}]");
+            statement(s, name, index, resolver, &at)
+        })
+        .collect()
+}
+
+/// A managed policy attached to nothing, as a [`Role`] of its statements (named by its
+/// `ManagedPolicyName`, else its logical id).
+fn managed_policy(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Role, PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    let attached = "a managed policy attached in the template";
+    refuse_keys(
+        properties,
+        &["Roles", "Users", "Groups"],
+        &at,
+        Some(attached),
+    )?;
+    let name = properties
+        .get("ManagedPolicyName")
+        .map(|n| resolver.string(n, &format!("{at}.ManagedPolicyName")))
+        .transpose()?
+        .unwrap_or_else(|| id.to_owned());
+    let document_holder = Value::Mapping(properties.clone());
+    let statements = document_statements(&document_holder, &name, resolver, &at)?;
     Ok(Role {
         logical_id: id.to_owned(),
         statements,

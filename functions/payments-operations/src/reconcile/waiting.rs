@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName};
-use payments_model::lifecycle::{self, ACCEPTED_INDEX, ACCEPTED_SHARD, MarkedFailed};
+use payments_model::lifecycle::{self, ACCEPTED_AT, ACCEPTED_INDEX, ACCEPTED_SHARD, MarkedFailed};
 use payments_model::{PaymentItem, PaymentRequested, PaymentStatus};
 
 use super::{ReconcileError, Reconciler};
@@ -52,7 +52,7 @@ impl Reconciler {
         }
         let dead_letters = self.dead_letters().await?;
         let mut to_send = Vec::new();
-        for payment_id in candidates {
+        for (accepted_at, payment_id) in candidates {
             let Some(item) = self.accepted_payment(&payment_id).await? else {
                 continue;
             };
@@ -77,8 +77,8 @@ impl Reconciler {
                 }
                 // The copy disagrees with the payment: it is not this payment's message.
             }
-            if item.created_at < stuck_before {
-                tracing::warn!(payment_id, created_at = item.created_at, "payment stuck");
+            if accepted_at < stuck_before {
+                tracing::warn!(payment_id, accepted_at, "payment stuck");
                 waiting.stuck.push(payment_id.clone());
             }
             to_send.push(item);
@@ -90,9 +90,9 @@ impl Reconciler {
         Ok(waiting)
     }
 
-    /// The ids of the payments in the accepted index created before `before_ms`, oldest first,
-    /// at most `max_per_run`.
-    async fn accepted_before(&self, before_ms: i64) -> Result<Vec<String>, ReconcileError> {
+    /// The payments in the accepted index accepted before `before_ms` (when, id), oldest
+    /// first, at most `max_per_run`.
+    async fn accepted_before(&self, before_ms: i64) -> Result<Vec<(i64, String)>, ReconcileError> {
         let table = &self.config.payments_table;
         let mut found: Vec<(i64, String)> = Vec::new();
         for shard in lifecycle::shards() {
@@ -101,8 +101,9 @@ impl Reconciler {
                 .query()
                 .table_name(table)
                 .index_name(ACCEPTED_INDEX)
-                .key_condition_expression("#shard = :shard AND createdAt < :before")
+                .key_condition_expression("#shard = :shard AND #at < :before")
                 .expression_attribute_names("#shard", ACCEPTED_SHARD)
+                .expression_attribute_names("#at", ACCEPTED_AT)
                 .expression_attribute_values(":shard", AttributeValue::S(shard))
                 .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
                 .into_paginator()
@@ -111,12 +112,12 @@ impl Reconciler {
             let mut in_shard = 0;
             while let Some(item) = pages.next().await {
                 let item = item.map_err(ReconcileError::dynamodb("Query", table))?;
-                let (Some(AttributeValue::S(id)), Some(AttributeValue::N(created))) =
-                    (item.get("paymentId"), item.get("createdAt"))
+                let (Some(AttributeValue::S(id)), Some(AttributeValue::N(at))) =
+                    (item.get("paymentId"), item.get(ACCEPTED_AT))
                 else {
                     continue;
                 };
-                found.push((created.parse().unwrap_or(0), id.clone()));
+                found.push((at.parse().unwrap_or(0), id.clone()));
                 in_shard += 1;
                 if in_shard >= self.config.max_per_run {
                     break;
@@ -125,7 +126,7 @@ impl Reconciler {
         }
         found.sort();
         found.truncate(self.config.max_per_run);
-        Ok(found.into_iter().map(|(_, id)| id).collect())
+        Ok(found)
     }
 
     /// The payment, read consistently, if it is still `accepted` (the index lags).

@@ -30,7 +30,7 @@ const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "DeadLetterSourceMessageId";
 /// id it is a random UUID.
 ///
 /// ```
-/// use local_aws::redrive::redrive_deduplication_id;
+/// use payments_operations::redrive::redrive_deduplication_id;
 ///
 /// let id = redrive_deduplication_id("0b3a7c9e-1f2d-4e5f-8a9b-0c1d2e3f4a5b", Some("1767225600000"));
 /// assert_eq!(id, "redrive-0b3a7c9e-1f2d-4e5f-8a9b-0c1d2e3f4a5b-1767225600000");

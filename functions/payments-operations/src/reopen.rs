@@ -2,19 +2,57 @@
 //!
 //! A payment its client was told `failed` is final: payment-processor refuses to charge it on any
 //! later delivery or redrive. When an operator has fixed the cause and decided the payment must
-//! go through after all, [`App::reopen`] sets it back to `accepted`, records who reopened it,
+//! go through after all, [`Reopener::reopen`] sets it back to `accepted`, records who reopened it,
 //! when and why (`reopenedBy`, `reopenedAt`, `reopenReason`, `reopens`; its failure's reason and
 //! time stay), gives it the next number of its account (it goes after the account's payments
-//! accepted since: [`payments_model::order`]), and sends it to `payments.fifo` with a
-//! deduplication id of its own. The `reopen` binary wraps it.
+//! accepted since: [`payments_model::order`]), and sends it to `payments.fifo` with the relay's
+//! message ([`payment_message`]) and a deduplication id of its own. The `reopen` binary wraps
+//! it; what it calls is granted by the template's `PaymentsReopenPolicy`.
 //!
-//! Should the send fail, the payment is `accepted` and `republish` sends it.
+//! Should the send fail, the payment is `accepted` and payments-reconciler sends it.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), payments_operations::reopen::ReopenError> {
+//! use payments_operations::reopen::{Reopener, Reopening, Tables};
+//!
+//! let sdk = payments_operations::sdk_config().await;
+//! let reopener = Reopener::new(
+//!     aws_sdk_dynamodb::Client::new(&sdk),
+//!     aws_sdk_sqs::Client::new(&sdk),
+//!     Tables { payments: "payments".into(), accounts: "payments-accounts".into() },
+//!     "https://sqs.us-east-1.amazonaws.com/123456789012/payments.fifo",
+//! );
+//! let reopened = reopener.reopen(&Reopening {
+//!     payment_id: "pay_123".into(),
+//!     operator: "alice".into(),
+//!     reason: "card issuer outage over".into(),
+//! }).await?;
+//! println!("number {} of its account", reopened.sequence);
+//! # Ok(()) }
+//! ```
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use lambda_idempotency::publish::Publisher;
 use payments_model::order::{self, Appended};
-use payments_model::{PaymentItem, PaymentStatus};
+use payments_model::{PaymentItem, PaymentStatus, lifecycle};
+use payments_publisher::{now_ms, payment_message};
 
-use crate::{App, now_ms, payment_message};
+/// The tables a reopening writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tables {
+    /// The payments table.
+    pub payments: String,
+    /// The accounts table (each account's order).
+    pub accounts: String,
+}
+
+/// Reopens failed payments: the tables it writes and the payments queue it sends to.
+#[derive(Debug, Clone)]
+pub struct Reopener {
+    dynamodb: aws_sdk_dynamodb::Client,
+    payments: Publisher,
+    tables: Tables,
+}
 
 /// An operator's decision to charge a failed payment after all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +99,11 @@ pub enum ReopenError {
     /// A table could not be read or written.
     #[error("the payments or accounts table failed: {0}")]
     Table(#[from] aws_sdk_dynamodb::Error),
-    /// The payment is reopened (`accepted`), but its message was not sent: run `republish`.
-    #[error("payment {payment_id} is reopened but was not sent ({reason}): run republish")]
+    /// The payment is reopened (`accepted`), but its message was not sent: payments-reconciler
+    /// sends it.
+    #[error(
+        "payment {payment_id} is reopened but was not sent ({reason}): payments-reconciler sends it within minutes"
+    )]
     NotSent {
         /// The payment.
         payment_id: String,
@@ -71,15 +112,28 @@ pub enum ReopenError {
     },
 }
 
-impl App {
+impl Reopener {
+    /// A reopener over these clients, writing `tables` and sending to `payments_queue_url`.
+    pub fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        tables: Tables,
+        payments_queue_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            dynamodb,
+            payments: Publisher::new(sqs, payments_queue_url),
+            tables,
+        }
+    }
+
     /// Reopens a failed payment and sends it (see the [module](self)).
-    pub async fn reopen(
-        &self,
-        dynamodb: &aws_sdk_dynamodb::Client,
-        payments_table: &str,
-        accounts_table: &str,
-        reopening: &Reopening,
-    ) -> Result<Reopened, ReopenError> {
+    pub async fn reopen(&self, reopening: &Reopening) -> Result<Reopened, ReopenError> {
+        let (dynamodb, payments_table, accounts_table) = (
+            &self.dynamodb,
+            self.tables.payments.as_str(),
+            self.tables.accounts.as_str(),
+        );
         let id = &reopening.payment_id;
         let item = dynamodb
             .get_item()
@@ -112,8 +166,12 @@ impl App {
                 .key("paymentId", s(id))
                 .update_expression(
                     "SET #status = :accepted, #sequence = :sequence, reopens = :reopens, \
-                     reopenedAt = :now, reopenedBy = :operator, reopenReason = :reason",
+                     reopenedAt = :now, reopenedBy = :operator, reopenReason = :reason, \
+                     #acceptedShard = :shard, #acceptedAt = :now",
                 )
+                .expression_attribute_names("#acceptedShard", lifecycle::ACCEPTED_SHARD)
+                .expression_attribute_names("#acceptedAt", lifecycle::ACCEPTED_AT)
+                .expression_attribute_values(":shard", s(&lifecycle::shard(id)))
                 .condition_expression(if reopens == 1 {
                     "#status = :failed AND attribute_not_exists(reopens)"
                 } else {

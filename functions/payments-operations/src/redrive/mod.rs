@@ -31,21 +31,20 @@
 //! and what to hold back (`plan`); sending, deleting and releasing (`send`); the
 //! [`report`](RedriveReport).
 //!
-//! [`resolve_queue`] and [`resolve_source`] find the queues by logical id in the
-//! [`Template`] (with its [`Naming`](crate::template::Naming)), by name or by URL, and the source
-//! of a dead-letter queue from the template's `RedrivePolicy` (or `ListDeadLetterSourceQueues`).
-//! The `redrive` binary (`cargo run -p local-aws --bin redrive -- --help`) wraps both.
+//! [`route`] finds the queues as the `redrive` binary does: each by name ([`resolve_queue`],
+//! `GetQueueUrl`) or URL, and without a target the dead-letter queue's source
+//! ([`resolve_source`], `ListDeadLetterSourceQueues`). The binary
+//! (`cargo run -p payments-operations --bin redrive -- --help`) runs on AWS with the SDK's default
+//! configuration ([`sdk_config`](crate::sdk_config)), or on a local endpoint when
+//! `AWS_ENDPOINT_URL` is set. What it calls is granted by the template's `PaymentsRedrivePolicy`.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use local_aws::redrive::{self, RedriveOptions};
-//! use local_aws::template::{Template, TemplateOptions};
+//! use payments_operations::redrive::{self, RedriveOptions};
 //!
-//! let sqs = aws_sdk_sqs::Client::new(&local_aws::local_sdk_config().await?);
-//! let template = Template::load_project(&TemplateOptions::default())?;
-//! let dlq = redrive::resolve_queue(&sqs, Some(&template), "PaymentsDeadLetterQueue").await?;
-//! let source = redrive::resolve_source(&sqs, Some(&template), &dlq).await?;
-//! let report = redrive::redrive(&sqs, &dlq.url, &source.url, RedriveOptions::default()).await?;
+//! let sqs = aws_sdk_sqs::Client::new(&payments_operations::sdk_config().await);
+//! let route = redrive::route(&sqs, "payments-dlq.fifo", None).await?;
+//! let report = redrive::redrive(&sqs, &route.from.url, &route.to.url, RedriveOptions::default()).await?;
 //! println!("{report}");
 //! assert!(report.is_success(), "{:?}", report.failed);
 //! # Ok(()) }
@@ -60,5 +59,5 @@ mod send;
 pub use options::{DEAD_LETTER_ATTRIBUTE_PREFIX, RedriveOptions};
 pub use plan::redrive_deduplication_id;
 pub use report::{RedriveError, RedriveReport};
-pub use resolve::{QueueRef, resolve_queue, resolve_source, template_sources};
+pub use resolve::{QueueRef, Route, resolve_queue, resolve_source, route};
 pub use send::redrive;

@@ -8,11 +8,11 @@ use std::time::Duration;
 /// `not_deleted` (none of them in a dry run).
 ///
 /// ```no_run
-/// # async fn f(sqs: aws_sdk_sqs::Client) -> Result<(), local_aws::redrive::RedriveError> {
-/// use local_aws::redrive::{redrive, RedriveOptions};
+/// # async fn f(sqs: aws_sdk_sqs::Client) -> Result<(), payments_operations::redrive::RedriveError> {
+/// use payments_operations::redrive::{redrive, RedriveOptions};
 ///
-/// let report = redrive(&sqs, "http://127.0.0.1:4566/123456789012/payments-dlq.fifo",
-///     "http://127.0.0.1:4566/123456789012/payments.fifo", RedriveOptions::default()).await?;
+/// let report = redrive(&sqs, "https://sqs.us-east-1.amazonaws.com/123456789012/payments-dlq.fifo",
+///     "https://sqs.us-east-1.amazonaws.com/123456789012/payments.fifo", RedriveOptions::default()).await?;
 /// for (message_id, error) in &report.failed {
 ///     eprintln!("still in the dead-letter queue: {message_id}: {error}");
 /// }
@@ -127,14 +127,14 @@ pub enum RedriveError {
     /// A queue could not be found.
     #[error("no queue {spec}: {message}")]
     UnknownQueue {
-        /// What was asked for (logical id, name or URL).
+        /// What was asked for (name or URL).
         spec: String,
         /// Why.
         message: String,
     },
     /// No queue has this dead-letter queue in its redrive policy.
     #[error(
-        "no queue sends its dead letters to {dlq} (neither in the template nor by ListDeadLetterSourceQueues): name the target"
+        "no queue sends its dead letters to {dlq} (ListDeadLetterSourceQueues): name the target"
     )]
     NoSourceQueue {
         /// The dead-letter queue.

@@ -1,26 +1,27 @@
-//! Moves the messages of a dead-letter queue back to its source queue (after a fix), on
-//! `$AWS_ENDPOINT_URL` (moto or LocalStack); see `local_aws::redrive` for what is sent, kept and
-//! deleted. `redrive --help` lists the options and exit codes.
+//! Moves the messages of a dead-letter queue back to its source queue (after a fix); see
+//! `payments_operations::redrive` for what is sent, kept and deleted. `redrive --help` lists the
+//! options and exit codes.
 //!
-//! - A logical id (`PaymentsDeadLetterQueue`) is looked up in the template, with the names that
-//!   `provision` gave it (`--prefix`, `--suffix`, `--param` as for `provision`).
-//! - Without `--to`, the target is the queue whose `RedrivePolicy` names the dead-letter queue
-//!   (in the template, else by `ListDeadLetterSourceQueues`).
+//! - A queue is a name (`payments-dlq.fifo`, found with `GetQueueUrl`) or a URL.
+//! - Without `--to`, the target is the queue whose redrive policy names the dead-letter queue
+//!   (`ListDeadLetterSourceQueues`).
 //! - `--dry-run` receives and reports, sends and deletes nothing, and makes the messages
 //!   visible again.
 //! - `--drop-attributes PREFIX`: message attributes named with it are not sent on (default
 //!   `DeadLetter`; `""` keeps them all).
 //!
-//! It prints how many messages moved and each failure, and exits 1 if any message was not
-//! moved, 2 on a usage error.
+//! It runs with the SDK's default configuration (credentials, region; `AWS_ENDPOINT_URL` for a
+//! local endpoint), with a role that has the template's `PaymentsRedrivePolicy`. It prints how
+//! many messages moved and each failure, and exits 1 if any message was not moved, 2 on a usage
+//! error.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use local_aws::cli::TemplateArgs;
-use local_aws::redrive::{self, DEAD_LETTER_ATTRIBUTE_PREFIX, RedriveOptions};
-use local_aws::template::Template;
+use payments_operations::redrive::{
+    self, DEAD_LETTER_ATTRIBUTE_PREFIX, RedriveError, RedriveOptions,
+};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -29,25 +30,22 @@ Exit codes:
      stopped early, or a queue could not be found or read
   2  bad command line (an unknown option, a missing or invalid value)";
 
-/// Moves the messages of a dead-letter queue back to its source queue (after a fix), on the
-/// local endpoint in $AWS_ENDPOINT_URL (moto or LocalStack).
+/// Moves the messages of a dead-letter queue back to its source queue (after a fix).
 ///
-/// A queue is a logical id of the template (looked up with --prefix, --suffix and --param as
-/// `provision` named it), a queue name, or a queue URL. Messages whose send fails stay in the
+/// A queue is a queue name or URL. AWS settings come from the environment (credentials,
+/// region, and AWS_ENDPOINT_URL for a local endpoint). Messages whose send fails stay in the
 /// dead-letter queue, visible again at the end; on a FIFO queue they hold back the rest of
 /// their group, which keeps its order.
 #[derive(Debug, Parser)]
 #[command(name = "redrive", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// The dead-letter queue to empty: logical id, queue name or URL
+    /// The dead-letter queue to empty: queue name or URL
     #[arg(long, value_name = "QUEUE")]
     from: String,
-    /// The queue to send to [default: the queue whose RedrivePolicy names --from, in the
-    /// template, else by ListDeadLetterSourceQueues]
+    /// The queue to send to: queue name or URL [default: the queue whose redrive policy names
+    /// --from, by ListDeadLetterSourceQueues]
     #[arg(long, value_name = "QUEUE")]
     to: Option<String>,
-    #[command(flatten)]
-    template: TemplateArgs,
     /// Stop after receiving N messages [default: no limit]
     #[arg(long = "max", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max: Option<u64>,
@@ -81,37 +79,11 @@ impl Cli {
     }
 }
 
-async fn run(args: Cli) -> Result<ExitCode, String> {
-    // The template is only needed for logical ids: without one, URLs and names still work.
-    let template_options = args.template.options();
-    let template = match &args.template.template {
-        Some(path) => {
-            Some(Template::from_file(path, &template_options).map_err(|e| e.to_string())?)
-        }
-        None => match Template::load_project(&template_options) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("redrive: no template ({e}): logical ids will not resolve");
-                None
-            }
-        },
-    };
-    let config = local_aws::local_sdk_config()
-        .await
-        .map_err(|e| e.to_string())?;
-    let sqs = aws_sdk_sqs::Client::new(&config);
-    let from = redrive::resolve_queue(&sqs, template.as_ref(), &args.from)
-        .await
-        .map_err(|e| e.to_string())?;
-    let to = match &args.to {
-        Some(spec) => redrive::resolve_queue(&sqs, template.as_ref(), spec).await,
-        None => redrive::resolve_source(&sqs, template.as_ref(), &from).await,
-    }
-    .map_err(|e| e.to_string())?;
-    println!("redrive: from {from} to {to}");
-    let report = redrive::redrive(&sqs, &from.url, &to.url, args.options())
-        .await
-        .map_err(|e| e.to_string())?;
+async fn run(args: Cli) -> Result<ExitCode, RedriveError> {
+    let sqs = aws_sdk_sqs::Client::new(&payments_operations::sdk_config().await);
+    let route = redrive::route(&sqs, &args.from, args.to.as_deref()).await?;
+    println!("redrive: {route}");
+    let report = redrive::redrive(&sqs, &route.from.url, &route.to.url, args.options()).await?;
     print!("{report}");
     Ok(if report.is_success() {
         ExitCode::SUCCESS
@@ -122,7 +94,10 @@ async fn run(args: Cli) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    local_aws::cli::exit_code("redrive", run(Cli::parse()).await)
+    run(Cli::parse()).await.unwrap_or_else(|error| {
+        eprintln!("redrive: {error}");
+        ExitCode::FAILURE
+    })
 }
 
 #[cfg(test)]
@@ -131,7 +106,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_the_library_defaults() {
-        let cli = Cli::try_parse_from(["redrive", "--from", "PaymentsDeadLetterQueue"]).unwrap();
+        let cli = Cli::try_parse_from(["redrive", "--from", "payments-dlq.fifo"]).unwrap();
         assert_eq!(cli.options(), RedriveOptions::default());
         assert_eq!(cli.to, None);
     }

@@ -11,7 +11,7 @@ pub const DEAD_LETTER_ATTRIBUTE_PREFIX: &str = "DeadLetter";
 ///
 /// ```
 /// use std::time::Duration;
-/// use local_aws::redrive::RedriveOptions;
+/// use payments_operations::redrive::RedriveOptions;
 ///
 /// let options = RedriveOptions::default().max_messages(100).dry_run(true);
 /// assert_eq!(options.max_messages, Some(100));

@@ -315,11 +315,11 @@ fn slot<'r, T>(results: &'r mut [Option<T>], id: &str) -> Option<&'r mut Option<
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-/// use local_aws::redrive::{redrive, RedriveOptions};
+/// use payments_operations::redrive::{redrive, RedriveOptions};
 ///
-/// let sqs = aws_sdk_sqs::Client::new(&local_aws::local_sdk_config().await?);
-/// let (dlq, source) = ("http://127.0.0.1:4566/123456789012/receipts-dlq",
-///                      "http://127.0.0.1:4566/123456789012/receipts");
+/// let sqs = aws_sdk_sqs::Client::new(&payments_operations::sdk_config().await);
+/// let (dlq, source) = ("https://sqs.us-east-1.amazonaws.com/123456789012/receipts-dlq",
+///                      "https://sqs.us-east-1.amazonaws.com/123456789012/receipts");
 /// // Look first: receive, report, put back.
 /// let preview = redrive(&sqs, dlq, source, RedriveOptions::default().dry_run(true)).await?;
 /// println!("{} messages in the dead-letter queue", preview.received);
