@@ -11,6 +11,7 @@ use crate::iam::error::PolicyError;
 use crate::iam::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
 };
+use crate::iam::requirement::{self, Requirement};
 
 /// A function and the role it runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub struct FunctionRole {
     pub function_name: String,
     /// The logical id of its role (`Role: !GetAtt R.Arn`).
     pub role: String,
+    /// What Lambda does with the role for it: its event source mappings' reads (and
+    /// on-failure sends), the platform's log writes.
+    pub requirements: Vec<Requirement>,
 }
 
 /// A table's name and partition key.
@@ -28,6 +32,8 @@ pub struct FunctionRole {
 pub struct TableKey {
     /// The table's physical name.
     pub name: String,
+    /// Its ARN.
+    pub arn: String,
     /// Its partition (HASH) key attribute.
     pub hash_key: String,
 }
@@ -35,11 +41,19 @@ pub struct TableKey {
 /// The template's `AWS::IAM::Role`s with their inline policies resolved, the role of each
 /// function, and each table's partition key (for the recorder's `dynamodb:LeadingKeys`).
 ///
-/// Rejected rather than ignored: roles with `ManagedPolicyArns` or a `PermissionsBoundary`,
-/// `AWS::IAM::Policy`/`ManagedPolicy` resources, SAM `Policies` on a function, functions
-/// without `Role: !GetAtt R.Arn`, statements with `NotAction`, `NotResource` or `Principal`, and
-/// conditions other than `ForAllValues:StringLike`/`ForAllValues:StringEquals` on
-/// `dynamodb:LeadingKeys`.
+/// A role's statements are those of its inline `Policies`, of the template's
+/// `AWS::IAM::ManagedPolicy` resources attached to it (their `Roles`, or the role's
+/// `ManagedPolicyArns: [!Ref POLICY]`), and of `AWS::IAM::Policy`/`RolePolicy` resources naming
+/// it. A function's event source mappings (SAM `Events` of type `DynamoDB`/`SQS`, or
+/// `AWS::Lambda::EventSourceMapping` resources) and its log group give its
+/// [`requirements`](FunctionRole::requirements).
+///
+/// Rejected rather than ignored: managed policies that are not the template's (AWS managed
+/// policies), a `PermissionsBoundary`, policies attached to users or groups, SAM `Policies` on a
+/// function, functions without `Role: !GetAtt R.Arn`, statements with `NotAction`,
+/// `NotResource` or `Principal`, conditions other than
+/// `ForAllValues:StringLike`/`ForAllValues:StringEquals` on `dynamodb:LeadingKeys`, and
+/// poll-based event sources other than DynamoDB streams and SQS queues.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TemplateRoles {
     /// Roles by logical id.
@@ -102,6 +116,11 @@ impl TemplateRoles {
         let mut roles = BTreeMap::new();
         let mut functions = BTreeMap::new();
         let mut tables = BTreeMap::new();
+        // Policies outside a role: (their logical id, name, document, where, the roles they
+        // name); and the template's managed policies each role lists in ManagedPolicyArns.
+        let mut attached: Vec<Attached<'_>> = Vec::new();
+        let mut managed_of_role: Vec<(String, String)> = Vec::new();
+        let mut mappings = Vec::new();
         for (id, resource) in resolver.resources() {
             let id = key(id, "Resources")?;
             let at = format!("Resources.{id}");
@@ -109,20 +128,64 @@ impl TemplateRoles {
             let properties = resource.get("Properties");
             match kind {
                 "AWS::IAM::Role" => {
-                    roles.insert(id.to_owned(), role(id, properties, &resolver, &at)?);
+                    let (role, managed) = role(id, properties, &resolver, &at)?;
+                    managed_of_role.extend(managed.into_iter().map(|m| (id.to_owned(), m)));
+                    roles.insert(id.to_owned(), role);
                 }
                 "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
-                    return Err(PolicyError::unsupported(&at, kind));
+                    attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
                 }
                 "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
                     let f = function(id, properties, &resolver, &at)?;
                     functions.insert(f.function_name.clone(), f);
+                }
+                "AWS::Lambda::EventSourceMapping" => {
+                    mappings.push(event_source_mapping(id, properties, &resolver, &at)?);
                 }
                 "AWS::DynamoDB::Table" => {
                     tables.insert(id.to_owned(), table(id, properties, &resolver, &at)?);
                 }
                 _ => {}
             }
+        }
+        for (role_id, policy_id) in &managed_of_role {
+            match attached
+                .iter_mut()
+                .find(|p| &p.logical_id == policy_id && p.managed)
+            {
+                Some(p) if !p.roles.contains(role_id) => p.roles.push(role_id.clone()),
+                Some(_) => {}
+                None => {
+                    return Err(PolicyError::invalid(
+                        &format!("Resources.{role_id}.Properties.ManagedPolicyArns"),
+                        format!("{policy_id} is not an AWS::IAM::ManagedPolicy of the template"),
+                    ));
+                }
+            }
+        }
+        for p in &attached {
+            for role_id in &p.roles {
+                let role = roles.get_mut(role_id).ok_or_else(|| {
+                    PolicyError::invalid(
+                        &p.at,
+                        format!("{role_id} is not an AWS::IAM::Role of the template"),
+                    )
+                })?;
+                role.statements
+                    .extend(statements(p.document, &p.name, &resolver, &p.at)?);
+            }
+        }
+        for (function_id, requirements) in mappings {
+            let f = functions
+                .values_mut()
+                .find(|f| f.logical_id == function_id)
+                .ok_or_else(|| {
+                    PolicyError::invalid(
+                        "Resources",
+                        format!("an event source mapping names {function_id}, not a function of the template"),
+                    )
+                })?;
+            f.requirements.extend(requirements);
         }
         for f in functions.values() {
             if !roles.contains_key(&f.role) {
@@ -139,17 +202,21 @@ impl TemplateRoles {
         })
     }
 
-    /// The role of the function named `function_name` (its `FunctionName`, or logical id).
-    pub fn for_function(&self, function_name: &str) -> Result<&Role, PolicyError> {
-        let f = self
-            .functions
+    /// The function named `function_name` (its `FunctionName`, or logical id).
+    pub fn function(&self, function_name: &str) -> Result<&FunctionRole, PolicyError> {
+        self.functions
             .get(function_name)
             .or_else(|| {
                 self.functions
                     .values()
                     .find(|f| f.logical_id == function_name)
             })
-            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))?;
+            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
+    }
+
+    /// The role of the function named `function_name` (its `FunctionName`, or logical id).
+    pub fn for_function(&self, function_name: &str) -> Result<&Role, PolicyError> {
+        let f = self.function(function_name)?;
         self.roles
             .get(&f.role)
             .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
@@ -180,15 +247,60 @@ fn items(v: &Value) -> Vec<&Value> {
     }
 }
 
-fn role(
+/// A policy resource attached to roles: `AWS::IAM::ManagedPolicy` (its `Roles`, and the roles
+/// listing it in `ManagedPolicyArns`), `AWS::IAM::Policy` (`Roles`), `AWS::IAM::RolePolicy`
+/// (`RoleName`).
+struct Attached<'v> {
+    logical_id: String,
+    managed: bool,
+    name: String,
+    document: &'v Value,
+    at: String,
+    roles: Vec<String>,
+}
+
+/// The logical id of a `!Ref ROLE` (or `!GetAtt ROLE.Arn`).
+fn role_reference(v: &Value) -> Option<String> {
+    match intrinsic(v)? {
+        (f, Value::String(id)) if f == "Ref" => Some(id.clone()),
+        (f, arg) if f == "GetAtt" => get_att_target(arg).map(|(id, _)| id),
+        _ => None,
+    }
+}
+
+fn policy_resource<'v>(
     id: &str,
-    properties: Option<&Value>,
+    kind: &str,
+    properties: Option<&'v Value>,
     resolver: &Resolver<'_>,
     at: &str,
-) -> Result<Role, PolicyError> {
+) -> Result<Attached<'v>, PolicyError> {
     let at = format!("{at}.Properties");
     let properties = mapping(properties, &at)?;
-    for unsupported in ["ManagedPolicyArns", "PermissionsBoundary"] {
+    let managed = kind == "AWS::IAM::ManagedPolicy";
+    let name_key = if managed {
+        "ManagedPolicyName"
+    } else {
+        "PolicyName"
+    };
+    let name = properties
+        .get(name_key)
+        .map(|n| resolver.string(n, &format!("{at}.{name_key}")))
+        .transpose()?
+        .unwrap_or_else(|| id.to_owned());
+    let references: Vec<&Value> = match kind {
+        "AWS::IAM::RolePolicy" => properties.get("RoleName").into_iter().collect(),
+        _ => properties.get("Roles").map(items).unwrap_or_default(),
+    };
+    let roles = references
+        .into_iter()
+        .map(|r| {
+            role_reference(r).ok_or_else(|| {
+                PolicyError::unsupported(&at, "a role named other than by !Ref of a template role")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for unsupported in ["Users", "Groups"] {
         if properties.contains_key(unsupported) {
             return Err(PolicyError::unsupported(
                 &format!("{at}.{unsupported}"),
@@ -196,7 +308,50 @@ fn role(
             ));
         }
     }
-    let mut statements = Vec::new();
+    let document = properties
+        .get("PolicyDocument")
+        .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+    Ok(Attached {
+        logical_id: id.to_owned(),
+        managed,
+        name,
+        document,
+        at: format!("{at}.PolicyDocument"),
+        roles,
+    })
+}
+
+/// The role with its inline policies, and the logical ids of the template's managed policies
+/// it lists in `ManagedPolicyArns`.
+fn role(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<(Role, Vec<String>), PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    if properties.contains_key("PermissionsBoundary") {
+        return Err(PolicyError::unsupported(
+            &format!("{at}.PermissionsBoundary"),
+            "PermissionsBoundary",
+        ));
+    }
+    let managed = properties
+        .get("ManagedPolicyArns")
+        .map(items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            role_reference(v).ok_or_else(|| {
+                PolicyError::unsupported(
+                    &format!("{at}.ManagedPolicyArns"),
+                    "a managed policy that is not the template's (!Ref of an AWS::IAM::ManagedPolicy)",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut statements_of_role = Vec::new();
     for (i, policy) in properties
         .get("Policies")
         .map(items)
@@ -210,22 +365,71 @@ fn role(
             .map(|n| resolver.string(n, &format!("{at}.PolicyName")))
             .transpose()?
             .unwrap_or_else(|| format!("{id}-{i}"));
-        let document = mapping(
-            policy.get("PolicyDocument"),
+        let document = policy
+            .get("PolicyDocument")
+            .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+        statements_of_role.extend(statements(
+            document,
+            &name,
+            resolver,
             &format!("{at}.PolicyDocument"),
-        )?;
-        let list = document
-            .get("Statement")
-            .ok_or_else(|| PolicyError::invalid(&format!("{at}.PolicyDocument"), "no Statement"))?;
-        for (index, s) in items(list).into_iter().enumerate() {
-            let at = format!("{at}.PolicyDocument.Statement[{index}]");
-            statements.push(statement(s, &name, index, resolver, &at)?);
-        }
+        )?);
     }
-    Ok(Role {
-        logical_id: id.to_owned(),
-        statements,
-    })
+    Ok((
+        Role {
+            logical_id: id.to_owned(),
+            statements: statements_of_role,
+        },
+        managed,
+    ))
+}
+
+/// The statements of one policy document.
+fn statements(
+    document: &Value,
+    name: &str,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Vec<Statement>, PolicyError> {
+    let document = mapping(Some(document), at)?;
+    let list = document
+        .get("Statement")
+        .ok_or_else(|| PolicyError::invalid(at, "no Statement"))?;
+    items(list)
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| {
+            statement(
+                s,
+                name,
+                index,
+                resolver,
+                &format!("{at}.Statement[{index}]"),
+            )
+        })
+        .collect()
+}
+
+/// An `AWS::Lambda::EventSourceMapping`: the logical id of its function, and what it requires.
+fn event_source_mapping(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<(String, Vec<Requirement>), PolicyError> {
+    let at = format!("{at}.Properties");
+    let map = mapping(properties, &at)?;
+    let function = map
+        .get("FunctionName")
+        .and_then(role_reference)
+        .ok_or_else(|| {
+            PolicyError::unsupported(&at, "a FunctionName other than !Ref of a template function")
+        })?;
+    let source = map
+        .get("EventSourceArn")
+        .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
+    let requirements = requirement::mapping(id, source, properties, resolver, &at)?;
+    Ok((function, requirements))
 }
 
 fn statement(
@@ -340,10 +544,13 @@ fn function(
         .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
         .transpose()?
         .unwrap_or_else(|| id.to_owned());
+    let mut requirements = requirement::platform(properties, &function_name, resolver, &at)?;
+    requirements.extend(requirement::sam_events(properties, resolver, &at)?);
     Ok(FunctionRole {
         logical_id: id.to_owned(),
         function_name,
         role,
+        requirements,
     })
 }
 
@@ -368,6 +575,7 @@ fn table(
         .ok_or_else(|| PolicyError::invalid(&format!("{at}.KeySchema"), "no HASH key"))?;
     Ok(TableKey {
         name: resolver.reference(id, &at)?,
+        arn: resolver.get_att(id, "Arn", &at)?,
         hash_key,
     })
 }
