@@ -167,7 +167,7 @@ fn what_the_model_does_not_cover_is_an_error() {
 }
 
 #[test]
-fn a_managed_policy_is_read_unless_the_template_attaches_it() {
+fn a_managed_policy_is_read_and_grants_to_the_roles_it_is_attached_to() {
     let policy = |attachment: &str| {
         let yaml = format!(
             r#"
@@ -209,12 +209,20 @@ Resources:
         roles.managed_policy("R"),
         Err(PolicyError::NoSuchManagedPolicy(id)) if id == "R"
     ));
-    // Attached in the template, it would change what a role grants: refused, not ignored.
-    for attachment in ["Roles: [!Ref R]", "Users: [u]", "Groups: [g]"] {
-        assert!(
-            matches!(policy(attachment), Err(PolicyError::Unsupported { .. })),
-            "{attachment}"
-        );
+    // Attached to a role of the template, it grants to that role too.
+    let attached = policy("Roles: [!Ref R]").unwrap();
+    assert_eq!(attached.roles["R"].statements.len(), 1);
+    assert_eq!(
+        attached
+            .managed_policy("Operators")
+            .unwrap()
+            .statements
+            .len(),
+        1
+    );
+    // Attached to users or groups (which the check does not model): refused, not ignored.
+    for attachment in ["Users: [u]", "Groups: [g]"] {
+        assert!(policy(attachment).is_err(), "{attachment}");
     }
 }
 
@@ -338,3 +346,114 @@ fn provisioned_names_replace_the_templates() {
 }
 
 // --- conformance ---------------------------------------------------------------------------
+
+#[test]
+fn managed_policies_policies_and_event_source_mappings_are_read() {
+    let yaml = r#"
+Resources:
+  Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs } }
+  Worker:
+    Type: AWS::Lambda::Function
+    Properties: { FunctionName: worker, Role: !GetAtt WorkerRole.Arn }
+  WorkerRole:
+    Type: AWS::IAM::Role
+    Properties:
+      ManagedPolicyArns: [!Ref Consume]
+  Consume:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      PolicyDocument:
+        Statement:
+          - { Sid: Receive, Effect: Allow, Action: [sqs:ReceiveMessage], Resource: !GetAtt Jobs.Arn }
+  Extra:
+    Type: AWS::IAM::Policy
+    Properties:
+      PolicyName: extra
+      Roles: [!Ref WorkerRole]
+      PolicyDocument:
+        Statement:
+          - { Sid: Delete, Effect: Allow, Action: sqs:DeleteMessage, Resource: !GetAtt Jobs.Arn }
+  Mapping:
+    Type: AWS::Lambda::EventSourceMapping
+    Properties: { FunctionName: !Ref Worker, EventSourceArn: !GetAtt Jobs.Arn }
+"#;
+    let roles = TemplateRoles::parse(yaml, &Environment::new(REGION, ACCOUNT)).unwrap();
+    let role = roles.for_function("worker").unwrap();
+    let sids: Vec<String> = role.statements.iter().map(|s| s.id.to_string()).collect();
+    assert_eq!(sids, ["Consume/Receive", "extra/Delete"]);
+    let report = roles.conformance("worker", &[]).unwrap();
+    // The mapping reads with both statements; GetQueueAttributes and the logs are not granted.
+    let denied: Vec<(&str, &str)> = report
+        .denied
+        .iter()
+        .map(|d| (d.operation.as_str(), d.action.as_str()))
+        .collect();
+    assert_eq!(
+        denied,
+        [
+            ("Lambda platform (logs)", "logs:CreateLogStream"),
+            ("Lambda platform (logs)", "logs:PutLogEvents"),
+            ("event source mapping Mapping", "sqs:GetQueueAttributes"),
+        ],
+        "{report}"
+    );
+    assert_eq!(report.unused, [], "{report}");
+    assert_eq!(report.event_sources.len(), 2, "{report}");
+
+    // An AWS managed policy cannot be read: rejected, not ignored.
+    let aws_managed = yaml.replace(
+        "[!Ref Consume]",
+        "[arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole]",
+    );
+    assert!(matches!(
+        TemplateRoles::parse(&aws_managed, &Environment::new(REGION, ACCOUNT)),
+        Err(PolicyError::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn statements_granting_more_than_they_name_are_found_without_calls() {
+    let t = table("t");
+    let findings = |statements: &[&str]| -> Vec<String> {
+        let role = role_with(statements).unwrap();
+        local_aws::iam::conformance("f", &[], &role)
+            .findings
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    let star = findings(&["{ Sid: All, Effect: Allow, Action: '*', Resource: '*' }"]);
+    assert_eq!(
+        star,
+        ["role R, Sid All (policy p, statement 0): the action * is a wildcard: name each action"]
+    );
+    let service = findings(&[&format!(
+        "{{ Sid: Db, Effect: Allow, Action: 'dynamodb:*', Resource: '{t}' }}"
+    )]);
+    assert!(
+        service[0].contains("dynamodb:* is a wildcard"),
+        "{service:?}"
+    );
+    let records =
+        findings(&["{ Sid: R, Effect: Allow, Action: dynamodb:GetRecords, Resource: '*' }"]);
+    assert!(
+        records[0].contains("dynamodb:GetRecords on *: names every resource"),
+        "{records:?}"
+    );
+    assert_eq!(
+        findings(&["{ Sid: L, Effect: Allow, Action: dynamodb:ListStreams, Resource: '*' }"]),
+        Vec::<String>::new()
+    );
+    let table_wildcard = findings(&[&format!(
+        "{{ Sid: W, Effect: Allow, Action: dynamodb:GetItem, Resource: 'arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/*' }}"
+    )]);
+    assert!(
+        table_wildcard[0].contains("only wildcards"),
+        "{table_wildcard:?}"
+    );
+    let unknown = findings(&["{ Sid: K, Effect: Allow, Action: kms:Decrypt, Resource: '*' }"]);
+    assert!(
+        unknown[0].contains("not in the reference table"),
+        "{unknown:?}"
+    );
+}

@@ -256,25 +256,10 @@ fn unknown_partition_keys_are_not_guessed() {
 }
 
 #[test]
-fn event_source_mapping_calls_map_to_the_function_s_role() {
-    // payments-publisher: the stream read by the event source mapping, the code's sends, and
-    // the mapping's on-failure destination.
+fn event_source_mappings_are_required_from_the_template_not_recorded() {
+    // payments-publisher's code sends to the queue and to the dead-letter queue; its event
+    // source mapping's stream reads and its on-failure destination come from the template.
     let r = recorder();
-    record(
-        &r,
-        "DynamoDBStreams_20120810.DescribeStream",
-        &serde_json::json!({"StreamArn": STREAM}),
-    );
-    record(
-        &r,
-        "DynamoDBStreams_20120810.GetShardIterator",
-        &serde_json::json!({"StreamArn": STREAM, "ShardId": "s-1", "ShardIteratorType": "TRIM_HORIZON"}),
-    );
-    record(
-        &r,
-        "DynamoDBStreams_20120810.GetRecords",
-        &serde_json::json!({"ShardIterator": format!("{STREAM}|1|AAAA")}),
-    );
     record(
         &r,
         "AmazonSQS.SendMessageBatch",
@@ -285,50 +270,65 @@ fn event_source_mapping_calls_map_to_the_function_s_role() {
         "AmazonSQS.SendMessage",
         &serde_json::json!({"QueueUrl": queue_url("payments-outbox-dlq"), "MessageBody": "{}"}),
     );
-    let calls = r.snapshot();
-    let report = check("payments-publisher", &calls);
-    assert_eq!(report.denied, [], "{report}");
-    // The grant on the table's streams (`table/payments/stream/*`) covers ListStreams for that
-    // table, which these calls never made.
+    let report = check("payments-publisher", &r.snapshot());
+    assert!(report.is_conformant(), "{report}");
     let streams = format!("{}/stream/*", table("payments"));
     assert_eq!(
-        grants_of(&report.unused),
-        [("dynamodb:ListStreams".to_owned(), streams)],
+        grants_of(&report.event_sources),
+        [
+            ("dynamodb:DescribeStream".to_owned(), streams.clone()),
+            ("dynamodb:GetRecords".to_owned(), streams.clone()),
+            ("dynamodb:GetShardIterator".to_owned(), streams),
+            ("dynamodb:ListStreams".to_owned(), "*".to_owned()),
+        ],
         "{report}"
     );
-    record(
-        &r,
-        "DynamoDBStreams_20120810.ListStreams",
-        &serde_json::json!({"TableName": "payments"}),
+    let roles = project();
+    let publisher = roles.function("payments-publisher").unwrap();
+    let required: Vec<String> = publisher
+        .requirements
+        .iter()
+        .map(|q| format!("{}: {} on {}", q.by, q.action, q.resource))
+        .collect();
+    assert_eq!(
+        required,
+        [
+            "Lambda platform (logs): logs:CreateLogStream on arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/payments-publisher:log-stream:*".to_owned(),
+            "Lambda platform (logs): logs:PutLogEvents on arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/payments-publisher:log-stream:*".to_owned(),
+            format!("event source mapping NewPayments: dynamodb:DescribeStream on {STREAM}"),
+            format!("event source mapping NewPayments: dynamodb:GetRecords on {STREAM}"),
+            format!("event source mapping NewPayments: dynamodb:GetShardIterator on {STREAM}"),
+            "event source mapping NewPayments: dynamodb:ListStreams on *".to_owned(),
+            format!("on-failure destination of NewPayments: sqs:SendMessage on {}", queue("payments-outbox-dlq")),
+        ]
     );
-    let report = check("payments-publisher", &r.snapshot());
-    assert_eq!(report.denied, [], "{report}");
-    assert_eq!(report.unused, [], "{report}");
-    // Without a table, ListStreams asks for every stream (`*`), which the role does not grant.
-    record(
-        &r,
-        "DynamoDBStreams_20120810.ListStreams",
-        &serde_json::json!({}),
-    );
-    let report = check("payments-publisher", &r.take());
+
+    // A role without one of the documented actions: the mapping's request is not granted.
+    let mut roles = project();
+    let read = statement_mut(&mut roles, "PaymentsPublisherRole", "ReadPaymentsStream");
+    read.actions.retain(|a| a != "dynamodb:GetShardIterator");
+    let report = roles
+        .conformance("payments-publisher", &r.snapshot())
+        .unwrap();
     assert_eq!(report.denied.len(), 1, "{report}");
     assert_eq!(
         (
+            report.denied[0].operation.as_str(),
             report.denied[0].action.as_str(),
             report.denied[0].resource.as_str()
         ),
-        ("dynamodb:ListStreams", "*")
+        (
+            "event source mapping NewPayments",
+            "dynamodb:GetShardIterator",
+            STREAM
+        )
     );
 
-    // payment-processor: the SQS event source mapping and the cold-start and backoff calls.
+    // payment-processor: its SQS event source mapping (receive, delete, attributes) is
+    // required; its code's cold-start and backoff calls are recorded.
     let r = recorder();
     let source = queue_url("payments.fifo");
     for (op, body) in [
-        ("ReceiveMessage", serde_json::json!({"QueueUrl": source})),
-        (
-            "DeleteMessageBatch",
-            serde_json::json!({"QueueUrl": source, "Entries": []}),
-        ),
         (
             "GetQueueAttributes",
             serde_json::json!({"QueueUrl": source}),
@@ -346,11 +346,54 @@ fn event_source_mapping_calls_map_to_the_function_s_role() {
     }
     let report = check("payment-processor", &r.take());
     assert_eq!(report.denied, [], "{report}");
-    let unused = grants_of(&report.unused);
+    let by_mapping = grants_of(&report.event_sources);
+    for action in ["sqs:ReceiveMessage", "sqs:DeleteMessage"] {
+        assert!(
+            by_mapping.contains(&(action.to_owned(), queue("payments.fifo"))),
+            "{action}: {report}"
+        );
+    }
     assert!(
-        unused
+        grants_of(&report.unused)
             .iter()
             .all(|(_, resource)| resource != &queue("payments.fifo")),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_statement_broader_than_its_requests_is_reported_with_them() {
+    let r = recorder();
+    record(
+        &r,
+        "DynamoDB_20120810.PutItem",
+        &serde_json::json!({"TableName": "payments-receipts", "Item": {"paymentId": {"S": "p"}}}),
+    );
+    let mut roles = project();
+    let receipts = statement_mut(&mut roles, "ReceiptSenderRole", "Receipts");
+    receipts.resources = vec![format!(
+        "arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/payments-*"
+    )];
+    let report = roles.conformance("receipt-sender", &r.take()).unwrap();
+    let text = report.to_string();
+    assert!(
+        text.contains("role ReceiptSenderRole, Sid Receipts")
+            && text.contains(
+                "dynamodb:PutItem on arn:aws:dynamodb:us-east-1:123456789012:table/payments-*"
+            )
+            && text.contains(&format!("{:?}", [table("payments-receipts")])),
+        "{text}"
+    );
+
+    // The idempotency records without their condition: named, whatever the calls.
+    let mut roles = project();
+    let records = statement_mut(&mut roles, "ReceiptSenderRole", "IdempotencyRecords");
+    records.conditions.clear();
+    let report = roles.conformance("receipt-sender", &[]).unwrap();
+    assert!(
+        report.to_string().contains(
+            "role ReceiptSenderRole, Sid IdempotencyRecords (policy receipt-sender, statement 2): grants items of IdempotencyTable without a dynamodb:LeadingKeys condition"
+        ),
         "{report}"
     );
 }

@@ -1,8 +1,11 @@
 //! IAM, proved both ways on the local endpoint (which enforces no IAM): each function's real code
-//! paths run against the provisioned stack with a recorder on its clients (and on its event
-//! source mapping's, which Lambda runs with the function's role), and every recorded call is
-//! checked against the function's role in template.yaml; every action the role grants must be
-//! used by some path. The paths include the cold starts (the idempotency table's check, the
+//! paths run against the provisioned stack with a recorder on its clients, and the whole check
+//! runs for each function: every recorded call is granted by its role in template.yaml, what its
+//! event source mapping and the platform do with the role (read from the template, not recorded:
+//! the local runner's own requests prove nothing about Lambda's) is granted, every grant is used,
+//! and no statement grants more than the requests need. The distinct calls are kept in
+//! `infra/tests/fixtures/iam-recording.json` for the mutation test; this test fails when the run
+//! makes a call the committed recording lacks (`IAM_RECORDING=write` rewrites it). The paths include the cold starts (the idempotency table's check, the
 //! redrive policy's) and the recovery ones: a failed charge and its redelivery
 //! (which reads its record first), a record in progress elsewhere, a failed attempt's visibility
 //! backoff, permanent failures sent to dead-letter queues, a stream record that can never be
@@ -21,8 +24,9 @@ use lambda_idempotency::key::{KeyConfig, stored_key};
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::LambdaEvent;
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
-use local_aws::iam::{CallRecorder, Environment, Report, TemplateRoles, conformance};
+use local_aws::iam::{CallRecorder, Environment, Recording, Report, TemplateRoles};
 use local_aws::runner::{InProcess, Runner};
+use local_aws::template::Naming;
 use payments_e2e::Stack;
 use payments_e2e::http::{HttpClient, TokenIssuer};
 use payments_model::PaymentCharged;
@@ -49,9 +53,14 @@ async fn wait_until_drained(stack: &Stack, queues: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_is_granted_and_every_grant_is_used() {
-    let stack = Stack::provision(&[("FailPayments", "[flaky]:1,[permanent]:1:permanent")])
-        .await
-        .unwrap();
+    let naming = Naming::unique("iam");
+    let prefix = naming.prefix_str().to_owned();
+    let stack = Stack::provision_named(
+        naming,
+        &[("FailPayments", "[flaky]:1,[permanent]:1:permanent")],
+    )
+    .await
+    .unwrap();
     let sdk = &stack.sdk;
     let env = Environment::from_provisioned(&stack.resources)
         .with_stream_arns(&stack.clients.dynamodb, &stack.resources)
@@ -98,13 +107,9 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         pub_rec.sqs_client(sdk),
         payments_publisher::Config::from_settings(&pub_settings).unwrap(),
     ));
-    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
-        aws_sdk_dynamodbstreams::config::Builder::from(sdk)
-            .interceptor(pub_rec.clone())
-            .build(),
-    );
-    let publisher_runner = Runner::new(pub_rec.sqs_client(sdk))
-        .dynamodb_streams(streams)
+    // The runners stand in for Lambda's event source mappings: their clients are not recorded.
+    let publisher_runner = Runner::new(stack.clients.sqs.clone())
+        .dynamodb_streams(aws_sdk_dynamodbstreams::Client::new(sdk))
         .function(
             &stack.template,
             &stack.resources,
@@ -170,32 +175,32 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             "{check:?}"
         );
     }
-    let consumers = |function: &'static str, sqs: &aws_sdk_sqs::Client| {
-        Runner::new(sqs.clone()).wait_time_seconds(1).function(
-            &stack.template,
-            &stack.resources,
-            function,
-            InProcess::new({
-                let (processor, sender) = (processor.clone(), sender.clone());
-                move |event: LambdaEvent<SqsEvent>| {
+    let consumers = |function: &'static str| {
+        Runner::new(stack.clients.sqs.clone())
+            .wait_time_seconds(1)
+            .function(
+                &stack.template,
+                &stack.resources,
+                function,
+                InProcess::new({
                     let (processor, sender) = (processor.clone(), sender.clone());
-                    async move {
-                        if function == "payment-processor" {
-                            processor.handle(event).await
-                        } else {
-                            sender.handle(event).await
+                    move |event: LambdaEvent<SqsEvent>| {
+                        let (processor, sender) = (processor.clone(), sender.clone());
+                        async move {
+                            if function == "payment-processor" {
+                                processor.handle(event).await
+                            } else {
+                                sender.handle(event).await
+                            }
                         }
                     }
-                }
-            }),
-        )
+                }),
+            )
     };
-    let processor_runner = consumers("payment-processor", &proc_sqs)
+    let processor_runner = consumers("payment-processor")
         .unwrap()
         .start(shutdown.clone());
-    let sender_runner = consumers("receipt-sender", &send_sqs)
-        .unwrap()
-        .start(shutdown.clone());
+    let sender_runner = consumers("receipt-sender").unwrap().start(shutdown.clone());
 
     // payments-api: a payment, its replay, its key reused after the record expired, a read.
     let key = uuid::Uuid::new_v4().to_string();
@@ -356,6 +361,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     gateway.shutdown().await;
 
     let mut reports: Vec<Report> = Vec::new();
+    let mut recorded = Vec::new();
     for (function, rec) in [
         ("payments-api", &api_rec),
         ("payments-publisher", &pub_rec),
@@ -367,8 +373,9 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             "{function}: {:?}",
             rec.problems()
         );
-        let role = roles.for_function(function).unwrap();
-        reports.push(conformance(function, &rec.take(), role));
+        let calls = rec.take();
+        reports.push(roles.conformance(function, &calls).unwrap());
+        recorded.push((function.to_owned(), calls));
     }
     println!("{}", Report::markdown_header());
     for r in &reports {
@@ -380,6 +387,22 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .map(ToString::to_string)
         .collect();
     assert!(failing.is_empty(), "{}", failing.join("\n\n"));
+
+    let recording = Recording::from_run(&stack.resources, &prefix, recorded);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../infra/tests/fixtures/iam-recording.json"
+    );
+    if std::env::var("IAM_RECORDING").as_deref() == Ok("write") {
+        recording.save(path).unwrap();
+    }
+    let committed = Recording::load(path).unwrap();
+    let missing = recording.missing_from(&committed);
+    assert!(
+        missing.is_empty(),
+        "{path} lacks calls of this run (rerun with IAM_RECORDING=write and commit it):\n{}",
+        missing.join("\n")
+    );
 }
 
 /// `payments.fifo` takes messages from payments-publisher's role only (and the operators' role):

@@ -130,9 +130,9 @@ const QUEUE_OPERATIONS: &[(&str, &str)] = &[
 ///   An `UpdateItem` that creates the item needs `dynamodb:UpdateItem` only.
 /// - DynamoDB Streams: `DescribeStream`, `GetShardIterator` and `GetRecords` are the actions
 ///   `dynamodb:DescribeStream` etc. on the stream's ARN (`GetRecords` names its stream through
-///   the shard iterator). `dynamodb:ListStreams` with a `TableName` is evaluated against that
-///   table's streams (`table/NAME/stream/*`, the resource of AWS's example policy for a function
-///   on a stream), and without one against `*`.
+///   the shard iterator). `dynamodb:ListStreams` has no resource-level permissions (Service
+///   Authorization Reference; [`reference`](crate::iam::reference)): it is evaluated against
+///   `*`, with or without a `TableName`.
 /// - Lambda's event source mappings act with the function's execution role: SQS
 ///   `ReceiveMessage`, `DeleteMessage`(`Batch`), `GetQueueAttributes` (and
 ///   `ChangeMessageVisibility`); DynamoDB Streams `DescribeStream`, `GetShardIterator`,
@@ -188,21 +188,8 @@ pub fn authorizations(call: &Call) -> Result<Vec<Authorization>, ActionError> {
         Service::DynamoDb if DYNAMODB_ACCOUNT_OPERATIONS.contains(&op) => {
             Ok(vec![everything(prefix, op)])
         }
-        // With a TableName, the streams of that table (`table/NAME/stream/*`, the resource of
-        // AWS's own example policy for a Lambda on a stream); without one, every stream.
-        Service::DynamoDbStreams if op == "ListStreams" => {
-            Ok(vec![match call.resources.iter().find_map(|r| match r {
-                Resource::Table { arn, .. } => Some(arn.clone()),
-                _ => None,
-            }) {
-                Some(table) => Authorization {
-                    action: format!("{prefix}:{op}"),
-                    resource: format!("{table}/stream/*"),
-                    leading_keys: None,
-                },
-                None => everything(prefix, op),
-            }])
-        }
+        // Not resource-scoped (reference::ACTIONS): evaluated against `*`, whatever the table.
+        Service::DynamoDbStreams if op == "ListStreams" => Ok(vec![everything(prefix, op)]),
         Service::DynamoDbStreams
             if matches!(op, "DescribeStream" | "GetShardIterator" | "GetRecords") =>
         {
@@ -392,13 +379,7 @@ mod tests {
             r#"{"TableName":"t"}"#,
         )
         .unwrap();
-        assert_eq!(
-            actions(&a),
-            [(
-                "dynamodb:ListStreams",
-                "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/*"
-            )]
-        );
+        assert_eq!(actions(&a), [("dynamodb:ListStreams", "*")]);
         let a = auth("DynamoDBStreams_20120810.ListStreams", "{}").unwrap();
         assert_eq!(actions(&a), [("dynamodb:ListStreams", "*")]);
         let a = auth(

@@ -8,7 +8,9 @@ use std::fmt;
 use crate::arn::{self, Arn};
 
 /// The AWS API a request went to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Service {
     /// DynamoDB (`DynamoDB_20120810.*`).
     DynamoDb,
@@ -61,7 +63,9 @@ impl fmt::Display for Service {
 }
 
 /// The kind of one item of `TransactWriteItems`/`TransactGetItems` (the member naming it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum ItemKind {
     /// `Put`.
     Put,
@@ -97,7 +101,9 @@ impl ItemKind {
 }
 
 /// The partition key values a request uses on a table: IAM's `dynamodb:LeadingKeys`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum LeadingKeys {
     /// These values (empty when the request names no item, e.g. `DescribeTable`).
     Known(Vec<String>),
@@ -106,7 +112,9 @@ pub enum LeadingKeys {
 }
 
 /// A resource named by a request.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Resource {
     /// A DynamoDB table (or one of its indexes).
     Table {
@@ -162,7 +170,9 @@ impl Resource {
 }
 
 /// One request as sent (per operation call, not per retry attempt).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Call {
     /// The API.
     pub service: Service,

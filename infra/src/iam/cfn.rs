@@ -29,7 +29,7 @@ pub(crate) use crate::template::intrinsic;
 ///     .attribute("PaymentsQueue", "Arn", "arn:aws:sqs:eu-west-1:111122223333:dev-payments.fifo");
 /// assert_eq!(env.attributes["PaymentsQueue.Arn"], "arn:aws:sqs:eu-west-1:111122223333:dev-payments.fifo");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Environment {
     /// `AWS::Partition` (`aws`).
     pub partition: String,
@@ -173,6 +173,11 @@ impl<'a> Resolver<'a> {
             parameters,
             resources,
         })
+    }
+
+    /// The environment it resolves against.
+    pub(crate) fn env(&self) -> &'a Environment {
+        self.env
     }
 
     /// The template's resources.

@@ -5,11 +5,12 @@ use std::fmt;
 
 use crate::iam::actions::authorizations;
 use crate::iam::call::{Call, LeadingKeys};
+use crate::iam::error::PolicyError;
+use crate::iam::findings::{Finding, FindingKind, LEADING_KEYS_TABLES, statement_findings};
 use crate::iam::policy::{Decision, Grant, Role};
-
-/// Actions the Lambda platform performs with the execution role (writing the function's logs),
-/// never the function's code: granted, and reported apart as used by the platform.
-pub const PLATFORM_ACTIONS: &[&str] = &["logs:CreateLogStream", "logs:PutLogEvents"];
+use crate::iam::reference;
+use crate::iam::requirement::{Requirement, Requirer};
+use crate::iam::roles::TemplateRoles;
 
 /// How many example partition keys a [`Denial`] keeps.
 const EXAMPLE_KEYS: usize = 3;
@@ -58,20 +59,29 @@ pub struct Report {
     pub granted: Vec<Grant>,
     /// (a) The requests not allowed.
     pub denied: Vec<Denial>,
-    /// (b) Pairs granted that no call exercised (the platform's aside).
+    /// (b) Pairs granted that neither a call nor a requirement exercised.
     pub unused: Vec<Grant>,
-    /// Pairs granted for the Lambda platform ([`PLATFORM_ACTIONS`]): not exercised by code.
+    /// Pairs exercised by the Lambda platform's log writes only.
     pub platform: Vec<Grant>,
+    /// Pairs exercised by the function's event source mappings only (their reads, their
+    /// on-failure sends).
+    pub event_sources: Vec<Grant>,
+    /// (c) Statements granting more than written intent allows: wildcards, resources broader
+    /// than the requests need, missing or loose `dynamodb:LeadingKeys` conditions.
+    pub findings: Vec<Finding>,
     /// Calls that could not be checked: no IAM mapping, or unknown partition keys where a
     /// condition needs them.
     pub problems: Vec<String>,
 }
 
 impl Report {
-    /// Whether every call is allowed, every grant used (or the platform's), and nothing was
-    /// left unchecked.
+    /// Whether every request is allowed, every grant used, no statement grants more than
+    /// needed, and nothing was left unchecked.
     pub fn is_conformant(&self) -> bool {
-        self.denied.is_empty() && self.unused.is_empty() && self.problems.is_empty()
+        self.denied.is_empty()
+            && self.unused.is_empty()
+            && self.findings.is_empty()
+            && self.problems.is_empty()
     }
 
     /// The header of the table [`markdown_row`](Self::markdown_row) renders a row of.
@@ -106,6 +116,8 @@ impl Report {
                 }
                 if self.platform.contains(g) {
                     s.push_str(" (platform)");
+                } else if self.event_sources.contains(g) {
+                    s.push_str(" (event source)");
                 } else if self.unused.contains(g) {
                     s.push_str(" (**never used**)");
                 }
@@ -141,11 +153,17 @@ impl fmt::Display for Report {
         for g in &self.unused {
             writeln!(f, "  GRANTED, NEVER USED: {g}")?;
         }
+        for finding in &self.findings {
+            writeln!(f, "  TOO BROAD: {finding}")?;
+        }
         for p in &self.problems {
             writeln!(f, "  NOT CHECKED: {p}")?;
         }
         for g in &self.platform {
             writeln!(f, "  used by the platform: {g}")?;
+        }
+        for g in &self.event_sources {
+            writeln!(f, "  used by an event source mapping: {g}")?;
         }
         Ok(())
     }
@@ -162,9 +180,11 @@ fn short_resource(resource: &str) -> &str {
     }
 }
 
-/// Checks `calls` (everything `function` and the event source mappings acting for it sent)
-/// against `role`: (a) every request not allowed, with why; (b) every `Allow` pair no request
-/// used, except the Lambda platform's log actions, listed apart.
+/// Checks `calls` (what `function`'s code sent) against `role`, without anything from the
+/// template: (a) every request not allowed, with why; (b) every `Allow` pair no request used;
+/// (c) the [statement findings](crate::iam::Finding) of the role and every grant broader than
+/// the requests it allows. [`TemplateRoles::conformance`] adds what Lambda does with the role
+/// (event sources, logs) and the project's condition rules.
 ///
 /// ```
 /// use local_aws::iam::{conformance, parse_call, RecorderConfig, Role, Statement, StatementRef, Effect};
@@ -184,11 +204,109 @@ fn short_resource(resource: &str) -> &str {
 /// assert!(!report.is_conformant());
 /// ```
 pub fn conformance(function: &str, calls: &[Call], role: &Role) -> Report {
+    check(
+        function,
+        calls,
+        &[],
+        role,
+        statement_findings(role, &[], &[]),
+    )
+}
+
+impl TemplateRoles {
+    /// The whole check of the function named `function_name` (its `FunctionName` or logical
+    /// id): `calls` are its code's requests; its event source mappings' and the platform's
+    /// [requirements](crate::iam::Requirement) come from the template; the statement findings
+    /// include the `dynamodb:LeadingKeys` rule of [`LEADING_KEYS_TABLES`] with the key prefix
+    /// of every function running with the role.
+    pub fn conformance(&self, function_name: &str, calls: &[Call]) -> Result<Report, PolicyError> {
+        let f = self.function(function_name)?;
+        let role = self.for_function(function_name)?;
+        let findings = statement_findings(role, &self.leading_keys_tables(), &self.prefixes(role));
+        Ok(check(
+            &f.function_name,
+            calls,
+            &f.requirements,
+            role,
+            findings,
+        ))
+    }
+
+    /// The statement findings of the roles no function runs with (operators' roles, say).
+    pub fn unattached_role_findings(&self) -> Vec<Finding> {
+        let tables = self.leading_keys_tables();
+        self.roles
+            .values()
+            .filter(|r| self.functions.values().all(|f| f.role != r.logical_id))
+            .flat_map(|r| statement_findings(r, &tables, &[]))
+            .collect()
+    }
+
+    fn leading_keys_tables(&self) -> Vec<(String, String)> {
+        LEADING_KEYS_TABLES
+            .iter()
+            .filter_map(|id| {
+                self.tables
+                    .get(*id)
+                    .map(|t| ((*id).to_owned(), t.arn.clone()))
+            })
+            .collect()
+    }
+
+    /// The key prefixes (`NAME#`) of the functions running with `role`.
+    fn prefixes(&self, role: &Role) -> Vec<String> {
+        self.functions
+            .values()
+            .filter(|f| f.role == role.logical_id)
+            .map(|f| format!("{}#", f.function_name))
+            .collect()
+    }
+}
+
+/// How one grant was used.
+#[derive(Default)]
+struct Use {
+    by_code: bool,
+    by_platform: bool,
+    by_event_source: bool,
+    /// (action, resource) of the requests it allowed.
+    requests: BTreeSet<(String, String)>,
+}
+
+fn check(
+    function: &str,
+    calls: &[Call],
+    requirements: &[Requirement],
+    role: &Role,
+    mut findings: Vec<Finding>,
+) -> Report {
     let granted = role.grants();
-    let mut used: BTreeSet<usize> = BTreeSet::new();
+    let mut uses: Vec<Use> = granted.iter().map(|_| Use::default()).collect();
     let mut operations: BTreeMap<String, usize> = BTreeMap::new();
     let mut denied: Vec<Denial> = Vec::new();
     let mut problems: BTreeSet<String> = BTreeSet::new();
+    let mut allowed = |operation: String,
+                       action: &str,
+                       resource: &str,
+                       keys: Option<&[String]>,
+                       by: Option<&Requirer>,
+                       denied: &mut Vec<Denial>| {
+        match role.evaluate(action, resource, keys) {
+            Decision::Allow { statements } => {
+                for (g, u) in granted.iter().zip(uses.iter_mut()) {
+                    if statements.contains(&g.statement) && g.covers(action, resource) {
+                        match by {
+                            None => u.by_code = true,
+                            Some(Requirer::Platform) => u.by_platform = true,
+                            Some(_) => u.by_event_source = true,
+                        }
+                        u.requests.insert((action.to_owned(), resource.to_owned()));
+                    }
+                }
+            }
+            decision => deny(denied, operation, action, resource, decision, keys),
+        }
+    };
     for call in calls {
         *operations.entry(call.to_string()).or_default() += 1;
         let auths = match authorizations(call) {
@@ -213,72 +331,107 @@ pub fn conformance(function: &str, calls: &[Call], role: &Role) -> Report {
                     None
                 }
             };
-            match role.evaluate(&auth.action, &auth.resource, keys) {
-                Decision::Allow { statements } => {
-                    for (i, g) in granted.iter().enumerate() {
-                        if statements.contains(&g.statement)
-                            && g.covers(&auth.action, &auth.resource)
-                        {
-                            used.insert(i);
-                        }
-                    }
-                }
-                decision => {
-                    let why = decision.to_string();
-                    let operation = call.to_string();
-                    let keys = keys.unwrap_or_default();
-                    let existing = denied.iter_mut().find(|d| {
-                        d.operation == operation
-                            && d.action == auth.action
-                            && d.resource == auth.resource
-                            && d.why == why
-                    });
-                    let d = match existing {
-                        Some(d) => d,
-                        None => {
-                            denied.push(Denial {
-                                operation,
-                                action: auth.action.clone(),
-                                resource: auth.resource.clone(),
-                                why,
-                                example_keys: Vec::new(),
-                                count: 0,
-                            });
-                            let last = denied.len() - 1;
-                            &mut denied[last]
-                        }
-                    };
-                    d.count += 1;
-                    for k in keys {
-                        if d.example_keys.len() < EXAMPLE_KEYS && !d.example_keys.contains(k) {
-                            d.example_keys.push(k.clone());
-                        }
-                    }
-                }
-            }
+            allowed(
+                call.to_string(),
+                &auth.action,
+                &auth.resource,
+                keys,
+                None,
+                &mut denied,
+            );
         }
     }
-    let is_platform = |g: &Grant| {
-        PLATFORM_ACTIONS
+    for r in requirements {
+        allowed(
+            r.by.to_string(),
+            &r.action,
+            &r.resource,
+            None,
+            Some(&r.by),
+            &mut denied,
+        );
+    }
+    for (g, u) in granted.iter().zip(&uses) {
+        let narrowest: BTreeSet<String> = u
+            .requests
             .iter()
-            .any(|a| a.eq_ignore_ascii_case(&g.action))
+            .map(|(action, resource)| reference::narrowest(action, resource))
+            .collect();
+        if narrowest.iter().any(|n| !reference::within(&g.resource, n)) {
+            findings.push(Finding {
+                role: role.logical_id.clone(),
+                statement: g.statement.clone(),
+                kind: FindingKind::Broader {
+                    action: g.action.clone(),
+                    resource: g.resource.clone(),
+                    requested: u
+                        .requests
+                        .iter()
+                        .map(|(_, r)| r.clone())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect(),
+                    narrowest: narrowest.into_iter().collect(),
+                },
+            });
+        }
+    }
+    findings.sort();
+    findings.dedup();
+    let pick = |keep: &dyn Fn(&Use) -> bool| -> Vec<Grant> {
+        granted
+            .iter()
+            .zip(&uses)
+            .filter(|(_, u)| keep(u))
+            .map(|(g, _)| g.clone())
+            .collect()
     };
-    let platform: Vec<Grant> = granted.iter().filter(|g| is_platform(g)).cloned().collect();
-    let unused: Vec<Grant> = granted
-        .iter()
-        .enumerate()
-        .filter(|(i, g)| !used.contains(i) && !is_platform(g))
-        .map(|(_, g)| g.clone())
-        .collect();
     Report {
         function: function.to_owned(),
         role: role.logical_id.clone(),
         operations,
+        unused: pick(&|u| !u.by_code && !u.by_platform && !u.by_event_source),
+        platform: pick(&|u| u.by_platform && !u.by_code),
+        event_sources: pick(&|u| u.by_event_source && !u.by_code),
         granted,
         denied,
-        unused,
-        platform,
+        findings,
         problems: problems.into_iter().collect(),
+    }
+}
+
+/// Adds a denied request to `denied`, merged with the others of its kind.
+fn deny(
+    denied: &mut Vec<Denial>,
+    operation: String,
+    action: &str,
+    resource: &str,
+    decision: Decision,
+    keys: Option<&[String]>,
+) {
+    let why = decision.to_string();
+    let index = match denied.iter().position(|d| {
+        d.operation == operation && d.action == action && d.resource == resource && d.why == why
+    }) {
+        Some(i) => i,
+        None => {
+            denied.push(Denial {
+                operation,
+                action: action.to_owned(),
+                resource: resource.to_owned(),
+                why,
+                example_keys: Vec::new(),
+                count: 0,
+            });
+            denied.len() - 1
+        }
+    };
+    let d = &mut denied[index];
+    d.count += 1;
+    for k in keys.unwrap_or_default() {
+        if d.example_keys.len() < EXAMPLE_KEYS && !d.example_keys.contains(k) {
+            d.example_keys.push(k.clone());
+        }
     }
 }
 

@@ -10,17 +10,26 @@
 //!   resource ARN and the `dynamodb:LeadingKeys` of the request ([`Authorization`]).
 //!   `TransactWriteItems` is authorized item by item, `SendMessageBatch` as `sqs:SendMessage`, and
 //!   so on (the sources are in its documentation).
-//! - [`TemplateRoles`] reads the template's `AWS::IAM::Role`s (inline policies) and its
-//!   `AWS::IAM::ManagedPolicy`s attached to nothing (the operators' tools' policies), with their
-//!   resources resolved from an [`Environment`] (the ARNs of the provisioned resources), and
-//!   which role each function runs with. [`Role::evaluate`] decides a request: an explicit deny
-//!   wins over an allow, which wins over the implicit deny.
-//! - [`conformance`] puts them together for one function (or one tool and its managed policy):
-//!   the calls not granted, and the grants never exercised (the Lambda platform's own log
-//!   actions listed apart) in a [`Report`].
+//! - [`TemplateRoles`] reads the template's `AWS::IAM::Role`s (inline policies, and the
+//!   template's `AWS::IAM::ManagedPolicy`/`Policy` resources attached to them; a managed policy
+//!   attached to nothing, an operators' tool's, is read on its own) with their
+//!   resources resolved from an [`Environment`] (the ARNs of the provisioned resources), which
+//!   role each function runs with, and what Lambda does with that role for it
+//!   ([`Requirement`]s: its event source mappings' reads and on-failure sends, the platform's log
+//!   writes). [`Role::evaluate`] decides a request: an explicit deny wins over an allow, which
+//!   wins over the implicit deny.
+//! - [`reference`] holds what AWS documents: each action's resource type (Service Authorization
+//!   Reference), hence the narrowest resource a grant can name, and the actions of each event
+//!   source.
+//! - [`TemplateRoles::conformance`] puts them together for one function in a [`Report`]: the
+//!   requests not granted, the grants never exercised, and the statements granting more than
+//!   needed ([`Finding`]s: wildcard actions, resources broader than the requests, missing
+//!   `dynamodb:LeadingKeys` conditions). [`conformance`] is the same for a bare role and calls.
+//! - A [`Recording`] keeps the distinct calls of a run in the repository, for checks of the
+//!   template without an endpoint.
 //!
 //! ```
-//! use local_aws::iam::{CallRecorder, Environment, TemplateRoles, conformance};
+//! use local_aws::iam::{CallRecorder, Environment, TemplateRoles};
 //!
 //! let env = Environment::new("us-east-1", "123456789012").attribute(
 //!     "PaymentsTable",
@@ -34,7 +43,7 @@
 //!     Some("DynamoDB_20120810.UpdateItem"),
 //!     Some(br#"{"TableName":"payments-idempotency","Key":{"id":{"S":"other#x"}}}"#),
 //! );
-//! let report = conformance("payments-api", &recorder.take(), roles.for_function("payments-api").unwrap());
+//! let report = roles.conformance("payments-api", &recorder.take()).unwrap();
 //! assert_eq!(report.denied.len(), 1, "{report}"); // the key is not payments-api's
 //! println!("{}\n{}", local_aws::iam::Report::markdown_header(), report.markdown_row());
 //! ```
@@ -44,20 +53,28 @@ mod call;
 mod cfn;
 mod conformance;
 mod error;
+mod findings;
+mod fixture;
 mod parse;
 mod policy;
 mod record;
+pub mod reference;
+mod requirement;
 mod roles;
 mod wildcard;
 
 pub use actions::{ActionError, Authorization, authorizations};
 pub use call::{Call, ItemKind, LeadingKeys, RecorderConfig, Resource, Service};
 pub use cfn::Environment;
-pub use conformance::{Denial, PLATFORM_ACTIONS, Report, conformance};
+pub use conformance::{Denial, Report, conformance};
 pub use error::PolicyError;
+pub use findings::{Finding, FindingKind, LEADING_KEYS_TABLES};
+pub use fixture::Recording;
 pub use parse::{RecordError, parse_call};
 pub use policy::{
     Condition, ConditionOperator, Decision, Effect, Grant, Role, Statement, StatementRef, evaluate,
 };
 pub use record::CallRecorder;
+pub use reference::{ResourceType, names_no_resource, narrowest, resource_types};
+pub use requirement::{Requirement, Requirer};
 pub use roles::{FunctionRole, TableKey, TemplateRoles};

@@ -11,6 +11,7 @@ use crate::iam::error::PolicyError;
 use crate::iam::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
 };
+use crate::iam::requirement::{self, Requirement};
 
 /// A function and the role it runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub struct FunctionRole {
     pub function_name: String,
     /// The logical id of its role (`Role: !GetAtt R.Arn`).
     pub role: String,
+    /// What Lambda does with the role for it: its event source mappings' reads (and
+    /// on-failure sends), the platform's log writes.
+    pub requirements: Vec<Requirement>,
 }
 
 /// A table's name and partition key.
@@ -28,32 +32,39 @@ pub struct FunctionRole {
 pub struct TableKey {
     /// The table's physical name.
     pub name: String,
+    /// Its ARN.
+    pub arn: String,
     /// Its partition (HASH) key attribute.
     pub hash_key: String,
 }
 
-/// The template's `AWS::IAM::Role`s with their inline policies resolved, its
-/// `AWS::IAM::ManagedPolicy`s attached to nothing (the operators' policies, which an operator
-/// attaches to their own role), the role of each function, and each table's partition key (for
-/// the recorder's `dynamodb:LeadingKeys`).
+/// The template's `AWS::IAM::Role`s with their inline policies resolved, the role of each
+/// function, and each table's partition key (for the recorder's `dynamodb:LeadingKeys`).
 ///
-/// Rejected rather than ignored: roles with `ManagedPolicyArns` or a `PermissionsBoundary`,
-/// managed policies attached to a role, user or group of the template (`Roles`, `Users`,
-/// `Groups`), `AWS::IAM::Policy`/`RolePolicy` resources, SAM `Policies` on a function, functions
-/// without `Role: !GetAtt R.Arn`, statements with `NotAction`, `NotResource` or `Principal`, and
-/// conditions other than `ForAllValues:StringLike`/`ForAllValues:StringEquals` on
-/// `dynamodb:LeadingKeys`.
+/// A role's statements are those of its inline `Policies`, of the template's
+/// `AWS::IAM::ManagedPolicy` resources attached to it (their `Roles`, or the role's
+/// `ManagedPolicyArns: [!Ref POLICY]`), and of `AWS::IAM::Policy`/`RolePolicy` resources naming
+/// it. A function's event source mappings (SAM `Events` of type `DynamoDB`/`SQS`, or
+/// `AWS::Lambda::EventSourceMapping` resources) and its log group give its
+/// [`requirements`](FunctionRole::requirements).
+///
+/// Rejected rather than ignored: managed policies that are not the template's (AWS managed
+/// policies), a `PermissionsBoundary`, policies attached to users or groups, SAM `Policies` on a
+/// function, functions without `Role: !GetAtt R.Arn`, statements with `NotAction`,
+/// `NotResource` or `Principal`, conditions other than
+/// `ForAllValues:StringLike`/`ForAllValues:StringEquals` on `dynamodb:LeadingKeys`, and
+/// poll-based event sources other than DynamoDB streams and SQS queues.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TemplateRoles {
     /// Roles by logical id.
     pub roles: BTreeMap<String, Role>,
-    /// Managed policies attached to nothing, by logical id (each as a [`Role`] of its
-    /// statements, so that [`conformance`](crate::iam::conformance) checks a tool against it).
-    pub managed_policies: BTreeMap<String, Role>,
     /// Functions by `FunctionName`.
     pub functions: BTreeMap<String, FunctionRole>,
     /// Tables by logical id.
     pub tables: BTreeMap<String, TableKey>,
+    /// The template's `AWS::IAM::ManagedPolicy`s by logical id, each as a [`Role`] of its own
+    /// statements (attached to a role or not: an operator attaches the operators' policies).
+    pub managed_policies: BTreeMap<String, Role>,
 }
 
 impl TemplateRoles {
@@ -106,9 +117,13 @@ impl TemplateRoles {
             .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
         let resolver = Resolver::new(root, env)?;
         let mut roles = BTreeMap::new();
-        let mut managed_policies = BTreeMap::new();
         let mut functions = BTreeMap::new();
         let mut tables = BTreeMap::new();
+        // Policies outside a role: (their logical id, name, document, where, the roles they
+        // name); and the template's managed policies each role lists in ManagedPolicyArns.
+        let mut attached: Vec<Attached<'_>> = Vec::new();
+        let mut managed_of_role: Vec<(String, String)> = Vec::new();
+        let mut mappings = Vec::new();
         for (id, resource) in resolver.resources() {
             let id = key(id, "Resources")?;
             let at = format!("Resources.{id}");
@@ -116,24 +131,74 @@ impl TemplateRoles {
             let properties = resource.get("Properties");
             match kind {
                 "AWS::IAM::Role" => {
-                    roles.insert(id.to_owned(), role(id, properties, &resolver, &at)?);
+                    let (role, managed) = role(id, properties, &resolver, &at)?;
+                    managed_of_role.extend(managed.into_iter().map(|m| (id.to_owned(), m)));
+                    roles.insert(id.to_owned(), role);
                 }
-                "AWS::IAM::ManagedPolicy" => {
-                    let policy = managed_policy(id, properties, &resolver, &at)?;
-                    managed_policies.insert(id.to_owned(), policy);
-                }
-                "AWS::IAM::Policy" | "AWS::IAM::RolePolicy" => {
-                    return Err(PolicyError::unsupported(&at, kind));
+                "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
+                    attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
                 }
                 "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
                     let f = function(id, properties, &resolver, &at)?;
                     functions.insert(f.function_name.clone(), f);
+                }
+                "AWS::Lambda::EventSourceMapping" => {
+                    mappings.push(event_source_mapping(id, properties, &resolver, &at)?);
                 }
                 "AWS::DynamoDB::Table" => {
                     tables.insert(id.to_owned(), table(id, properties, &resolver, &at)?);
                 }
                 _ => {}
             }
+        }
+        for (role_id, policy_id) in &managed_of_role {
+            match attached
+                .iter_mut()
+                .find(|p| &p.logical_id == policy_id && p.managed)
+            {
+                Some(p) if !p.roles.contains(role_id) => p.roles.push(role_id.clone()),
+                Some(_) => {}
+                None => {
+                    return Err(PolicyError::invalid(
+                        &format!("Resources.{role_id}.Properties.ManagedPolicyArns"),
+                        format!("{policy_id} is not an AWS::IAM::ManagedPolicy of the template"),
+                    ));
+                }
+            }
+        }
+        let mut managed_policies = BTreeMap::new();
+        for p in attached.iter().filter(|p| p.managed) {
+            managed_policies.insert(
+                p.logical_id.clone(),
+                Role {
+                    logical_id: p.logical_id.clone(),
+                    statements: statements(p.document, &p.name, &resolver, &p.at)?,
+                },
+            );
+        }
+        for p in &attached {
+            for role_id in &p.roles {
+                let role = roles.get_mut(role_id).ok_or_else(|| {
+                    PolicyError::invalid(
+                        &p.at,
+                        format!("{role_id} is not an AWS::IAM::Role of the template"),
+                    )
+                })?;
+                role.statements
+                    .extend(statements(p.document, &p.name, &resolver, &p.at)?);
+            }
+        }
+        for (function_id, requirements) in mappings {
+            let f = functions
+                .values_mut()
+                .find(|f| f.logical_id == function_id)
+                .ok_or_else(|| {
+                    PolicyError::invalid(
+                        "Resources",
+                        format!("an event source mapping names {function_id}, not a function of the template"),
+                    )
+                })?;
+            f.requirements.extend(requirements);
         }
         for f in functions.values() {
             if !roles.contains_key(&f.role) {
@@ -145,52 +210,37 @@ impl TemplateRoles {
         }
         Ok(Self {
             roles,
-            managed_policies,
             functions,
             tables,
+            managed_policies,
         })
     }
 
-    /// The role of the function named `function_name` (its `FunctionName`, or logical id).
-    pub fn for_function(&self, function_name: &str) -> Result<&Role, PolicyError> {
-        let f = self
-            .functions
+    /// The template's managed policy `logical_id`, as a [`Role`] of its statements.
+    pub fn managed_policy(&self, logical_id: &str) -> Result<&Role, PolicyError> {
+        self.managed_policies
+            .get(logical_id)
+            .ok_or_else(|| PolicyError::NoSuchManagedPolicy(logical_id.to_owned()))
+    }
+
+    /// The function named `function_name` (its `FunctionName`, or logical id).
+    pub fn function(&self, function_name: &str) -> Result<&FunctionRole, PolicyError> {
+        self.functions
             .get(function_name)
             .or_else(|| {
                 self.functions
                     .values()
                     .find(|f| f.logical_id == function_name)
             })
-            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))?;
-        self.roles
-            .get(&f.role)
             .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
     }
 
-    /// The managed policy `logical_id`.
-    ///
-    /// ```
-    /// use local_aws::iam::{Environment, TemplateRoles};
-    ///
-    /// let yaml = r#"
-    /// Resources:
-    ///   Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs } }
-    ///   OperatorPolicy:
-    ///     Type: AWS::IAM::ManagedPolicy
-    ///     Properties:
-    ///       PolicyDocument:
-    ///         Statement:
-    ///           - { Effect: Allow, Action: sqs:SendMessage, Resource: !GetAtt Jobs.Arn }
-    /// "#;
-    /// let roles = TemplateRoles::parse(yaml, &Environment::new("us-east-1", "123456789012")).unwrap();
-    /// let policy = roles.managed_policy("OperatorPolicy").unwrap();
-    /// assert!(policy.evaluate("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:jobs", None).is_allowed());
-    /// assert!(roles.managed_policy("Jobs").is_err());
-    /// ```
-    pub fn managed_policy(&self, logical_id: &str) -> Result<&Role, PolicyError> {
-        self.managed_policies
-            .get(logical_id)
-            .ok_or_else(|| PolicyError::NoSuchManagedPolicy(logical_id.to_owned()))
+    /// The role of the function named `function_name` (its `FunctionName`, or logical id).
+    pub fn for_function(&self, function_name: &str) -> Result<&Role, PolicyError> {
+        let f = self.function(function_name)?;
+        self.roles
+            .get(&f.role)
+            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
     }
 
     /// A recorder configuration for `env`'s region and account with every table's partition
@@ -218,38 +268,111 @@ fn items(v: &Value) -> Vec<&Value> {
     }
 }
 
-/// A [`PolicyError::Unsupported`] for the first of `keys` that `properties` has: `what` it
-/// means, or the key's name.
-fn refuse_keys(
-    properties: &Mapping,
-    keys: &[&str],
-    at: &str,
-    what: Option<&str>,
-) -> Result<(), PolicyError> {
-    match keys.iter().find(|k| properties.contains_key(**k)) {
-        Some(k) => Err(PolicyError::unsupported(
-            &format!("{at}.{k}"),
-            what.unwrap_or(k),
-        )),
-        None => Ok(()),
+/// A policy resource attached to roles: `AWS::IAM::ManagedPolicy` (its `Roles`, and the roles
+/// listing it in `ManagedPolicyArns`), `AWS::IAM::Policy` (`Roles`), `AWS::IAM::RolePolicy`
+/// (`RoleName`).
+struct Attached<'v> {
+    logical_id: String,
+    managed: bool,
+    name: String,
+    document: &'v Value,
+    at: String,
+    roles: Vec<String>,
+}
+
+/// The logical id of a `!Ref ROLE` (or `!GetAtt ROLE.Arn`).
+fn role_reference(v: &Value) -> Option<String> {
+    match intrinsic(v)? {
+        (f, Value::String(id)) if f == "Ref" => Some(id.clone()),
+        (f, arg) if f == "GetAtt" => get_att_target(arg).map(|(id, _)| id),
+        _ => None,
     }
 }
 
+fn policy_resource<'v>(
+    id: &str,
+    kind: &str,
+    properties: Option<&'v Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Attached<'v>, PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    let managed = kind == "AWS::IAM::ManagedPolicy";
+    let name_key = if managed {
+        "ManagedPolicyName"
+    } else {
+        "PolicyName"
+    };
+    let name = properties
+        .get(name_key)
+        .map(|n| resolver.string(n, &format!("{at}.{name_key}")))
+        .transpose()?
+        .unwrap_or_else(|| id.to_owned());
+    let references: Vec<&Value> = match kind {
+        "AWS::IAM::RolePolicy" => properties.get("RoleName").into_iter().collect(),
+        _ => properties.get("Roles").map(items).unwrap_or_default(),
+    };
+    let roles = references
+        .into_iter()
+        .map(|r| {
+            role_reference(r).ok_or_else(|| {
+                PolicyError::unsupported(&at, "a role named other than by !Ref of a template role")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for unsupported in ["Users", "Groups"] {
+        if properties.contains_key(unsupported) {
+            return Err(PolicyError::unsupported(
+                &format!("{at}.{unsupported}"),
+                unsupported,
+            ));
+        }
+    }
+    let document = properties
+        .get("PolicyDocument")
+        .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+    Ok(Attached {
+        logical_id: id.to_owned(),
+        managed,
+        name,
+        document,
+        at: format!("{at}.PolicyDocument"),
+        roles,
+    })
+}
+
+/// The role with its inline policies, and the logical ids of the template's managed policies
+/// it lists in `ManagedPolicyArns`.
 fn role(
     id: &str,
     properties: Option<&Value>,
     resolver: &Resolver<'_>,
     at: &str,
-) -> Result<Role, PolicyError> {
+) -> Result<(Role, Vec<String>), PolicyError> {
     let at = format!("{at}.Properties");
     let properties = mapping(properties, &at)?;
-    refuse_keys(
-        properties,
-        &["ManagedPolicyArns", "PermissionsBoundary"],
-        &at,
-        None,
-    )?;
-    let mut statements = Vec::new();
+    if properties.contains_key("PermissionsBoundary") {
+        return Err(PolicyError::unsupported(
+            &format!("{at}.PermissionsBoundary"),
+            "PermissionsBoundary",
+        ));
+    }
+    let managed = properties
+        .get("ManagedPolicyArns")
+        .map(items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            role_reference(v).ok_or_else(|| {
+                PolicyError::unsupported(
+                    &format!("{at}.ManagedPolicyArns"),
+                    "a managed policy that is not the template's (!Ref of an AWS::IAM::ManagedPolicy)",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut statements_of_role = Vec::new();
     for (i, policy) in properties
         .get("Policies")
         .map(items)
@@ -263,67 +386,71 @@ fn role(
             .map(|n| resolver.string(n, &format!("{at}.PolicyName")))
             .transpose()?
             .unwrap_or_else(|| format!("{id}-{i}"));
-        statements.extend(document_statements(policy, &name, resolver, &at)?);
+        let document = policy
+            .get("PolicyDocument")
+            .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+        statements_of_role.extend(statements(
+            document,
+            &name,
+            resolver,
+            &format!("{at}.PolicyDocument"),
+        )?);
     }
-    Ok(Role {
-        logical_id: id.to_owned(),
-        statements,
-    })
+    Ok((
+        Role {
+            logical_id: id.to_owned(),
+            statements: statements_of_role,
+        },
+        managed,
+    ))
 }
 
-/// The statements of the `PolicyDocument` of `policy` (a role's inline policy, or a managed
-/// policy's properties) named `name`.
-fn document_statements(
-    policy: &Value,
+/// The statements of one policy document.
+fn statements(
+    document: &Value,
     name: &str,
     resolver: &Resolver<'_>,
     at: &str,
 ) -> Result<Vec<Statement>, PolicyError> {
-    let document = mapping(
-        policy.get("PolicyDocument"),
-        &format!("{at}.PolicyDocument"),
-    )?;
+    let document = mapping(Some(document), at)?;
     let list = document
         .get("Statement")
-        .ok_or_else(|| PolicyError::invalid(&format!("{at}.PolicyDocument"), "no Statement"))?;
+        .ok_or_else(|| PolicyError::invalid(at, "no Statement"))?;
     items(list)
         .into_iter()
         .enumerate()
         .map(|(index, s)| {
-            let at = format!("{at}.PolicyDocument.Statement[{index}]");
-            statement(s, name, index, resolver, &at)
+            statement(
+                s,
+                name,
+                index,
+                resolver,
+                &format!("{at}.Statement[{index}]"),
+            )
         })
         .collect()
 }
 
-/// A managed policy attached to nothing, as a [`Role`] of its statements (named by its
-/// `ManagedPolicyName`, else its logical id).
-fn managed_policy(
+/// An `AWS::Lambda::EventSourceMapping`: the logical id of its function, and what it requires.
+fn event_source_mapping(
     id: &str,
     properties: Option<&Value>,
     resolver: &Resolver<'_>,
     at: &str,
-) -> Result<Role, PolicyError> {
+) -> Result<(String, Vec<Requirement>), PolicyError> {
     let at = format!("{at}.Properties");
-    let properties = mapping(properties, &at)?;
-    let attached = "a managed policy attached in the template";
-    refuse_keys(
-        properties,
-        &["Roles", "Users", "Groups"],
-        &at,
-        Some(attached),
-    )?;
-    let name = properties
-        .get("ManagedPolicyName")
-        .map(|n| resolver.string(n, &format!("{at}.ManagedPolicyName")))
-        .transpose()?
-        .unwrap_or_else(|| id.to_owned());
-    let document_holder = Value::Mapping(properties.clone());
-    let statements = document_statements(&document_holder, &name, resolver, &at)?;
-    Ok(Role {
-        logical_id: id.to_owned(),
-        statements,
-    })
+    let map = mapping(properties, &at)?;
+    let function = map
+        .get("FunctionName")
+        .and_then(role_reference)
+        .ok_or_else(|| {
+            PolicyError::unsupported(&at, "a FunctionName other than !Ref of a template function")
+        })?;
+    let source = map
+        .get("EventSourceArn")
+        .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
+    let requirements = requirement::mapping(id, source, properties, resolver, &at)?;
+    Ok((function, requirements))
 }
 
 fn statement(
@@ -438,10 +565,13 @@ fn function(
         .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
         .transpose()?
         .unwrap_or_else(|| id.to_owned());
+    let mut requirements = requirement::platform(properties, &function_name, resolver, &at)?;
+    requirements.extend(requirement::sam_events(properties, resolver, &at)?);
     Ok(FunctionRole {
         logical_id: id.to_owned(),
         function_name,
         role,
+        requirements,
     })
 }
 
@@ -466,6 +596,7 @@ fn table(
         .ok_or_else(|| PolicyError::invalid(&format!("{at}.KeySchema"), "no HASH key"))?;
     Ok(TableKey {
         name: resolver.reference(id, &at)?,
+        arn: resolver.get_att(id, "Arn", &at)?,
         hash_key,
     })
 }

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use local_aws::iam::{
-    Call, CallRecorder, Environment, PolicyError, Report, Role, TemplateRoles, conformance,
+    Call, CallRecorder, Environment, PolicyError, Report, Role, Statement, TemplateRoles,
 };
 
 pub const REGION: &str = "us-east-1";
@@ -70,9 +70,12 @@ pub fn record(recorder: &CallRecorder, target: &str, body: &serde_json::Value) {
     assert_eq!(recorder.problems(), [], "{target}");
 }
 
+/// The whole check of `function` in the project's template (event sources and platform
+/// included) with these calls of its code.
 pub fn check(function: &str, calls: &[Call]) -> Report {
-    let roles = project();
-    conformance(function, calls, roles.for_function(function).unwrap())
+    project()
+        .conformance(function, calls)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn grants_of(report_grants: &[local_aws::iam::Grant]) -> Vec<(String, String)> {
@@ -80,4 +83,16 @@ pub fn grants_of(report_grants: &[local_aws::iam::Grant]) -> Vec<(String, String
         .iter()
         .map(|g| (g.action.clone(), g.resource.clone()))
         .collect()
+}
+
+/// The statement `sid` of `role` in `roles`, to change.
+pub fn statement_mut<'r>(roles: &'r mut TemplateRoles, role: &str, sid: &str) -> &'r mut Statement {
+    roles
+        .roles
+        .get_mut(role)
+        .unwrap_or_else(|| panic!("no role {role}"))
+        .statements
+        .iter_mut()
+        .find(|s| s.id.sid.as_deref() == Some(sid))
+        .unwrap_or_else(|| panic!("no {sid} in {role}"))
 }
