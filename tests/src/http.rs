@@ -24,6 +24,8 @@ pub struct Answer {
     pub content_type: Option<String>,
     /// `Allow`.
     pub allow: Option<String>,
+    /// `Preference-Applied` (RFC 7240).
+    pub preference_applied: Option<String>,
 }
 
 /// Who the tokens come from: the JWT authorizer's issuer and an accepted audience.
@@ -159,6 +161,7 @@ impl HttpClient {
         let retry_after = header("retry-after").and_then(|v| v.parse().ok());
         let content_type = header("content-type");
         let allow = header("allow");
+        let preference_applied = header("preference-applied");
         let body = response
             .into_body()
             .collect()
@@ -172,6 +175,7 @@ impl HttpClient {
             retry_after,
             content_type,
             allow,
+            preference_applied,
         })
     }
 }

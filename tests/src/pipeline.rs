@@ -35,6 +35,9 @@ pub struct Options {
     pub backoff_base_seconds: u32,
     /// Start payments-publisher with the rest (else: [`Pipeline::start_publisher`]).
     pub start_publisher: bool,
+    /// Run payment-processor on `payments.fifo` (else: payments stay `accepted`, their messages
+    /// in the queue).
+    pub start_processor: bool,
     /// Where the API listens (port 0: any free port).
     pub api_addr: SocketAddr,
     /// Other template parameters, by name (`MaxPaymentAmount`, ...).
@@ -48,6 +51,7 @@ impl Default for Options {
             fail_payments: String::new(),
             backoff_base_seconds: 1,
             start_publisher: true,
+            start_processor: true,
             api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             parameters: Vec::new(),
         }
@@ -150,9 +154,9 @@ impl Pipeline {
         sender.check_idempotency_table().await?;
         let (c1, c2) = (counts.clone(), counts.clone());
         let processor_app = processor.clone();
-        let runner = Runner::from_clients(&clients)
-            .wait_time_seconds(1)
-            .function(
+        let mut runner = Runner::from_clients(&clients).wait_time_seconds(1);
+        if options.start_processor {
+            runner = runner.function(
                 &template,
                 &resources,
                 "payment-processor",
@@ -166,7 +170,9 @@ impl Pipeline {
                     }
                     .instrument(span)
                 }),
-            )?
+            )?;
+        }
+        let runner = runner
             .function(
                 &template,
                 &resources,

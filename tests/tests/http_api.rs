@@ -1,7 +1,8 @@
 //! payments-api over HTTP, through the local gateway and its JWT authorizer: bad input is refused
 //! before anything is stored, amounts follow their currency's minor unit and the limit and
 //! balances are per currency, callers own their payments and their keys, a reused key stays a
-//! 422 after its idempotency record expired, and concurrent POSTs with one key make one payment.
+//! 422 after its idempotency record expired, concurrent POSTs with one key make one payment, and a
+//! client that sends `Prefer: wait=N` learns the payment's outcome, or its state after N seconds.
 
 use std::time::Duration;
 
@@ -441,5 +442,113 @@ async fn concurrent_posts_with_one_key_make_one_payment() {
         1,
         "charged once"
     );
+    pipeline.stop().await;
+}
+
+/// `POST /payments` of `body` with `key` and these `Prefer` values.
+async fn post_preferring(
+    http: &payments_e2e::http::HttpClient,
+    key: &str,
+    body: &str,
+    prefer: &str,
+) -> payments_e2e::http::Answer {
+    let headers = [
+        ("idempotency-key", key),
+        ("content-type", "application/json"),
+        ("prefer", prefer),
+    ];
+    http.request("POST", "/payments", &headers, body.as_bytes().to_vec())
+        .await
+        .unwrap()
+}
+
+fn json(answer: &payments_e2e::http::Answer) -> serde_json::Value {
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+/// With `Prefer: wait` while the pipeline runs, the POST answers once the payment is charged and
+/// names the wait it applied; a retry with the key (a replay) and a GET answer the outcome too,
+/// and a retry without the header still gets the stored creation answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waits_learns_its_payment_was_charged() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http().as_caller("acct-wait");
+    let key = uuid::Uuid::new_v4().to_string();
+    let body = r#"{"amountCents":250,"currency":"EUR"}"#;
+
+    let created = post_preferring(&http, &key, body, "wait=10").await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert!(!created.replayed);
+    assert_eq!(created.preference_applied.as_deref(), Some("wait=10"));
+    assert_eq!(json(&created)["status"], "charged", "{created:?}");
+    let id = json(&created)["paymentId"].as_str().unwrap().to_owned();
+
+    let replayed = post_preferring(&http, &key, body, "respond-async, Wait=10").await;
+    assert_eq!(replayed.status, 201, "{replayed:?}");
+    assert!(replayed.replayed);
+    assert_eq!(replayed.preference_applied.as_deref(), Some("wait=10"));
+    assert_eq!(replayed.body, created.body);
+
+    let stored = http.post_payment(Some(&key), body).await.unwrap();
+    assert!(stored.replayed);
+    assert_eq!(stored.preference_applied, None);
+    assert_eq!(
+        json(&stored)["status"],
+        "accepted",
+        "the creation answer, as stored"
+    );
+
+    let read = http
+        .request(
+            "GET",
+            &format!("/payments/{id}"),
+            &[("prefer", "wait=5")],
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.status, 200, "{read:?}");
+    assert_eq!(read.preference_applied.as_deref(), Some("wait=5"));
+    assert_eq!(json(&read)["status"], "charged");
+    assert_eq!(json(&read)["amountCents"], 250);
+    pipeline.stop().await;
+}
+
+/// Without payment-processor the payment stays `accepted`: a POST and a GET with `Prefer: wait`
+/// answer after the wait with the body they give without the header, and name the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waits_in_vain_gets_the_state_after_the_wait() {
+    let pipeline = Pipeline::start(Options {
+        start_processor: false,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let http = pipeline.http().as_caller("acct-wait");
+    let key = uuid::Uuid::new_v4().to_string();
+    let body = r#"{"amountCents":300,"currency":"EUR"}"#;
+
+    let waited = post_preferring(&http, &key, body, "wait=2").await;
+    assert_eq!(waited.status, 201, "{waited:?}");
+    assert_eq!(waited.preference_applied.as_deref(), Some("wait=2"));
+    assert_eq!(json(&waited)["status"], "accepted");
+    let stored = http.post_payment(Some(&key), body).await.unwrap();
+    assert_eq!(
+        waited.body, stored.body,
+        "the same body as without the header"
+    );
+
+    let id = json(&waited)["paymentId"].as_str().unwrap().to_owned();
+    let path = format!("/payments/{id}");
+    let plain = http.get(&path).await.unwrap();
+    let read = http
+        .request("GET", &path, &[("prefer", "wait=1")], Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(read.status, 200, "{read:?}");
+    assert_eq!(read.preference_applied.as_deref(), Some("wait=1"));
+    assert_eq!(json(&read)["status"], "accepted");
+    assert_eq!(read.body, plain.body);
+    assert_eq!(plain.preference_applied, None);
     pipeline.stop().await;
 }

@@ -21,6 +21,12 @@
 //! - **Bad input is refused before anything is stored**: a body over 16 KiB is `413` unparsed, a
 //!   non-JSON content type `415`, a wrong method `405` with `Allow`, an invalid field (or a
 //!   character the queue would refuse) `400` naming it. Problem details never carry SDK errors.
+//! - **Waiting for the outcome** ([`prefer`], [`wait`]): with `Prefer: wait=N` (RFC 7240), both
+//!   routes answer as soon as the payment is `charged` or `failed`, or after N seconds (at most
+//!   20, and 1 s before the invocation's deadline) with its state then, in the body they give
+//!   without the header, and say the wait applied in `Preference-Applied: wait=N`. A POST waits
+//!   after its idempotent write, outside the key's record: the stored response stays the
+//!   creation's, and a retry with the key is never kept out by a waiting request.
 //! - **Money is per currency** ([`validate::amount_of`]): the currency is an active ISO 4217 code
 //!   with a minor unit; the amount is `amountCents` (minor units) or `amount` (a decimal string of
 //!   major units, with no more decimal places than the currency has), at most
@@ -33,8 +39,11 @@
 
 pub mod identity;
 pub mod outcome;
+pub mod prefer;
 pub mod problem;
+pub mod representation;
 pub mod validate;
+pub mod wait;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,11 +63,12 @@ use payments_model::{
     order,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::identity::Caller;
 pub use crate::outcome::Outcome;
+use crate::prefer::WaitPreference;
 use crate::problem::Problem;
+use crate::representation::Item;
 use crate::validate::{DEFAULT_MAX_PAYMENT_AMOUNT, NewPayment};
 
 /// Header that marks a replayed response.
@@ -228,13 +238,19 @@ impl App {
             Ok(caller) => caller,
             Err(problem) => return (Outcome::Unauthorized, problem.response()),
         };
+        let wait = WaitPreference::of(request);
         match route {
-            Route::Payments => self.create(request, &caller).await,
-            Route::Payment(id) => self.get(id, &caller).await,
+            Route::Payments => self.create(request, &caller, wait).await,
+            Route::Payment(id) => self.get(id, &caller, wait).await,
         }
     }
 
-    async fn create(&self, request: &Request, caller: &Caller) -> (Outcome, Response<Body>) {
+    async fn create(
+        &self,
+        request: &Request,
+        caller: &Caller,
+        wait: Option<WaitPreference>,
+    ) -> (Outcome, Response<Body>) {
         let body = request.body().as_ref();
         let headers = request.headers();
         let checked = validate::body_size(body)
@@ -269,7 +285,7 @@ impl App {
         // The request's fingerprint is canonical already (the validated payment's JSON): stored
         // as it is, the form payments and their records have always held.
         let fingerprint = lambda_idempotency::payload::PayloadHash::stored(hash.clone());
-        match self
+        let (outcome, response) = match self
             .idempotency
             .acquire_hashed(&scoped_key, &fingerprint, deadline)
             .await
@@ -313,6 +329,14 @@ impl App {
                     Problem::unavailable("the idempotency store is unavailable").response(),
                 )
             }
+        };
+        // The key's record is completed (or failed) by now: the wait holds no lease.
+        match wait {
+            Some(wait) if response.status().is_success() => (
+                outcome,
+                self.outcome(response, &payment_id(&scoped_key), wait).await,
+            ),
+            _ => (outcome, response),
         }
     }
 
@@ -416,10 +440,10 @@ impl App {
     }
 
     /// A payment item, strongly consistent.
-    async fn read_payment(
+    pub(crate) async fn read_payment(
         &self,
         payment_id: &str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, aws_sdk_dynamodb::Error> {
+    ) -> Result<Option<Item>, aws_sdk_dynamodb::Error> {
         Ok(self
             .dynamodb
             .get_item()
@@ -431,12 +455,14 @@ impl App {
             .item)
     }
 
-    /// A payment of the caller's account; any other is a 404, as if it did not exist. Besides
-    /// the payment's fields and status: `failureReason` (the item's `lastError`), `sequence`, and
-    /// `timestamps` of each state change (`accepted`, `charged`, `failed`, `reopened`, epoch ms,
-    /// from `createdAt`, `chargedAt`, `failedAt`, `reopenedAt`); what the item does not have is
-    /// `null`.
-    async fn get(&self, payment_id: &str, caller: &Caller) -> (Outcome, Response<Body>) {
+    /// A payment of the caller's account ([`representation::payment`]); any other is a 404, as
+    /// if it did not exist. With `Prefer: wait`, read again until it is final or the wait ends.
+    async fn get(
+        &self,
+        payment_id: &str,
+        caller: &Caller,
+        preference: Option<WaitPreference>,
+    ) -> (Outcome, Response<Body>) {
         let not_found = || {
             (
                 Outcome::NotFound,
@@ -451,8 +477,9 @@ impl App {
         {
             return not_found();
         }
-        let item = match self.read_payment(payment_id).await {
-            Ok(item) => item,
+        let item = match self.read_owned(payment_id, caller).await {
+            Ok(Some(item)) => item,
+            Ok(None) => return not_found(),
             Err(e) => {
                 tracing::error!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "GetItem failed");
                 return (
@@ -461,41 +488,25 @@ impl App {
                 );
             }
         };
-        let owned = item.filter(|i| {
+        let response = match preference {
+            Some(preference) => self.waited(payment_id, caller, item, preference).await,
+            None => json_response(StatusCode::OK, representation::payment(payment_id, &item)),
+        };
+        (Outcome::Found, response)
+    }
+
+    /// A payment item if it is of the caller's account.
+    pub(crate) async fn read_owned(
+        &self,
+        payment_id: &str,
+        caller: &Caller,
+    ) -> Result<Option<Item>, aws_sdk_dynamodb::Error> {
+        Ok(self.read_payment(payment_id).await?.filter(|i| {
             i.get("accountId")
                 .and_then(|v| v.as_s().ok())
                 .map(String::as_str)
                 == Some(caller.account.as_str())
-        });
-        let Some(item) = owned else {
-            return not_found();
-        };
-        let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let n = |name: &str| {
-            item.get(name)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse::<i64>().ok())
-        };
-        let body = json!({
-            "paymentId": payment_id,
-            "accountId": s("accountId"),
-            "amountCents": n("amountCents"),
-            "currency": s("currency"),
-            "description": s("description"),
-            "status": s("status"),
-            "failureReason": s("lastError"),
-            "sequence": n("sequence"),
-            "timestamps": {
-                "accepted": n("createdAt"),
-                "charged": n("chargedAt"),
-                "failed": n("failedAt"),
-                "reopened": n("reopenedAt"),
-            },
-        });
-        (
-            Outcome::Found,
-            json_response(StatusCode::OK, body.to_string()),
-        )
+        }))
     }
 }
 
@@ -557,12 +568,11 @@ fn accepted_response(payment_id: &str) -> StoredResponse {
     StoredResponse {
         status: 201,
         location: format!("/payments/{payment_id}"),
-        body: json!({"paymentId": payment_id, "status": PaymentStatus::Accepted.as_str()})
-            .to_string(),
+        body: representation::created(payment_id, PaymentStatus::Accepted.as_str()),
     }
 }
 
-fn json_response(status: StatusCode, body: String) -> Response<Body> {
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response.headers_mut().insert(

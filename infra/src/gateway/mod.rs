@@ -112,7 +112,7 @@ const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 /// let template = Template::load_project(&TemplateOptions::default()).unwrap();
 /// let options = GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
 ///     .with_jwt_authorizer(JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap());
-/// assert_eq!(options.timeout.as_secs(), 10);
+/// assert_eq!(options.timeout.as_secs(), 25);
 /// assert_eq!(options.routes.len(), 2); // ANY /payments, ANY /payments/{paymentId}
 /// let url_options = options.function_url(); // every path and method, like a function URL
 /// assert!(url_options.routes.is_empty());
