@@ -360,6 +360,11 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     }
     gateway.shutdown().await;
 
+    // payments-reconciler after the run: every charge audited, a payment left accepted with
+    // its message in the dead-letter queue (marked failed), one with no message (sent again).
+    let recon_rec = recorder();
+    reconcile(&stack, &recon_rec).await;
+
     let mut reports: Vec<Report> = Vec::new();
     let mut recorded = Vec::new();
     for (function, rec) in [
@@ -367,6 +372,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         ("payments-publisher", &pub_rec),
         ("payment-processor", &proc_rec),
         ("receipt-sender", &send_rec),
+        ("payments-reconciler", &recon_rec),
     ] {
         assert!(
             rec.problems().is_empty(),
@@ -405,11 +411,55 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     );
 }
 
-/// `payments.fifo` takes messages from payments-publisher's role only (and the operators' role):
-/// its queue policy denies `sqs:SendMessage` to every other principal, which no identity policy
-/// can override, and the other functions' roles are neither excepted nor granted the send.
+/// One payments-reconciler pass with `recorder`'s clients, over what the run left and two
+/// payments left accepted: one whose message is in the dead-letter queue, one with no message.
+async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
+    use payments_operations::reconcile::{Config, Reconciler};
+    let [dead, lost] = <[_; 2]>::try_from(
+        stack
+            .accept(payments_e2e::stack::payments(2, 2, "iam-reconcile", |_| {
+                String::new()
+            }))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    stack
+        .clients
+        .sqs
+        .send_message()
+        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
+        .message_body(serde_json::to_string(&dead).unwrap())
+        .message_group_id(&dead.account_id)
+        .message_deduplication_id("iam-reconcile")
+        .send()
+        .await
+        .unwrap();
+    let mut settings = stack.settings("payments-reconciler").unwrap();
+    for (k, v) in [("RESEND_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")] {
+        settings.insert(k.into(), v.into());
+    }
+    let reconciler = Reconciler::new(
+        recorder.dynamodb_client(&stack.sdk),
+        recorder.sqs_client(&stack.sdk),
+        Config::from_settings(&settings).unwrap(),
+    );
+    let report = reconciler
+        .run(payments_publisher::now_ms() + 1)
+        .await
+        .unwrap();
+    assert_eq!(report.waiting.marked_failed, [dead.payment_id], "{report}");
+    assert!(report.waiting.resent.contains(&lost.payment_id), "{report}");
+    assert!(report.audit.audited > 0, "{report}");
+    assert!(report.audit.mismatches.is_empty(), "{report}");
+}
+
+/// `payments.fifo` takes messages from payments-publisher's role and payments-reconciler's (which
+/// sends again what was left accepted) only, and the operators' role: its queue policy denies
+/// `sqs:SendMessage` to every other principal, which no identity policy can override, and the
+/// other functions' roles are neither excepted nor granted the send.
 #[test]
-fn only_the_relay_may_send_to_the_payments_queue() {
+fn only_the_relay_and_the_reconciler_may_send_to_the_payments_queue() {
     use serde_yaml_ng::Value;
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml")).unwrap();
@@ -452,9 +502,20 @@ fn only_the_relay_may_send_to_the_payments_queue() {
             Some("PaymentsPublisherRole.Arn".to_owned())
         )
     );
-    assert_eq!(excepted.len(), 2, "the relay and the operators' role only");
+    assert_eq!(
+        excepted[1],
+        (
+            "!GetAtt".to_owned(),
+            Some("PaymentsReconcilerRole.Arn".to_owned())
+        )
+    );
+    assert_eq!(
+        excepted.len(),
+        3,
+        "the relay, the reconciler and the operators' role only"
+    );
     assert!(
-        excepted[1]
+        excepted[2]
             .1
             .as_deref()
             .is_some_and(|arn| arn.ends_with(":role/${PaymentsQueueOperatorRoleName}")),
@@ -484,5 +545,8 @@ fn only_the_relay_may_send_to_the_payments_queue() {
         })
         .map(|f| f.role.as_str())
         .collect();
-    assert_eq!(senders, vec!["PaymentsPublisherRole"]);
+    assert_eq!(
+        senders,
+        vec!["PaymentsPublisherRole", "PaymentsReconcilerRole"]
+    );
 }

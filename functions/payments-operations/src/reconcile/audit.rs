@@ -17,7 +17,7 @@ use payments_model::lifecycle::{self, CHARGED_INDEX, CHARGED_SHARD, LEDGER_BY_PA
 use super::{ReconcileError, Reconciler};
 
 /// The accounts table's key of the audit's cursor of each shard: this prefix and the shard.
-pub const CURSOR_PREFIX: &str = "#reconciler/charged/";
+pub const CURSOR_PREFIX: &str = "reconciler#charged-";
 
 /// At most this many balances per transaction (DynamoDB's limit is 100 items, one is the cursor).
 const BALANCES_PER_TRANSACTION: usize = 99;
