@@ -95,7 +95,8 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(seen["path"], "p-42");
     assert_eq!(seen["header"], "yes");
     assert_eq!(seen["forwardedProto"], "http");
-    assert_eq!(seen["routeKey"], "ANY /payments/{paymentId}");
+    // The most specific route: GET before the ANY fallback.
+    assert_eq!(seen["routeKey"], "GET /payments/{paymentId}");
     assert_eq!(seen["sourceIp"], "127.0.0.1");
     assert_eq!(seen["body"], json!({"empty": true}));
     assert_eq!(seen["function"], "payments-api");
@@ -118,7 +119,7 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(status, 201);
     let seen: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen["body"], json!({"text": r#"{"amountCents":100}"#}));
-    assert_eq!(seen["routeKey"], "ANY /payments");
+    assert_eq!(seen["routeKey"], "POST /payments");
 
     let (_, _, body) = call(
         &client,

@@ -1,12 +1,13 @@
 //! The local API Gateway's JWT authorizer, as the template configures it: bad tokens refused
-//! before the function, claims and scopes passed on as API Gateway writes them.
+//! before the function, each route's authorization scopes enforced (403 without one of them),
+//! claims and scopes passed on as API Gateway writes them.
 
 mod gateway_common;
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer, test_token, unsigned_token};
-use local_aws::template::{Template, TemplateOptions};
+use local_aws::template::{HttpRoute, Template, TemplateOptions};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,12 +36,12 @@ async fn claims(request: Request) -> Result<Response<Body>, Error> {
         .authorizer
         .and_then(|a| a.jwt)
         .ok_or_else(|| Error::from("no JWT authorizer output"))?;
-    let out = json!({ "claims": jwt.claims, "scopes": jwt.scopes });
+    let out = json!({ "claims": jwt.claims, "scopes": jwt.scopes, "routeKey": ctx.route_key });
     Ok(Response::new(Body::from(out.to_string())))
 }
 
-#[tokio::test]
-async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
+/// The payments API's gateway in front of [`claims`], counting the requests that reach it.
+async fn counting_gateway() -> (Gateway, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
     let gateway = Gateway::serve(
@@ -53,6 +54,12 @@ async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
     )
     .await
     .unwrap();
+    (gateway, calls)
+}
+
+#[tokio::test]
+async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
+    let (gateway, calls) = counting_gateway().await;
     let client = client();
     let url = format!("{}/payments", gateway.url());
     let hour = Duration::from_secs(3600);
@@ -128,8 +135,14 @@ async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
     .await;
     assert_gateway_answer(&answer, 404, "Not Found");
 
-    // A valid token, with or without `Bearer `, reaches it.
-    let token = test_token(ISSUER, "payments-api", "alice", &[], hour);
+    // A valid token with the route's scope, with or without `Bearer `, reaches it.
+    let token = test_token(
+        ISSUER,
+        "payments-api",
+        "alice",
+        &[("scope", "payments/read")],
+        hour,
+    );
     for authorization in [format!("Bearer {token}"), token] {
         let (status, _, _) = call(
             &client,
@@ -186,8 +199,9 @@ async fn claims_reach_the_handler_as_api_gateway_writes_them() {
             .unwrap()
             .as_secs()
     );
-    // The routes have no authorization scopes: API Gateway sends no scopes.
-    assert_eq!(seen["scopes"], Value::Null);
+    // The route has authorization scopes: API Gateway sends the token's scopes.
+    assert_eq!(seen["scopes"], json!(["payments/write", "payments/read"]));
+    assert_eq!(seen["routeKey"], "POST /payments");
 
     // Non-string claims, as API Gateway writes them; a Cognito access token has `client_id`
     // instead of `aud`.
@@ -207,6 +221,7 @@ async fn claims_reach_the_handler_as_api_gateway_writes_them() {
         "cognito:groups": ["admin", "ops"],
         "address": {"country": "NZ"},
         "nickname": null,
+        "scope": "payments/read",
     }));
     let (status, _, body) = call(
         &client,
@@ -230,14 +245,15 @@ async fn claims_reach_the_handler_as_api_gateway_writes_them() {
             "email_verified": "true",
             "cognito:groups": "[admin ops]",
             "address": "map[country:NZ]",
+            "scope": "payments/read",
         })
     );
     gateway.shutdown().await;
 }
 
 #[tokio::test]
-async fn routes_with_authorization_scopes_check_them_and_pass_them_on() {
-    let mut options = authorized_options();
+async fn the_authorizer_s_own_scopes_apply_to_routes_without_scopes() {
+    let mut options = authorized_options().routes(vec![HttpRoute::new("Any", "ANY", "/payments")]);
     options.authorizer = options
         .authorizer
         .map(|a| a.with_authorization_scopes(["payments/write"]));
@@ -276,5 +292,190 @@ async fn routes_with_authorization_scopes_check_them_and_pass_them_on() {
     assert_eq!(status, 200);
     let seen: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen["scopes"], json!(["payments/read", "payments/write"]));
+    gateway.shutdown().await;
+}
+
+/// A token minted with `claims` added (`scope` or `scp`), valid for a minute.
+fn token_with(claims: &[(&str, Value)]) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut all = json!({"iss": ISSUER, "aud": "payments-api", "sub": "alice", "exp": now + 60});
+    for (name, value) in claims {
+        all[*name] = value.clone();
+    }
+    format!("Bearer {}", unsigned_token(&all))
+}
+
+#[tokio::test]
+async fn each_route_needs_one_of_its_scopes_from_the_template() {
+    let (gateway, calls) = counting_gateway().await;
+    let client = client();
+    let base = gateway.url();
+    let read = token_with(&[("scope", json!("openid payments/read"))]);
+    let write = token_with(&[("scp", json!(["payments/write"]))]);
+    let both = token_with(&[("scope", json!("payments/write payments/read"))]);
+    let none = token_with(&[]);
+    let other = token_with(&[("scope", json!("email profile"))]);
+    // `scp` is read before `scope`, as API Gateway does: only one of them counts.
+    let scp_first = token_with(&[
+        ("scp", json!(["profile"])),
+        ("scope", json!("payments/write")),
+    ]);
+    // (method, path, token, the route it reaches or None for 403)
+    let cases = [
+        ("POST", "/payments", &read, None),
+        ("POST", "/payments", &write, Some("POST /payments")),
+        ("POST", "/payments", &both, Some("POST /payments")),
+        ("POST", "/payments", &none, None),
+        ("POST", "/payments", &other, None),
+        ("POST", "/payments", &scp_first, None),
+        (
+            "GET",
+            "/payments/p-1",
+            &read,
+            Some("GET /payments/{paymentId}"),
+        ),
+        ("GET", "/payments/p-1", &write, None),
+        (
+            "GET",
+            "/payments/p-1",
+            &both,
+            Some("GET /payments/{paymentId}"),
+        ),
+        ("GET", "/payments/p-1", &none, None),
+        // A wrong method falls back to the ANY route, which needs either scope: the function
+        // gets it (and answers 405) for any payments token, no one else does.
+        ("DELETE", "/payments", &read, Some("ANY /payments")),
+        ("GET", "/payments", &write, Some("ANY /payments")),
+        ("DELETE", "/payments", &none, None),
+        (
+            "POST",
+            "/payments/p-1",
+            &read,
+            Some("ANY /payments/{paymentId}"),
+        ),
+        (
+            "PUT",
+            "/payments/p-1",
+            &write,
+            Some("ANY /payments/{paymentId}"),
+        ),
+        ("PUT", "/payments/p-1", &other, None),
+    ];
+    let mut reached = 0;
+    for (method, path, token, route) in cases {
+        let answer = call(
+            &client,
+            method,
+            &format!("{base}{path}"),
+            &[("authorization", token.as_str())],
+            b"",
+        )
+        .await;
+        let case = format!("{method} {path} with {token}");
+        match route {
+            None => {
+                assert_gateway_answer(&answer, 403, "Forbidden");
+                assert!(!answer.1.contains_key("www-authenticate"), "{case}");
+            }
+            Some(route) => {
+                reached += 1;
+                assert_eq!(answer.0, 200, "{case}: {:?}", answer.2);
+                let seen: Value = serde_json::from_slice(&answer.2).unwrap();
+                assert_eq!(seen["routeKey"], route, "{case}");
+                assert!(seen["scopes"].is_array(), "{case}: {seen}");
+            }
+        }
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        reached,
+        "a 403 reached the function"
+    );
+    // Scopes do not replace the token's checks: a token without them is still 401.
+    let answer = call(&client, "GET", &format!("{base}/payments/p-1"), &[], b"").await;
+    assert_gateway_answer(&answer, 401, "Unauthorized");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_scopes_come_from_the_template_s_parameters() {
+    let options = TemplateOptions::default()
+        .parameter("WriteScope", "https://pay.example.com/charge")
+        .parameter("ReadScope", "https://pay.example.com/view");
+    let template = Template::load_project(&options).unwrap();
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
+            .with_jwt_authorizer(
+                JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap(),
+            ),
+        claims,
+    )
+    .await
+    .unwrap();
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+    let old = token_with(&[("scope", json!("payments/write payments/read"))]);
+    let new = token_with(&[("scope", json!("https://pay.example.com/charge"))]);
+    let answer = call(&client, "POST", &url, &[("authorization", &old)], b"").await;
+    assert_gateway_answer(&answer, 403, "Forbidden");
+    let answer = call(&client, "POST", &url, &[("authorization", &new)], b"").await;
+    assert_eq!(answer.0, 200, "{:?}", answer.2);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_public_route_runs_no_authorizer() {
+    let public = HttpRoute {
+        authorizer: Some("NONE".into()),
+        ..HttpRoute::new("Health", "GET", "/health")
+    };
+    let options = authorized_options().routes(vec![
+        public,
+        HttpRoute {
+            authorization_scopes: vec!["payments/read".into()],
+            ..HttpRoute::new("Payments", "ANY", "/payments")
+        },
+    ]);
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        options,
+        |request: Request| async move {
+            let RequestContext::ApiGatewayV2(ctx) = request.request_context() else {
+                return Err(Error::from("not an API Gateway v2 request"));
+            };
+            Ok::<_, Error>(Response::new(Body::from(format!(
+                "authorizer: {}",
+                ctx.authorizer.and_then(|a| a.jwt).is_some()
+            ))))
+        },
+    )
+    .await
+    .unwrap();
+    let client = client();
+    let (status, _, body) = call(
+        &client,
+        "GET",
+        &format!("{}/health", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_ref()),
+        (200, b"authorizer: false".as_ref())
+    );
+    let answer = call(
+        &client,
+        "GET",
+        &format!("{}/payments", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_gateway_answer(&answer, 401, "Unauthorized");
     gateway.shutdown().await;
 }

@@ -166,7 +166,9 @@ async fn provision_then_verify_matches_and_is_idempotent() {
         resources.queues["ReceiptsQueue"].url
     );
     assert_eq!(env["LEDGER_TABLE"], naming.apply("payments-ledger"));
-    assert_eq!(env["FAIL_PAYMENTS"], "");
+    // The default Stage is prod: no failure switch.
+    assert!(!env.contains_key("FAIL_PAYMENTS"));
+    assert_eq!(env["STAGE"], "prod");
 
     // Provisioning again finds everything and changes nothing.
     let again = provision::provision(&clients, &t).await.unwrap();
@@ -405,7 +407,8 @@ async fn the_provision_binary_prints_exports_and_verifies() {
     assert!(stdout.contains(&format!(
         "export IDEMPOTENCY_TABLE='{prefix}payments-idempotency'"
     )));
-    assert!(stdout.contains("export FAIL_PAYMENTS=''"));
+    assert!(stdout.contains("export STAGE='prod'"));
+    assert!(!stdout.contains("FAIL_PAYMENTS"), "{stdout}");
 
     let out = run(&["--prefix", &prefix, "--param", "MaxAttempts=3", "--verify"]);
     assert!(

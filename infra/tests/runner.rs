@@ -491,11 +491,11 @@ async fn cargo_lambda_watch_style_invoke_api() {
     // A stand-in for `cargo lambda watch`: the gateway serving the Invoke API route.
     let invoke_api = Gateway::serve(
         "127.0.0.1:0".parse().unwrap(),
-        GatewayOptions::new("invoke-api", Duration::from_secs(5)).routes(vec![HttpRoute {
-            name: "Invoke".into(),
-            method: "POST".into(),
-            path: "/2015-03-31/functions/{name}/invocations".into(),
-        }]),
+        GatewayOptions::new("invoke-api", Duration::from_secs(5)).routes(vec![HttpRoute::new(
+            "Invoke",
+            "POST",
+            "/2015-03-31/functions/{name}/invocations",
+        )]),
         |request: lambda_http::Request| async move {
             use lambda_http::RequestExt;
             let name = request.path_parameters().first("name").unwrap().to_owned();

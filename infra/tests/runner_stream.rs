@@ -263,11 +263,11 @@ async fn a_cargo_lambda_watch_style_invoke_api_serves_a_stream_mapping() {
     let (handler_calls, handler_seen) = (Arc::clone(&calls), seen.clone());
     let invoke_api = Gateway::serve(
         "127.0.0.1:0".parse().unwrap(),
-        GatewayOptions::new("invoke-api", Duration::from_secs(5)).routes(vec![HttpRoute {
-            name: "Invoke".into(),
-            method: "POST".into(),
-            path: "/2015-03-31/functions/{name}/invocations".into(),
-        }]),
+        GatewayOptions::new("invoke-api", Duration::from_secs(5)).routes(vec![HttpRoute::new(
+            "Invoke",
+            "POST",
+            "/2015-03-31/functions/{name}/invocations",
+        )]),
         move |request: lambda_http::Request| {
             let (calls, seen) = (Arc::clone(&handler_calls), handler_seen.clone());
             async move {

@@ -183,12 +183,26 @@ fn functions_and_event_sources() {
     let routes: Vec<_> = api
         .http_routes
         .iter()
-        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .map(|r| {
+            assert_eq!(r.authorizer.as_deref(), Some("PaymentsJwt"), "{r:?}");
+            (
+                r.method.as_str(),
+                r.path.as_str(),
+                r.authorization_scopes.join(" "),
+            )
+        })
         .collect();
-    // ANY: a wrong method reaches the function, which answers 405.
+    // Charging needs the write scope, reading the read scope; the ANY fallbacks (a wrong method
+    // reaches the function, which answers 405) need either.
+    let either = "payments/write payments/read".to_owned();
     assert_eq!(
         routes,
-        [("ANY", "/payments"), ("ANY", "/payments/{paymentId}")]
+        [
+            ("POST", "/payments", "payments/write".to_owned()),
+            ("GET", "/payments/{paymentId}", "payments/read".to_owned()),
+            ("ANY", "/payments", either.clone()),
+            ("ANY", "/payments/{paymentId}", either),
+        ]
     );
     // Globals and the function's own variables, merged.
     assert_eq!(api.environment["RUST_LOG"].as_literal(), Some("info"));
@@ -260,10 +274,9 @@ fn functions_and_event_sources() {
     );
     assert_eq!(processor.environment["LEDGER_TABLE"], r("LedgerTable"));
     assert_eq!(processor.environment["BALANCES_TABLE"], r("BalancesTable"));
-    assert_eq!(
-        processor.environment["FAIL_PAYMENTS"].as_literal(),
-        Some("")
-    );
+    // The default Stage is prod: no failure switch (see template_conditions.rs).
+    assert!(!processor.environment.contains_key("FAIL_PAYMENTS"));
+    assert_eq!(processor.environment["STAGE"].as_literal(), Some("prod"));
     assert_eq!(
         processor.environment["IDEMPOTENCY_TABLE"],
         r("IdempotencyTable")
@@ -462,6 +475,7 @@ fn naming_and_parameter_overrides() {
         .parameter("MaxAttempts", "2")
         .parameter("IdempotencyTtlSeconds", "2000000")
         .parameter("FailPayments", "boom:1")
+        .parameter("Stage", "test")
         .parameter("ReceiptsQueueName", "other-receipts");
     let t = Template::load_project(&options).unwrap();
     assert_eq!(t.parameter("MaxAttempts"), Some("2"));
@@ -514,58 +528,5 @@ fn naming_and_parameter_overrides() {
             Template::load_project(&options).is_err(),
             "{name}={value} accepted"
         );
-    }
-}
-
-#[test]
-fn conditions_may_decide_only_on_resources_the_harness_skips() {
-    // The alarm topic's e-mail subscription, as template.yaml has it: a condition the harness
-    // does not evaluate, on a resource it does not model.
-    let template = |queue_condition: &str| {
-        format!(
-            r#"
-Parameters:
-  Email: {{ Type: String, Default: "" }}
-Conditions:
-  HasEmail: !Not [!Equals [!Ref Email, ""]]
-Resources:
-  Jobs:
-    Type: AWS::SQS::Queue
-    {queue_condition}
-    Properties: {{ QueueName: jobs }}
-  Topic:
-    Type: AWS::SNS::Topic
-  Subscription:
-    Type: AWS::SNS::Subscription
-    Condition: HasEmail
-    Properties: {{ TopicArn: !Ref Topic, Protocol: email, Endpoint: !Ref Email }}
-"#
-        )
-    };
-    let t = Template::parse(&template(""), &TemplateOptions::default()).unwrap();
-    assert_eq!(keys(&t.queues), ["Jobs"]);
-    // On a queue (or a table, or a function) a condition would change what runs: refused.
-    let e = Template::parse(
-        &template("Condition: HasEmail"),
-        &TemplateOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("Resources.Jobs") && e.contains("Condition on a AWS::SQS::Queue"),
-        "{e}"
-    );
-    let text = std::fs::read_to_string(Template::project_path()).unwrap();
-    for (resource, kind) in [
-        ("IdempotencyTable", "AWS::DynamoDB::Table"),
-        ("ReceiptSenderFunction", "AWS::Serverless::Function"),
-    ] {
-        let from = format!("  {resource}:\n    Type: {kind}\n");
-        assert!(text.contains(&from), "{from}");
-        let to = format!("{from}    Condition: HasAlarmEmail\n");
-        let e = Template::parse(&text.replacen(&from, &to, 1), &TemplateOptions::default())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(&format!("Condition on a {kind}")), "{e}");
     }
 }

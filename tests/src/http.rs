@@ -1,5 +1,6 @@
 //! A small HTTP/1.1 client for the local API, calling as a caller with a local test token (the
-//! local gateway checks its issuer, audience and expiry as API Gateway's JWT authorizer would).
+//! local gateway checks its issuer, audience, expiry and the route's scopes as API Gateway's JWT
+//! authorizer would).
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use local_aws::template::Template;
 
 /// One answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +30,47 @@ pub struct Answer {
     pub preference_applied: Option<String>,
 }
 
-/// Who the tokens come from: the JWT authorizer's issuer and an accepted audience.
+/// Who the tokens come from: the JWT authorizer's issuer and an accepted audience, and the
+/// scopes they grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenIssuer {
     /// `iss`.
     pub issuer: String,
     /// `aud`.
     pub audience: String,
+    /// `scope`: space-separated scopes (none when empty).
+    pub scope: String,
+}
+
+impl TokenIssuer {
+    /// The template's `JwtIssuer`, first `JwtAudience`, and both `WriteScope` and `ReadScope`
+    /// (a caller that may charge and read).
+    pub fn from_template(template: &Template) -> Self {
+        let parameter = |name: &str| template.parameter(name).unwrap_or_default().to_owned();
+        let audience = parameter("JwtAudience");
+        Self {
+            issuer: parameter("JwtIssuer"),
+            audience: audience
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            scope: format!("{} {}", parameter("WriteScope"), parameter("ReadScope"))
+                .trim()
+                .to_owned(),
+        }
+    }
+
+    /// A token for `sub` with `scope` (none when empty), valid for `ttl`.
+    pub fn token(&self, sub: &str, scope: &str, ttl: Duration) -> String {
+        let claims: &[(&str, &str)] = if scope.is_empty() {
+            &[]
+        } else {
+            &[("scope", scope)]
+        };
+        local_aws::gateway::test_token(&self.issuer, &self.audience, sub, claims, ttl)
+    }
 }
 
 /// A client of one base URL, calling as one caller (or none).
@@ -71,18 +107,24 @@ impl HttpClient {
     }
 
     /// The same client calling as `sub`, whose account (the `sub` claim, the template's
-    /// default `AccountClaim`) is `sub` too.
+    /// default `AccountClaim`) is `sub` too, with the issuer's scopes.
     pub fn as_caller(&self, sub: &str) -> Self {
+        let scope = self
+            .issuer
+            .as_ref()
+            .map(|i| i.scope.clone())
+            .unwrap_or_default();
+        self.as_caller_with_scope(sub, &scope)
+    }
+
+    /// [`as_caller`](Self::as_caller) with a token granting only `scope` (space-separated;
+    /// none when empty).
+    pub fn as_caller_with_scope(&self, sub: &str, scope: &str) -> Self {
         let mut client = self.clone();
-        client.token = self.issuer.as_ref().map(|i| {
-            local_aws::gateway::test_token(
-                &i.issuer,
-                &i.audience,
-                sub,
-                &[],
-                Duration::from_secs(3600),
-            )
-        });
+        client.token = self
+            .issuer
+            .as_ref()
+            .map(|i| i.token(sub, scope, Duration::from_secs(3600)));
         client
     }
 

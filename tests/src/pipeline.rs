@@ -31,6 +31,9 @@ pub struct Options {
     pub naming: Naming,
     /// `FailPayments` (the failure switch).
     pub fail_payments: String,
+    /// `Stage` ([`TEST_STAGE`](crate::stack::TEST_STAGE) by default: the failure switch is
+    /// dropped in `prod`).
+    pub stage: String,
     /// `BackoffBaseSeconds`: the first retry of a failed record comes after this long.
     pub backoff_base_seconds: u32,
     /// Start payments-publisher with the rest (else: [`Pipeline::start_publisher`]).
@@ -49,6 +52,7 @@ impl Default for Options {
         Self {
             naming: Naming::unique("e2e"),
             fail_payments: String::new(),
+            stage: crate::stack::TEST_STAGE.to_owned(),
             backoff_base_seconds: 1,
             start_publisher: true,
             start_processor: true,
@@ -107,6 +111,7 @@ impl Pipeline {
         let mut template_options = TemplateOptions::default()
             .naming(options.naming)
             .parameter("FailPayments", options.fail_payments)
+            .parameter("Stage", options.stage)
             .parameter(
                 "BackoffBaseSeconds",
                 options.backoff_base_seconds.to_string(),
@@ -258,20 +263,11 @@ impl Pipeline {
     }
 
     /// A client of the local API, minting test tokens that the local gateway's JWT authorizer
-    /// accepts (the template's `JwtIssuer` and first `JwtAudience`); call
+    /// accepts (the template's `JwtIssuer` and first `JwtAudience`, both scopes); call
     /// [`as_caller`](HttpClient::as_caller) to pick the caller.
     pub fn http(&self) -> HttpClient {
-        let parameter = |name: &str| self.template.parameter(name).unwrap_or_default().to_owned();
-        let audience = parameter("JwtAudience");
-        HttpClient::new(self.gateway.url()).with_issuer(crate::http::TokenIssuer {
-            issuer: parameter("JwtIssuer"),
-            audience: audience
-                .split(',')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_owned(),
-        })
+        HttpClient::new(self.gateway.url())
+            .with_issuer(crate::http::TokenIssuer::from_template(&self.template))
     }
 
     /// The API's base URL.

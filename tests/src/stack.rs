@@ -17,6 +17,13 @@ use payments_model::PaymentRequested;
 /// A boxed error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The template's `Stage` for tests and the demo: not `prod`, so that the failure switch
+/// (`FailPayments`) reaches payment-processor.
+pub const TEST_STAGE: &str = "test";
+
+/// The template's `Stage` for `make up`.
+pub const DEV_STAGE: &str = "dev";
+
 /// Provisioned resources of one run.
 pub struct Stack {
     /// The SDK configuration for the endpoint.
@@ -30,8 +37,8 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Provisions the template under a unique prefix, with these parameter overrides, on the
-    /// endpoint in `AWS_ENDPOINT_URL`.
+    /// Provisions the template under a unique prefix, with these parameter overrides (`Stage`
+    /// is [`TEST_STAGE`] unless they give one), on the endpoint in `AWS_ENDPOINT_URL`.
     pub async fn provision(parameters: &[(&str, &str)]) -> Result<Self, BoxError> {
         Self::provision_named(Naming::unique("e2e"), parameters).await
     }
@@ -43,7 +50,9 @@ impl Stack {
     ) -> Result<Self, BoxError> {
         let sdk = local_aws::local_sdk_config().await?;
         let clients = Clients::new(&sdk);
-        let mut options = TemplateOptions::default().naming(naming);
+        let mut options = TemplateOptions::default()
+            .naming(naming)
+            .parameter("Stage", TEST_STAGE);
         for (k, v) in parameters {
             options = options.parameter(*k, *v);
         }

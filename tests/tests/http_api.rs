@@ -1,5 +1,5 @@
-//! payments-api over HTTP, through the local gateway and its JWT authorizer: bad input is refused
-//! before anything is stored, amounts follow their currency's minor unit and the limit and
+//! payments-api over HTTP, through the local gateway and its JWT authorizer: bad input (and a
+//! token without the route's scope) is refused before anything is stored, amounts follow their currency's minor unit and the limit and
 //! balances are per currency, callers own their payments and their keys, a reused key stays a
 //! 422 after its idempotency record expired, concurrent POSTs with one key make one payment, and a
 //! client that sends `Prefer: wait=N` learns the payment's outcome, or its state after N seconds.
@@ -164,6 +164,52 @@ async fn bad_input_gets_its_status_and_nothing_is_stored() {
     let anonymous = http.clone().with_token(None);
     let answer = anonymous.post_payment(Some("anon"), valid).await.unwrap();
     assert_eq!(answer.status, 401, "{answer:?}");
+    // Scopes, checked by the gateway before the function: a read-only token cannot charge, a
+    // write-only one cannot read, one with neither can do nothing; a wrong method still gets the
+    // function's 405 with a payments scope.
+    let scope = |name: &str| pipeline.template.parameter(name).unwrap().to_owned();
+    let as_scoped = |s: &str| pipeline.http().as_caller_with_scope("acct-1", s);
+    let (read_only, write_only) = (
+        as_scoped(&scope("ReadScope")),
+        as_scoped(&scope("WriteScope")),
+    );
+    let no_scope = as_scoped("");
+    let forbidden = r#"{"message":"Forbidden"}"#;
+    for (who, answer) in [
+        (
+            "read-only POST",
+            read_only.post_payment(Some("ro"), valid).await,
+        ),
+        (
+            "unscoped POST",
+            no_scope.post_payment(Some("none"), valid).await,
+        ),
+        ("write-only GET", write_only.get("/payments/pay_x").await),
+        ("unscoped GET", no_scope.get("/payments/pay_x").await),
+        (
+            "unscoped DELETE",
+            no_scope
+                .request("DELETE", "/payments", &[], Vec::new())
+                .await,
+        ),
+    ] {
+        let answer = answer.unwrap();
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (403, forbidden),
+            "{who}"
+        );
+    }
+    let answer = read_only.get("/payments/pay_x").await.unwrap();
+    assert_eq!(answer.status, 404, "the read-only token reads: {answer:?}");
+    for client in [&read_only, &write_only] {
+        let answer = client
+            .request("DELETE", "/payments", &[], Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 405, "{answer:?}");
+        assert_eq!(answer.allow.as_deref(), Some("POST"));
+    }
     assert_eq!(
         scan_count(&pipeline, "PaymentsTable").await,
         0,

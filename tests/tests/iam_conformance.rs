@@ -82,10 +82,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let authorizer =
         JwtAuthorizer::from_parameters(&stack.template, "JwtIssuer", "JwtAudience").unwrap();
     let http = HttpClient::new("")
-        .with_issuer(TokenIssuer {
-            issuer: authorizer.issuer.clone(),
-            audience: authorizer.audiences[0].clone(),
-        })
+        .with_issuer(TokenIssuer::from_template(&stack.template))
         .as_caller("acct-1");
     let gateway = Gateway::serve(
         SocketAddr::from(([127, 0, 0, 1], 0)),

@@ -77,7 +77,8 @@ pub struct Config {
     pub accounts_table: String,
     /// `RECEIPTS_QUEUE_URL`.
     pub receipts_queue_url: String,
-    /// `FAIL_PAYMENTS`: the failure switch (tests and demos only).
+    /// `FAIL_PAYMENTS`: the failure switch (tests and demos only; refused where `STAGE` is
+    /// `prod`, see [`FailureSwitch::from_settings`]).
     pub failure_switch: Option<FailureSwitch>,
 }
 
@@ -432,5 +433,47 @@ mod tests {
             &serde_json::to_string(&event).unwrap()
         ));
         assert!(!is_lease_mode_result("not json"));
+    }
+
+    #[test]
+    fn the_failure_switch_is_refused_where_stage_is_prod() {
+        let settings = |stage: Option<&str>, rules: &str| {
+            let mut s: std::collections::HashMap<String, String> = [
+                ("IDEMPOTENCY_TABLE", "idem"),
+                ("PAYMENTS_TABLE", "payments"),
+                ("LEDGER_TABLE", "ledger"),
+                ("BALANCES_TABLE", "balances"),
+                ("ACCOUNTS_TABLE", "accounts"),
+                ("RECEIPTS_QUEUE_URL", "http://q/receipts"),
+                ("FAIL_PAYMENTS", rules),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+            if let Some(stage) = stage {
+                s.insert("STAGE".into(), stage.into());
+            }
+            s
+        };
+        let refused = Config::from_settings(&settings(Some("prod"), "flaky:2")).unwrap_err();
+        assert_eq!(
+            refused,
+            ConfigError::FailureSwitchInProduction {
+                stage: "prod".into(),
+                rules: "flaky:2".into(),
+            }
+        );
+        let message = refused.to_string();
+        assert!(
+            message.contains("FAIL_PAYMENTS") && message.contains("STAGE is prod"),
+            "{message}"
+        );
+        // Without a switch, production starts; elsewhere, the switch is read.
+        let config = Config::from_settings(&settings(Some("prod"), "")).unwrap();
+        assert_eq!(config.failure_switch, None);
+        for stage in [Some("dev"), Some("test"), None] {
+            let config = Config::from_settings(&settings(stage, "flaky:2")).unwrap();
+            assert!(config.failure_switch.is_some(), "{stage:?}");
+        }
     }
 }

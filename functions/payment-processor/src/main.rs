@@ -6,6 +6,8 @@ use payment_processor::App;
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_model::sdk_config().await;
+    // Invalid settings fail the init with their reason, among them a failure switch
+    // (FAIL_PAYMENTS) where STAGE is prod.
     let app = App::from_settings(&sdk, &payments_model::Env)?;
     // An idempotency table that does not fit fails the init, naming the table and the mismatch:
     // Lambda retries the init, and no message is dead-lettered for it.

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod failure_switch;
 pub mod lifecycle;
 pub mod metrics;
 pub mod order;
+
+pub use failure_switch::{FailureSwitch, Fault};
 
 /// Metric namespace of the pipeline ([`metrics::NAMESPACE`]).
 pub const METRICS_NAMESPACE: &str = metrics::NAMESPACE;
@@ -193,6 +196,16 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// The failure switch (`FAIL_PAYMENTS`) is set where `STAGE` says production.
+    #[error(
+        "FAIL_PAYMENTS is set ({rules:?}) but STAGE is {stage}: the failure switch is for tests and demos and is refused in production; unset FAIL_PAYMENTS (or deploy with Stage dev or test)"
+    )]
+    FailureSwitchInProduction {
+        /// `STAGE`.
+        stage: String,
+        /// The rules `FAIL_PAYMENTS` holds.
+        rules: String,
+    },
 }
 
 /// Where settings come from: the process environment in Lambda, a map in tests and the local
@@ -351,99 +364,4 @@ pub async fn check_redrive_backstop(
 /// endpoint).
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
-}
-
-/// The failure switch, for tests and demos only (off when unset): comma-separated rules
-/// `MARKER:N[:ACTION]`. A payment whose description contains `MARKER`, on each of its first `N`
-/// attempts (as the idempotency store counts them: a receive blocked behind a failing payment of
-/// its group is not an attempt), gets `ACTION`: `fail` (the default: a retryable error), `permanent` (a permanent
-/// error: straight to the dead-letter queue), `panic`, or `sleep=MS` (waits, then is charged).
-///
-/// ```
-/// use payments_model::{Fault, FailureSwitch};
-/// use std::time::Duration;
-///
-/// let switch = FailureSwitch::parse("flaky:2,poison:1000,bad:1:permanent,slow:9:sleep=300").unwrap().unwrap();
-/// assert_eq!(switch.fault(Some("a flaky payment"), 2), Some(Fault::Fail));
-/// assert_eq!(switch.fault(Some("a flaky payment"), 3), None);
-/// assert_eq!(switch.fault(Some("poison"), 999), Some(Fault::Fail));
-/// assert_eq!(switch.fault(Some("bad"), 1), Some(Fault::Permanent));
-/// assert_eq!(switch.fault(Some("slow"), 1), Some(Fault::Sleep(Duration::from_millis(300))));
-/// assert_eq!(switch.fault(Some("steady"), 1), None);
-/// assert!(FailureSwitch::parse("").unwrap().is_none());
-/// assert!(FailureSwitch::parse("nocount").is_err());
-/// assert!(FailureSwitch::parse("m:1:explode").is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureSwitch {
-    rules: Vec<(String, u32, Fault)>,
-}
-
-/// What the failure switch does to a payment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// A retryable error.
-    Fail,
-    /// A permanent error.
-    Permanent,
-    /// A panic.
-    Panic,
-    /// A pause before the charge.
-    Sleep(Duration),
-}
-
-impl FailureSwitch {
-    /// Parses the rules; `None` for an empty value.
-    pub fn parse(value: &str) -> Result<Option<Self>, ConfigError> {
-        if value.is_empty() {
-            return Ok(None);
-        }
-        let invalid = |reason: String| ConfigError::Invalid {
-            name: "FAIL_PAYMENTS",
-            reason,
-        };
-        let mut rules = Vec::new();
-        for rule in value.split(',') {
-            let mut parts = rule.splitn(3, ':');
-            let marker = parts.next().unwrap_or_default();
-            let times = parts
-                .next()
-                .ok_or_else(|| invalid(format!("`{rule}` is not MARKER:N[:ACTION]")))?;
-            if marker.is_empty() {
-                return Err(invalid(format!("`{rule}`: the marker is empty")));
-            }
-            let times = times
-                .parse()
-                .map_err(|e| invalid(format!("`{times}` is not a number of attempts: {e}")))?;
-            let fault = match parts.next() {
-                None | Some("fail") => Fault::Fail,
-                Some("permanent") => Fault::Permanent,
-                Some("panic") => Fault::Panic,
-                Some(action) => match action.strip_prefix("sleep=").map(str::parse::<u64>) {
-                    Some(Ok(ms)) => Fault::Sleep(Duration::from_millis(ms)),
-                    _ => {
-                        return Err(invalid(format!(
-                            "`{action}` is not an action (fail, permanent, panic, sleep=MS)"
-                        )));
-                    }
-                },
-            };
-            rules.push((marker.to_owned(), times, fault));
-        }
-        Ok(Some(Self { rules }))
-    }
-
-    /// Reads `FAIL_PAYMENTS`.
-    pub fn from_settings(settings: &impl Settings) -> Result<Option<Self>, ConfigError> {
-        Self::parse(&settings.get("FAIL_PAYMENTS").unwrap_or_default())
-    }
-
-    /// The fault for a payment with `description`, on its `attempt`-th attempt (1 = first).
-    pub fn fault(&self, description: Option<&str>, attempt: u32) -> Option<Fault> {
-        let description = description?;
-        self.rules
-            .iter()
-            .find(|(marker, times, _)| description.contains(marker.as_str()) && attempt <= *times)
-            .map(|(_, _, fault)| *fault)
-    }
 }

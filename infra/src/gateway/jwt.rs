@@ -63,8 +63,11 @@ pub struct JwtAuthorizer {
     pub issuer: String,
     /// `JwtConfiguration.audience`: a token's `aud` (or `client_id`) must be one of these.
     pub audiences: Vec<String>,
-    /// The route's `AuthorizationScopes`. Empty (the default): no scope check, and the request
-    /// context's `jwt.scopes` is `None`, as API Gateway sends it for routes without scopes.
+    /// The scopes of routes that have no `AuthorizationScopes` of their own (a route's own
+    /// replace them, as SAM's event-level scopes replace the `DefaultAuthorizer`'s; see
+    /// [`HttpRoute::authorization_scopes`](crate::template::HttpRoute::authorization_scopes)).
+    /// Empty (the default): no scope check, and the request context's `jwt.scopes` is `None`,
+    /// as API Gateway sends it for routes without scopes.
     pub authorization_scopes: Vec<String>,
 }
 
@@ -143,6 +146,37 @@ impl JwtAuthorizer {
         authorization: Option<&str>,
         now: SystemTime,
     ) -> Result<ApiGatewayRequestAuthorizerJwtDescription, JwtError> {
+        self.authorize_route_at(authorization, &[], now)
+    }
+
+    /// [`authorize_at`](Self::authorize_at) for a route with `route_scopes` (its
+    /// `AuthorizationScopes`; empty: the authorizer's own): the token must carry at least one of
+    /// them in `scp` or `scope`, else [`JwtError::Scope`] (403).
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use local_aws::gateway::{JwtAuthorizer, JwtError, test_token};
+    ///
+    /// let authorizer = JwtAuthorizer::new("https://issuer.example.com/", ["payments-api"]);
+    /// let token = test_token("https://issuer.example.com/", "payments-api", "alice",
+    ///     &[("scope", "payments/read")], Duration::from_secs(60));
+    /// let write = ["payments/write".to_owned()];
+    /// let now = SystemTime::now();
+    /// assert_eq!(authorizer.authorize_route_at(Some(&token), &write, now), Err(JwtError::Scope));
+    /// let read = ["payments/read".to_owned()];
+    /// assert!(authorizer.authorize_route_at(Some(&token), &read, now).is_ok());
+    /// ```
+    pub fn authorize_route_at(
+        &self,
+        authorization: Option<&str>,
+        route_scopes: &[String],
+        now: SystemTime,
+    ) -> Result<ApiGatewayRequestAuthorizerJwtDescription, JwtError> {
+        let required = if route_scopes.is_empty() {
+            &self.authorization_scopes
+        } else {
+            route_scopes
+        };
         let token = authorization
             .map(|value| value.strip_prefix("Bearer ").unwrap_or(value).trim())
             .filter(|token| !token.is_empty())
@@ -150,14 +184,11 @@ impl JwtAuthorizer {
         let (header, claims) = decode(token)?;
         check_header(&header)?;
         self.check_claims(&claims, now)?;
-        let scopes = if self.authorization_scopes.is_empty() {
+        let scopes = if required.is_empty() {
             None
         } else {
             let granted = claims::scopes(&claims).unwrap_or_default();
-            if !granted
-                .iter()
-                .any(|s| self.authorization_scopes.contains(s))
-            {
+            if !granted.iter().any(|s| required.contains(s)) {
                 return Err(JwtError::Scope);
             }
             Some(granted)

@@ -11,7 +11,8 @@
 //!
 //! What API Gateway answers itself is answered the same way, as `{"message":"…"}` JSON: 404
 //! `Not Found` for no route, 401 `Unauthorized` (with `www-authenticate`) when the
-//! [JWT authorizer](JwtAuthorizer) refuses the token, 413 `Request Too Long` over Lambda's
+//! [JWT authorizer](JwtAuthorizer) refuses the token, 403 `Forbidden` when the token has none of
+//! the route's authorization scopes, 413 `Request Too Long` over Lambda's
 //! payload limit, 500 `Internal Server Error` when the function errors, panics or times out,
 //! 503 `Service Unavailable` past the integration timeout. The real cause of a 5xx is logged
 //! (`tracing`), as it would be in the function's and the API's logs. Every response carries an
@@ -20,8 +21,10 @@
 //! # JWT authorizer
 //!
 //! With [`GatewayOptions::with_jwt_authorizer`], a request reaches the function only with a
-//! token that passes API Gateway's checks (issuer, audience, times, algorithm). **Signatures are
-//! not verified** (there are no issuer keys locally): mint tokens with [`test_token`] or
+//! token that passes API Gateway's checks (issuer, audience, times, algorithm, and the matched
+//! route's `AuthorizationScopes` from the template: at least one of them in the token's `scope`
+//! or `scp`). A route with `Authorizer: NONE` runs no authorizer. **Signatures are not
+//! verified** (there are no issuer keys locally): mint tokens with [`test_token`] or
 //! [`unsigned_token`]. The gateway logs this once when it starts.
 //!
 //! ## Claims in the request context
@@ -30,7 +33,8 @@
 //! strings, written as API Gateway writes them: strings as they are, numbers and booleans as
 //! text (`1767225600`, `true`), arrays in brackets, space-separated (`[admin ops]`), objects as
 //! `map[key:value]` (undocumented; inferred), `null` claims left out. `scopes` is `None` unless
-//! the route has authorization scopes ([`JwtAuthorizer::with_authorization_scopes`]), as on AWS.
+//! the route has authorization scopes ([`HttpRoute::authorization_scopes`], or the
+//! authorizer's own: [`JwtAuthorizer::with_authorization_scopes`]), as on AWS.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -113,7 +117,8 @@ const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 /// let options = GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
 ///     .with_jwt_authorizer(JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap());
 /// assert_eq!(options.timeout.as_secs(), 25);
-/// assert_eq!(options.routes.len(), 2); // ANY /payments, ANY /payments/{paymentId}
+/// // POST /payments, GET /payments/{paymentId}, and ANY of each as the fallback (405).
+/// assert_eq!(options.routes.len(), 4);
 /// let url_options = options.function_url(); // every path and method, like a function URL
 /// assert!(url_options.routes.is_empty());
 /// ```
@@ -353,13 +358,18 @@ where
         routes::select(&options.routes, &parts.method, parts.uri.path()).ok_or(Answer::NotFound)?;
 
     let jwt = match &options.authorizer {
+        Some(_) if route.public => None,
         None => None,
         Some(authorizer) => {
             let authorization = parts
                 .headers
                 .get(header::AUTHORIZATION)
                 .map(|v| v.to_str().unwrap_or_default());
-            match authorizer.authorize_at(authorization, received) {
+            match authorizer.authorize_route_at(
+                authorization,
+                &route.authorization_scopes,
+                received,
+            ) {
                 Ok(jwt) => Some(jwt),
                 Err(e) => {
                     tracing::info!(request_id, route = %route.route_key, reason = %e, "JWT authorizer refused the request");

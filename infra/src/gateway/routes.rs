@@ -14,6 +14,10 @@ pub(crate) struct Matched {
     pub(crate) route_key: String,
     /// `{name}` → segment, `{name+}` → the rest of the path.
     pub(crate) path_parameters: HashMap<String, String>,
+    /// `Auth.Authorizer: NONE`: no authorizer runs.
+    pub(crate) public: bool,
+    /// The route's `AuthorizationScopes` (empty: the authorizer's own, if any).
+    pub(crate) authorization_scopes: Vec<String>,
 }
 
 /// The route for `method path`: `$default` when `routes` is empty (a function URL), `None` when
@@ -23,11 +27,15 @@ pub(crate) fn select(routes: &[HttpRoute], method: &Method, path: &str) -> Optio
         return Some(Matched {
             route_key: "$default".to_owned(),
             path_parameters: HashMap::new(),
+            public: false,
+            authorization_scopes: Vec::new(),
         });
     }
     route(routes, method, path).map(|(r, path_parameters)| Matched {
         route_key: format!("{} {}", r.method, r.path),
         path_parameters,
+        public: r.is_public(),
+        authorization_scopes: r.authorization_scopes.clone(),
     })
 }
 
@@ -81,11 +89,7 @@ mod tests {
     use super::*;
 
     fn r(method: &str, path: &str) -> HttpRoute {
-        HttpRoute {
-            name: path.into(),
-            method: method.into(),
-            path: path.into(),
-        }
+        HttpRoute::new(path, method, path)
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::{Ctx, FilterPattern, Part, Result, invalid, parse_expr};
+use super::{Ctx, FilterPattern, Part, Result, invalid, key_str, parse_expr};
 
 const REPORT_BATCH_ITEM_FAILURES: &str = "ReportBatchItemFailures";
 
@@ -121,6 +121,17 @@ impl DynamoDbEventSource {
 }
 
 /// An HTTP API route of a function (`Events.X.Type: HttpApi`).
+///
+/// ```
+/// use local_aws::template::{Template, TemplateOptions};
+///
+/// let options = TemplateOptions::default().parameter("WriteScope", "pay/charge");
+/// let template = Template::load_project(&options).unwrap();
+/// let routes = &template.functions["PaymentsApiFunction"].http_routes;
+/// let create = routes.iter().find(|r| r.method == "POST").unwrap();
+/// assert_eq!(create.path, "/payments");
+/// assert_eq!(create.authorization_scopes, ["pay/charge"]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpRoute {
     /// The event's name in `Events`.
@@ -129,7 +140,39 @@ pub struct HttpRoute {
     pub method: String,
     /// `Path`, e.g. `/payments/{paymentId}` (`/{proxy+}` when absent).
     pub path: String,
+    /// `Auth.Authorizer`: the route's authorizer, `NONE` for a public route; `None`: the API's
+    /// `DefaultAuthorizer`.
+    pub authorizer: Option<String>,
+    /// `Auth.AuthorizationScopes`: a token must carry at least one of them (in `scope` or
+    /// `scp`), else API Gateway answers 403. Empty: no scope is checked (or the authorizer's
+    /// own, when it has some).
+    pub authorization_scopes: Vec<String>,
 }
+
+impl HttpRoute {
+    /// A route with the API's default authorizer and no authorization scopes.
+    pub fn new(
+        name: impl Into<String>,
+        method: impl Into<String>,
+        path: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            method: method.into(),
+            path: path.into(),
+            authorizer: None,
+            authorization_scopes: Vec::new(),
+        }
+    }
+
+    /// Whether the route is public (`Auth.Authorizer: NONE`): no authorizer runs.
+    pub fn is_public(&self) -> bool {
+        self.authorizer.as_deref() == Some(NO_AUTHORIZER)
+    }
+}
+
+/// `Auth.Authorizer` of a public route.
+const NO_AUTHORIZER: &str = "NONE";
 
 /// Properties of a DynamoDB event that change what the mapping does and are not emulated.
 const UNSUPPORTED_STREAM_PROPERTIES: &[&str] = &[
@@ -336,14 +379,50 @@ impl Ctx<'_> {
     }
 
     pub(super) fn http_route(&self, name: &str, p: &Mapping, at: &str) -> Result<HttpRoute> {
-        Ok(HttpRoute {
-            name: name.to_owned(),
-            method: self
-                .opt_scalar(p, "Method", at)?
+        let mut route = HttpRoute::new(
+            name,
+            self.opt_scalar(p, "Method", at)?
                 .map_or_else(|| "ANY".to_owned(), |m| m.to_ascii_uppercase()),
-            path: self
-                .opt_scalar(p, "Path", at)?
+            self.opt_scalar(p, "Path", at)?
                 .unwrap_or_else(|| "/{proxy+}".to_owned()),
-        })
+        );
+        let at = format!("{at}.Auth");
+        let auth = match p.get("Auth") {
+            None => return Ok(route),
+            Some(Value::Mapping(auth)) => auth,
+            Some(_) => return Err(invalid(&at, "not a mapping")),
+        };
+        for key in auth.keys() {
+            let key = key_str(key, &at)?;
+            if !matches!(key, "Authorizer" | "AuthorizationScopes") {
+                return Err(invalid(
+                    &format!("{at}.{key}"),
+                    "not emulated by the local harness",
+                ));
+            }
+        }
+        route.authorizer = self.opt_scalar(auth, "Authorizer", &at)?;
+        if route.authorizer.as_deref() == Some("AWS_IAM") {
+            return Err(invalid(
+                &format!("{at}.Authorizer"),
+                "AWS_IAM is not emulated by the local harness",
+            ));
+        }
+        route.authorization_scopes = match auth.get("AuthorizationScopes") {
+            None => Vec::new(),
+            Some(Value::Sequence(scopes)) => scopes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| self.scalar(s, &format!("{at}.AuthorizationScopes[{i}]")))
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(invalid(&format!("{at}.AuthorizationScopes"), "not a list")),
+        };
+        if route.is_public() && !route.authorization_scopes.is_empty() {
+            return Err(invalid(
+                &at,
+                "AuthorizationScopes need an authorizer (Authorizer is NONE)",
+            ));
+        }
+        Ok(route)
     }
 }

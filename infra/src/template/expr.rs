@@ -91,6 +91,14 @@ pub(super) fn key_str<'a>(key: &'a Value, at: &str) -> Result<&'a str> {
     }
 }
 
+/// Where the value under `key` of the mapping at `at` is, for error messages.
+pub(super) fn child_at(at: &str, key: &Value) -> String {
+    match key {
+        Value::String(k) => format!("{at}.{k}"),
+        _ => at.to_owned(),
+    }
+}
+
 /// A plain (untagged) scalar as text.
 pub(super) fn plain_scalar(v: &Value) -> Option<String> {
     match v {

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::{
-    PSEUDO, Parameter, Result, TemplateOptions, intrinsic, invalid, key_str, plain_scalar, pseudo,
+    PSEUDO, Parameter, Result, TemplateOptions, child_at, intrinsic, invalid, key_str,
+    plain_scalar, pseudo,
 };
 
 /// One value of a map: a string, or a list of strings.
@@ -126,11 +127,7 @@ impl Mappings {
             Value::Mapping(m) => {
                 let mut out = Mapping::new();
                 for (k, v) in m {
-                    let child = match k {
-                        Value::String(k) => format!("{at}.{k}"),
-                        _ => at.to_owned(),
-                    };
-                    out.insert(k.clone(), self.resolve(v, env, &child)?);
+                    out.insert(k.clone(), self.resolve(v, env, &child_at(at, k))?);
                 }
                 Value::Mapping(out)
             }

@@ -4,16 +4,15 @@
 //!
 //! Only what the local harness needs is modelled; everything that has no local effect (IAM roles,
 //! log groups, alarms, topics, encryption settings) is skipped. Properties that *would* change
-//! behaviour but are not emulated (local secondary indexes, a `Condition` on a queue, table or function)
-//! are rejected with an error rather than silently ignored, so the harness never runs something
-//! different from what is deployed. The `Conditions` section is not evaluated: it may only decide
-//! on resources the harness skips.
+//! behaviour but are not emulated (local secondary indexes) are rejected with an error rather
+//! than silently ignored, so the harness never runs something different from what is deployed.
 //!
 //! Values are resolved while parsing where they can be: parameters (defaults, or the overrides
-//! in [`TemplateOptions`]), `AWS::*` pseudo parameters inside names, and `!FindInMap` lookups in
-//! the template's [`Mappings`]. References to resources
-//! (`!Ref PaymentsQueue`, `!GetAtt PaymentsQueue.Arn`) in environment variables stay symbolic
-//! ([`Expr`]) until the resources exist; see
+//! in [`TemplateOptions`]), `AWS::*` pseudo parameters inside names, `!FindInMap` lookups in
+//! the template's [`Mappings`], and [`Conditions`]: a resource whose `Condition` is false is left
+//! out, `!If` takes the branch its condition picks, `!Ref AWS::NoValue` removes its key.
+//! References to resources (`!Ref PaymentsQueue`, `!GetAtt PaymentsQueue.Arn`) in environment
+//! variables stay symbolic ([`Expr`]) until the resources exist; see
 //! [`Provisioned::function_env`](crate::provision::Provisioned::function_env).
 //!
 //! ```
@@ -44,6 +43,7 @@ use std::path::{Path, PathBuf};
 use serde_yaml_ng::{Mapping, Value};
 
 mod check;
+mod conditions;
 mod events;
 mod expr;
 mod filter;
@@ -55,6 +55,7 @@ mod parameters;
 mod parse;
 mod resources;
 
+pub use conditions::Conditions;
 pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
 pub use expr::intrinsic;
 pub(crate) use expr::pseudo;
@@ -69,16 +70,13 @@ pub use resources::{
     SecondaryIndex, StreamViewType, Table,
 };
 
-use expr::{PSEUDO, key_str, parse_expr, plain_scalar};
+use expr::{PSEUDO, child_at, key_str, parse_expr, plain_scalar};
 use parameters::parse_parameters;
 use parse::Ctx;
 
 const QUEUE: &str = "AWS::SQS::Queue";
 const TABLE: &str = "AWS::DynamoDB::Table";
 const FUNCTION: &str = "AWS::Serverless::Function";
-/// The resource types the harness models: a `Condition` on one of them is refused, since the
-/// harness does not evaluate conditions.
-const MODELLED: [&str; 3] = [QUEUE, TABLE, FUNCTION];
 
 /// Why a template could not be turned into a [`Template`].
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +139,9 @@ pub struct Template {
     pub functions: BTreeMap<String, Function>,
     /// The `Mappings` section (every `!FindInMap` is already resolved with it).
     pub mappings: Mappings,
+    /// The `Conditions` section, evaluated (every `!If` and resource `Condition` is already
+    /// applied with it).
+    pub conditions: Conditions,
     /// The naming the names were built with.
     pub naming: Naming,
 }
@@ -194,8 +195,22 @@ impl Template {
             parameters: &parameters,
             options,
         };
+        let no_resources = BTreeMap::new();
+        let conditions = Conditions::evaluate(
+            root.get("Conditions")
+                .map(|c| mappings.resolve(c, &env, "Conditions"))
+                .transpose()?
+                .as_ref(),
+            &Ctx {
+                parameters: &parameters,
+                options,
+                types: &no_resources,
+            },
+        )?;
         let resolved_resources = match root.get("Resources") {
-            Some(r @ Value::Mapping(_)) => mappings.resolve(r, &env, "Resources")?,
+            Some(Value::Mapping(r)) => {
+                mappings.resolve(&Value::Mapping(conditions.resources(r)?), &env, "Resources")?
+            }
             _ => return Err(invalid("Resources", "missing or not a mapping")),
         };
         let resources = resolved_resources
@@ -209,12 +224,6 @@ impl Template {
                 Some(Value::String(t)) => t.clone(),
                 _ => return Err(invalid(&at, "missing Type")),
             };
-            if resource.get("Condition").is_some() && MODELLED.contains(&kind.as_str()) {
-                return Err(invalid(
-                    &at,
-                    format!("Condition on a {kind} is not supported by the local harness"),
-                ));
-            }
             types.insert(id.to_owned(), kind);
         }
         let ctx = Ctx {
@@ -229,11 +238,15 @@ impl Template {
             tables: BTreeMap::new(),
             functions: BTreeMap::new(),
             mappings: mappings.clone(),
+            conditions: conditions.clone(),
             naming: options.naming.clone(),
         };
         let resolved_globals = root
             .get("Globals")
-            .map(|g| mappings.resolve(g, &env, "Globals"))
+            .map(|g| conditions.resolve(g, "Globals"))
+            .transpose()?
+            .flatten()
+            .map(|g| mappings.resolve(&g, &env, "Globals"))
             .transpose()?;
         let globals = resolved_globals
             .as_ref()

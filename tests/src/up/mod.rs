@@ -17,13 +17,13 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use local_aws::gateway::test_token;
 use local_aws::provision::Provisioned;
 use local_aws::template::{Naming, Template};
 
 pub use forward::{ForwardError, forward};
 pub use watch::{FUNCTIONS, Watch, WatchError, WatchOptions};
 
+use crate::http::TokenIssuer;
 use crate::pipeline::{Options, Pipeline};
 use crate::stack::BoxError;
 
@@ -87,6 +87,7 @@ impl Up {
                 Pipeline::start(Options {
                     naming: Naming::none(),
                     fail_payments: options.fail_payments,
+                    stage: crate::stack::DEV_STAGE.to_owned(),
                     api_addr: options.api_addr,
                     ..Options::default()
                 })
@@ -180,12 +181,11 @@ fn exports(
     out.insert("AWS_ACCESS_KEY_ID".into(), "test".into());
     out.insert("AWS_SECRET_ACCESS_KEY".into(), "test".into());
     out.insert("API_URL".into(), api_url.to_owned());
-    let issuer = template.parameter("JwtIssuer").unwrap_or_default();
-    let audience = template.parameter("JwtAudience").unwrap_or_default();
-    let audience = audience.split(',').next().unwrap_or_default().trim();
+    // A token that may charge and read (both scopes).
+    let issuer = TokenIssuer::from_template(template);
     out.insert(
         "API_TOKEN".into(),
-        test_token(issuer, audience, CALLER, &[], TOKEN_TTL),
+        issuer.token(CALLER, &issuer.scope, TOKEN_TTL),
     );
     for (id, queue) in &resources.queues {
         out.insert(format!("{}_URL", env_name(id)), queue.url.clone());

@@ -124,7 +124,11 @@ impl Watch {
     ) -> Result<Self, BoxError> {
         let stack = Stack::provision_named(
             Naming::none(),
-            &[("FailPayments", fail_payments), ("BackoffBaseSeconds", "1")],
+            &[
+                ("FailPayments", fail_payments),
+                ("BackoffBaseSeconds", "1"),
+                ("Stage", crate::stack::DEV_STAGE),
+            ],
         )
         .await?;
         build(&options).await?;
