@@ -178,7 +178,8 @@ fn the_operators_policies_are_attached_to_nothing_and_exported() {
             Some(("!Ref".to_owned(), Some(policy.to_owned())))
         );
     }
-    // The IAM model reads both (it refuses a managed policy attached in the template).
+    // The IAM model reads both, beside payments-reconciler's (attached to its role, and an
+    // operator's for the one-shot mode: checked with the function in iam_conformance).
     let env = Environment::new("us-east-1", "123456789012").attribute(
         "PaymentsTable",
         "StreamArn",
@@ -187,6 +188,10 @@ fn the_operators_policies_are_attached_to_nothing_and_exported() {
     let roles = TemplateRoles::load_project(&env).unwrap();
     assert_eq!(
         roles.managed_policies.keys().collect::<Vec<_>>(),
-        ["PaymentsRedrivePolicy", "PaymentsReopenPolicy"]
+        [
+            "PaymentsReconcilerPolicy",
+            "PaymentsRedrivePolicy",
+            "PaymentsReopenPolicy"
+        ]
     );
 }

@@ -51,6 +51,7 @@ pub async fn create_table(
         }],
         ttl_attribute: ttl.map(str::to_owned),
         stream_view_type: None,
+        global_secondary_indexes: Vec::new(),
     };
     local_aws::provision::create_table(client, &table)
         .await
