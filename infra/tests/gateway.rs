@@ -190,23 +190,18 @@ async fn serves_requests_concurrently() {
     .await
     .unwrap();
     let client = client();
-    let started = Instant::now();
     let calls = (0..10).map(|i| {
         let (client, url) = (client.clone(), format!("{}/r/{i}", gateway.url()));
         async move { call(&client, "GET", &url, &[], b"").await }
     });
     let results = futures_util::future::join_all(calls).await;
-    let elapsed = started.elapsed();
     assert!(
         results
             .iter()
             .all(|(status, _, body)| *status == 200 && &body[..] == b"done")
     );
+    // All ten ran at once (a serial gateway would have had one at a time).
     assert_eq!(max.load(Ordering::SeqCst), 10);
-    assert!(
-        elapsed < Duration::from_secs(2),
-        "{elapsed:?}: not concurrent"
-    );
 
     // Graceful shutdown: a request in progress completes.
     let url = format!("{}/last", gateway.url());
@@ -257,7 +252,8 @@ async fn errors_panics_and_timeouts_answer_like_api_gateway() {
         // The function timed out (0.5 s, below the 30 s integration timeout): a function
         // error, so 500 like the others, not the integration timeout's 503.
         assert_gateway_answer(&answer, 500, "Internal Server Error");
-        assert!(started.elapsed() < Duration::from_secs(3), "{path}");
+        // Cut short, not served after the handler's 5 s.
+        assert!(started.elapsed() < Duration::from_millis(4500), "{path}");
     }
     // The server survives all of that.
     let (status, _, body) = call(&client, "GET", &format!("{}/ok", gateway.url()), &[], b"").await;
@@ -282,7 +278,8 @@ async fn past_the_integration_timeout_is_503() {
     let started = Instant::now();
     let answer = call(&client(), "GET", &gateway.url(), &[], b"").await;
     assert_gateway_answer(&answer, 503, "Service Unavailable");
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // Answered at the integration timeout, not after the handler's 2 s.
+    assert!(started.elapsed() < Duration::from_millis(1900));
 }
 
 #[tokio::test]

@@ -237,6 +237,7 @@ fn project_roles_parse_and_resolve() {
             "PaymentProcessorRole",
             "PaymentsApiRole",
             "PaymentsPublisherRole",
+            "PaymentsReconcilerRole",
             "ReceiptSenderRole"
         ]
     );

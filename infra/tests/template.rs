@@ -168,6 +168,7 @@ fn functions_and_event_sources() {
             "PaymentProcessorFunction",
             "PaymentsApiFunction",
             "PaymentsPublisherFunction",
+            "PaymentsReconcilerFunction",
             "ReceiptSenderFunction"
         ]
     );

@@ -288,7 +288,10 @@ async fn what_cannot_be_reopened_is_refused_and_a_failed_send_is_reported() {
         matches!(&error, ReopenError::NotSent { payment_id, .. } if payment_id == "pay-1"),
         "{error}"
     );
-    assert!(error.to_string().contains("run republish"), "{error}");
+    assert!(
+        error.to_string().contains("payments-reconciler sends it"),
+        "{error}"
+    );
     let stored = setup
         .get(&setup.tables.payments, "paymentId", "pay-1")
         .await;
