@@ -252,6 +252,7 @@ fn project_roles_parse_and_resolve() {
             ("payment-processor", "PaymentProcessorRole"),
             ("payments-api", "PaymentsApiRole"),
             ("payments-publisher", "PaymentsPublisherRole"),
+            ("payments-reconciler", "PaymentsReconcilerRole"),
             ("receipt-sender", "ReceiptSenderRole"),
         ]
     );

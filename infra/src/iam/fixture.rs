@@ -160,7 +160,8 @@ fn normalized(call: &Call, name: &dyn Fn(&str) -> String) -> Call {
                         keys.dedup();
                         LeadingKeys::Known(keys)
                     }
-                    unknown => unknown.clone(),
+                    // Its reason names the physical table: without the run's prefix.
+                    LeadingKeys::Unknown(reason) => LeadingKeys::Unknown(name(reason)),
                 },
             },
             Resource::Stream { arn } => Resource::Stream { arn: name(arn) },
