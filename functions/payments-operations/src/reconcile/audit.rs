@@ -174,8 +174,9 @@ impl Reconciler {
         while start < charges.len() {
             let end = chunk_end(&charges[start..]) + start;
             let chunk = &charges[start..end];
+            let mut entries = Vec::new();
             for charge in chunk {
-                audit.mismatches.extend(self.check_entry(charge).await?);
+                entries.extend(self.check_entry(charge).await?);
             }
             let through = chunk.last().expect("a chunk is not empty").charged_at;
             let groups = sums(chunk);
@@ -192,6 +193,7 @@ impl Reconciler {
                 return Ok(());
             }
             audit.audited += chunk.len() as u64;
+            audit.mismatches.extend(entries);
             for (account_id, currency) in groups.keys() {
                 audit
                     .mismatches

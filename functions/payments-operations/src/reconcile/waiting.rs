@@ -1,7 +1,7 @@
 //! Payments left `accepted`: found through the sparse index, marked from the dead-letter queue
 //! or sent again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName};
@@ -30,6 +30,9 @@ pub struct Waiting {
     pub stuck: Vec<String>,
     /// Payments that could not be sent (payment id, why): the next run tries again.
     pub send_failed: Vec<(String, String)>,
+    /// Payments not sent again because the dead-letter queue may hold their message unseen
+    /// (their account's group has messages there, or the look stopped at its limit).
+    pub unchecked: Vec<String>,
 }
 
 /// A payment's message found in the dead-letter queue.
@@ -37,6 +40,19 @@ pub struct Waiting {
 struct DeadLetter {
     message: PaymentRequested,
     reason: String,
+}
+
+/// What a look into the dead-letter queue saw.
+#[derive(Debug, Default)]
+struct Peeked {
+    /// The payments' messages, by payment id.
+    found: HashMap<String, DeadLetter>,
+    /// Message groups (accounts) that may have messages there unseen: on a FIFO queue a receive
+    /// hands out no more of a group while some of it is in flight, so a group of a full receive
+    /// (10 messages) may have more.
+    groups: HashSet<String>,
+    /// True when the queue ran dry before the receive limit: every other group was seen whole.
+    complete: bool,
 }
 
 impl Reconciler {
@@ -56,7 +72,7 @@ impl Reconciler {
             let Some(item) = self.accepted_payment(&payment_id).await? else {
                 continue;
             };
-            if let Some(dead) = dead_letters.get(&payment_id) {
+            if let Some(dead) = dead_letters.found.get(&payment_id) {
                 let reason = format!("in the dead-letter queue: {}", dead.reason);
                 let marked = lifecycle::mark_failed(
                     &self.dynamodb,
@@ -76,6 +92,20 @@ impl Reconciler {
                     continue;
                 }
                 // The copy disagrees with the payment: it is not this payment's message.
+            }
+            if !dead_letters.complete || dead_letters.groups.contains(&item.account_id) {
+                // Its message may be in the dead-letter queue unseen: not sent again blindly
+                // (a message that crashes the processor would go round again); the next run
+                // looks again, and a payment waiting too long counts as stuck.
+                tracing::warn!(
+                    payment_id,
+                    "dead-letter queue not seen whole for its account: not sent again"
+                );
+                waiting.unchecked.push(payment_id.clone());
+                if accepted_at < stuck_before {
+                    waiting.stuck.push(payment_id);
+                }
+                continue;
             }
             if accepted_at < stuck_before {
                 tracing::warn!(payment_id, accepted_at, "payment stuck");
@@ -158,9 +188,9 @@ impl Reconciler {
 
     /// The payments whose message is in the dead-letter queue, by payment id. The messages are
     /// received (invisible for a moment) and made visible again: the queue keeps them all.
-    async fn dead_letters(&self) -> Result<HashMap<String, DeadLetter>, ReconcileError> {
+    async fn dead_letters(&self) -> Result<Peeked, ReconcileError> {
         let queue = &self.config.dead_letter_queue_url;
-        let mut found = HashMap::new();
+        let mut peeked = Peeked::default();
         let mut handles = Vec::new();
         let mut result = Ok(());
         for _ in 0..self.config.max_per_run.div_ceil(10) {
@@ -172,6 +202,7 @@ impl Reconciler {
                 .visibility_timeout(PEEK_VISIBILITY_SECONDS)
                 .wait_time_seconds(0)
                 .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
                 .message_attribute_names("All")
                 .send()
                 .await;
@@ -183,11 +214,21 @@ impl Reconciler {
                 }
             };
             if messages.is_empty() {
+                peeked.complete = true;
                 break;
             }
+            let full = messages.len() == 10;
             for m in messages {
                 if let Some(handle) = m.receipt_handle.clone() {
                     handles.push(handle);
+                }
+                if let Some(group) = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                    .filter(|_| full)
+                {
+                    peeked.groups.insert(group.clone());
                 }
                 let Some(message) = m
                     .body
@@ -202,11 +243,13 @@ impl Reconciler {
                     .and_then(|a| a.get("DeadLetterReason"))
                     .and_then(|a| a.string_value.clone())
                     .unwrap_or_else(|| MOVED_BY_SQS.to_owned());
-                found.insert(message.payment_id.clone(), DeadLetter { message, reason });
+                peeked
+                    .found
+                    .insert(message.payment_id.clone(), DeadLetter { message, reason });
             }
         }
         self.release(&handles).await;
-        result.map(|()| found)
+        result.map(|()| peeked)
     }
 
     /// Makes the messages received from the dead-letter queue visible again.
