@@ -27,7 +27,8 @@ use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use crate::outcome::RecordError;
+use crate::error::RecordError;
+use crate::time::{Clock, Deadline};
 
 /// Longest visibility timeout SQS accepts: 12 hours.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
@@ -128,7 +129,8 @@ impl VisibilityBackoff {
         &self,
         records: &[SqsMessage],
         visibility: &[(usize, i32)],
-        until: Option<SystemTime>,
+        until: Option<Deadline>,
+        clock: &dyn Clock,
         call_timeout: Duration,
     ) -> usize {
         if !self.enabled || visibility.is_empty() {
@@ -138,10 +140,8 @@ impl VisibilityBackoff {
             tracing::warn!("no eventSourceARN: visibility backoff skipped");
             return 0;
         };
-        let bound = |until: Option<SystemTime>| {
-            let left = until.map_or(Duration::MAX, |u| {
-                u.duration_since(SystemTime::now()).unwrap_or_default()
-            });
+        let bound = |until: Option<Deadline>| {
+            let left = until.map_or(Duration::MAX, |u| u.remaining(clock));
             left.min(call_timeout)
         };
         let queue_url = match tokio::time::timeout(bound(until), self.queue_url(arn)).await {

@@ -1,5 +1,11 @@
-//! A warm-container cache of completed keys: a duplicate seen again by the same execution
-//! environment is answered without a request to the store.
+//! A warm-container cache of completed keys, as a layer over a backend: a duplicate seen again
+//! by the same execution environment is answered without a request to the store.
+//!
+//! [`CachedBackend`] wraps any [`Backend`] (tower-style: a backend that wraps a backend). It
+//! answers [`Backend::completed_locally`] from a [`LocalCache`], which the engine asks before it
+//! acquires or commits a key, and delegates every call to the backend it wraps, keeping in the
+//! cache each completed record it sees go by: a completion it applied, a commit, a record that
+//! refused a write, a read.
 //!
 //! A Lambda execution environment handles invocation after invocation, and a redelivered message
 //! often comes back to the one that processed it. [`LocalCache`] keeps the last completed keys of
@@ -10,8 +16,9 @@
 //! **Off by default**, because an entry can be stale: a record deleted in the store
 //! ([`Idempotency::forget`](crate::Idempotency::forget) in another process, an operator's
 //! delete) still counts as completed here until the entry's time to live ends. Turn it on with
-//! [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache) where a completed
-//! record is never taken back while it lives, as in a consumer whose records only expire.
+//! [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache) (which wraps the
+//! engine's backend in a [`CachedBackend`]) where a completed record is never taken back while
+//! it lives, as in a consumer whose records only expire.
 //!
 //! ```
 //! use lambda_idempotency::cache::LocalCache;
@@ -35,9 +42,9 @@ use std::time::Duration;
 
 use lru::LruCache;
 
-use crate::idempotency::{AcquireError, Acquired, Idempotency};
-use crate::payload::PayloadHash;
-use crate::record::{Record, Status};
+use crate::state::{IdempotencyRecord, Put, Status, Update, Updated};
+use crate::store::{Backend, Commit, Failure, LimitError, StoreError, TransactionalBackend};
+use crate::time::{Clock, SystemClock};
 
 /// A completed key, as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,80 +148,198 @@ impl LocalCache {
     }
 }
 
-/// The engine's use of the cache.
-impl<B> Idempotency<B> {
-    /// Answers duplicates of keys completed in this process from `cache`, without a request (see
-    /// [`crate::cache`] for when an entry can be stale). Entries never outlive their record's
-    /// expiry. Off by default.
+/// A backend with a [`LocalCache`] of its completed keys in front of it; see the
+/// [module](self).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use lambda_idempotency::cache::{CachedBackend, LocalCache};
+/// use lambda_idempotency::{Idempotency, Outcome, store::InMemoryBackend};
+/// use std::num::NonZeroUsize;
+/// use std::time::Duration;
+///
+/// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
+/// let backend = CachedBackend::new(InMemoryBackend::default(), cache.clone());
+/// let engine = Idempotency::new(backend);
+/// let work = || async { Ok::<_, std::io::Error>(7) };
+/// assert_eq!(engine.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
+/// assert_eq!(engine.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
+/// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct CachedBackend<B> {
+    inner: B,
+    cache: LocalCache,
+    /// The inner backend's identity: part of every entry's key, so that backends over different
+    /// stores never answer for each other from one cache.
+    scope: String,
+    /// What `get` and `update`, which are not told the time, read it from.
+    clock: Arc<dyn Clock>,
+}
+
+impl<B: Backend> CachedBackend<B> {
+    /// `inner`, with `cache` in front of it.
+    pub fn new(inner: B, cache: LocalCache) -> Self {
+        let scope = inner.identity();
+        Self {
+            inner,
+            cache,
+            scope,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Reads the time from `clock` (the engine's: [`Idempotency::with_local_cache`] passes it).
     ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
-    /// use std::num::NonZeroUsize;
-    /// use std::time::Duration;
-    ///
-    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
-    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
-    /// let work = || async { Ok::<_, std::io::Error>(7) };
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
-    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
-    /// # });
-    /// ```
-    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
-        self.cache = Some(cache);
+    /// [`Idempotency::with_local_cache`]: crate::Idempotency::with_local_cache
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
+}
 
-    /// The local cache, when one is set.
-    pub fn local_cache(&self) -> Option<&LocalCache> {
-        self.cache.as_ref()
+impl<B> CachedBackend<B> {
+    /// The backend it wraps.
+    pub fn inner(&self) -> &B {
+        &self.inner
     }
 
-    /// The answer of the local cache for `stored` (the stored form of `key`), if it has one.
-    pub(crate) fn cached(
-        &self,
-        key: &str,
-        stored: &str,
-        payload_hash: &PayloadHash,
-        now_ms: i64,
-    ) -> Option<Result<Acquired, AcquireError>> {
-        let cache = self.cache.as_ref()?;
-        let hit = cache.get(&self.cache_key(stored), now_ms)?;
-        Some(if payload_hash.matches(&hit.payload_hash) {
-            Ok(Acquired::Completed {
-                result: hit.result,
-                result_omitted: false,
-            })
-        } else {
-            Err(AcquireError::PayloadMismatch {
-                key: key.to_owned(),
-                stored: Status::Completed,
-            })
-        })
+    /// The cache.
+    pub fn cache(&self) -> &LocalCache {
+        &self.cache
     }
 
-    /// The cache's key for the record stored under `stored`: the backend's identity and the
-    /// full stored key, so that engines over different stores, or with different prefixes, never
-    /// answer for each other from one cache.
-    pub(crate) fn cache_key(&self, stored: &str) -> String {
-        format!("{}\n{stored}", self.cache_scope)
+    /// The cache's key for the record stored under `key`: the backend's identity and the full
+    /// stored key.
+    fn entry_key(&self, key: &str) -> String {
+        format!("{}\n{key}", self.scope)
     }
 
-    /// Keeps `record` in the local cache when it is completed and live.
-    pub(crate) fn remember(&self, record: &Record, now_ms: i64) {
-        if let Some(cache) = &self.cache
-            && record.status == Status::Completed
+    /// Keeps `record` when it is completed, live, and carries its result.
+    fn remember(&self, record: &IdempotencyRecord, now_ms: i64) {
+        if record.status == Status::Completed
             && !record.result_omitted
             && !record.is_expired(now_ms)
         {
-            cache.insert(
-                &self.cache_key(&record.key),
+            self.cache.insert(
+                &self.entry_key(&record.key),
                 &record.payload_hash,
                 record.result.clone(),
                 now_ms,
                 record.expires_at.saturating_mul(1000),
             );
         }
+    }
+}
+
+impl<B: Backend> Backend for CachedBackend<B> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
+        let put = self.inner.put(record, now_ms).await?;
+        if let Put::Exists(existing) = &put {
+            self.remember(existing, now_ms);
+        }
+        Ok(put)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let record = self.inner.get(key).await?;
+        if let Some(record) = &record {
+            self.remember(record, self.clock.now_ms());
+        }
+        Ok(record)
+    }
+
+    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+        let updated = self.inner.update(key, update).await?;
+        if let (
+            Updated::Applied { .. },
+            Update::Complete {
+                payload_hash,
+                expires_at,
+                result,
+                result_omitted: false,
+                ..
+            },
+        ) = (updated, update)
+        {
+            // A result too large to store is not cached either: the cache answers as the store
+            // would.
+            let now_ms = self.clock.now_ms();
+            self.cache.insert(
+                &self.entry_key(key),
+                payload_hash,
+                result.clone(),
+                now_ms,
+                expires_at.saturating_mul(1000),
+            );
+        }
+        Ok(updated)
+    }
+
+    fn max_result_bytes(&self, key: &str) -> Option<usize> {
+        self.inner.max_result_bytes(key)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.cache.remove(&self.entry_key(key));
+        self.inner.delete(key).await
+    }
+
+    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
+        let hit = self.cache.get(&self.entry_key(key), now_ms)?;
+        Some(IdempotencyRecord {
+            key: key.to_owned(),
+            status: Status::Completed,
+            // Never past the entry's own end (itself never past the record's expiry).
+            expires_at: hit.until_ms.div_euclid(1000),
+            lease_until_ms: None,
+            owner: None,
+            payload_hash: hit.payload_hash,
+            attempts: 0,
+            last_error: None,
+            result: hit.result,
+            result_omitted: false,
+        })
+    }
+
+    fn identity(&self) -> String {
+        self.scope.clone()
+    }
+}
+
+impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
+    type Write = B::Write;
+
+    fn check(&self, record: &IdempotencyRecord, writes: &[B::Write]) -> Result<(), LimitError> {
+        self.inner.check(record, writes)
+    }
+
+    async fn commit(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[B::Write],
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let commit = self.inner.commit(record, writes, token, now_ms).await?;
+        match &commit {
+            Commit::Committed => self.remember(record, now_ms),
+            Commit::Exists(existing) => self.remember(existing, now_ms),
+            _ => {}
+        }
+        Ok(commit)
+    }
+
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
+        let failure = self.inner.record_failure(record, now_ms).await?;
+        if let Failure::Exists(existing) = &failure {
+            self.remember(existing, now_ms);
+        }
+        Ok(failure)
     }
 }

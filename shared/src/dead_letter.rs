@@ -1,7 +1,7 @@
 //! Records that fail for good go to the dead-letter queue, right where they fail.
 //!
-//! A record that fails permanently ([`RecordError::is_permanent`](crate::outcome::RecordError::is_permanent):
-//! the handler said so with a [`PermanentError`](crate::outcome::PermanentError), the body does not
+//! A record that fails permanently ([`RecordError::is_permanent`](crate::error::RecordError::is_permanent):
+//! the handler said so with a [`PermanentError`](crate::error::PermanentError), the body does not
 //! deserialize, no key can be taken from it, or its key was used with another payload), or whose
 //! attempt budget is used up, would otherwise stay on the queue until its `maxReceiveCount`, and
 //! on a FIFO queue hold up every message of its group behind it: with a [`DeadLetter`] on the
@@ -16,7 +16,7 @@
 //! limit), in this order:
 //!
 //! 1. its own, always: [`REASON_ATTRIBUTE`] (the error, at most
-//!    [`MAX_ERROR_LEN`](crate::record::MAX_ERROR_LEN) bytes, with anything that looks like an
+//!    [`MAX_ERROR_LEN`](crate::state::MAX_ERROR_LEN) bytes, with anything that looks like an
 //!    item's value cut by [`safe_reason`]), [`SOURCE_MESSAGE_ID_ATTRIBUTE`],
 //!    [`SOURCE_QUEUE_ATTRIBUTE`], and [`REDUCED_ATTRIBUTE`] on a reduced copy;
 //! 2. then the original's message attributes, sorted by name, as many as fit in the 10. An
@@ -60,8 +60,9 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use crate::publish::{
     DeduplicationId, MAX_MESSAGE_BYTES, Message, MessageGroupId, PublishError, Publisher,
 };
-use crate::record::{truncate, truncate_error};
 use crate::redact::safe_reason;
+use crate::redact::truncate;
+use crate::state::truncate_error;
 
 /// Attribute with the error that sent a message to the dead-letter queue.
 pub const REASON_ATTRIBUTE: &str = "DeadLetterReason";
@@ -677,7 +678,7 @@ mod tests {
                 .string_value()
                 .unwrap()
                 .len(),
-            crate::record::MAX_ERROR_LEN
+            crate::state::MAX_ERROR_LEN
         );
     }
 

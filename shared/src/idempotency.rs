@@ -1,22 +1,36 @@
-//! The idempotency engine: expiry, leases, payload hashing and the record state machine, once,
-//! above any [`Backend`].
+//! The idempotency engine, [`Idempotency`]: keys, expiry, leases and payload hashes, once, above
+//! any [`Backend`], in its two modes.
+//!
+//! - **Lease mode** ([`Idempotency::run`], or [`acquire`](Idempotency::acquire) then
+//!   [`complete`](Idempotency::complete) or [`fail`](Idempotency::fail)): an in-progress record
+//!   with a lease that ends at the invocation's [`Deadline`], the work, then the record
+//!   completed with its result.
+//! - **Transactional mode** ([`Idempotency::transact`], over a [`TransactionalBackend`]): the
+//!   work returns its writes, and they commit with the record, written completed at once (see
+//!   [`crate::transaction`]).
+//!
+//! What each write does to a record is the [state machine](crate::state)'s; the engine builds
+//! the records, asks the backend, and reads its answers ([`crate::lease`]).
 
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::cache::LocalCache;
+use crate::cache::{CachedBackend, LocalCache};
+use crate::error::panic_message;
 use crate::key::stored_key;
-use crate::outcome::panic_message;
+use crate::lease::{AcquireError, Acquired, Lease, Outcome, RunError};
 use crate::payload::PayloadHash;
-use crate::record::{Clock, Record, Status, SystemClock, new_owner_token, system_time_ms};
-use crate::store::{Backend, Put, StoreError, Update, Updated};
+use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
+use crate::store::{Backend, Put, StoreError, TransactionalBackend, Update, Updated};
+use crate::time::{Clock, Deadline, SystemClock, millis};
+use crate::transaction::{Attempt, Peeked, TransactError, Transacted, Transaction, answer, settle};
 
 pub use crate::store::MAX_ITEM_BYTES;
 
@@ -34,143 +48,6 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
 /// Tries of [`Idempotency::complete_with_retries`].
 pub const COMPLETE_ATTEMPTS: u32 = 4;
-
-/// What [`Idempotency::acquire`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Acquired {
-    /// The caller holds the key until the lease ends: do the work, then
-    /// [`complete`](Idempotency::complete) or [`fail`](Idempotency::fail).
-    Started(Lease),
-    /// The work was done already: skip it.
-    Completed {
-        /// The stored result (JSON), if one was stored.
-        result: Option<String>,
-        /// True when there was a result but it was too large to store.
-        result_omitted: bool,
-    },
-    /// Another attempt holds the key; retry after its lease ends.
-    InProgress {
-        /// When the other attempt's lease ends, epoch milliseconds.
-        lease_until_ms: i64,
-    },
-}
-
-/// Why a key could not be acquired.
-#[derive(Debug, thiserror::Error)]
-pub enum AcquireError {
-    /// A record of another payload holds the key: a different piece of work reuses it. This is
-    /// an error, never a silent skip. Against a completed record it is final until the record
-    /// expires; against a running attempt ([`Status::InProgress`]) it may pass once that attempt
-    /// fails.
-    #[error("idempotency key `{key}` was already used with a different payload")]
-    PayloadMismatch {
-        /// The key as the caller gave it.
-        key: String,
-        /// The state of the record that holds the key.
-        stored: Status,
-    },
-    /// The store failed; the work must not be treated as done.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// Proof that the caller holds a key: given by [`Acquired::Started`], taken by
-/// [`Idempotency::complete`] and [`Idempotency::fail`], which apply only while the record still
-/// carries this lease's owner token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    key: String,
-    stored_key: String,
-    lease_until_ms: i64,
-    owner: String,
-    attempts: u32,
-    payload_hash: PayloadHash,
-}
-
-impl Lease {
-    /// The key as the caller gave it.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The key as stored (prefixed, hashed when too long).
-    pub fn stored_key(&self) -> &str {
-        &self.stored_key
-    }
-
-    /// When the lease ends, epoch milliseconds.
-    pub fn lease_until_ms(&self) -> i64 {
-        self.lease_until_ms
-    }
-
-    /// The owner token this attempt wrote (see [`Record::owner`]).
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// How many attempts at this key failed before this one: this is attempt `attempts() + 1`.
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
-}
-
-/// What [`Idempotency::run`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<T> {
-    /// The work ran now; its result is stored.
-    Ran(T),
-    /// The work had run before; this is the stored result (`None` when none was stored or it was
-    /// too large to store).
-    Replayed(Option<T>),
-    /// The work ran now, but marking its record completed failed, even after retries (the error is
-    /// logged). Its effects happened: do not run it again. A duplicate arriving after the lease
-    /// ends would run it again, as after a crash.
-    RanNotRecorded(T),
-}
-
-/// Why [`Idempotency::run`] did not give a result.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError<E> {
-    /// The work ran and failed; the failure is recorded and the key may be acquired again.
-    #[error("{0}")]
-    Failed(E),
-    /// Another attempt holds the key.
-    #[error("another attempt is in progress until {lease_until_ms} (epoch ms)")]
-    InProgress {
-        /// When the other attempt's lease ends, epoch milliseconds.
-        lease_until_ms: i64,
-    },
-    /// A record of another payload holds the key ([`AcquireError::PayloadMismatch`]).
-    #[error("idempotency key `{key}` was already used with a different payload")]
-    PayloadMismatch {
-        /// The key.
-        key: String,
-        /// The state of the record that holds the key.
-        stored: Status,
-    },
-    /// The store failed.
-    #[error(transparent)]
-    Store(StoreError),
-    /// The stored result could not be read back as the expected type.
-    #[error("the stored result for key `{key}` is not a valid result: {source}")]
-    StoredResult {
-        /// The key.
-        key: String,
-        /// The parse error.
-        source: serde_json::Error,
-    },
-}
-
-impl<E> From<AcquireError> for RunError<E> {
-    fn from(e: AcquireError) -> Self {
-        match e {
-            AcquireError::PayloadMismatch { key, stored } => {
-                RunError::PayloadMismatch { key, stored }
-            }
-            AcquireError::Store(e) => RunError::Store(e),
-        }
-    }
-}
 
 /// The idempotency engine over a [`Backend`].
 ///
@@ -198,9 +75,6 @@ pub struct Idempotency<B> {
     default_lease: Duration,
     key_prefix: Option<String>,
     clock: Arc<dyn Clock>,
-    pub(crate) cache: Option<LocalCache>,
-    /// The backend's identity, as the cache keys its entries ([`Backend::identity`]).
-    pub(crate) cache_scope: String,
 }
 
 impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
@@ -210,7 +84,6 @@ impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
             .field("expiry", &self.expiry)
             .field("default_lease", &self.default_lease)
             .field("key_prefix", &self.key_prefix)
-            .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
@@ -231,15 +104,41 @@ impl<B: Backend> Idempotency<B> {
                     false
                 }
             });
-        let cache_scope = backend.identity();
         Self {
             backend,
             expiry: DEFAULT_EXPIRY,
             default_lease: DEFAULT_LEASE,
             key_prefix,
             clock: Arc::new(SystemClock),
-            cache: None,
-            cache_scope,
+        }
+    }
+
+    /// Answers duplicates of keys completed in this process from `cache`, without a request:
+    /// the backend, wrapped in a [`CachedBackend`] that reads this engine's clock (set the clock
+    /// first). See [`crate::cache`] for when an entry can be stale. Off by default.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
+    /// use std::num::NonZeroUsize;
+    /// use std::time::Duration;
+    ///
+    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
+    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
+    /// let work = || async { Ok::<_, std::io::Error>(7) };
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
+    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
+    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
+    /// # });
+    /// ```
+    pub fn with_local_cache(self, cache: LocalCache) -> Idempotency<CachedBackend<B>> {
+        let backend = CachedBackend::new(self.backend, cache).with_clock(self.clock.clone());
+        Idempotency {
+            backend,
+            expiry: self.expiry,
+            default_lease: self.default_lease,
+            key_prefix: self.key_prefix,
+            clock: self.clock,
         }
     }
 
@@ -345,7 +244,7 @@ impl<B: Backend> Idempotency<B> {
         &self,
         key: &str,
         payload: &[u8],
-        deadline: Option<SystemTime>,
+        deadline: Option<Deadline>,
     ) -> Result<Acquired, AcquireError> {
         self.acquire_hashed(key, &PayloadHash::of_bytes(payload), deadline)
             .await
@@ -357,16 +256,16 @@ impl<B: Backend> Idempotency<B> {
         &self,
         key: &str,
         payload_hash: &PayloadHash,
-        deadline: Option<SystemTime>,
+        deadline: Option<Deadline>,
     ) -> Result<Acquired, AcquireError> {
         let now_ms = self.clock.now_ms();
         let stored = self.stored_key(key);
-        if let Some(cached) = self.cached(key, &stored, payload_hash, now_ms) {
-            return cached;
+        if let Some(answer) = self.answered_locally(key, &stored, payload_hash, now_ms) {
+            return answer;
         }
         let lease_until_ms = self.lease_end(now_ms, deadline);
         let owner = new_owner_token();
-        let record = Record {
+        let record = IdempotencyRecord {
             key: stored,
             status: Status::InProgress,
             // An in-progress record never expires before its lease ends.
@@ -382,14 +281,14 @@ impl<B: Backend> Idempotency<B> {
             result_omitted: false,
         };
         let started = |attempts| {
-            Ok(Acquired::Started(Lease {
-                key: key.to_owned(),
-                stored_key: record.key.clone(),
+            Ok(Acquired::Started(Lease::new(
+                key,
+                &record.key,
                 lease_until_ms,
-                owner: owner.clone(),
+                &owner,
                 attempts,
-                payload_hash: payload_hash.clone(),
-            }))
+                payload_hash,
+            )))
         };
         match self.backend.put(&record, now_ms).await? {
             Put::Written { attempts, replaced } => {
@@ -411,8 +310,7 @@ impl<B: Backend> Idempotency<B> {
                 started(existing.attempts)
             }
             Put::Exists(existing) => {
-                self.remember(&existing, now_ms);
-                classify(key, existing, payload_hash, now_ms)
+                Acquired::blocked(key, classify(existing, payload_hash, now_ms))
             }
         }
     }
@@ -431,12 +329,12 @@ impl<B: Backend> Idempotency<B> {
         let now_ms = self.clock.now_ms();
         let mut result = result.map(str::to_owned);
         let mut result_omitted = false;
-        let max = self.backend.max_result_bytes(&lease.stored_key);
+        let max = self.backend.max_result_bytes(lease.stored_key());
         if let (Some(r), Some(max)) = (&result, max)
             && r.len() > max
         {
             tracing::warn!(
-                key = lease.key,
+                key = lease.key(),
                 result_bytes = r.len(),
                 max_bytes = max,
                 "result too large for the idempotency record: not stored; \
@@ -445,37 +343,24 @@ impl<B: Backend> Idempotency<B> {
             result = None;
             result_omitted = true;
         }
-        let expires_at = self.expires_at(now_ms);
         let update = Update::Complete {
-            owner: lease.owner.clone(),
-            expires_at,
-            result: result.clone(),
+            owner: lease.owner().to_owned(),
+            payload_hash: lease.payload_hash().as_str().to_owned(),
+            expires_at: self.expires_at(now_ms),
+            result,
             result_omitted,
         };
-        let updated = self.backend.update(&lease.stored_key, &update).await?;
-        // A result too large to store is not cached either: the cache answers as the store would.
-        if let (Updated::Applied { .. }, Some(cache), false) =
-            (updated, &self.cache, result_omitted)
-        {
-            cache.insert(
-                &self.cache_key(&lease.stored_key),
-                lease.payload_hash.as_str(),
-                result,
-                now_ms,
-                expires_at.saturating_mul(1000),
-            );
-        }
-        Ok(updated)
+        self.backend.update(lease.stored_key(), &update).await
     }
 
     /// [`complete`](Self::complete), retried with backoff (50 ms doubling, at most
-    /// [`COMPLETE_ATTEMPTS`] tries) while the store fails and `until` (if given) leaves time for
-    /// another try. The last error is returned when every try failed.
+    /// [`COMPLETE_ATTEMPTS`] tries) while the store fails and `finish_by` (if given) leaves time
+    /// for another try. The last error is returned when every try failed.
     pub async fn complete_with_retries(
         &self,
         lease: &Lease,
         result: Option<&str>,
-        until: Option<SystemTime>,
+        finish_by: Option<Deadline>,
     ) -> Result<Updated, StoreError> {
         let mut delay = Duration::from_millis(50);
         let mut tries = 1;
@@ -483,13 +368,10 @@ impl<B: Backend> Idempotency<B> {
             match self.complete(lease, result).await {
                 Ok(updated) => return Ok(updated),
                 Err(e) => {
-                    let room = until.is_none_or(|until| {
-                        system_time_ms(until) - self.clock.now_ms() > 2 * delay.as_millis() as i64
-                    });
-                    if tries >= COMPLETE_ATTEMPTS || !room {
+                    if tries >= COMPLETE_ATTEMPTS || !self.room_for(finish_by, delay) {
                         return Err(e);
                     }
-                    tracing::warn!(key = lease.key, error = %e, tries, "completion failed; retrying");
+                    tracing::warn!(key = lease.key(), error = %e, tries, "completion failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                     tries += 1;
@@ -505,10 +387,10 @@ impl<B: Backend> Idempotency<B> {
     /// Fenced like [`complete`](Self::complete).
     pub async fn fail(&self, lease: &Lease, error: &str) -> Result<Updated, StoreError> {
         let update = Update::Fail {
-            owner: lease.owner.clone(),
+            owner: lease.owner().to_owned(),
             error: error.to_owned(),
         };
-        self.backend.update(&lease.stored_key, &update).await
+        self.backend.update(lease.stored_key(), &update).await
     }
 
     /// Sets the failed attempts of `key`'s record back to 0, when it is failed: its message went
@@ -520,17 +402,13 @@ impl<B: Backend> Idempotency<B> {
     }
 
     /// Reads the record of `key` (expired or not).
-    pub async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    pub async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.backend.get(&self.stored_key(key)).await
     }
 
     /// Deletes the record of `key`, so the next attempt runs the work again.
     pub async fn forget(&self, key: &str) -> Result<(), StoreError> {
-        let stored = self.stored_key(key);
-        if let Some(cache) = &self.cache {
-            cache.remove(&self.cache_key(&stored));
-        }
-        self.backend.delete(&stored).await
+        self.backend.delete(&self.stored_key(key)).await
     }
 
     /// Runs `work` at most once per `key` (in effect): acquires the key, runs `work`, stores its
@@ -544,7 +422,7 @@ impl<B: Backend> Idempotency<B> {
         &self,
         key: &str,
         payload: &[u8],
-        deadline: Option<SystemTime>,
+        deadline: Option<Deadline>,
         work: F,
     ) -> Result<Outcome<T>, RunError<E>>
     where
@@ -611,41 +489,170 @@ impl<B: Backend> Idempotency<B> {
         now_ms.div_euclid(1000) + i64::try_from(self.expiry.as_secs()).unwrap_or(i64::MAX / 2)
     }
 
-    fn lease_end(&self, now_ms: i64, deadline: Option<SystemTime>) -> i64 {
-        match deadline.map(system_time_ms) {
-            Some(deadline_ms) if deadline_ms > now_ms => deadline_ms,
-            _ => now_ms + i64::try_from(self.default_lease.as_millis()).unwrap_or(60_000),
+    fn lease_end(&self, now_ms: i64, deadline: Option<Deadline>) -> i64 {
+        match deadline {
+            Some(deadline) if deadline.epoch_ms() > now_ms => deadline.epoch_ms(),
+            _ => now_ms + millis(self.default_lease),
         }
+    }
+
+    /// True when `finish_by` (if any) leaves time for a pause of `delay` and another try.
+    fn room_for(&self, finish_by: Option<Deadline>, delay: Duration) -> bool {
+        finish_by.is_none_or(|f| f.epoch_ms() - self.clock.now_ms() > 2 * millis(delay))
+    }
+
+    /// The answer for `key` (stored as `stored`) when the backend knows it completed without a
+    /// request ([`Backend::completed_locally`]: the local cache).
+    fn answered_locally(
+        &self,
+        key: &str,
+        stored: &str,
+        payload_hash: &PayloadHash,
+        now_ms: i64,
+    ) -> Option<Result<Acquired, AcquireError>> {
+        let record = self.backend.completed_locally(stored, now_ms)?;
+        Some(Acquired::blocked(
+            key,
+            classify(record, payload_hash, now_ms),
+        ))
     }
 }
 
-/// Interprets a record that blocked an acquire: a completed record of this payload is a
-/// duplicate; a record of another payload that holds an effect (completed, not expired) or a
-/// running handler (in progress, its lease live) is a mismatch; anything else was replaced
-/// between our clock reading and the write, and is reported held, to be retried.
-pub(crate) fn classify(
-    key: &str,
-    existing: Record,
-    payload_hash: &PayloadHash,
-    now_ms: i64,
-) -> Result<Acquired, AcquireError> {
-    let protected = existing.is_held(now_ms)
-        || (existing.status == Status::Completed && !existing.is_expired(now_ms));
-    if protected && !payload_hash.matches(&existing.payload_hash) {
-        return Err(AcquireError::PayloadMismatch {
-            key: key.to_owned(),
-            stored: existing.status,
-        });
+impl<B: TransactionalBackend> Idempotency<B> {
+    /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
+    /// writes, and they commit with the idempotency record in one request (see the
+    /// [module](crate::transaction)). `finish_by` bounds the tries of the commit.
+    pub async fn transact<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        finish_by: Option<Deadline>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        self.transact_hashed(key, &PayloadHash::of_bytes(payload), finish_by, work)
+            .await
     }
-    Ok(match existing.status {
-        Status::Completed if !existing.is_expired(now_ms) => Acquired::Completed {
-            result: existing.result,
-            result_omitted: existing.result_omitted,
-        },
-        _ => Acquired::InProgress {
-            lease_until_ms: existing
-                .lease_until_ms
-                .unwrap_or(existing.expires_at.saturating_mul(1000)),
-        },
-    })
+
+    /// [`transact`](Self::transact) with a payload hash computed by the caller.
+    ///
+    /// A panic in `work` is recorded as a failed attempt and then resumed.
+    pub async fn transact_hashed<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        finish_by: Option<Deadline>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock.now_ms();
+        if let Some(found) = self.answered_locally(key, &stored, payload_hash, now_ms) {
+            return answer(found);
+        }
+        let owner = new_owner_token();
+        let mut record = IdempotencyRecord {
+            key: stored,
+            status: Status::Completed,
+            expires_at: self.expires_at(now_ms),
+            lease_until_ms: None,
+            owner: Some(owner),
+            payload_hash: payload_hash.as_str().to_owned(),
+            attempts: 0,
+            last_error: None,
+            result: None,
+            result_omitted: false,
+        };
+        let attempt = Attempt {
+            backend: &self.backend,
+            clock: self.clock.as_ref(),
+            key,
+            payload_hash,
+        };
+        let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
+            Ok(Ok(transaction)) => transaction,
+            Ok(Err(error)) => {
+                let noted = attempt.note_failure(&record, &error.to_string()).await;
+                return settle(noted, |attempts| TransactError::Failed { error, attempts });
+            }
+            Err(panic) => {
+                let message = format!("panicked: {}", panic_message(&panic));
+                attempt.note_failure(&record, &message).await;
+                std::panic::resume_unwind(panic)
+            }
+        };
+        let (output, writes) = transaction.into_parts();
+        self.set_result(&mut record, &output);
+        // Found before any request, and permanent: not counted as an attempt.
+        if let Err(error) = self.backend.check(&record, &writes) {
+            return Err(TransactError::Limit {
+                error,
+                attempts: None,
+            });
+        }
+        attempt
+            .commit(&record, output, &writes, finish_by, now_ms)
+            .await
+    }
+
+    /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
+    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
+    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
+    /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
+    /// first delivery goes straight to [`transact`](Self::transact).
+    pub async fn peek(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+    ) -> Result<Peeked, AcquireError> {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock.now_ms();
+        let found = match self.answered_locally(key, &stored, payload_hash, now_ms) {
+            Some(found) => found?,
+            None => match self.backend.get(&stored).await? {
+                None => return Ok(Peeked::Attempts(0)),
+                Some(record) if record.is_replaceable(now_ms) => {
+                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
+                        record.attempts
+                    } else {
+                        0
+                    };
+                    return Ok(Peeked::Attempts(attempts));
+                }
+                Some(record) => Acquired::blocked(key, classify(record, payload_hash, now_ms))?,
+            },
+        };
+        Ok(match found {
+            Acquired::Completed { result, .. } => Peeked::Completed { result },
+            Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
+            Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
+        })
+    }
+
+    /// Stores `output` as the record's result, unless it is too large for the store's item.
+    fn set_result<T: Serialize>(&self, record: &mut IdempotencyRecord, output: &T) {
+        let json = serde_json::to_string(output).ok().filter(|j| j != "null");
+        match (json, self.backend.max_result_bytes(&record.key)) {
+            (Some(json), Some(max)) if json.len() > max => {
+                tracing::warn!(
+                    key = record.key,
+                    result_bytes = json.len(),
+                    max_bytes = max,
+                    "result too large for the idempotency record: not stored"
+                );
+                record.result_omitted = true;
+            }
+            (json, _) => record.result = json,
+        }
+    }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
+pub use crate::payload::sha256_hex;
 use crate::payload::{PayloadHash, canonical_sha256};
 
 /// Longest partition key DynamoDB accepts, in bytes. Longer keys are hashed, never truncated.
@@ -25,18 +25,6 @@ pub const MAX_PREFIX_BYTES: usize = 512;
 
 /// What separates a key prefix from the key: `prefix#key`. A prefix cannot contain it.
 pub const PREFIX_SEPARATOR: char = '#';
-
-/// SHA-256 of `bytes`, as 64 lower-case hex digits.
-///
-/// ```
-/// assert_eq!(
-///     lambda_idempotency::key::sha256_hex(b""),
-///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-/// );
-/// ```
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
 
 /// Why no key or payload could be taken from a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -13,7 +13,7 @@
 //! - [`publish`]: a batching SQS publisher for FIFO and standard queues.
 //! - [`backoff`], [`dead_letter`], [`redrive_policy`]: per-message backoff, dead-lettering with a
 //!   reason, and the check that a queue's redrive backstop cannot dead-letter innocent messages.
-//! - [`outcome`]: what happened to a record ([`outcome::RecordError`]), errors a caller can match on.
+//! - [`error`]: what happened to a record ([`error::RecordError`]), errors a caller can match on.
 //! - [`payload`]: when two deliveries under one key carry the same work (canonical JSON).
 //!
 //! # Features
@@ -93,20 +93,22 @@ pub mod batch;
 pub mod cache;
 pub mod count;
 pub mod dead_letter;
-pub mod deadline;
+pub mod error;
 pub mod idempotency;
 pub mod key;
+pub mod lease;
 pub mod metrics;
-pub mod outcome;
 pub mod payload;
 pub mod publish;
-pub mod record;
 pub mod redact;
 pub mod redrive_policy;
+pub mod state;
 pub mod store;
+pub mod time;
 pub mod transaction;
 
-pub use idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome, RunError};
+pub use idempotency::Idempotency;
+pub use lease::{AcquireError, Acquired, Lease, Outcome, RunError};
 
 /// The workspace README's examples, compiled as doc tests so that they cannot rot. Only in the
 /// workspace (the build script finds the README; a packaged crate has none) and with

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Map, Value, json};
 
 use crate::batch::{BatchReport, Deduplicated};
-use crate::record::{Clock, SystemClock};
+use crate::time::{Clock, SystemClock};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 

@@ -31,10 +31,22 @@
 
 use serde_json::Value;
 
-use crate::key::sha256_hex;
+use sha2::{Digest, Sha256};
 
 /// The scheme tag of a hash over canonical JSON.
 pub const JSON_SCHEME: &str = "json:";
+
+/// SHA-256 of `bytes`, as 64 lower-case hex digits.
+///
+/// ```
+/// assert_eq!(
+///     lambda_idempotency::payload::sha256_hex(b""),
+///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+/// );
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
 
 /// A payload's hash, as written into a record and compared with a stored one. Two hashes are
 /// equal when they write the same hash.

@@ -12,6 +12,18 @@
 /// What a cut value is replaced with.
 pub const REDACTED: &str = "<redacted>";
 
+/// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 /// `message` (a store's error message, or a reason that quotes one) with what looks like an
 /// item's value cut, everything else kept:
 ///

@@ -36,7 +36,7 @@
 //! cannot commit transactions, `transact` does not compile (`run` does):
 //!
 //! ```compile_fail,E0599
-//! use lambda_idempotency::record::Record;
+//! use lambda_idempotency::state::IdempotencyRecord;
 //! use lambda_idempotency::store::{Backend, Put, StoreError, Update, Updated};
 //! use lambda_idempotency::transaction::Transaction;
 //! use lambda_idempotency::Idempotency;
@@ -44,8 +44,8 @@
 //! struct LeaseOnly;
 //!
 //! impl Backend for LeaseOnly {
-//!     async fn put(&self, _: &Record, _: i64) -> Result<Put, StoreError> { unimplemented!() }
-//!     async fn get(&self, _: &str) -> Result<Option<Record>, StoreError> { unimplemented!() }
+//!     async fn put(&self, _: &IdempotencyRecord, _: i64) -> Result<Put, StoreError> { unimplemented!() }
+//!     async fn get(&self, _: &str) -> Result<Option<IdempotencyRecord>, StoreError> { unimplemented!() }
 //!     async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> { unimplemented!() }
 //!     async fn delete(&self, _: &str) -> Result<(), StoreError> { unimplemented!() }
 //! }
@@ -79,21 +79,16 @@
 //! ```
 
 use std::fmt;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[cfg(feature = "dynamodb")]
 use aws_sdk_dynamodb::types::{ConditionCheck, Delete, Put, TransactWriteItem, Update};
-use futures_util::FutureExt;
-use serde::Serialize;
 
-use crate::idempotency::{Acquired, Idempotency, classify};
-use crate::key::sha256_hex;
-use crate::outcome::panic_message;
-use crate::payload::PayloadHash;
-use crate::record::{Record, Status, new_owner_token, system_time_ms};
+use crate::lease::{AcquireError, Acquired};
+use crate::payload::{PayloadHash, sha256_hex};
+use crate::state::{IdempotencyRecord, Status, classify};
 use crate::store::{Commit, Failure, LimitError, StoreError, TransactionalBackend};
+use crate::time::{Clock, Deadline, millis};
 
 /// Tries of one commit while the store answers that it cannot run it now, or fails.
 pub const COMMIT_TRIES: u32 = 5;
@@ -266,7 +261,7 @@ pub enum TransactError<E> {
         /// The key.
         key: String,
         /// The state of the record that holds the key.
-        stored: crate::record::Status,
+        stored: crate::state::Status,
     },
     /// The store refused the request for the size of its data (DynamoDB's `ValidationException`
     /// saying an item, or a key, is over its limit): nothing was applied, and a retry of the same
@@ -309,121 +304,55 @@ impl<E> TransactError<E> {
 }
 
 /// What recording a failure found.
-enum Noted {
+pub(crate) enum Noted {
     /// Recorded, or not (then logged): the key's failed attempts when known.
     Attempts(Option<u32>),
     /// The key was completed meanwhile, or holds another payload, or is held.
-    Answer(Result<Acquired, crate::AcquireError>),
+    Answer(Result<Acquired, AcquireError>),
 }
 
 /// The `ClientRequestToken` of one try: the same for every try of one attempt with the same
 /// request, different for every attempt and after a definite cancellation.
-fn request_token(stored_key: &str, owner: &str, round: u32) -> String {
+pub(crate) fn request_token(stored_key: &str, owner: &str, round: u32) -> String {
     sha256_hex(format!("{stored_key}\n{owner}\n{round}").as_bytes())[..32].to_owned()
 }
 
-impl<B: TransactionalBackend> Idempotency<B> {
-    /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
-    /// writes, and they commit with the idempotency record in one request (see the
-    /// [module](crate::transaction)). `deadline` bounds the tries of the commit.
-    pub async fn transact<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload: &[u8],
-        deadline: Option<SystemTime>,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
-    {
-        self.transact_hashed(key, &PayloadHash::of_bytes(payload), deadline, work)
-            .await
-    }
+/// One attempt at a key in transactional mode, as it commits or records its failure.
+pub(crate) struct Attempt<'a, B> {
+    pub(crate) backend: &'a B,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) key: &'a str,
+    pub(crate) payload_hash: &'a PayloadHash,
+}
 
-    /// [`transact`](Self::transact) with a payload hash computed by the caller.
-    ///
-    /// A panic in `work` is recorded as a failed attempt and then resumed.
-    pub async fn transact_hashed<T, E, F, Fut>(
+impl<B: TransactionalBackend> Attempt<'_, B> {
+    /// Commits `record` with `writes`, trying again while the store cannot run the transaction
+    /// now or fails, at most [`COMMIT_TRIES`] times and while `finish_by` leaves room.
+    pub(crate) async fn commit<T, E: fmt::Display>(
         &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-        deadline: Option<SystemTime>,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
-    {
-        let stored = self.stored_key(key);
-        let now_ms = self.clock().now_ms();
-        if let Some(cached) = self.cached(key, &stored, payload_hash, now_ms) {
-            return answer(cached);
-        }
-        let owner = new_owner_token();
-        let mut record = Record {
-            key: stored,
-            status: Status::Completed,
-            expires_at: self.expires_at(now_ms),
-            lease_until_ms: None,
-            owner: Some(owner),
-            payload_hash: payload_hash.as_str().to_owned(),
-            attempts: 0,
-            last_error: None,
-            result: None,
-            result_omitted: false,
-        };
-        let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
-            Ok(Ok(transaction)) => transaction,
-            Ok(Err(error)) => {
-                let noted = self
-                    .note_failure(key, &record, payload_hash, &error.to_string())
-                    .await;
-                return settle(noted, |attempts| TransactError::Failed { error, attempts });
-            }
-            Err(panic) => {
-                let message = format!("panicked: {}", panic_message(&panic));
-                self.note_failure(key, &record, payload_hash, &message)
-                    .await;
-                std::panic::resume_unwind(panic)
-            }
-        };
-        let (output, writes) = transaction.into_parts();
-        self.set_result(&mut record, &output);
-        // Found before any request, and permanent: not counted as an attempt.
-        if let Err(error) = self.backend().check(&record, &writes) {
-            return Err(TransactError::Limit {
-                error,
-                attempts: None,
-            });
-        }
+        record: &IdempotencyRecord,
+        output: T,
+        writes: &[B::Write],
+        finish_by: Option<Deadline>,
+        now_ms: i64,
+    ) -> Result<Transacted<T>, TransactError<E>> {
         let mut delay = COMMIT_BACKOFF;
         let mut round = 0;
         let mut tries = 0;
         loop {
             tries += 1;
             let token = request_token(&record.key, record.owner.as_deref().unwrap_or(""), round);
-            let last = match self
-                .backend()
-                .commit(&record, &writes, &token, now_ms)
-                .await
-            {
-                Ok(Commit::Committed) => {
-                    self.remember(&record, now_ms);
-                    return Ok(Transacted::Committed(output));
-                }
+            let last = match self.backend.commit(record, writes, &token, now_ms).await {
+                Ok(Commit::Committed) => return Ok(Transacted::Committed(output)),
                 // This attempt's own record: an earlier try committed, and its answer was lost.
                 Ok(Commit::Exists(existing)) if existing.owner == record.owner => {
-                    self.remember(&existing, now_ms);
                     return Ok(Transacted::Committed(output));
                 }
                 Ok(Commit::Exists(existing)) => {
-                    self.remember(&existing, now_ms);
-                    return answer(classify(key, existing, payload_hash, now_ms));
+                    return answer(Acquired::blocked(
+                        self.key,
+                        classify(existing, self.payload_hash, now_ms),
+                    ));
                 }
                 Ok(Commit::Rejected {
                     index,
@@ -437,18 +366,14 @@ impl<B: TransactionalBackend> Idempotency<B> {
                         code,
                         message,
                     };
-                    let noted = self
-                        .note_failure(key, &record, payload_hash, &rejection.to_string())
-                        .await;
+                    let noted = self.note_failure(record, &rejection.to_string()).await;
                     return settle(noted, |attempts| TransactError::Rejected {
                         rejection,
                         attempts,
                     });
                 }
                 Ok(Commit::TooLarge { message }) => {
-                    let noted = self
-                        .note_failure(key, &record, payload_hash, &message)
-                        .await;
+                    let noted = self.note_failure(record, &message).await;
                     return settle(noted, |attempts| TransactError::TooLarge {
                         message,
                         attempts,
@@ -470,13 +395,12 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 // The answer may be lost after a commit: the next try repeats the token.
                 Err(e) => TransactError::Store(e),
             };
-            let room = deadline.is_none_or(|until| {
-                system_time_ms(until) - self.clock().now_ms() > 2 * delay.as_millis() as i64
-            });
+            let room =
+                finish_by.is_none_or(|f| f.epoch_ms() - self.clock.now_ms() > 2 * millis(delay));
             if tries >= COMMIT_TRIES || !room {
                 return Err(last);
             }
-            tracing::warn!(key, error = %last, tries, "transaction not committed; trying again");
+            tracing::warn!(key = self.key, error = %last, tries, "transaction not committed; trying again");
             // Up to a half more, at random: writers contending for one item do not retry in step.
             let spread = delay.as_millis() as u64 / 2;
             let jitter = Duration::from_millis(crate::backoff::jitter_u64() % (spread + 1));
@@ -485,84 +409,24 @@ impl<B: TransactionalBackend> Idempotency<B> {
         }
     }
 
-    /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
-    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
-    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
-    /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
-    /// first delivery goes straight to [`transact`](Self::transact).
-    pub async fn peek(
-        &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-    ) -> Result<Peeked, crate::AcquireError> {
-        let stored = self.stored_key(key);
-        let now_ms = self.clock().now_ms();
-        let found = match self.cached(key, &stored, payload_hash, now_ms) {
-            Some(cached) => cached?,
-            None => match self.backend().get(&stored).await? {
-                None => return Ok(Peeked::Attempts(0)),
-                Some(record) if record.is_replaceable(now_ms) => {
-                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
-                        record.attempts
-                    } else {
-                        0
-                    };
-                    return Ok(Peeked::Attempts(attempts));
-                }
-                Some(record) => {
-                    self.remember(&record, now_ms);
-                    classify(key, record, payload_hash, now_ms)?
-                }
-            },
-        };
-        Ok(match found {
-            Acquired::Completed { result, .. } => Peeked::Completed { result },
-            Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
-            Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
-        })
-    }
-
-    /// Stores `output` as the record's result, unless it is too large for the store's item.
-    fn set_result<T: Serialize>(&self, record: &mut Record, output: &T) {
-        let json = serde_json::to_string(output).ok().filter(|j| j != "null");
-        match (json, self.backend().max_result_bytes(&record.key)) {
-            (Some(json), Some(max)) if json.len() > max => {
-                tracing::warn!(
-                    key = record.key,
-                    result_bytes = json.len(),
-                    max_bytes = max,
-                    "result too large for the idempotency record: not stored"
-                );
-                record.result_omitted = true;
-            }
-            (json, _) => record.result = json,
-        }
-    }
-
     /// Records a failed attempt of `record`'s key with `error`.
-    async fn note_failure(
-        &self,
-        key: &str,
-        record: &Record,
-        payload_hash: &PayloadHash,
-        error: &str,
-    ) -> Noted {
-        let now_ms = self.clock().now_ms();
-        let failed = Record {
+    pub(crate) async fn note_failure(&self, record: &IdempotencyRecord, error: &str) -> Noted {
+        let now_ms = self.clock.now_ms();
+        let failed = IdempotencyRecord {
             status: Status::Failed,
             last_error: Some(error.to_owned()),
             result: None,
             result_omitted: false,
             ..record.clone()
         };
-        match self.backend().record_failure(&failed, now_ms).await {
+        match self.backend.record_failure(&failed, now_ms).await {
             Ok(Failure::Recorded { attempts }) => Noted::Attempts(Some(attempts)),
-            Ok(Failure::Exists(existing)) => {
-                self.remember(&existing, now_ms);
-                Noted::Answer(classify(key, existing, payload_hash, now_ms))
-            }
+            Ok(Failure::Exists(existing)) => Noted::Answer(Acquired::blocked(
+                self.key,
+                classify(existing, self.payload_hash, now_ms),
+            )),
             Err(e) => {
-                tracing::warn!(key, error = %e, "could not record the failure");
+                tracing::warn!(key = self.key, error = %e, "could not record the failure");
                 Noted::Attempts(None)
             }
         }
@@ -570,8 +434,8 @@ impl<B: TransactionalBackend> Idempotency<B> {
 }
 
 /// The answer for a key found completed, held or of another payload.
-fn answer<T, E>(
-    found: Result<Acquired, crate::AcquireError>,
+pub(crate) fn answer<T, E>(
+    found: Result<Acquired, AcquireError>,
 ) -> Result<Transacted<T>, TransactError<E>> {
     match found {
         Ok(Acquired::Completed { result, .. }) => Ok(Transacted::Duplicate { stored: result }),
@@ -580,16 +444,16 @@ fn answer<T, E>(
         }
         // `classify` never starts an attempt.
         Ok(Acquired::Started(_)) => unreachable!("a stored record never starts an attempt"),
-        Err(crate::AcquireError::PayloadMismatch { key, stored }) => {
+        Err(AcquireError::PayloadMismatch { key, stored }) => {
             Err(TransactError::PayloadMismatch { key, stored })
         }
-        Err(crate::AcquireError::Store(e)) => Err(TransactError::Store(e)),
+        Err(AcquireError::Store(e)) => Err(TransactError::Store(e)),
     }
 }
 
 /// The result of a failed attempt: its error with the attempts, or the answer the store gave
 /// instead (a duplicate stays a duplicate even when its handler now fails).
-fn settle<T, E>(
+pub(crate) fn settle<T, E>(
     noted: Noted,
     error: impl FnOnce(Option<u32>) -> TransactError<E>,
 ) -> Result<Transacted<T>, TransactError<E>> {

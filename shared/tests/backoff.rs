@@ -13,7 +13,7 @@ use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{
     BatchProcessor, RecordContext, RecordError, RecordHandler, message,
 };
-use lambda_idempotency::record::system_time_ms;
+use lambda_idempotency::time::system_time_ms;
 use lambda_runtime::{Context, LambdaEvent};
 
 fn record(id: &str, body: &str, receives: u32, group: Option<&str>) -> SqsMessage {

@@ -10,8 +10,9 @@ use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchError, BatchProcessor, RecordContext, RecordError, RecordHandlerExt, json, message,
 };
-use lambda_idempotency::record::{Record, system_time_ms};
+use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
+use lambda_idempotency::time::system_time_ms;
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
 
@@ -334,10 +335,10 @@ fn unreachable() -> StoreError {
 }
 
 impl Backend for Unreachable {
-    async fn put(&self, _: &Record, _: i64) -> Result<Put, StoreError> {
+    async fn put(&self, _: &IdempotencyRecord, _: i64) -> Result<Put, StoreError> {
         Err(unreachable())
     }
-    async fn get(&self, _: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, _: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         Err(unreachable())
     }
     async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> {

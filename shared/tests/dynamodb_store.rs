@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use backend_suite::{Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::record::{Clock, ManualClock};
 use lambda_idempotency::store::{Attributes, Backend, DynamoDbBackend, InMemoryBackend, Updated};
+use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency};
 
 /// What each engine operation costs on DynamoDB: one `UpdateItem` per acquire, completion,
@@ -113,7 +113,7 @@ async fn a_result_at_the_size_limit_is_stored_beside_the_longest_last_error() {
     let stored = e.get("boundary").await.unwrap().unwrap();
     assert_eq!(
         stored.last_error.as_ref().map(String::len),
-        Some(lambda_idempotency::record::MAX_ERROR_LEN)
+        Some(lambda_idempotency::state::MAX_ERROR_LEN)
     );
     let lease = started(e, "boundary").await;
     let max = e.backend().max_result_bytes(lease.stored_key()).unwrap();
@@ -169,7 +169,7 @@ async fn attribute_names_are_configurable() {
         .expect("stored under the configured key attribute");
     assert_eq!(item["state"].as_s().unwrap(), "COMPLETED");
     let ttl: i64 = item["ttl"].as_n().unwrap().parse().unwrap();
-    let now = lambda_idempotency::record::SystemClock.now_ms() / 1000;
+    let now = lambda_idempotency::time::SystemClock.now_ms() / 1000;
     assert!(
         (now + 1_555_199..=now + 1_555_201).contains(&ttl),
         "default expiry is 18 days: {ttl} vs {now}"

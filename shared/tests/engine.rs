@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::FutureExt;
 use lambda_idempotency::idempotency::MAX_ITEM_BYTES;
-use lambda_idempotency::record::{ManualClock, Status};
+use lambda_idempotency::state::Status;
 use lambda_idempotency::store::InMemoryBackend;
+use lambda_idempotency::time::{Deadline, ManualClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome, RunError};
 
 use common::FailingCompletions;
@@ -22,8 +23,8 @@ fn engine(clock: &Arc<ManualClock>) -> Idempotency<InMemoryBackend> {
         .with_expiry(Duration::from_secs(100))
 }
 
-fn deadline(ms: i64) -> Option<SystemTime> {
-    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64))
+fn deadline(ms: i64) -> Option<Deadline> {
+    Some(Deadline::at_epoch_ms(ms))
 }
 
 #[tokio::test]
@@ -201,7 +202,7 @@ async fn completion_retries_stop_at_the_deadline() {
         .run(
             "k",
             b"p",
-            Some(SystemTime::now() + Duration::from_millis(120)),
+            Some((SystemTime::now() + Duration::from_millis(120)).into()),
             || async { Ok::<_, String>(3) },
         )
         .await

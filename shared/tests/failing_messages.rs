@@ -16,8 +16,9 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::record::{Record, Status, system_time_ms};
+use lambda_idempotency::state::{IdempotencyRecord, Status};
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
+use lambda_idempotency::time::system_time_ms;
 use lambda_idempotency::{Acquired, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
@@ -283,10 +284,10 @@ struct SlowUpdates {
 }
 
 impl Backend for SlowUpdates {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.inner.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.inner.get(key).await
     }
     async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use lambda_idempotency::cache::LocalCache;
+use lambda_idempotency::cache::{CachedBackend, LocalCache};
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::record::ManualClock;
-use lambda_idempotency::store::DynamoDbBackend;
+use lambda_idempotency::store::{Backend, DynamoDbBackend};
+use lambda_idempotency::time::ManualClock;
 use lambda_idempotency::transaction::{Transacted, Transaction};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome};
 
@@ -18,7 +18,7 @@ struct Fixture {
     counter: RequestCounter,
     clock: Arc<ManualClock>,
     cache: LocalCache,
-    engine: Idempotency<DynamoDbBackend>,
+    engine: Idempotency<CachedBackend<DynamoDbBackend>>,
     /// The same table without a cache: another execution environment.
     other: Idempotency<DynamoDbBackend>,
     effects: String,
@@ -32,18 +32,14 @@ async fn fixture(capacity: usize, ttl: Duration) -> Fixture {
     let effects = common::create_table(&client, "pk", "ttl").await;
     let clock = Arc::new(ManualClock::starting_now());
     let cache = LocalCache::new(NonZeroUsize::new(capacity).unwrap(), ttl);
-    let engine = |cache: Option<LocalCache>| {
-        let engine = Idempotency::new(DynamoDbBackend::new(client.clone(), &table))
+    let engine = || {
+        Idempotency::new(DynamoDbBackend::new(client.clone(), &table))
             .with_clock(clock.clone())
-            .with_expiry(Duration::from_secs(3600));
-        match cache {
-            Some(cache) => engine.with_local_cache(cache),
-            None => engine,
-        }
+            .with_expiry(Duration::from_secs(3600))
     };
     let fixture = Fixture {
-        engine: engine(Some(cache.clone())),
-        other: engine(None),
+        engine: engine().with_local_cache(cache.clone()),
+        other: engine(),
         counter: counter.clone(),
         clock,
         cache,
@@ -53,7 +49,7 @@ async fn fixture(capacity: usize, ttl: Duration) -> Fixture {
     fixture
 }
 
-async fn run(e: &Idempotency<DynamoDbBackend>, key: &str, payload: &[u8]) -> Outcome<u32> {
+async fn run<B: Backend>(e: &Idempotency<B>, key: &str, payload: &[u8]) -> Outcome<u32> {
     e.run(key, payload, None, || async { Ok::<_, std::io::Error>(7) })
         .await
         .unwrap()
@@ -205,7 +201,7 @@ async fn forgetting_a_key_drops_its_entry() {
 #[tokio::test]
 async fn engines_over_two_tables_share_a_cache_without_answering_for_each_other() {
     let f = fixture(16, Duration::from_secs(60)).await;
-    let client = f.engine.backend().client().clone();
+    let client = f.engine.backend().inner().client().clone();
     let second_table = common::create_table(&client, "id", "expiration").await;
     let second = Idempotency::new(DynamoDbBackend::new(client, &second_table))
         .with_clock(f.clock.clone())

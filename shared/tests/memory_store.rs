@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use backend_suite::{Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::record::Record;
+use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
 
 /// What each engine operation costs: one call per operation, and one `put` for any replacement.
@@ -31,11 +31,11 @@ struct Counted {
 }
 
 impl Backend for Counted {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.counter.add("put");
         self.inner.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.counter.add("get");
         self.inner.get(key).await
     }

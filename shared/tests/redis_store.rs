@@ -13,8 +13,8 @@ use std::time::Duration;
 use backend_suite::{Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::key::sha256_hex;
-use lambda_idempotency::record::Clock;
 use lambda_idempotency::store::{Backend, RedisBackend, RedisConnectError, StoreError, Updated};
+use lambda_idempotency::time::Clock;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 
 /// What each engine operation costs on Redis: one script per acquire (an expired record
@@ -97,7 +97,10 @@ async fn the_server_deletes_a_record_when_it_expires() {
 
     // A lease longer than the expiry keeps the record on the server until it ends.
     let deadline = std::time::SystemTime::now() + Duration::from_secs(30);
-    let lease = match e.acquire("long-lease", b"body", Some(deadline)).await {
+    let lease = match e
+        .acquire("long-lease", b"body", Some(deadline.into()))
+        .await
+    {
         Ok(Acquired::Started(lease)) => lease,
         other => panic!("{other:?}"),
     };
@@ -399,6 +402,6 @@ async fn memory_per_record() {
 
 /// 36 characters, like an SQS message id.
 fn uuid_like() -> String {
-    let clock = lambda_idempotency::record::SystemClock.now_ms();
+    let clock = lambda_idempotency::time::SystemClock.now_ms();
     format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), clock)
 }

@@ -14,8 +14,9 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::record::{ManualClock, Status};
+use lambda_idempotency::state::Status;
 use lambda_idempotency::store::{DynamoDbBackend, LimitError, StoreError};
+use lambda_idempotency::time::ManualClock;
 use lambda_idempotency::transaction::{TransactError, Transacted, Transaction};
 use lambda_runtime::{Context, LambdaEvent};
 

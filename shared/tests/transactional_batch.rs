@@ -13,7 +13,7 @@ use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandlerExt, json,
 };
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::record::Status;
+use lambda_idempotency::state::Status;
 use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};

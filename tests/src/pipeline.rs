@@ -423,10 +423,7 @@ impl Pipeline {
 
     /// Duplicates payment-processor answered from its warm-container cache.
     pub fn cache_hits(&self) -> u64 {
-        self.processor
-            .idempotency()
-            .local_cache()
-            .map_or(0, |c| c.hits())
+        self.processor.idempotency().backend().cache().hits()
     }
 
     /// Event source statistics by function so far.

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use lambda_idempotency::metrics::BatchCounts;
-use lambda_idempotency::record::Clock;
+use lambda_idempotency::time::Clock;
 use local_aws::runner::Stats;
 
 use crate::checks::{Check, checks};
@@ -157,7 +157,7 @@ async fn reconcile_now(
     let reconciler =
         pipeline.reconciler(&[("RESEND_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")])?;
     Ok(reconciler
-        .run(lambda_idempotency::record::SystemClock.now_ms() + 1)
+        .run(lambda_idempotency::time::SystemClock.now_ms() + 1)
         .await?)
 }
 

@@ -144,10 +144,10 @@ impl Stack {
 
     async fn accept_one(&self, p: &PaymentRequested) -> Result<u64, BoxError> {
         use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
-        use lambda_idempotency::record::Clock;
+        use lambda_idempotency::time::Clock;
         use payments_model::order;
         let s = |v: &str| AttributeValue::S(v.to_owned());
-        let now = AttributeValue::N(lambda_idempotency::record::SystemClock.now_ms().to_string());
+        let now = AttributeValue::N(lambda_idempotency::time::SystemClock.now_ms().to_string());
         let put = |sequence: u64| {
             let mut put = Put::builder()
                 .table_name(self.table("PaymentsTable"))

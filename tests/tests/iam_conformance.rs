@@ -330,7 +330,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .acquire_hashed(
             "pay_elsewhere",
             &hash,
-            Some(SystemTime::now() + Duration::from_secs(2)),
+            Some((SystemTime::now() + Duration::from_secs(2)).into()),
         )
         .await
         .unwrap();

@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::dead_letter::{REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-use lambda_idempotency::record::Status;
+use lambda_idempotency::state::Status;
 use lambda_idempotency::store::DynamoDbBackend;
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids};

@@ -46,7 +46,7 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend};
+use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend, TransactionalBackend};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 use redis::aio::ConnectionLike;
@@ -310,44 +310,38 @@ async fn main() -> Result<(), BoxError> {
             .with_counter(operations.clone());
             // Up front, as `RedisBackend::connect` does: not a record's round trip.
             backend.load_scripts().await?;
-            let store = with_cache(Idempotency::new(backend), &cache);
-            invocations
-                .run(&lease_handler(&dynamodb, &effects_table, store))
-                .await?
+            let store = Idempotency::new(backend);
+            match &cache {
+                Some(cache) => {
+                    let store = store.with_local_cache(cache.clone());
+                    invocations
+                        .run(&lease_handler(&dynamodb, &effects_table, store))
+                        .await?
+                }
+                None => {
+                    invocations
+                        .run(&lease_handler(&dynamodb, &effects_table, store))
+                        .await?
+                }
+            }
         }
         Store::Dynamodb => {
             let table = cli
                 .idempotency_table
                 .clone()
                 .ok_or("--idempotency-table TABLE is required with --store dynamodb")?;
-            let store = with_cache(
-                Idempotency::new(DynamoDbBackend::new(dynamodb.clone(), table)),
-                &cache,
-            );
-            if transactional {
-                // The handler's PutItem becomes the Put of the transaction: no request of its own.
-                let handler = Counted(
-                    json(|p: Payment, ctx: RecordContext| {
-                        let table = &effects_table;
-                        async move {
-                            let put = Put::builder()
-                                .table_name(table)
-                                .item("id", AttributeValue::S(p.payment_id))
-                                .item("messageId", AttributeValue::S(ctx.message_id))
-                                .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                                .build()?;
-                            Ok::<_, aws_sdk_dynamodb::error::BuildError>(
-                                Transaction::<(), TransactWriteItem>::new(()).put(put),
-                            )
-                        }
-                    })
-                    .transactional(store),
-                );
-                invocations.run(&handler).await?
-            } else {
-                invocations
-                    .run(&lease_handler(&dynamodb, &effects_table, store))
-                    .await?
+            let store = Idempotency::new(DynamoDbBackend::new(dynamodb.clone(), table));
+            let side = DynamoDbSide {
+                dynamodb: &dynamodb,
+                effects_table: &effects_table,
+                transactional,
+            };
+            match &cache {
+                Some(cache) => {
+                    side.run(invocations, store.with_local_cache(cache.clone()))
+                        .await?
+                }
+                None => side.run(invocations, store).await?,
             }
         }
     };
@@ -380,11 +374,48 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// `store` with the local cache of `--cache`, if on.
-fn with_cache<B: Backend>(store: Idempotency<B>, cache: &Option<LocalCache>) -> Idempotency<B> {
-    match cache {
-        Some(cache) => store.with_local_cache(cache.clone()),
-        None => store,
+/// The DynamoDB side: the lease mode's handler or the transactional one, over a store with or
+/// without the local cache.
+struct DynamoDbSide<'a> {
+    dynamodb: &'a aws_sdk_dynamodb::Client,
+    effects_table: &'a str,
+    transactional: bool,
+}
+
+impl DynamoDbSide<'_> {
+    async fn run<R: BufRead, B>(
+        &self,
+        invocations: Invocations<'_, R>,
+        store: Idempotency<B>,
+    ) -> Result<Seen, BoxError>
+    where
+        B: TransactionalBackend<Write = TransactWriteItem> + Clone + 'static,
+    {
+        if self.transactional {
+            // The handler's PutItem becomes the Put of the transaction: no request of its own.
+            let handler = Counted(
+                json(|p: Payment, ctx: RecordContext| {
+                    let table = self.effects_table;
+                    async move {
+                        let put = Put::builder()
+                            .table_name(table)
+                            .item("id", AttributeValue::S(p.payment_id))
+                            .item("messageId", AttributeValue::S(ctx.message_id))
+                            .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                            .build()?;
+                        Ok::<_, aws_sdk_dynamodb::error::BuildError>(
+                            Transaction::<(), TransactWriteItem>::new(()).put(put),
+                        )
+                    }
+                })
+                .transactional(store),
+            );
+            invocations.run(&handler).await
+        } else {
+            invocations
+                .run(&lease_handler(self.dynamodb, self.effects_table, store))
+                .await
+        }
     }
 }
 

@@ -131,7 +131,7 @@ impl App {
         // The first request holds the key until the function's deadline at most.
         let deadline = request
             .lambda_context_ref()
-            .and_then(lambda_idempotency::deadline::deadline);
+            .and_then(lambda_idempotency::time::Deadline::of);
         let create = || self.create(&order);
         let outcome = self
             .engine

@@ -46,11 +46,13 @@ use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
     RecordHandlerExt, json,
 };
+use lambda_idempotency::cache::CachedBackend;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, Publisher};
-use lambda_idempotency::record::{Clock, SystemClock, truncate_error};
+use lambda_idempotency::state::truncate_error;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
+use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_runtime::{Error, LambdaEvent};
 use payments_model::lifecycle::MarkedFailed;
 use payments_model::{
@@ -118,7 +120,7 @@ pub enum ChargeError {
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
 pub struct App {
-    idempotency: Idempotency<DynamoDbBackend>,
+    idempotency: Idempotency<CachedBackend<DynamoDbBackend>>,
     dynamodb: aws_sdk_dynamodb::Client,
     receipts: Publisher,
     processor: BatchProcessor,
@@ -179,7 +181,7 @@ impl App {
     }
 
     /// The idempotency engine.
-    pub fn idempotency(&self) -> &Idempotency<DynamoDbBackend> {
+    pub fn idempotency(&self) -> &Idempotency<CachedBackend<DynamoDbBackend>> {
         &self.idempotency
     }
 
@@ -189,7 +191,7 @@ impl App {
     /// failed init and counts it in the function's errors, and no message is dead-lettered
     /// meanwhile. What does not stop the table from working (its TTL) is only logged.
     pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
-        self.idempotency.backend().check_table().await
+        self.idempotency.backend().inner().check_table().await
     }
 
     /// Handles one SQS batch; reports the failed records.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
-use lambda_idempotency::record::Status;
+use lambda_idempotency::state::Status;
 use lambda_idempotency::transaction::Rejection;
 use payments_model::order::{self, Account};
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};

@@ -54,8 +54,8 @@ use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use lambda_idempotency::key::{canonical_hash, sha256_hex};
 use lambda_idempotency::metrics::Metrics;
-use lambda_idempotency::record::{Clock, SystemClock};
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
+use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use payments_model::metrics::{FUNCTION_DIMENSION, function};
 use payments_model::{
@@ -280,7 +280,7 @@ impl App {
         let scoped_key = caller.scoped_key(&key);
         let deadline = request
             .lambda_context_ref()
-            .and_then(lambda_idempotency::deadline::deadline);
+            .and_then(lambda_idempotency::time::Deadline::of);
         let hash = canonical_hash(&payment.json);
         // The request's fingerprint is canonical already (the validated payment's JSON): stored
         // as it is, the form payments and their records have always held.

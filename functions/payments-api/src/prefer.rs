@@ -66,7 +66,8 @@ impl WaitPreference {
             requested: requested_wait(request.headers())?,
             deadline_ms: request
                 .lambda_context_ref()
-                .and_then(lambda_idempotency::deadline::deadline_ms),
+                .and_then(lambda_idempotency::time::Deadline::of)
+                .map(lambda_idempotency::time::Deadline::epoch_ms),
         })
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Response};
-use lambda_idempotency::record::{Clock, SystemClock};
+use lambda_idempotency::time::{Clock, SystemClock};
 use payments_model::PaymentStatus;
 use tokio::time::Instant;
 

@@ -16,7 +16,7 @@ use aws_smithy_mocks::{Rule, mock};
 use common::{app, request};
 use lambda_http::http::HeaderValue;
 use lambda_http::{Body, Context, Request, RequestExt, Response};
-use lambda_idempotency::record::{Clock, SystemClock};
+use lambda_idempotency::time::{Clock, SystemClock};
 use serde_json::Value;
 
 mod common;

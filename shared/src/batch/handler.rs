@@ -5,21 +5,22 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use aws_lambda_events::sqs::SqsMessage;
 use serde::de::DeserializeOwned;
 
-use crate::outcome::RecordError;
+use crate::error::RecordError;
 use crate::store::BoxError;
+use crate::time::{Clock, Deadline, SystemClock};
 
 /// What a handler knows about the record it is given.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RecordContext {
     /// The record's SQS message id (never empty).
     pub message_id: String,
     /// The invocation's deadline, if known: when Lambda stops it.
-    pub deadline: Option<SystemTime>,
+    pub deadline: Option<Deadline>,
     /// `ApproximateReceiveCount` (1 on the first delivery; 0 when absent). SQS counts a receive
     /// for every delivery, including those of a FIFO record that did not run because an earlier
     /// one of its group failed: use [`attempt`](Self::attempt) to count the handler's own tries.
@@ -37,10 +38,13 @@ pub struct RecordContext {
     pub request_id: String,
     /// When the handler's own work is cancelled (the deadline minus the processor's stop
     /// margin), if there is a deadline. See [`RecordContext::cancellable`].
-    pub stop_at: Option<SystemTime>,
+    pub stop_at: Option<Deadline>,
     /// When the record's bookkeeping (marking it completed or failed) must be done, so that the
     /// processor can still answer Lambda in time.
-    pub finish_by: Option<SystemTime>,
+    pub finish_by: Option<Deadline>,
+    /// The clock every check of these instants reads: the processor's
+    /// ([`BatchProcessor::with_clock`](super::BatchProcessor::with_clock)).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl RecordContext {
@@ -56,6 +60,7 @@ impl RecordContext {
             request_id: String::new(),
             stop_at: None,
             finish_by: None,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -72,13 +77,8 @@ impl RecordContext {
         let Some(stop_at) = self.stop_at else {
             return work.await;
         };
-        let left = stop_at
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        let margin = self
-            .deadline
-            .and_then(|d| d.duration_since(stop_at).ok())
-            .unwrap_or_default();
+        let left = stop_at.remaining(&*self.clock);
+        let margin = self.deadline.map(|d| d.since(stop_at)).unwrap_or_default();
         if left.is_zero() {
             // Never started: not an attempt (it spends none of the record's budget).
             return Err(RecordError::DeadlineNear { margin });

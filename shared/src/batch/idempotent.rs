@@ -2,16 +2,17 @@
 //! idempotency key, in effect.
 
 use std::panic::AssertUnwindSafe;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
 use serde::Serialize;
 
 use super::{RecordContext, RecordHandler};
-use crate::idempotency::{AcquireError, Acquired, Idempotency, Lease};
+use crate::Idempotency;
+use crate::error::{RecordError, panic_message};
 use crate::key::KeyConfig;
-use crate::outcome::{RecordError, panic_message};
+use crate::lease::{AcquireError, Acquired, Lease};
 use crate::payload::PayloadHash;
 use crate::store::{Backend, Updated};
 
@@ -110,7 +111,7 @@ where
         error: RecordError,
     ) -> RecordError {
         let text = error.to_string();
-        match bounded(ctx.finish_by, self.engine.fail(lease, &text)).await {
+        match bounded(ctx, self.engine.fail(lease, &text)).await {
             Some(Ok(Updated::Applied {
                 attempts: Some(attempts),
             })) => RecordError::Attempt {
@@ -146,14 +147,11 @@ where
 }
 
 /// Runs `write` until `finish_by` (less a little slack); `None` when it did not finish.
-async fn bounded<T>(finish_by: Option<SystemTime>, write: impl Future<Output = T>) -> Option<T> {
-    match finish_by {
+async fn bounded<T>(ctx: &RecordContext, write: impl Future<Output = T>) -> Option<T> {
+    match ctx.finish_by {
         None => Some(write.await),
         Some(at) => {
-            let left = at
-                .duration_since(SystemTime::now())
-                .unwrap_or_default()
-                .saturating_sub(WRITE_SLACK);
+            let left = at.remaining(&*ctx.clock).saturating_sub(WRITE_SLACK);
             tokio::time::timeout(left, write).await.ok()
         }
     }
@@ -207,7 +205,7 @@ where
                 let write =
                     self.engine
                         .complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
-                let problem = match bounded(ctx.finish_by, write).await {
+                let problem = match bounded(ctx, write).await {
                     Some(Ok(Updated::Applied { .. })) => None,
                     Some(Ok(Updated::NotApplied)) => Some(
                         "another attempt took the key over after this one's lease ended".into(),
@@ -248,12 +246,11 @@ where
 /// its handler would not start, so neither the key is taken nor an attempt spent.
 pub(super) fn too_late_to_start(ctx: &RecordContext) -> Option<RecordError> {
     let stop_at = ctx.stop_at?;
-    (SystemTime::now() >= stop_at).then(|| RecordError::DeadlineNear {
-        margin: ctx
-            .deadline
-            .and_then(|d| d.duration_since(stop_at).ok())
-            .unwrap_or_default(),
-    })
+    stop_at
+        .has_passed(&*ctx.clock)
+        .then(|| RecordError::DeadlineNear {
+            margin: ctx.deadline.map(|d| d.since(stop_at)).unwrap_or_default(),
+        })
 }
 
 /// The record's idempotency key and payload hash, or why there is none.
@@ -280,7 +277,7 @@ pub(super) async fn reset_attempts<B: Backend>(
 ) {
     if error.attempts().is_some()
         && let Ok(key) = keys.key(message)
-        && let Some(Err(e)) = bounded(ctx.finish_by, engine.reset_attempts(&key)).await
+        && let Some(Err(e)) = bounded(ctx, engine.reset_attempts(&key)).await
     {
         tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
     }

@@ -10,17 +10,19 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::time::Deadline;
+
 use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::{RecordContext, RecordHandler};
 use crate::dead_letter::DeadLetter;
-use crate::outcome::{RecordError, panic_message};
-use crate::record::Clock;
+use crate::error::{RecordError, panic_message};
+use crate::time::Clock;
 
-/// What became of one record.
-pub(super) struct Outcome<T> {
+/// How one record settled: its result, and whether it went to the dead-letter queue.
+pub(super) struct Settled<T> {
     pub(super) result: Result<T, RecordError>,
     pub(super) dead_lettered: bool,
 }
@@ -32,7 +34,7 @@ pub(super) struct Limits<'a> {
     pub(super) finish_margin: Duration,
     pub(super) call_timeout: Duration,
     pub(super) max_attempts: Option<u32>,
-    pub(super) clock: &'a dyn Clock,
+    pub(super) clock: &'a Arc<dyn Clock>,
     pub(super) dead_letter: Option<&'a DeadLetter>,
 }
 
@@ -42,7 +44,7 @@ pub(super) struct Run<'a, H> {
     handler: &'a H,
     records: &'a [SqsMessage],
     ids: &'a [&'a str],
-    deadline_ms: Option<i64>,
+    deadline: Option<Deadline>,
     request_id: &'a str,
     /// For a message id that came earlier in the batch: that first record's index.
     repeats: HashMap<usize, usize>,
@@ -56,7 +58,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         handler: &'a H,
         records: &'a [SqsMessage],
         ids: &'a [&'a str],
-        deadline_ms: Option<i64>,
+        deadline: Option<Deadline>,
         request_id: &'a str,
     ) -> Self {
         let mut first: HashMap<&str, usize> = HashMap::new();
@@ -86,7 +88,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             handler,
             records,
             ids,
-            deadline_ms,
+            deadline,
             request_id,
             repeats,
             key_locks,
@@ -94,8 +96,8 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     }
 
     /// The invocation's deadline.
-    pub(super) fn deadline(&self) -> Option<SystemTime> {
-        self.deadline_ms.map(at_ms)
+    pub(super) fn deadline(&self) -> Option<Deadline> {
+        self.deadline
     }
 
     /// Runs the records of one lane one after another. A record that fails and is not moved to
@@ -105,7 +107,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         &self,
         indices: Vec<usize>,
         group: Option<String>,
-    ) -> Vec<(usize, Outcome<H::Output>)> {
+    ) -> Vec<(usize, Settled<H::Output>)> {
         let mut out = Vec::with_capacity(indices.len());
         let mut failed: Option<&str> = None;
         for i in indices {
@@ -113,7 +115,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                 let result = Err(RecordError::Repeated { first_index });
                 out.push((
                     i,
-                    Outcome {
+                    Settled {
                         result,
                         dead_lettered: false,
                     },
@@ -132,7 +134,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                 };
                 out.push((
                     i,
-                    Outcome {
+                    Settled {
                         result: Err(error),
                         dead_lettered: false,
                     },
@@ -151,7 +153,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             }
             out.push((
                 i,
-                Outcome {
+                Settled {
                     result,
                     dead_lettered,
                 },
@@ -253,19 +255,18 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     }
 
     /// Time from now until `at` (`None` when there is none left); unbounded without a deadline.
-    fn time_left_until(&self, at: Option<SystemTime>) -> Option<Duration> {
+    fn time_left_until(&self, at: Option<Deadline>) -> Option<Duration> {
         let Some(at) = at else {
             return Some(Duration::MAX);
         };
-        let left = crate::record::system_time_ms(at) - self.limits.clock.now_ms();
-        (left > 0).then(|| Duration::from_millis(left as u64))
+        Some(at.remaining(&**self.limits.clock)).filter(|left| !left.is_zero())
     }
 
     /// `DeadlineNear` when less than the start margin is left before the deadline.
     fn too_late_to_start(&self) -> Option<RecordError> {
         let p = &self.limits;
-        let left = self.deadline_ms? - p.clock.now_ms();
-        (left < millis(p.start_margin)).then_some(RecordError::DeadlineNear {
+        let left = self.deadline?.remaining(&**p.clock);
+        (left < p.start_margin).then_some(RecordError::DeadlineNear {
             margin: p.start_margin,
         })
     }
@@ -288,8 +289,9 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                 .and_then(|ms| ms.parse().ok())
                 .map(at_ms),
             request_id: self.request_id.to_owned(),
-            stop_at: deadline.map(|d| d - p.stop_margin),
-            finish_by: deadline.map(|d| d - p.finish_margin),
+            stop_at: deadline.map(|d| d.earlier_by(p.stop_margin)),
+            finish_by: deadline.map(|d| d.earlier_by(p.finish_margin)),
+            clock: p.clock.clone(),
         };
         if let Some(error) = self.too_late_to_start() {
             return (ctx, Err(error));
@@ -325,10 +327,6 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             outcome.unwrap_or_else(|panic| Err(RecordError::Panicked(panic_message(&panic))));
         (ctx, result)
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The attempt a failure counts as: the store's count when the handler keeps one, else the

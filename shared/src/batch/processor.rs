@@ -8,12 +8,12 @@ use aws_lambda_events::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt, stream};
 use lambda_runtime::LambdaEvent;
 
-use super::lanes::{Limits, Outcome, Run, attempt_of};
+use super::lanes::{Limits, Run, Settled, attempt_of};
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
 use crate::backoff::VisibilityBackoff;
 use crate::dead_letter::DeadLetter;
-use crate::outcome::RecordError;
-use crate::record::{Clock, SystemClock};
+use crate::error::RecordError;
+use crate::time::{Clock, Deadline, SystemClock};
 
 /// Runs a [`RecordHandler`] over SQS batches.
 ///
@@ -209,7 +209,7 @@ impl BatchProcessor {
             finish_margin: self.finish_margin,
             call_timeout: self.call_timeout,
             max_attempts: self.max_attempts,
-            clock: &*self.clock,
+            clock: &self.clock,
             dead_letter: self.dead_letter.as_deref(),
         };
         let run = Run::new(
@@ -217,14 +217,14 @@ impl BatchProcessor {
             handler,
             records,
             &ids,
-            crate::deadline::deadline_ms(&event.context),
+            Deadline::of(&event.context),
             &event.context.request_id,
         );
         let is_fifo = records
             .first()
             .and_then(|r| r.event_source_arn.as_deref())
             .is_some_and(|arn| arn.ends_with(".fifo"));
-        let mut outcomes: Vec<Option<Outcome<H::Output>>> =
+        let mut outcomes: Vec<Option<Settled<H::Output>>> =
             (0..records.len()).map(|_| None).collect();
         let lanes: Vec<(Option<String>, Vec<usize>)> = if !is_fifo {
             (0..records.len()).map(|i| (None, vec![i])).collect()
@@ -264,13 +264,14 @@ impl BatchProcessor {
             }
         }
         if let Some(backoff) = &self.backoff {
-            let until = run.deadline().map(|d| d - RESPONSE_MARGIN);
+            let until = run.deadline().map(|d| d.earlier_by(RESPONSE_MARGIN));
             let visibility = self.visibility(backoff, handler, &event.payload.records, &report);
             backoff
                 .change(
                     &event.payload.records,
                     &visibility,
                     until,
+                    &*self.clock,
                     self.call_timeout,
                 )
                 .await;

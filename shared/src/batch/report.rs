@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
 
-use crate::outcome::RecordError;
+use crate::error::RecordError;
 
 /// Why a whole invocation fails (every record is redelivered).
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use std::future::Future;
 use aws_lambda_events::sqs::SqsMessage;
 
 use super::{RecordContext, RecordHandler};
-use crate::outcome::RecordError;
+use crate::error::RecordError;
 use crate::store::BoxError;
 
 /// A handler that runs a follow-up on each successful output of its inner handler; see

@@ -9,9 +9,10 @@ use serde::Serialize;
 
 use super::idempotent::Deduplicated;
 use super::{RecordContext, RecordHandler};
-use crate::idempotency::{AcquireError, Idempotency};
+use crate::Idempotency;
+use crate::error::{RecordError, panic_message};
 use crate::key::KeyConfig;
-use crate::outcome::{RecordError, panic_message};
+use crate::lease::AcquireError;
 use crate::store::{StoreError, TransactionalBackend};
 use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 

@@ -5,7 +5,7 @@
 //! [`InMemoryBackend`](super::InMemoryBackend) applies the same limits, so that unit tests see
 //! what a function on DynamoDB would.
 
-use crate::record::{MAX_ERROR_LEN, OWNER_TOKEN_LEN, Status};
+use crate::state::{MAX_ERROR_LEN, OWNER_TOKEN_LEN, Status};
 
 /// Largest DynamoDB item: 400 KB, attribute names included.
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;

@@ -5,7 +5,7 @@ use super::{
     Backend, Commit, Failure, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
     TransactionalBackend, Update, Updated,
 };
-use crate::record::{Record, Status, truncate_error};
+use crate::state::{self, IdempotencyRecord};
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
 /// put under a table and a key, unconditionally or only where there is none.
@@ -61,7 +61,7 @@ impl MemoryWrite {
 /// ```
 #[derive(Debug)]
 pub struct InMemoryBackend {
-    records: Mutex<HashMap<String, Record>>,
+    records: Mutex<HashMap<String, IdempotencyRecord>>,
     items: Mutex<HashMap<(String, String), String>>,
     /// Distinguishes this backend from every other in the process ([`Backend::identity`]).
     instance: u64,
@@ -91,11 +91,11 @@ impl InMemoryBackend {
     }
 
     /// Every record held, for assertions in tests.
-    pub fn records(&self) -> Vec<Record> {
+    pub fn records(&self) -> Vec<IdempotencyRecord> {
         self.lock().values().cloned().collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, IdempotencyRecord>> {
         // A panic while holding the lock cannot leave a half-written record: every write is a
         // single insert or field assignment.
         self.records.lock().unwrap_or_else(|e| e.into_inner())
@@ -103,81 +103,26 @@ impl InMemoryBackend {
 }
 
 impl Backend for InMemoryBackend {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         let mut records = self.lock();
-        let mut new = record.clone();
-        new.attempts = 0;
-        new.last_error = None;
-        let mut replaced = None;
-        if let Some(old) = records.get(&record.key) {
-            if !old.is_replaceable(now_ms) {
-                return Ok(Put::Exists(old.clone()));
-            }
-            if old.carries_attempts_to(&record.payload_hash, now_ms) {
-                new.attempts = old.attempts;
-                new.last_error = old.last_error.clone();
-            } else if !old.is_expired(now_ms) {
-                replaced = Some(old.payload_hash.clone());
-            }
+        let t = state::acquire(records.get(&record.key), record, now_ms);
+        if let Some(written) = t.write {
+            records.insert(written.key.clone(), written);
         }
-        new.result = None;
-        new.result_omitted = false;
-        let attempts = new.attempts;
-        records.insert(new.key.clone(), new);
-        Ok(Put::Written { attempts, replaced })
+        Ok(t.answer)
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         Ok(self.lock().get(key).cloned())
     }
 
     async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
         let mut records = self.lock();
-        let Some(record) = records.get_mut(key) else {
-            return Ok(Updated::NotApplied);
-        };
-        if record.shows_applied(update) {
-            // An earlier try of this update was applied.
-            return Ok(Updated::Applied {
-                attempts: Some(record.attempts),
-            });
+        let t = state::update(records.get(key), update);
+        if let Some(written) = t.write {
+            records.insert(written.key.clone(), written);
         }
-        let held_by = |record: &Record, owner: &str| {
-            record.status == Status::InProgress && record.owner.as_deref() == Some(owner)
-        };
-        match update {
-            Update::Complete {
-                owner,
-                expires_at,
-                result,
-                result_omitted,
-            } => {
-                if !held_by(record, owner) {
-                    return Ok(Updated::NotApplied);
-                }
-                record.status = Status::Completed;
-                record.expires_at = *expires_at;
-                record.result = result.clone();
-                record.result_omitted = *result_omitted;
-            }
-            Update::Fail { owner, error } => {
-                if !held_by(record, owner) {
-                    return Ok(Updated::NotApplied);
-                }
-                record.status = Status::Failed;
-                record.attempts += 1;
-                record.last_error = Some(truncate_error(error));
-            }
-            Update::ResetAttempts => {
-                if record.status != Status::Failed {
-                    return Ok(Updated::NotApplied);
-                }
-                record.attempts = 0;
-            }
-        }
-        Ok(Updated::Applied {
-            attempts: Some(record.attempts),
-        })
+        Ok(t.answer)
     }
 
     /// The same limit as [`super::DynamoDbBackend`] with its default attribute names, so that
@@ -199,7 +144,7 @@ impl Backend for InMemoryBackend {
 impl TransactionalBackend for InMemoryBackend {
     type Write = MemoryWrite;
 
-    fn check(&self, _record: &Record, writes: &[MemoryWrite]) -> Result<(), LimitError> {
+    fn check(&self, _record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
         let actions = writes.len() + 1;
         if actions > MAX_TRANSACTION_ACTIONS {
             return Err(LimitError::TooManyActions {
@@ -212,17 +157,15 @@ impl TransactionalBackend for InMemoryBackend {
 
     async fn commit(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         writes: &[MemoryWrite],
         _token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
         // Records first, then items: the one order every method takes the two locks in.
         let mut records = self.lock();
-        if let Some(old) = records.get(&record.key)
-            && !old.is_replaceable(now_ms)
-        {
-            return Ok(Commit::Exists(old.clone()));
+        if let Err(held) = state::commit(records.get(&record.key), now_ms) {
+            return Ok(Commit::Exists(held));
         }
         let mut items = self.items();
         let refused = writes
@@ -244,23 +187,19 @@ impl TransactionalBackend for InMemoryBackend {
         Ok(Commit::Committed)
     }
 
-    async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
         let mut records = self.lock();
-        let mut failed = record.clone();
-        failed.status = Status::Failed;
-        failed.lease_until_ms = None;
-        failed.last_error = record.last_error.as_deref().map(truncate_error);
-        failed.attempts = 1;
-        if let Some(old) = records.get(&record.key) {
-            if !old.is_replaceable(now_ms) {
-                return Ok(Failure::Exists(old.clone()));
+        match state::record_failure(records.get(&record.key), record, now_ms) {
+            Ok(failed) => {
+                let attempts = failed.attempts;
+                records.insert(failed.key.clone(), failed);
+                Ok(Failure::Recorded { attempts })
             }
-            if old.carries_attempts_to(&record.payload_hash, now_ms) {
-                failed.attempts = old.attempts + 1;
-            }
+            Err(held) => Ok(Failure::Exists(held)),
         }
-        let attempts = failed.attempts;
-        records.insert(failed.key.clone(), failed);
-        Ok(Failure::Recorded { attempts })
     }
 }

@@ -2,8 +2,13 @@
 //!
 //! A backend is the small [`Backend`] trait: put (conditionally), get, update, delete. It holds
 //! no expiry, hashing or state logic: the [`Idempotency`](crate::Idempotency) engine above it
-//! decides what to write, and [`Record::is_replaceable`] and [`Record::carries_attempts_to`] state
-//! the rules a backend must apply atomically in [`Backend::put`].
+//! decides what to write, and the [state machine](crate::state) states each transition a
+//! backend applies atomically ([`state::acquire`](crate::state::acquire) for [`Backend::put`],
+//! [`state::update`](crate::state::update) for [`Backend::update`]), with the
+//! [table](crate::state::table::TRANSITIONS) every backend is tested against.
+//!
+//! A layer is a backend that wraps another: [`CachedBackend`](crate::cache::CachedBackend)
+//! answers keys completed in this process from a local cache and delegates the rest.
 //!
 //! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
 //!   conditional write per acquire, the existing record returned with
@@ -20,14 +25,10 @@
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod dynamodb_layout;
-#[cfg(feature = "dynamodb")]
-mod dynamodb_table;
-#[cfg(feature = "dynamodb")]
-mod dynamodb_transact;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
-mod transactional;
+mod transactional_backend;
 
 use std::future::Future;
 
@@ -36,82 +37,18 @@ use std::future::Future;
 pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-pub use dynamodb::DynamoDbBackend;
+pub use dynamodb::{DynamoDbBackend, TableCheck};
 pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
 };
-#[cfg(feature = "dynamodb")]
-#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-pub use dynamodb_table::TableCheck;
 pub use memory::{InMemoryBackend, MemoryWrite};
-pub use transactional::{Commit, Failure, LimitError, TransactionalBackend};
+pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};
 
-use crate::record::Record;
+use crate::state::IdempotencyRecord;
+pub use crate::state::{Put, Update, Updated};
 
 /// A boxed error from a backend's client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// What [`Backend::put`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Put {
-    /// The record was written: the caller holds the key.
-    Written {
-        /// Failed attempts the record carries: kept from the record it replaced when that one
-        /// carried the same payload and had not expired ([`Record::carries_attempts_to`]), else 0.
-        attempts: u32,
-        /// The payload hash of a live record of another payload that this write replaced (a
-        /// failed record, or one whose lease ended): a corrected message took over its key.
-        replaced: Option<String>,
-    },
-    /// A record that is not replaceable holds the key; here it is, as stored.
-    Exists(Record),
-}
-
-/// A change to a stored record.
-///
-/// [`Update::Complete`] and [`Update::Fail`] are fenced: they apply only while the record is in
-/// progress and carries the caller's `owner` token, so an attempt whose lease ended and was taken
-/// over by another cannot overwrite that one's record. A backend answers
-/// [`Updated::Applied`] too when the stored record shows the update applied by an earlier try of
-/// the same call ([`Record::shows_applied`]: an SDK retry whose first answer was lost).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Update {
-    /// Marks the record completed, with a new expiry and the result, if one is stored.
-    Complete {
-        /// The token of the attempt that holds the record.
-        owner: String,
-        /// New expiry, epoch seconds.
-        expires_at: i64,
-        /// The result to store (JSON), if any.
-        result: Option<String>,
-        /// True when a result existed but was too large to store.
-        result_omitted: bool,
-    },
-    /// Marks the record failed, adds one to its attempts and stores the (truncated) error.
-    Fail {
-        /// The token of the attempt that holds the record.
-        owner: String,
-        /// The error message.
-        error: String,
-    },
-    /// Sets a failed record's attempts back to 0 (its message went to the dead-letter queue, so
-    /// a redrive starts a new budget); the last error stays. Applies only to a failed record.
-    ResetAttempts,
-}
-
-/// What [`Backend::update`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Updated {
-    /// The update applied.
-    Applied {
-        /// The record's failed attempts after the update, when the backend returns them (every
-        /// backend does for [`Update::Fail`]).
-        attempts: Option<u32>,
-    },
-    /// Nothing changed: the record is gone, or no longer in the state the update requires (for a
-    /// fenced update: another attempt holds it now, or it is completed).
-    NotApplied,
-}
 
 /// A backend's failure. The engine never treats one as success.
 #[derive(Debug, thiserror::Error)]
@@ -173,21 +110,24 @@ pub enum StoreError {
 pub trait Backend: Send + Sync {
     /// Writes `record` (an in-progress record) unless a record that is not replaceable holds its
     /// key, in one atomic step. A stored record is replaceable when
-    /// [`Record::is_replaceable`]`(now_ms)` is true; the new record keeps the stored record's
+    /// [`IdempotencyRecord::is_replaceable`]`(now_ms)` is true; the new record keeps the stored record's
     /// `attempts` and `last_error` when
-    /// [`Record::carries_attempts_to`]`(&record.payload_hash, now_ms)` (else both start again),
+    /// [`IdempotencyRecord::carries_attempts_to`]`(&record.payload_hash, now_ms)` (else both start again),
     /// and clears its result.
     ///
     /// When the key is held, returns [`Put::Exists`] with the stored record (no second request
     /// for a live record; replacing an expired one may take a second, conditional, request).
     fn put(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         now_ms: i64,
     ) -> impl Future<Output = Result<Put, StoreError>> + Send;
 
     /// Reads the record of `key`, expired or not.
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+    fn get(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send;
 
     /// Applies `update` to the record of `key`, in one request, under the update's condition.
     fn update(
@@ -197,7 +137,7 @@ pub trait Backend: Send + Sync {
     ) -> impl Future<Output = Result<Updated, StoreError>> + Send;
 
     /// The largest stored result (bytes of JSON) a record of `key` can carry, with every other
-    /// attribute at its largest (a last error of [`MAX_ERROR_LEN`](crate::record::MAX_ERROR_LEN)
+    /// attribute at its largest (a last error of [`MAX_ERROR_LEN`](crate::state::MAX_ERROR_LEN)
     /// bytes included); `None` when the backend has no item size limit.
     fn max_result_bytes(&self, key: &str) -> Option<usize> {
         let _ = key;
@@ -206,6 +146,15 @@ pub trait Backend: Send + Sync {
 
     /// Deletes the record of `key`, if there is one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A completed record of `key` that this process knows without a request, live at `now_ms`:
+    /// the engine asks before it acquires or commits, and answers a duplicate with it at no
+    /// cost. `None` (the default) sends every call to the store; the local cache's layer
+    /// ([`CachedBackend`](crate::cache::CachedBackend)) answers from its entries.
+    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
+        let _ = (key, now_ms);
+        None
+    }
 
     /// Where this backend keeps its records (`dynamodb:TABLE`, `redis:NAMESPACE`): two backends
     /// with one identity share records. The [local cache](crate::cache) keys its entries by it,
@@ -220,12 +169,15 @@ pub trait Backend: Send + Sync {
 impl<B: Backend> Backend for std::sync::Arc<B> {
     fn put(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         now_ms: i64,
     ) -> impl Future<Output = Result<Put, StoreError>> + Send {
         (**self).put(record, now_ms)
     }
-    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+    fn get(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
         (**self).get(key)
     }
     fn update(
@@ -240,6 +192,9 @@ impl<B: Backend> Backend for std::sync::Arc<B> {
     }
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).delete(key)
+    }
+    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
+        (**self).completed_locally(key, now_ms)
     }
     fn identity(&self) -> String {
         (**self).identity()

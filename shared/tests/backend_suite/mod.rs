@@ -11,14 +11,15 @@ pub use payloads::*;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::key::sha256_hex;
-use lambda_idempotency::record::{Clock, ManualClock, Record, Status, new_owner_token};
+use lambda_idempotency::state::{IdempotencyRecord, Status, new_owner_token};
 use lambda_idempotency::store::{Backend, Put, Updated};
+use lambda_idempotency::time::{Clock, Deadline, ManualClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease, Outcome};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -62,11 +63,11 @@ impl<B: Backend + Clone + 'static> Suite<B> {
         }
     }
 
-    fn deadline_in(&self, ms: i64) -> Option<SystemTime> {
-        Some(SystemTime::UNIX_EPOCH + Duration::from_millis((self.clock.now_ms() + ms) as u64))
+    fn deadline_in(&self, ms: i64) -> Option<Deadline> {
+        Some(Deadline::at_epoch_ms(self.clock.now_ms() + ms))
     }
 
-    async fn started(&self, key: &str, payload: &[u8], deadline: Option<SystemTime>) -> Lease {
+    async fn started(&self, key: &str, payload: &[u8], deadline: Option<Deadline>) -> Lease {
         match self.engine.acquire(key, payload, deadline).await {
             Ok(Acquired::Started(lease)) => lease,
             other => panic!("expected Started for {key}, got {other:?}"),
@@ -348,7 +349,7 @@ pub async fn a_failed_record_is_reacquired_with_its_attempts_carried<
     let r = s.engine.get("long-error").await.unwrap().unwrap();
     assert_eq!(
         r.last_error.map(|e| e.len()),
-        Some(lambda_idempotency::record::MAX_ERROR_LEN)
+        Some(lambda_idempotency::state::MAX_ERROR_LEN)
     );
 }
 
@@ -567,7 +568,7 @@ pub async fn ten_concurrent_acquires_of_one_key_start_exactly_once<B: Backend + 
         let tasks: Vec<_> = (0..10)
             .map(|_| {
                 let backend = s.engine.backend().clone();
-                let record = Record {
+                let record = IdempotencyRecord {
                     key: key.clone(),
                     status: Status::InProgress,
                     expires_at: now_ms / 1000 + 3600,

@@ -9,8 +9,9 @@ use std::time::Duration;
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::key::sha256_hex;
 use lambda_idempotency::payload::PayloadHash;
-use lambda_idempotency::record::{Clock, Record, Status, new_owner_token};
+use lambda_idempotency::state::{IdempotencyRecord, Status, new_owner_token};
 use lambda_idempotency::store::{Backend, Put, StoreError, Update, Updated};
+use lambda_idempotency::time::Clock;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome};
 
 use super::Suite;
@@ -132,7 +133,7 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
     let body = br#"{"orderId": "o-1", "qty": 2}"#;
     let now_ms = s.clock.now_ms();
     let owner = new_owner_token();
-    let legacy = Record {
+    let legacy = IdempotencyRecord {
         key: s.engine.stored_key("o-1"),
         status: Status::InProgress,
         expires_at: now_ms / 1000 + 3600,
@@ -151,6 +152,7 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
     ));
     let complete = Update::Complete {
         owner,
+        payload_hash: legacy.payload_hash.clone(),
         expires_at: now_ms / 1000 + 3600,
         result: None,
         result_omitted: false,
@@ -180,11 +182,11 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
 struct AnswerLost<B>(B);
 
 impl<B: Backend> Backend for AnswerLost<B> {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.0.put(record, now_ms).await?;
         self.0.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.0.get(key).await
     }
     async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {

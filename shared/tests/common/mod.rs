@@ -145,7 +145,7 @@ pub struct FailingCompletions {
 impl lambda_idempotency::store::Backend for FailingCompletions {
     async fn put(
         &self,
-        record: &lambda_idempotency::record::Record,
+        record: &lambda_idempotency::state::IdempotencyRecord,
         now_ms: i64,
     ) -> Result<Put, StoreError> {
         self.inner.put(record, now_ms).await
@@ -153,7 +153,7 @@ impl lambda_idempotency::store::Backend for FailingCompletions {
     async fn get(
         &self,
         key: &str,
-    ) -> Result<Option<lambda_idempotency::record::Record>, StoreError> {
+    ) -> Result<Option<lambda_idempotency::state::IdempotencyRecord>, StoreError> {
         self.inner.get(key).await
     }
     async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {

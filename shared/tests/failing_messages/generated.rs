@@ -47,11 +47,11 @@ fn down(key: &str) -> Result<(), StoreError> {
 }
 
 impl Backend for Flaky {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         down(&record.key)?;
         self.0.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.0.get(key).await
     }
     async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
@@ -124,7 +124,7 @@ fn run_generated(
                     .acquire(
                         r.message_id.as_deref().unwrap(),
                         r.body.as_deref().unwrap().as_bytes(),
-                        Some(SystemTime::now() + Duration::from_secs(600)),
+                        Some((SystemTime::now() + Duration::from_secs(600)).into()),
                     )
                     .await
                     .unwrap();

@@ -9,7 +9,7 @@ end
 
 
 -- True when the record of `key` is in `status` and carries `owner`'s token: an earlier try of the
--- same completion or failure was applied (`Record::shows_applied`).
+-- same completion or failure was applied (`state::IdempotencyRecord::shows_applied`).
 local function applied_by(key, owner, status)
   local state = redis.call('HMGET', key, 'status', 'owner')
   return state[1] == status and state[2] == owner

@@ -1,5 +1,5 @@
 //! A record as a Redis hash: the field names, and reading the hash (or a script's reply) back as
-//! a [`Record`].
+//! a [`IdempotencyRecord`].
 //!
 //! | field | value |
 //! | --- | --- |
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use ::redis::Value;
 
-use crate::record::{Record, Status};
+use crate::state::{IdempotencyRecord, Status};
 use crate::store::StoreError;
 
 pub(super) const STATUS: &str = "status";
@@ -51,7 +51,7 @@ pub(super) const FIELDS: [&str; 9] = [
 pub(super) fn record_from_fields(
     key: &str,
     fields: &HashMap<String, String>,
-) -> Result<Record, StoreError> {
+) -> Result<IdempotencyRecord, StoreError> {
     let malformed = |reason: String| StoreError::Malformed {
         key: key.to_owned(),
         reason,
@@ -69,7 +69,7 @@ pub(super) fn record_from_fields(
     let status_text = text(STATUS).ok_or_else(|| malformed(format!("no `{STATUS}` field")))?;
     let status = Status::parse(&status_text)
         .ok_or_else(|| malformed(format!("unknown status `{status_text}`")))?;
-    Ok(Record {
+    Ok(IdempotencyRecord {
         key: key.to_owned(),
         status,
         expires_at: integer(EXPIRY)?.ok_or_else(|| malformed(format!("no `{EXPIRY}` field")))?,
@@ -179,7 +179,7 @@ mod tests {
         let r = record_from_fields("k", &fields).unwrap();
         assert_eq!(
             r,
-            Record {
+            IdempotencyRecord {
                 key: "k".into(),
                 status: Status::Completed,
                 expires_at: 100,

@@ -12,7 +12,7 @@ use self::fields::{Reply, field_map, record_from_fields, reply};
 use self::script::SCRIPTS;
 use super::{Backend, Put, StoreError, Update, Updated};
 use crate::count::RequestCounter;
-use crate::record::{Record, truncate_error};
+use crate::state::{IdempotencyRecord, truncate_error};
 
 /// The namespace of [`RedisBackend`]'s keys unless told otherwise: a record of key `k` is the
 /// hash `idempotency:k`.
@@ -21,7 +21,7 @@ pub const DEFAULT_NAMESPACE: &str = "idempotency:";
 /// Idempotency records in Redis or Valkey: one hash per key, expired by the server.
 ///
 /// Every operation is one round trip. Acquiring, completing, failing and resetting a record are
-/// each one Lua script (`EVALSHA`), so the rule of [`Record::is_replaceable`] and the fencing
+/// each one Lua script (`EVALSHA`), so the rule of [`IdempotencyRecord::is_replaceable`] and the fencing
 /// of [`Update::Complete`] and [`Update::Fail`] are evaluated atomically on the server, exactly as
 /// the DynamoDB backend's condition expressions state them; a duplicate gets the stored record in
 /// the acquire's own reply. Reading is one `HGETALL`, deleting one `DEL`.
@@ -266,7 +266,7 @@ impl<C> Backend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         let lease = record
             .lease_until_ms
             .unwrap_or(record.expires_at.saturating_mul(1000));
@@ -301,7 +301,7 @@ where
         }
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.count("HGETALL");
         let value: Value = ::redis::cmd("HGETALL")
             .arg(self.redis_key(key))
@@ -329,6 +329,7 @@ where
                 expires_at,
                 result,
                 result_omitted,
+                ..
             } => {
                 let expiry = expires_at.to_string();
                 let drop_at = drop_at_ms(*expires_at, None).to_string();

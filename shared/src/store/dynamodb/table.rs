@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
     KeyType, ScalarAttributeType, TableDescription, TimeToLiveStatus, TransactWriteItem,
 };
 
-use super::dynamodb::request_error;
+use super::request_error;
 use super::{DynamoDbBackend, StoreError};
 
 /// What [`DynamoDbBackend::check_table`] found that does not stop the backend from working.
@@ -77,10 +77,10 @@ fn type_name(kind: Option<&ScalarAttributeType>) -> String {
 
 impl DynamoDbBackend {
     /// Checks, at cold start, that the table fits this backend: it exists, its partition key is
-    /// the string attribute [`Attributes::key`](super::Attributes::key), and it has no sort key.
+    /// the string attribute [`Attributes::key`](crate::store::Attributes::key), and it has no sort key.
     /// One `DescribeTable` (the function's role needs `dynamodb:DescribeTable` on the table),
     /// and one `DescribeTimeToLive` for a warning when the table's TTL is not on
-    /// [`Attributes::expiry`](super::Attributes::expiry) (expired records are then never
+    /// [`Attributes::expiry`](crate::store::Attributes::expiry) (expired records are then never
     /// deleted; the backend ignores them, but they stay, and are billed). The TTL is read only
     /// for the warning: when it cannot be read (`dynamodb:DescribeTimeToLive` not granted, say),
     /// that is a warning too.

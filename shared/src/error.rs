@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::key::KeyError;
-use crate::record::Status;
+use crate::state::Status;
 use crate::store::{BoxError, StoreError};
 
 /// Why one record failed. Every variant fails that record only.

@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use super::{Backend, StoreError};
-use crate::record::Record;
+use crate::state::IdempotencyRecord;
 
 /// What [`TransactionalBackend::commit`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,7 +13,7 @@ pub enum Commit {
     Committed,
     /// A record that is not replaceable holds the key; here it is, as stored. Nothing was
     /// applied.
-    Exists(Record),
+    Exists(IdempotencyRecord),
     /// One of the handler's writes was refused for what it holds: its own condition failed, or
     /// its item is over the store's size limit. Nothing was applied. A write refused for its
     /// table (a key schema it does not match, a table that does not exist) is not a rejection
@@ -56,7 +56,7 @@ pub enum Failure {
     },
     /// A record that is not replaceable holds the key (another attempt committed, or holds it):
     /// here it is; the failure was not recorded.
-    Exists(Record),
+    Exists(IdempotencyRecord),
 }
 
 /// A transaction the backend cannot take, found before any request.
@@ -111,10 +111,10 @@ pub trait TransactionalBackend: Backend {
 
     /// Checks `record` and `writes` against the store's limits (actions and bytes per
     /// transaction, bytes per item), without a request.
-    fn check(&self, record: &Record, writes: &[Self::Write]) -> Result<(), LimitError>;
+    fn check(&self, record: &IdempotencyRecord, writes: &[Self::Write]) -> Result<(), LimitError>;
 
     /// Writes `record` (completed) and `writes` in one atomic request, unless a record that is
-    /// not replaceable holds the key ([`Record::is_replaceable_by`] at `now_ms`); then returns
+    /// not replaceable holds the key ([`IdempotencyRecord::is_replaceable_by`] at `now_ms`); then returns
     /// [`Commit::Exists`] with the stored record, from the same request.
     ///
     /// `token` is the same for every try of one attempt, and the request is the same: a store
@@ -129,7 +129,7 @@ pub trait TransactionalBackend: Backend {
     /// denied) another [`StoreError`]: the engine never makes those permanent.
     fn commit(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         writes: &[Self::Write],
         token: &str,
         now_ms: i64,
@@ -141,7 +141,7 @@ pub trait TransactionalBackend: Backend {
     /// record that is not replaceable holds the key ([`Failure::Exists`]).
     fn record_failure(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         now_ms: i64,
     ) -> impl Future<Output = Result<Failure, StoreError>> + Send;
 }
@@ -149,13 +149,13 @@ pub trait TransactionalBackend: Backend {
 impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
     type Write = B::Write;
 
-    fn check(&self, record: &Record, writes: &[Self::Write]) -> Result<(), LimitError> {
+    fn check(&self, record: &IdempotencyRecord, writes: &[Self::Write]) -> Result<(), LimitError> {
         (**self).check(record, writes)
     }
 
     fn commit(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         writes: &[Self::Write],
         token: &str,
         now_ms: i64,
@@ -165,7 +165,7 @@ impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
 
     fn record_failure(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         now_ms: i64,
     ) -> impl Future<Output = Result<Failure, StoreError>> + Send {
         (**self).record_failure(record, now_ms)

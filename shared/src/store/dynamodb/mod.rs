@@ -6,7 +6,12 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::{Attributes, Backend, Put, StoreError, Update, Updated, max_result_bytes};
-use crate::record::{Record, Status, truncate_error};
+use crate::state::{IdempotencyRecord, Status, truncate_error};
+
+mod table;
+mod transact_write_items;
+
+pub use table::TableCheck;
 
 /// Idempotency records in a DynamoDB table whose partition key is a string (`id` by default) and
 /// whose TTL attribute is `expiration` (see [`Attributes`]).
@@ -106,7 +111,7 @@ impl DynamoDbBackend {
     pub fn record_from_item(
         &self,
         item: &HashMap<String, AttributeValue>,
-    ) -> Result<Record, StoreError> {
+    ) -> Result<IdempotencyRecord, StoreError> {
         let a = &self.attributes;
         let key = item
             .get(&a.key)
@@ -132,7 +137,7 @@ impl DynamoDbBackend {
             string(&a.status).ok_or_else(|| malformed(format!("no `{}` attribute", a.status)))?;
         let status = Status::parse(&status_text)
             .ok_or_else(|| malformed(format!("unknown status `{status_text}`")))?;
-        Ok(Record {
+        Ok(IdempotencyRecord {
             status,
             expires_at: number(&a.expiry)?
                 .ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
@@ -179,7 +184,7 @@ pub(super) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
-/// True while an attempt's lease holds the record; mirrors [`Record::is_held`] (a missing lease
+/// True while an attempt's lease holds the record; mirrors [`IdempotencyRecord::is_held`] (a missing lease
 /// holds until the record expires). Every conditional write of a record is built on it.
 pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
      OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
@@ -187,9 +192,14 @@ pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
 impl DynamoDbBackend {
     /// One acquire: `fresh` chooses between taking over a live record of the same payload (keeps
     /// its attempts and last error) and replacing any other replaceable record, expired or of
-    /// another payload (resets them): [`Record::is_replaceable`] and
-    /// [`Record::carries_attempts_to`] as conditions.
-    async fn acquire(&self, record: &Record, now_ms: i64, fresh: bool) -> Result<Put, StoreError> {
+    /// another payload (resets them): [`IdempotencyRecord::is_replaceable`] and
+    /// [`IdempotencyRecord::carries_attempts_to`] as conditions.
+    async fn acquire(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+        fresh: bool,
+    ) -> Result<Put, StoreError> {
         let (condition, update) = if fresh {
             (
                 format!(
@@ -289,7 +299,7 @@ impl DynamoDbBackend {
                 };
                 match failed.item() {
                     Some(item) => Ok(Put::Exists(self.record_from_item(item)?)),
-                    None if fresh => Ok(Put::Exists(Record {
+                    None if fresh => Ok(Put::Exists(IdempotencyRecord {
                         // Deleted between the two requests: report it as held, to be retried.
                         status: Status::InProgress,
                         lease_until_ms: Some(now_ms),
@@ -309,7 +319,7 @@ impl DynamoDbBackend {
 }
 
 impl Backend for DynamoDbBackend {
-    async fn put(&self, record: &Record, now_ms: i64) -> Result<Put, StoreError> {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         match self.acquire(record, now_ms, false).await? {
             Put::Exists(existing) if existing.is_replaceable(now_ms) => {
                 // An expired record the TTL sweeper has not deleted yet (rare), or a failed
@@ -321,7 +331,7 @@ impl Backend for DynamoDbBackend {
         }
     }
 
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         let output = match self
             .client
             .get_item()
@@ -353,6 +363,7 @@ impl Backend for DynamoDbBackend {
                 expires_at,
                 result,
                 result_omitted,
+                ..
             } => {
                 let request = request
                     .condition_expression(HELD)

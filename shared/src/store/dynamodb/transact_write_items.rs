@@ -11,14 +11,13 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 
-use super::TransactionalBackend;
-use super::dynamodb::{HELD, n, request_error, s};
-use super::dynamodb_table::{is_refusal, is_size_limit, operation_of, table_of};
-use super::{
-    Commit, DynamoDbBackend, Failure, LimitError, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS,
-    MAX_TRANSACTION_BYTES, StoreError,
+use super::table::{is_refusal, is_size_limit, operation_of, table_of};
+use super::{DynamoDbBackend, HELD, n, request_error, s};
+use crate::state::{IdempotencyRecord, Status, truncate_error};
+use crate::store::{
+    Commit, Failure, LimitError, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES,
+    StoreError, TransactionalBackend,
 };
-use crate::record::{Record, Status, truncate_error};
 
 /// Cancellation codes that say the transaction could not run now, and may run if tried again.
 const CONTENDED: [&str; 4] = [
@@ -28,7 +27,7 @@ const CONTENDED: [&str; 4] = [
     "RequestLimitExceeded",
 ];
 
-/// The condition under which a commit writes its record; mirrors [`Record::is_replaceable`].
+/// The condition under which a commit writes its record; mirrors [`IdempotencyRecord::is_replaceable`].
 fn replaceable() -> String {
     format!(
         "attribute_not_exists(#key) OR (NOT {HELD} \
@@ -38,7 +37,7 @@ fn replaceable() -> String {
 
 impl DynamoDbBackend {
     /// `record` as an item of the table.
-    fn record_item(&self, record: &Record) -> HashMap<String, AttributeValue> {
+    fn record_item(&self, record: &IdempotencyRecord) -> HashMap<String, AttributeValue> {
         let a = self.attributes();
         let mut item = HashMap::from([
             (a.key.clone(), s(&record.key)),
@@ -66,7 +65,7 @@ impl DynamoDbBackend {
     }
 
     /// The conditional put of a commit's record.
-    fn record_put(&self, record: &Record, now_ms: i64) -> TransactWriteItem {
+    fn record_put(&self, record: &IdempotencyRecord, now_ms: i64) -> TransactWriteItem {
         let put = PutAction::builder()
             .table_name(self.table())
             .set_item(Some(self.record_item(record)))
@@ -95,7 +94,7 @@ impl DynamoDbBackend {
     /// ([`Commit::Rejected`]).
     async fn cancelled(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         writes: &[TransactWriteItem],
         reasons: &[CancellationReason],
     ) -> Result<Commit, StoreError> {
@@ -163,11 +162,11 @@ impl DynamoDbBackend {
 
     /// One failure update: `fresh` chooses between a live record of the same payload (its
     /// attempts go up by one) and any other replaceable record, expired or of another payload
-    /// (they start again at 1): the rules of [`Record::is_replaceable`] and
-    /// [`Record::carries_attempts_to`].
+    /// (they start again at 1): the rules of [`IdempotencyRecord::is_replaceable`] and
+    /// [`IdempotencyRecord::carries_attempts_to`].
     async fn fail_once(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         now_ms: i64,
         fresh: bool,
     ) -> Result<Option<Failure>, StoreError> {
@@ -264,7 +263,11 @@ impl DynamoDbBackend {
 impl TransactionalBackend for DynamoDbBackend {
     type Write = TransactWriteItem;
 
-    fn check(&self, record: &Record, writes: &[TransactWriteItem]) -> Result<(), LimitError> {
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[TransactWriteItem],
+    ) -> Result<(), LimitError> {
         let actions = writes.len() + 1;
         if actions > MAX_TRANSACTION_ACTIONS {
             return Err(LimitError::TooManyActions {
@@ -296,7 +299,7 @@ impl TransactionalBackend for DynamoDbBackend {
 
     async fn commit(
         &self,
-        record: &Record,
+        record: &IdempotencyRecord,
         writes: &[TransactWriteItem],
         token: &str,
         now_ms: i64,
@@ -350,7 +353,11 @@ impl TransactionalBackend for DynamoDbBackend {
         }
     }
 
-    async fn record_failure(&self, record: &Record, now_ms: i64) -> Result<Failure, StoreError> {
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
         // The update of a live record of this payload; of any other replaceable record
         // (attempts start again); and, should that one be deleted between the two, the first
         // update once more (it now finds none).
