@@ -37,6 +37,11 @@ async fn suite() -> Suite<DynamoDbBackend> {
 
 backend_suite!(suite());
 
+#[tokio::test]
+async fn follows_the_table_of_transitions_in_transactional_mode() {
+    backend_suite::follows_the_table_of_transitions_in_transactional_mode(&suite().await).await;
+}
+
 async fn started<B: Backend>(e: &Idempotency<B>, key: &str) -> lambda_idempotency::Lease {
     match e.acquire(key, b"body", None).await {
         Ok(Acquired::Started(lease)) => lease,

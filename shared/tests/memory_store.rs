@@ -69,3 +69,13 @@ async fn suite() -> Suite<Counted> {
 }
 
 backend_suite!(suite());
+
+#[tokio::test]
+async fn follows_the_table_of_transitions_in_transactional_mode() {
+    let suite = Suite::new(
+        Arc::new(InMemoryBackend::default()),
+        RequestCounter::default(),
+        MEMORY,
+    );
+    backend_suite::follows_the_table_of_transitions_in_transactional_mode(&suite).await;
+}

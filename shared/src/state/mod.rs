@@ -22,7 +22,7 @@
 //! - [`update`]: complete, fail or reset attempts, fenced by the attempt's owner token
 //!   ([`Update`]); an update already applied by an earlier try answers as applied
 //!   ([`shows_applied`](IdempotencyRecord::shows_applied)).
-//! - [`commit`] and [`record_failure`]: the transactional mode's two writes.
+//! - [`commit`] and [`record_failure`]: the transactional mode's two writes ([`Step`]).
 //! - [`classify`]: what a record that refused a write means for the caller ([`Blocked`]).
 
 pub mod table;
@@ -335,28 +335,41 @@ pub fn update(stored: Option<&IdempotencyRecord>, update: &Update) -> Transition
     }
 }
 
+/// A write of the transactional mode, decided: the record to store, or the stored record that
+/// holds the key (nothing is written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Store this record.
+    Write(IdempotencyRecord),
+    /// A record that is not replaceable holds the key: here it is.
+    Held(IdempotencyRecord),
+}
+
 /// The transactional mode's commit: `completed` (with the handler's writes) is written unless
-/// `stored` is not [replaceable](IdempotencyRecord::is_replaceable); `Err` carries the record
-/// that holds the key.
+/// `stored` is not [replaceable](IdempotencyRecord::is_replaceable).
 ///
 /// DynamoDB: the record's `Put` condition in `store/dynamodb/transact_write_items.rs`.
-pub fn commit(stored: Option<&IdempotencyRecord>, now_ms: i64) -> Result<(), IdempotencyRecord> {
+pub fn commit(
+    stored: Option<&IdempotencyRecord>,
+    completed: &IdempotencyRecord,
+    now_ms: i64,
+) -> Step {
     match stored {
-        Some(old) if !old.is_replaceable(now_ms) => Err(old.clone()),
-        _ => Ok(()),
+        Some(old) if !old.is_replaceable(now_ms) => Step::Held(old.clone()),
+        _ => Step::Write(completed.clone()),
     }
 }
 
 /// The transactional mode's failed attempt: `failed` is written as a failed record, with one
 /// more attempt than `stored` when it [carries them](IdempotencyRecord::carries_attempts_to),
-/// else 1, unless `stored` is not replaceable (`Err`: the record that holds the key).
+/// else 1, unless `stored` is not replaceable.
 ///
 /// DynamoDB: the `UpdateItem` of `record_failure` in `store/dynamodb/transact_write_items.rs`.
 pub fn record_failure(
     stored: Option<&IdempotencyRecord>,
     failed: &IdempotencyRecord,
     now_ms: i64,
-) -> Result<IdempotencyRecord, IdempotencyRecord> {
+) -> Step {
     let mut record = IdempotencyRecord {
         status: Status::Failed,
         lease_until_ms: None,
@@ -366,13 +379,13 @@ pub fn record_failure(
     };
     if let Some(old) = stored {
         if !old.is_replaceable(now_ms) {
-            return Err(old.clone());
+            return Step::Held(old.clone());
         }
         if old.carries_attempts_to(&failed.payload_hash, now_ms) {
             record.attempts = old.attempts + 1;
         }
     }
-    Ok(record)
+    Step::Write(record)
 }
 
 /// What a record that holds a key means for an attempt that carries `payload_hash`.

@@ -8,7 +8,7 @@
 //! of a row at a given instant, [`Event::apply`] runs the event through the pure functions.
 
 use super::{
-    Blocked, IdempotencyRecord, Put, Status, Update, Updated, acquire, classify, commit,
+    Blocked, IdempotencyRecord, Put, Status, Step, Update, Updated, acquire, classify, commit,
     record_failure, update,
 };
 use crate::payload::PayloadHash;
@@ -221,18 +221,18 @@ impl Event {
                 };
                 (after, t.write.or_else(kept))
             }
-            Event::CommitSame | Event::CommitOther => match commit(stored, now_ms) {
-                Ok(()) => (After::Completed, Some(new)),
-                Err(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
+            Event::CommitSame | Event::CommitOther => match commit(stored, &new, now_ms) {
+                Step::Write(completed) => (After::Completed, Some(completed)),
+                Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
             },
             _ => match record_failure(stored, &new, now_ms) {
-                Ok(failed) => (
+                Step::Write(failed) => (
                     After::Failed {
                         attempts: failed.attempts,
                     },
                     Some(failed),
                 ),
-                Err(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
+                Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
             },
         }
     }

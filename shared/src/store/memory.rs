@@ -5,7 +5,7 @@ use super::{
     Backend, Commit, Failure, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
     TransactionalBackend, Update, Updated,
 };
-use crate::state::{self, IdempotencyRecord};
+use crate::state::{self, IdempotencyRecord, Step};
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
 /// put under a table and a key, unconditionally or only where there is none.
@@ -164,7 +164,7 @@ impl TransactionalBackend for InMemoryBackend {
     ) -> Result<Commit, StoreError> {
         // Records first, then items: the one order every method takes the two locks in.
         let mut records = self.lock();
-        if let Err(held) = state::commit(records.get(&record.key), now_ms) {
+        if let Step::Held(held) = state::commit(records.get(&record.key), record, now_ms) {
             return Ok(Commit::Exists(held));
         }
         let mut items = self.items();
@@ -194,12 +194,12 @@ impl TransactionalBackend for InMemoryBackend {
     ) -> Result<Failure, StoreError> {
         let mut records = self.lock();
         match state::record_failure(records.get(&record.key), record, now_ms) {
-            Ok(failed) => {
+            Step::Write(failed) => {
                 let attempts = failed.attempts;
                 records.insert(failed.key.clone(), failed);
                 Ok(Failure::Recorded { attempts })
             }
-            Err(held) => Ok(Failure::Exists(held)),
+            Step::Held(held) => Ok(Failure::Exists(held)),
         }
     }
 }

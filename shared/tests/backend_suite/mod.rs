@@ -7,7 +7,9 @@
 #![allow(dead_code)]
 
 mod payloads;
+mod transitions;
 pub use payloads::*;
+pub use transitions::*;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -113,6 +115,7 @@ macro_rules! backend_suite {
             a_record_of_the_previous_hash_scheme_is_compared_under_it,
             retried_writes_find_their_own_record,
             two_engines_sharing_a_store_and_a_cache_never_answer_for_each_other,
+            follows_the_table_of_transitions,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {

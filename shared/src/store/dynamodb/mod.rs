@@ -184,7 +184,7 @@ pub(super) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
-/// True while an attempt's lease holds the record; mirrors [`IdempotencyRecord::is_held`] (a missing lease
+/// True while an attempt's lease holds the record; states [`IdempotencyRecord::is_held`] (a missing lease
 /// holds until the record expires). Every conditional write of a record is built on it.
 pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
      OR (attribute_not_exists(#lease) AND #exp >= :now_s)))";
@@ -192,8 +192,9 @@ pub(super) const HELD: &str = "(#status = :in_progress AND (#lease >= :now_ms \
 impl DynamoDbBackend {
     /// One acquire: `fresh` chooses between taking over a live record of the same payload (keeps
     /// its attempts and last error) and replacing any other replaceable record, expired or of
-    /// another payload (resets them): [`IdempotencyRecord::is_replaceable`] and
-    /// [`IdempotencyRecord::carries_attempts_to`] as conditions.
+    /// another payload (resets them): the transition [`state::acquire`](crate::state::acquire)
+    /// ([`IdempotencyRecord::is_replaceable`] and [`IdempotencyRecord::carries_attempts_to`]) as
+    /// conditions.
     async fn acquire(
         &self,
         record: &IdempotencyRecord,
@@ -356,6 +357,8 @@ impl Backend for DynamoDbBackend {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_value(key)));
+        // The transition `state::update`: a fenced update applies to the record its owner holds
+        // (`IdempotencyRecord::is_owned_by`); a reset to a failed record.
         const HELD: &str = "#status = :in_progress AND #owner = :owner";
         let (request, placeholders): (_, &[&str]) = match update {
             Update::Complete {

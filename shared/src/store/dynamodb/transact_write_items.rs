@@ -27,7 +27,8 @@ const CONTENDED: [&str; 4] = [
     "RequestLimitExceeded",
 ];
 
-/// The condition under which a commit writes its record; mirrors [`IdempotencyRecord::is_replaceable`].
+/// The condition under which a commit writes its record: the transition
+/// [`state::commit`](crate::state::commit) ([`IdempotencyRecord::is_replaceable`]).
 fn replaceable() -> String {
     format!(
         "attribute_not_exists(#key) OR (NOT {HELD} \
@@ -162,8 +163,8 @@ impl DynamoDbBackend {
 
     /// One failure update: `fresh` chooses between a live record of the same payload (its
     /// attempts go up by one) and any other replaceable record, expired or of another payload
-    /// (they start again at 1): the rules of [`IdempotencyRecord::is_replaceable`] and
-    /// [`IdempotencyRecord::carries_attempts_to`].
+    /// (they start again at 1): the transition [`state::record_failure`](crate::state::record_failure)
+    /// ([`IdempotencyRecord::is_replaceable`] and [`IdempotencyRecord::carries_attempts_to`]).
     async fn fail_once(
         &self,
         record: &IdempotencyRecord,

@@ -1,5 +1,6 @@
--- Acquire an idempotency record, in one atomic step: the rules of `state::IdempotencyRecord::is_replaceable` and
--- `state::IdempotencyRecord::carries_attempts_to`, as the DynamoDB backend's condition expressions state them.
+-- Acquire an idempotency record, in one atomic step: the transition `state::acquire` (the rules
+-- `IdempotencyRecord::is_replaceable` and `carries_attempts_to`), as the DynamoDB backend's
+-- condition expressions state it. The backend suite checks it against `state::table`.
 --
 -- KEYS[1]  the record's hash
 -- ARGV[1]  now, epoch milliseconds      ARGV[2]  now, epoch seconds

@@ -1,5 +1,5 @@
--- Mark a record completed, fenced (fenced.lua, prepended): only while it is in progress and
--- carries the caller's owner token.
+-- Mark a record completed (`state::update` with `Update::Complete`), fenced (fenced.lua,
+-- prepended): only while it is in progress and carries the caller's owner token.
 --
 -- KEYS[1]  the record's hash
 -- ARGV[1]  owner token                  ARGV[2]  new expiry, epoch seconds

@@ -1,4 +1,5 @@
--- Mark a record failed, fenced (fenced.lua, prepended): one more failed attempt, the error stored.
+-- Mark a record failed (`state::update` with `Update::Fail`), fenced (fenced.lua, prepended):
+-- one more failed attempt, the error stored.
 --
 -- KEYS[1]  the record's hash
 -- ARGV[1]  owner token                  ARGV[2]  the error message (truncated by the caller)

@@ -1,5 +1,6 @@
--- Prepended to complete.lua and fail.lua: the fencing rule of `Update::Complete` and
--- `Update::Fail`, as the DynamoDB backend states it ("#status = :in_progress AND #owner = :owner").
+-- Prepended to complete.lua and fail.lua: the fencing rule of the transition `state::update` for
+-- `Update::Complete` and `Update::Fail` (`IdempotencyRecord::is_owned_by`), as the DynamoDB
+-- backend states it ("#status = :in_progress AND #owner = :owner").
 
 -- True while the record of `key` is in progress and carries `owner`'s token.
 local function held_by(key, owner)

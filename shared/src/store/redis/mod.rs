@@ -21,7 +21,7 @@ pub const DEFAULT_NAMESPACE: &str = "idempotency:";
 /// Idempotency records in Redis or Valkey: one hash per key, expired by the server.
 ///
 /// Every operation is one round trip. Acquiring, completing, failing and resetting a record are
-/// each one Lua script (`EVALSHA`), so the rule of [`IdempotencyRecord::is_replaceable`] and the fencing
+/// each one Lua script (`EVALSHA`), so the transitions of [`crate::state`] ([`state::acquire`](crate::state::acquire), [`state::update`](crate::state::update)) and the fencing
 /// of [`Update::Complete`] and [`Update::Fail`] are evaluated atomically on the server, exactly as
 /// the DynamoDB backend's condition expressions state them; a duplicate gets the stored record in
 /// the acquire's own reply. Reading is one `HGETALL`, deleting one `DEL`.

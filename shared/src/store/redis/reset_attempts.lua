@@ -1,5 +1,6 @@
--- Set a failed record's attempts back to 0 (its message went to the dead-letter queue). Applies
--- only to a failed record; the last error and the expiry stay.
+-- Set a failed record's attempts back to 0 (`state::update` with `Update::ResetAttempts`: its
+-- message went to the dead-letter queue). Applies only to a failed record; the last error and
+-- the expiry stay.
 --
 -- KEYS[1]  the record's hash
 --
