@@ -115,22 +115,8 @@ impl<B: Backend> Idempotency<B> {
 
     /// Answers duplicates of keys completed in this process from `cache`, without a request:
     /// the backend, wrapped in a [`CachedBackend`] that reads this engine's clock (set the clock
-    /// first). See [`crate::cache`] for when an entry can be stale. Off by default.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use lambda_idempotency::{Idempotency, Outcome, cache::LocalCache, store::InMemoryBackend};
-    /// use std::num::NonZeroUsize;
-    /// use std::time::Duration;
-    ///
-    /// let cache = LocalCache::new(NonZeroUsize::new(1000).unwrap(), Duration::from_secs(300));
-    /// let store = Idempotency::new(InMemoryBackend::default()).with_local_cache(cache.clone());
-    /// let work = || async { Ok::<_, std::io::Error>(7) };
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
-    /// assert_eq!(store.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
-    /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
-    /// # });
-    /// ```
+    /// first). See [`crate::cache`] for when an entry can be stale, and an example. Off by
+    /// default.
     pub fn with_local_cache(self, cache: LocalCache) -> Idempotency<CachedBackend<B>> {
         let backend = CachedBackend::new(self.backend, cache).with_clock(self.clock.clone());
         Idempotency {

@@ -6,11 +6,11 @@ use crate::payload::PayloadHash;
 use crate::state::{Blocked, Status};
 use crate::store::StoreError;
 
-/// What [`Idempotency::acquire`] found.
+/// What [`Idempotency::acquire`](crate::Idempotency::acquire) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     /// The caller holds the key until the lease ends: do the work, then
-    /// [`complete`](Idempotency::complete) or [`fail`](Idempotency::fail).
+    /// [`complete`](crate::Idempotency::complete) or [`fail`](crate::Idempotency::fail).
     Started(Lease),
     /// The work was done already: skip it.
     Completed {
@@ -46,7 +46,7 @@ pub enum AcquireError {
 }
 
 /// Proof that the caller holds a key: given by [`Acquired::Started`], taken by
-/// [`Idempotency::complete`] and [`Idempotency::fail`], which apply only while the record still
+/// [`Idempotency::complete`](crate::Idempotency::complete) and [`Idempotency::fail`](crate::Idempotency::fail), which apply only while the record still
 /// carries this lease's owner token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -85,7 +85,7 @@ impl Lease {
     }
 }
 
-/// What [`Idempotency::run`] did.
+/// What [`Idempotency::run`](crate::Idempotency::run) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome<T> {
     /// The work ran now; its result is stored.
@@ -99,7 +99,7 @@ pub enum Outcome<T> {
     RanNotRecorded(T),
 }
 
-/// Why [`Idempotency::run`] did not give a result.
+/// Why [`Idempotency::run`](crate::Idempotency::run) did not give a result.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError<E> {
     /// The work ran and failed; the failure is recorded and the key may be acquired again.

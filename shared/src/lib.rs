@@ -1,20 +1,43 @@
 //! Exactly-once-in-effect SQS processing on AWS Lambda, on top of at-least-once delivery.
 //!
-//! - [`Idempotency`]: an idempotency engine (in progress with a lease that ends at the Lambda
-//!   deadline, completed with an optional stored result, failed with attempts and the last
-//!   error) over a small [`store::Backend`] trait, with a DynamoDB backend and, with the `redis`
-//!   feature, a Redis / Valkey one (`store::RedisBackend`).
-//! - [`transaction`]: the transactional mode, where the handler's DynamoDB writes and the
-//!   idempotency record commit in one `TransactWriteItems`: one request per record, no lease,
-//!   exactly once for the writes ([`batch::RecordHandlerExt::transactional`]).
-//! - [`cache`]: a warm-container LRU of completed keys, so a duplicate seen again by the same
-//!   execution environment costs no request.
-//! - [`batch`]: SQS batch processing with partial batch responses, FIFO-aware.
-//! - [`publish`]: a batching SQS publisher for FIFO and standard queues.
-//! - [`backoff`], [`dead_letter`], [`redrive_policy`]: per-message backoff, dead-lettering with a
-//!   reason, and the check that a queue's redrive backstop cannot dead-letter innocent messages.
-//! - [`error`]: what happened to a record ([`error::RecordError`]), errors a caller can match on.
-//! - [`payload`]: when two deliveries under one key carry the same work (canonical JSON).
+//! # The modules, in the order a record meets them
+//!
+//! A word first: a *record* is an SQS message of a batch (`RecordHandler`, `RecordContext`,
+//! `RecordError`); the store keeps an [`IdempotencyRecord`](state::IdempotencyRecord) for each
+//! idempotency key.
+//!
+//! 1. [`batch`]: the [`BatchProcessor`](batch::BatchProcessor) takes the Lambda event and runs
+//!    its records in lanes (a FIFO message group, or one record of a standard queue), each
+//!    through a [`RecordHandler`](batch::RecordHandler): your function, made one by
+//!    [`json`](batch::json) and wrapped by [`idempotent`](batch::RecordHandlerExt::idempotent)
+//!    or [`transactional`](batch::RecordHandlerExt::transactional), tower-style.
+//! 2. [`time`]: the invocation's [`Deadline`](time::Deadline), read once from the context, and
+//!    the instants derived from it (`stop_at`, `finish_by`), all checked against one
+//!    [`Clock`](time::Clock).
+//! 3. [`key`] and [`payload`]: the record's idempotency key (its message id, or a field of its
+//!    body) and the hash of its payload (canonical JSON: the same work written otherwise is the
+//!    same payload).
+//! 4. [`idempotency`]: the engine, [`Idempotency`]. In lease mode it acquires the key (an
+//!    in-progress record with a lease to the deadline), runs the handler, then completes or
+//!    fails the record; in transactional mode the handler's writes commit with the record in
+//!    one request ([`transaction`]). What it answers: [`lease`].
+//! 5. [`state`]: the record's state machine, once: its states, each transition as a pure
+//!    function, and the [table of transitions](state::table::TRANSITIONS) every backend is tested
+//!    against.
+//! 6. [`cache`]: a layer over the backend ([`CachedBackend`](cache::CachedBackend)) that answers
+//!    a key completed in this execution environment without a request.
+//! 7. [`store`]: the small [`Backend`](store::Backend) trait and its backends, DynamoDB (and its
+//!    transactions), Redis / Valkey (feature `redis`), and memory for tests.
+//! 8. [`error`]: what happened to the record when it did not succeed
+//!    ([`RecordError`](error::RecordError)), permanent or to be retried, errors a caller can
+//!    match on.
+//! 9. [`backoff`], [`dead_letter`], [`redrive_policy`]: a failed record's visibility backoff, its
+//!    move to the dead-letter queue with its reason (the rest of its FIFO group runs on), and the
+//!    check that the queue's own redrive cannot dead-letter an innocent message.
+//! 10. Back in [`batch`]: the [`BatchReport`](batch::BatchReport) and its partial batch
+//!     response; [`metrics`] (CloudWatch EMF) and [`count`] (requests per operation).
+//! 11. [`publish`]: messages out, batched to SQS (FIFO groups and deduplication ids);
+//!     [`redact`] keeps an item's values out of the reasons that are logged and sent.
 //!
 //! # Features
 //!

@@ -3,7 +3,7 @@
 //! When a handler's effects are writes to the store's database (a ledger entry, a balance, a
 //! status), they and the idempotency record can commit together: the handler *returns* its
 //! writes in a [`Transaction`] instead of making them, and
-//! [`Idempotency::transact`] adds the record, written completed at once, with the condition that
+//! [`Idempotency::transact`](crate::Idempotency::transact) adds the record, written completed at once, with the condition that
 //! no live record holds the key. On DynamoDB that is one `TransactWriteItems`:
 //!
 //! - **one request** per fresh record, the handler's writes included, and one per duplicate (the
@@ -165,7 +165,7 @@ impl<T> Transaction<T, TransactWriteItem> {
     }
 }
 
-/// What [`Idempotency::transact`] did.
+/// What [`Idempotency::transact`](crate::Idempotency::transact) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transacted<T> {
     /// The record and the handler's writes were committed together; here is the output.
@@ -177,7 +177,7 @@ pub enum Transacted<T> {
     },
 }
 
-/// What [`Idempotency::peek`] found.
+/// What [`Idempotency::peek`](crate::Idempotency::peek) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peeked {
     /// The key is completed: a duplicate, with the stored result (JSON), if one was stored.
@@ -219,7 +219,7 @@ impl Rejection {
     }
 }
 
-/// Why [`Idempotency::transact`] committed nothing. `attempts` are the key's failed attempts
+/// Why [`Idempotency::transact`](crate::Idempotency::transact) committed nothing. `attempts` are the key's failed attempts
 /// after this one, when the failure could be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum TransactError<E> {

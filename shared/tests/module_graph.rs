@@ -51,7 +51,11 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
                     .split(',')
                     .map(|n| n.trim().split("::").next().unwrap())
                     .collect(),
-                None => vec![rest.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap()],
+                None => vec![
+                    rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+                        .next()
+                        .unwrap(),
+                ],
             };
             for name in names {
                 let target = root_exports

@@ -114,7 +114,7 @@ pub trait TransactionalBackend: Backend {
     fn check(&self, record: &IdempotencyRecord, writes: &[Self::Write]) -> Result<(), LimitError>;
 
     /// Writes `record` (completed) and `writes` in one atomic request, unless a record that is
-    /// not replaceable holds the key ([`IdempotencyRecord::is_replaceable_by`] at `now_ms`); then returns
+    /// not replaceable holds the key ([`state::commit`](crate::state::commit) at `now_ms`); then returns
     /// [`Commit::Exists`] with the stored record, from the same request.
     ///
     /// `token` is the same for every try of one attempt, and the request is the same: a store
