@@ -128,7 +128,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             payment_processor::Config::from_settings(&proc_settings).unwrap(),
         )
         .with_processor(
-            payments_model::consumer_processor(proc_sqs.clone(), &proc_settings).unwrap(),
+            payments_config::consumer_processor(proc_sqs.clone(), &proc_settings).unwrap(),
         ),
     );
     let send_settings = settings("receipt-sender");
@@ -139,7 +139,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             receipt_sender::Config::from_settings(&send_settings).unwrap(),
         )
         .with_processor(
-            payments_model::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
+            payments_config::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
         ),
     );
     // Each consumer's cold start: the idempotency table's check, and the queue checks its main
@@ -153,13 +153,13 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         assert!(check.warnings.is_empty(), "{check:?}");
     }
     for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
-        let ttl = payments_model::Settings::seconds(
+        let ttl = payments_config::Settings::seconds(
             s,
             "IDEMPOTENCY_TTL_SECONDS",
-            payments_model::DEFAULT_IDEMPOTENCY_TTL,
+            payments_config::DEFAULT_IDEMPOTENCY_TTL,
         )
         .unwrap();
-        let check = payments_model::check_redrive_backstop(sqs, s, ttl)
+        let check = payments_config::check_redrive_backstop(sqs, s, ttl)
             .await
             .unwrap()
             .expect("SOURCE_QUEUE_URL and MAX_ATTEMPTS are set");

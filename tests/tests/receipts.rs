@@ -81,7 +81,7 @@ fn crashing_sender(stack: &Stack) -> (receipt_sender::App, Arc<AtomicBool>) {
         receipt_sender::Config::from_settings(&settings).unwrap(),
     )
     .with_processor(
-        payments_model::consumer_processor(stack.clients.sqs.clone(), &settings).unwrap(),
+        payments_config::consumer_processor(stack.clients.sqs.clone(), &settings).unwrap(),
     );
     (app, written)
 }

@@ -54,11 +54,9 @@ use lambda_idempotency::state::truncate_error;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_runtime::{Error, LambdaEvent};
+use payments_config::{ConfigError, FailureSwitch, Fault, Settings};
 use payments_model::lifecycle::MarkedFailed;
-use payments_model::{
-    ConfigError, FailureSwitch, Fault, METRICS_NAMESPACE, PaymentCharged, PaymentRequested,
-    Settings, lifecycle,
-};
+use payments_model::{METRICS_NAMESPACE, PaymentCharged, PaymentRequested, lifecycle};
 
 pub use crate::charge::Charge;
 
@@ -67,7 +65,7 @@ pub use crate::charge::Charge;
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`.
     pub idempotency_table: String,
-    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_model::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
+    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_config::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
     pub idempotency_ttl: Duration,
     /// `PAYMENTS_TABLE`.
     pub payments_table: String,
@@ -91,7 +89,7 @@ impl Config {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
             idempotency_ttl: settings.seconds(
                 "IDEMPOTENCY_TTL_SECONDS",
-                payments_model::DEFAULT_IDEMPOTENCY_TTL,
+                payments_config::DEFAULT_IDEMPOTENCY_TTL,
             )?,
             payments_table: settings.required("PAYMENTS_TABLE")?,
             ledger_table: settings.required("LEDGER_TABLE")?,
@@ -141,7 +139,7 @@ impl App {
         ))
         .with_key_prefix("payment-processor")
         .with_expiry(config.idempotency_ttl)
-        .with_local_cache(payments_model::warm_cache());
+        .with_local_cache(payments_config::warm_cache());
         Self {
             idempotency,
             receipts: Publisher::new(sqs, &config.receipts_queue_url),
@@ -153,13 +151,13 @@ impl App {
     }
 
     /// An app from the SDK configuration and the settings, with the visibility backoff and the
-    /// dead-letter queue they configure ([`payments_model::consumer_processor`]).
+    /// dead-letter queue they configure ([`payments_config::consumer_processor`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         let sqs = aws_sdk_sqs::Client::new(sdk);
-        let processor = payments_model::consumer_processor(sqs.clone(), settings)?;
+        let processor = payments_config::consumer_processor(sqs.clone(), settings)?;
         Ok(Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
             sqs,

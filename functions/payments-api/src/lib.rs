@@ -57,11 +57,9 @@ use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
+use payments_config::{ConfigError, DEFAULT_IDEMPOTENCY_TTL, Settings};
 use payments_model::metrics::{FUNCTION_DIMENSION, function};
-use payments_model::{
-    ConfigError, DEFAULT_IDEMPOTENCY_TTL, METRICS_NAMESPACE, PaymentStatus, Settings, lifecycle,
-    order,
-};
+use payments_model::{METRICS_NAMESPACE, PaymentStatus, lifecycle, order};
 use serde::{Deserialize, Serialize};
 
 use crate::identity::Caller;

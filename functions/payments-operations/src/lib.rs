@@ -16,4 +16,4 @@ pub mod reopen;
 
 /// The SDK configuration of the operations code: the default chain (credentials, region, and
 /// `AWS_ENDPOINT_URL` when set), as on AWS.
-pub use payments_model::sdk_config;
+pub use payments_config::sdk_config;

@@ -29,8 +29,9 @@ use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_runtime::{Error, LambdaEvent};
+use payments_config::{ConfigError, Settings};
 use payments_model::metrics::{self, publisher};
-use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentItem, PaymentStatus, Settings};
+use payments_model::{METRICS_NAMESPACE, PaymentItem, PaymentStatus};
 use serde_json::json;
 
 pub mod republish;

@@ -5,7 +5,7 @@ use payments_publisher::App;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let sdk = payments_model::sdk_config().await;
-    let app = App::from_settings(&sdk, &payments_model::Env)?;
+    let sdk = payments_config::sdk_config().await;
+    let app = App::from_settings(&sdk, &payments_config::Env)?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| app.handle(event))).await
 }

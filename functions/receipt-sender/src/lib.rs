@@ -45,14 +45,15 @@ use lambda_idempotency::redact::safe_reason;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_runtime::{Error, LambdaEvent};
-use payments_model::{ConfigError, METRICS_NAMESPACE, PaymentCharged, Settings};
+use payments_config::{ConfigError, Settings};
+use payments_model::{METRICS_NAMESPACE, PaymentCharged};
 
 /// Settings of receipt-sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`.
     pub idempotency_table: String,
-    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_model::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
+    /// `IDEMPOTENCY_TTL_SECONDS` (default [`payments_config::DEFAULT_IDEMPOTENCY_TTL`], 18 days).
     pub idempotency_ttl: Duration,
     /// `RECEIPTS_TABLE`.
     pub receipts_table: String,
@@ -65,7 +66,7 @@ impl Config {
             idempotency_table: settings.required("IDEMPOTENCY_TABLE")?,
             idempotency_ttl: settings.seconds(
                 "IDEMPOTENCY_TTL_SECONDS",
-                payments_model::DEFAULT_IDEMPOTENCY_TTL,
+                payments_config::DEFAULT_IDEMPOTENCY_TTL,
             )?,
             receipts_table: settings.required("RECEIPTS_TABLE")?,
         })
@@ -90,7 +91,7 @@ impl App {
                 config.idempotency_table,
             ))
             .with_key_prefix("receipt-sender")
-            .with_local_cache(payments_model::warm_cache())
+            .with_local_cache(payments_config::warm_cache())
             .with_expiry(config.idempotency_ttl),
             dynamodb,
             processor: BatchProcessor::new(),
@@ -99,13 +100,13 @@ impl App {
     }
 
     /// An app from the SDK configuration and the settings, with the visibility backoff and the
-    /// dead-letter queue they configure ([`payments_model::consumer_processor`]).
+    /// dead-letter queue they configure ([`payments_config::consumer_processor`]).
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         let processor =
-            payments_model::consumer_processor(aws_sdk_sqs::Client::new(sdk), settings)?;
+            payments_config::consumer_processor(aws_sdk_sqs::Client::new(sdk), settings)?;
         Ok(Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
             Config::from_settings(settings)?,

@@ -5,8 +5,8 @@ use receipt_sender::App;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let sdk = payments_model::sdk_config().await;
-    let app = App::from_settings(&sdk, &payments_model::Env)?;
+    let sdk = payments_config::sdk_config().await;
+    let app = App::from_settings(&sdk, &payments_config::Env)?;
     // An idempotency table that does not fit fails the init, naming the table and the mismatch:
     // Lambda retries the init, and no message is dead-lettered for it.
     app.check_idempotency_table().await?;
@@ -14,9 +14,9 @@ async fn main() -> Result<(), Error> {
     // dead-letter queue taking smaller messages could not take a large one, and records expiring
     // before a message's last copy would let a redriven copy run again: warn at cold start (the
     // check never stops the function).
-    payments_model::check_redrive_backstop(
+    payments_config::check_redrive_backstop(
         &aws_sdk_sqs::Client::new(&sdk),
-        &payments_model::Env,
+        &payments_config::Env,
         app.idempotency().expiry(),
     )
     .await?;

@@ -91,7 +91,7 @@ fn main() -> ExitCode {
 async fn lambda() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_operations::sdk_config().await;
-    let config = Config::from_settings(&payments_model::Env)?;
+    let config = Config::from_settings(&payments_config::Env)?;
     let reconciler = Reconciler::from_sdk(&sdk, config);
     let reconciler = &reconciler;
     lambda_runtime::run(service_fn(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use payments_model::{ConfigError, Settings};
+use payments_config::{ConfigError, Settings};
 
 /// How long a payment may stay `accepted` before it is sent again: longer than the relay and
 /// the processor normally take, with their retries.

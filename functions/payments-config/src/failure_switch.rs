@@ -12,7 +12,7 @@ use crate::{ConfigError, Settings};
 /// error: straight to the dead-letter queue), `panic`, or `sleep=MS` (waits, then is charged).
 ///
 /// ```
-/// use payments_model::{Fault, FailureSwitch};
+/// use payments_config::{Fault, FailureSwitch};
 /// use std::time::Duration;
 ///
 /// let switch = FailureSwitch::parse("flaky:2,poison:1000,bad:1:permanent,slow:9:sleep=300").unwrap().unwrap();
@@ -92,7 +92,7 @@ impl FailureSwitch {
     ///
     /// ```
     /// use std::collections::HashMap;
-    /// use payments_model::{ConfigError, FailureSwitch};
+    /// use payments_config::{ConfigError, FailureSwitch};
     ///
     /// let env = |stage: &str, rules: &str| {
     ///     HashMap::from([("STAGE".to_owned(), stage.to_owned()), ("FAIL_PAYMENTS".to_owned(), rules.to_owned())])
@@ -127,7 +127,7 @@ impl FailureSwitch {
 /// in any case, blanks around ignored.
 ///
 /// ```
-/// use payments_model::failure_switch::is_production;
+/// use payments_config::failure_switch::is_production;
 /// assert!(is_production("prod") && is_production(" PROD ") && is_production("Production"));
 /// assert!(!is_production("dev") && !is_production("test") && !is_production("preprod"));
 /// ```

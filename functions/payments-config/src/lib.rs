@@ -1,0 +1,217 @@
+//! The payments pipeline's functions' configuration: settings from the environment, the SDK's
+//! set-up, the consumers' batch processor, warm-container cache and cold-start checks, and the
+//! failure switch used by tests and the demo. The messages they exchange are `payments-model`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub mod failure_switch;
+
+pub use failure_switch::{FailureSwitch, Fault};
+
+/// The default idempotency expiry (`IDEMPOTENCY_TTL_SECONDS`) of the pipeline's functions: the
+/// queues' retention (4 days) plus the dead-letter queues' (14 days), so that a message redriven
+/// on the last day of its dead-letter retention still finds its record. `template.yaml`'s
+/// `IdempotencyTtlSeconds` has the same default and refuses less (MinValue).
+pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(345_600 + 1_209_600);
+
+/// Completed keys a warm execution environment of a consumer remembers (see
+/// [`lambda_idempotency::cache`]): a redelivery to the environment that processed it costs no
+/// request.
+pub const WARM_CACHE_CAPACITY: usize = 10_000;
+
+/// How long a consumer's warm-container cache keeps a completed key.
+pub const WARM_CACHE_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// The consumers' warm-container cache. Their records are never deleted or taken back while they
+/// live (the records only expire), so an entry cannot go stale.
+pub fn warm_cache() -> lambda_idempotency::cache::LocalCache {
+    lambda_idempotency::cache::LocalCache::new(
+        std::num::NonZeroUsize::new(WARM_CACHE_CAPACITY).expect("not zero"),
+        WARM_CACHE_TTL,
+    )
+}
+
+/// A missing or invalid setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    /// A variable has an invalid value.
+    #[error("environment variable {name} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The failure switch (`FAIL_PAYMENTS`) is set where `STAGE` says production.
+    #[error(
+        "FAIL_PAYMENTS is set ({rules:?}) but STAGE is {stage}: the failure switch is for tests and demos and is refused in production; unset FAIL_PAYMENTS (or deploy with Stage dev or test)"
+    )]
+    FailureSwitchInProduction {
+        /// `STAGE`.
+        stage: String,
+        /// The rules `FAIL_PAYMENTS` holds.
+        rules: String,
+    },
+}
+
+/// Where settings come from: the process environment in Lambda, a map in tests and the local
+/// runner.
+pub trait Settings {
+    /// The value of `name`, if set (an empty value counts as unset).
+    fn get(&self, name: &str) -> Option<String>;
+
+    /// A required value.
+    fn required(&self, name: &'static str) -> Result<String, ConfigError> {
+        self.get(name).ok_or(ConfigError::Missing(name))
+    }
+
+    /// An optional number of seconds, with a default.
+    fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => {
+                v.parse::<u64>()
+                    .map(Duration::from_secs)
+                    .map_err(|e| ConfigError::Invalid {
+                        name,
+                        reason: format!("`{v}` is not a number of seconds: {e}"),
+                    })
+            }
+        }
+    }
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Env;
+
+impl Settings for Env {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Settings for HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).filter(|v| !v.is_empty()).cloned()
+    }
+}
+
+/// The visibility backoff of a consumer: `BACKOFF_BASE_SECONDS` (default 2), `BACKOFF_MAX_SECONDS`
+/// (default 300), off when `BACKOFF_BASE_SECONDS` is `0`.
+pub fn backoff(
+    sqs: aws_sdk_sqs::Client,
+    settings: &impl Settings,
+) -> Result<lambda_idempotency::backoff::VisibilityBackoff, ConfigError> {
+    let base = settings.seconds("BACKOFF_BASE_SECONDS", Duration::from_secs(2))?;
+    let max = settings.seconds("BACKOFF_MAX_SECONDS", Duration::from_secs(300))?;
+    Ok(lambda_idempotency::backoff::VisibilityBackoff::new(sqs)
+        .base(base)
+        .max(max)
+        .enabled(!base.is_zero()))
+}
+
+/// The batch processor of a consumer: the visibility backoff of [`backoff`], the attempts of
+/// [`max_attempts`] when set, and the dead-letter queue `DEAD_LETTER_QUEUE_URL` for permanent
+/// failures and used-up attempts, when set.
+pub fn consumer_processor(
+    sqs: aws_sdk_sqs::Client,
+    settings: &impl Settings,
+) -> Result<lambda_idempotency::batch::BatchProcessor, ConfigError> {
+    let mut processor = lambda_idempotency::batch::BatchProcessor::new()
+        .with_backoff(backoff(sqs.clone(), settings)?);
+    if let Some(n) = max_attempts(settings)? {
+        processor = processor.max_attempts(n);
+    }
+    if let Some(url) = settings.get("DEAD_LETTER_QUEUE_URL") {
+        processor =
+            processor.with_dead_letter(lambda_idempotency::dead_letter::DeadLetter::new(sqs, url));
+    }
+    Ok(processor)
+}
+
+/// `MAX_ATTEMPTS`: attempts of a message before the consumer dead-letters it (at least 1); `None`
+/// when unset (the batch processor's default).
+///
+/// ```
+/// use std::collections::HashMap;
+///
+/// let settings = |v: &str| HashMap::from([("MAX_ATTEMPTS".to_owned(), v.to_owned())]);
+/// assert_eq!(payments_config::max_attempts(&settings("5")), Ok(Some(5)));
+/// assert_eq!(payments_config::max_attempts(&settings("")), Ok(None));
+/// assert!(payments_config::max_attempts(&settings("0")).is_err());
+/// assert_eq!(payments_config::event_source_batch_size(&settings("5")), Ok(10));
+/// ```
+pub fn max_attempts(settings: &impl Settings) -> Result<Option<u32>, ConfigError> {
+    positive(settings, "MAX_ATTEMPTS")
+}
+
+/// `EVENT_SOURCE_BATCH_SIZE`: the `BatchSize` of the consumer's event source (default 10, Lambda's).
+pub fn event_source_batch_size(settings: &impl Settings) -> Result<u32, ConfigError> {
+    Ok(positive(settings, "EVENT_SOURCE_BATCH_SIZE")?.unwrap_or(10))
+}
+
+fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>, ConfigError> {
+    settings
+        .get(name)
+        .map(|v| match v.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                name,
+                reason: format!("`{v}` is not a whole number of at least 1"),
+            }),
+        })
+        .transpose()
+}
+
+/// The cold-start checks of a consumer's queue ([`warn_if_unsafe`]): reads the `RedrivePolicy`,
+/// `MessageRetentionPeriod` and `MaximumMessageSize` of `SOURCE_QUEUE_URL`, and the retention and
+/// size of the dead-letter queue its policy names, and logs a warning with the values and the
+/// fix when
+///
+/// - its `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
+///   `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a
+///   failing one of their FIFO group);
+/// - the dead-letter queue's `MaximumMessageSize` is smaller than the queue's (a large message
+///   cannot be moved there whole);
+/// - `idempotency_ttl`, the consumer's configured expiry (`IDEMPOTENCY_TTL_SECONDS`), is shorter
+///   than the queue's retention plus the dead-letter queue's (a copy redriven late would run
+///   again).
+///
+/// `None` when `SOURCE_QUEUE_URL` or `MAX_ATTEMPTS` is unset. Never fails the cold start on what
+/// it finds: only an invalid setting is an error.
+///
+/// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
+/// [`warn_if_unsafe`]: lambda_idempotency::redrive_policy::warn_if_unsafe
+pub async fn check_redrive_backstop(
+    sqs: &aws_sdk_sqs::Client,
+    settings: &impl Settings,
+    idempotency_ttl: Duration,
+) -> Result<Option<lambda_idempotency::redrive_policy::QueueCheck>, ConfigError> {
+    use lambda_idempotency::redrive_policy::{QueueRef, warn_if_unsafe};
+    let batch_size = event_source_batch_size(settings)?;
+    let (Some(url), Some(attempts)) = (settings.get("SOURCE_QUEUE_URL"), max_attempts(settings)?)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(
+        warn_if_unsafe(
+            sqs,
+            &QueueRef::Url(url),
+            batch_size,
+            attempts,
+            idempotency_ttl,
+        )
+        .await,
+    ))
+}
+
+/// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
+/// endpoint).
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
