@@ -144,6 +144,13 @@ impl VisibilityBackoff {
             let left = until.map_or(Duration::MAX, |u| u.remaining(clock));
             left.min(call_timeout)
         };
+        if bound(until).is_zero() {
+            tracing::warn!(
+                arn,
+                "visibility backoff skipped: no time left for GetQueueUrl"
+            );
+            return 0;
+        }
         let queue_url = match tokio::time::timeout(bound(until), self.queue_url(arn)).await {
             Ok(Ok(url)) => url,
             Ok(Err(e)) => {

@@ -303,6 +303,11 @@ impl<B: Backend> Backend for CachedBackend<B> {
         })
     }
 
+    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
+        self.clock = clock.clone();
+        self.inner.use_clock(clock);
+    }
+
     fn identity(&self) -> String {
         self.scope.clone()
     }

@@ -114,8 +114,7 @@ impl<B: Backend> Idempotency<B> {
     }
 
     /// Answers duplicates of keys completed in this process from `cache`, without a request:
-    /// the backend, wrapped in a [`CachedBackend`] that reads this engine's clock (set the clock
-    /// first). See [`crate::cache`] for when an entry can be stale, and an example. Off by
+    /// the backend, wrapped in a [`CachedBackend`] that reads this engine's clock. See [`crate::cache`] for when an entry can be stale, and an example. Off by
     /// default.
     pub fn with_local_cache(self, cache: LocalCache) -> Idempotency<CachedBackend<B>> {
         let backend = CachedBackend::new(self.backend, cache).with_clock(self.clock.clone());
@@ -204,6 +203,7 @@ impl<B: Backend> Idempotency<B> {
 
     /// Uses another clock (for tests of expiry and leases).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.backend.use_clock(&clock);
         self.clock = clock;
         self
     }

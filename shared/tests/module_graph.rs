@@ -1,6 +1,5 @@
 //! The library's modules form no cycle: every top-level module's code (comments aside) names
-//! only modules that do not name it back, directly or through others. A reader can take them in
-//! an order where each uses only what came before (the crate docs' walk-through).
+//! only modules that do not name it back, directly or through others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

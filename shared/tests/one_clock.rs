@@ -1,6 +1,7 @@
 //! One clock: a test's manual clock, given to the engine and the processor, moves every deadline
 //! check (the processor's start margin, the handler's stop, the bounded bookkeeping, the lease,
-//! the completion's retries), and the system's time moves none of them.
+//! the completion's and the commit's retries, the visibility backoff's calls), and the system's
+//! time moves none of them.
 
 mod common;
 
@@ -9,12 +10,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::error::RecordError;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::state::{IdempotencyRecord, Put, Status, Update, Updated};
-use lambda_idempotency::store::{Backend, InMemoryBackend, StoreError};
+use lambda_idempotency::store::{
+    Backend, Commit, Failure, InMemoryBackend, LimitError, MemoryWrite, StoreError,
+    TransactionalBackend,
+};
 use lambda_idempotency::time::{Clock, Deadline, ManualClock};
+use lambda_idempotency::transaction::{COMMIT_TRIES, TransactError, Transaction};
 use lambda_idempotency::{Acquired, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -162,4 +169,105 @@ async fn the_completion_retries_while_the_manual_clock_leaves_room() {
         "one try only: no room is left by the manual clock"
     );
     assert!(clock.now_ms() == 10_000);
+}
+
+/// The in-memory backend whose every commit finds the store busy.
+#[derive(Debug, Default)]
+struct Busy {
+    inner: InMemoryBackend,
+    commits: AtomicU32,
+}
+
+impl Backend for Busy {
+    async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
+        self.inner.put(record, now_ms).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+        self.inner.update(key, update).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
+}
+
+impl TransactionalBackend for Busy {
+    type Write = MemoryWrite;
+
+    fn check(&self, record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
+        self.inner.check(record, writes)
+    }
+    async fn commit(
+        &self,
+        _record: &IdempotencyRecord,
+        _writes: &[MemoryWrite],
+        _token: &str,
+        _now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        Ok(Commit::Contended {
+            reason: "TransactionConflict".into(),
+        })
+    }
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
+        self.inner.record_failure(record, now_ms).await
+    }
+}
+
+#[tokio::test]
+async fn the_commit_retries_while_the_manual_clock_leaves_room() {
+    let clock = Arc::new(ManualClock::new(0));
+    let engine = Idempotency::new(Busy::default()).with_clock(clock.clone());
+    let work = || async { Ok::<_, std::io::Error>(Transaction::<(), MemoryWrite>::new(())) };
+    let finish_by = Some(Deadline::at_epoch_ms(10_000));
+    let answer = engine.transact("k", b"body", finish_by, work).await;
+    assert!(matches!(answer, Err(TransactError::Contended { tries, .. }) if tries == COMMIT_TRIES));
+    assert_eq!(
+        engine.backend().commits.load(Ordering::SeqCst),
+        COMMIT_TRIES
+    );
+    clock.set(10_000);
+    let answer = engine.transact("k", b"body", finish_by, work).await;
+    assert!(matches!(
+        answer,
+        Err(TransactError::Contended { tries: 1, .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_visibility_backoff_calls_while_the_manual_clock_leaves_time() {
+    let counter = RequestCounter::default();
+    let backoff = VisibilityBackoff::new(common::sqs(&counter).await);
+    let mut record = message("m-1", "{}");
+    record.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:no-such-queue".into());
+    record.receipt_handle = Some("handle".into());
+    let clock = ManualClock::new(10_000);
+    let until = Some(Deadline::at_epoch_ms(10_000));
+    let records = [record];
+    let timeout = Duration::from_secs(5);
+    assert_eq!(
+        backoff
+            .change(&records, &[(0, 30)], until, &clock, timeout)
+            .await,
+        0
+    );
+    assert!(
+        counter.snapshot().is_empty(),
+        "no time left by the manual clock: no call"
+    );
+    clock.set(0);
+    backoff
+        .change(&records, &[(0, 30)], until, &clock, timeout)
+        .await;
+    assert_eq!(
+        counter.snapshot().get("GetQueueUrl"),
+        Some(&1),
+        "time left by the manual clock: the queue is looked up"
+    );
 }

@@ -265,8 +265,9 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     /// `DeadlineNear` when less than the start margin is left before the deadline.
     fn too_late_to_start(&self) -> Option<RecordError> {
         let p = &self.limits;
-        let left = self.deadline?.remaining(&**p.clock);
-        (left < p.start_margin).then_some(RecordError::DeadlineNear {
+        // Signed: a deadline already past is too late even with no margin.
+        let latest_start = self.deadline?.earlier_by(p.start_margin);
+        (p.clock.now_ms() > latest_start.epoch_ms()).then_some(RecordError::DeadlineNear {
             margin: p.start_margin,
         })
     }

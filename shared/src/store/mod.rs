@@ -46,6 +46,8 @@ pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBacken
 
 use crate::state::IdempotencyRecord;
 pub use crate::state::{Put, Update, Updated};
+use crate::time::Clock;
+use std::sync::Arc;
 
 /// A boxed error from a backend's client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -156,6 +158,13 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Reads the time from `clock` where the backend reads it itself: a layer such as the local
+    /// cache's, whose `get` and `update` are not told the time. The engine passes its clock on
+    /// ([`Idempotency::with_clock`](crate::Idempotency::with_clock)). The default reads none.
+    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
+        let _ = clock;
+    }
+
     /// Where this backend keeps its records (`dynamodb:TABLE`, `redis:NAMESPACE`): two backends
     /// with one identity share records. The [local cache](crate::cache) keys its entries by it,
     /// so that engines over different stores never answer for each other from one cache. The
@@ -195,6 +204,12 @@ impl<B: Backend> Backend for std::sync::Arc<B> {
     }
     fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
         (**self).completed_locally(key, now_ms)
+    }
+    /// Passed on while this is the only handle on the backend (it is when the engine is built).
+    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
+        if let Some(backend) = Arc::get_mut(self) {
+            backend.use_clock(clock);
+        }
     }
     fn identity(&self) -> String {
         (**self).identity()
