@@ -29,7 +29,6 @@
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use crate::template::{Naming, Template, TemplateOptions};
 
@@ -101,27 +100,6 @@ pub fn parse_param(text: &str) -> Result<(String, String), String> {
         Some((name, value)) => Ok((name.to_owned(), value.to_owned())),
         None => Err(format!("{text:?} is not NAME=VALUE (no '=')")),
     }
-}
-
-/// Parses a duration in milliseconds, fractions allowed (`2.5`), not negative.
-///
-/// ```
-/// use std::time::Duration;
-/// use local_aws::cli::parse_millis;
-///
-/// assert_eq!(parse_millis("2.5").unwrap(), Duration::from_micros(2500));
-/// assert_eq!(parse_millis("0").unwrap(), Duration::ZERO);
-/// assert!(parse_millis("-1").is_err());
-/// assert!(parse_millis("fast").is_err());
-/// assert!(parse_millis("inf").is_err());
-/// ```
-pub fn parse_millis(text: &str) -> Result<Duration, String> {
-    let ms: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of milliseconds"))?;
-    Duration::try_from_secs_f64(ms / 1000.0)
-        .map_err(|_| format!("{text:?} is not a duration: it must be finite and not negative"))
 }
 
 #[cfg(test)]

@@ -45,9 +45,7 @@
 pub mod arn;
 pub mod cli;
 pub mod gateway;
-pub mod iam;
 pub mod provision;
-pub mod proxy;
 pub mod runner;
 pub mod template;
 

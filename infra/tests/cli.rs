@@ -57,7 +57,6 @@ fn assert_usage_error(program: &str, args: &[&str], names: &[&str]) {
 }
 
 const PROVISION: &str = env!("CARGO_BIN_EXE_provision");
-const PROXY: &str = env!("CARGO_BIN_EXE_proxy");
 
 #[test]
 fn provision_help_lists_its_options_and_exit_codes() {
@@ -88,54 +87,4 @@ fn provision_refuses_a_bad_command_line() {
     );
     assert_usage_error(PROVISION, &["--prefix"], &["--prefix"]);
     assert_usage_error(PROVISION, &["--bogus"], &["--bogus"]);
-}
-
-#[test]
-fn proxy_help_lists_its_options_and_exit_codes() {
-    assert_help(
-        PROXY,
-        &[
-            "--upstream <URL>",
-            "AWS_ENDPOINT_URL",
-            "--latency-ms <MS>",
-            "--port <P>",
-            "SIGUSR1",
-        ],
-    );
-}
-
-#[test]
-fn proxy_refuses_a_bad_command_line() {
-    // Neither --upstream nor AWS_ENDPOINT_URL.
-    assert_usage_error(PROXY, &[], &["--upstream <URL>", "required"]);
-    assert_usage_error(
-        PROXY,
-        &["--upstream", "ftp://127.0.0.1:21"],
-        &["--upstream", "the scheme must be http or https"],
-    );
-    assert_usage_error(
-        PROXY,
-        &["--upstream", "127.0.0.1:4566", "--latency-ms", "soon"],
-        &["--latency-ms", "'soon'"],
-    );
-    assert_usage_error(
-        PROXY,
-        &["--upstream", "127.0.0.1:4566", "--port", "65536"],
-        &["--port", "65536"],
-    );
-}
-
-#[test]
-fn proxy_takes_its_upstream_from_the_environment() {
-    // A bad AWS_ENDPOINT_URL is reported as the value of --upstream, before anything starts.
-    let out = Command::new(PROXY)
-        .env("AWS_ENDPOINT_URL", "http://moto.example:4566")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
-    assert!(
-        err.contains("--upstream") && err.contains("moto.example"),
-        "{err}"
-    );
 }

@@ -605,7 +605,7 @@ async fn a_store_outage_acknowledges_nothing_unprocessed() {
     use lambda_idempotency::backoff::VisibilityBackoff;
     use lambda_idempotency::batch::BatchProcessor;
     use lambda_idempotency::dead_letter::DeadLetter;
-    use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
+    use latency_proxy::{Proxy, ProxyOptions, parse_endpoint};
 
     let stack = Stack::provision(&[]).await.unwrap();
     let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();

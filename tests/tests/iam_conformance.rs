@@ -4,7 +4,7 @@
 //! event source mapping and the platform do with the role (read from the template, not recorded:
 //! the local runner's own requests prove nothing about Lambda's) is granted, every grant is used,
 //! and no statement grants more than the requests need. The distinct calls are kept in
-//! `infra/tests/fixtures/iam-recording.json` for the mutation test; this test fails when the run
+//! `tests/iam/tests/fixtures/iam-recording.json` for the mutation test; this test fails when the run
 //! makes a call the committed recording lacks (`IAM_RECORDING=write` rewrites it). The paths include the cold starts (the idempotency table's check, the
 //! redrive policy's) and the recovery ones: a failed charge and its redelivery
 //! (which reads its record first), a record in progress elsewhere, a failed attempt's visibility
@@ -19,12 +19,12 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::dynamodb::Event as StreamEvent;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
+use iam_conformance::{CallRecorder, Environment, Recording, Report, TemplateRoles};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::key::{KeyConfig, stored_key};
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::LambdaEvent;
 use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
-use local_aws::iam::{CallRecorder, Environment, Recording, Report, TemplateRoles};
 use local_aws::runner::{InProcess, Runner};
 use local_aws::template::Naming;
 use payments_e2e::Stack;
@@ -394,7 +394,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let recording = Recording::from_run(&stack.resources, &prefix, recorded);
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../infra/tests/fixtures/iam-recording.json"
+        "/iam/tests/fixtures/iam-recording.json"
     );
     if std::env::var("IAM_RECORDING").as_deref() == Ok("write") {
         recording.save(path).unwrap();

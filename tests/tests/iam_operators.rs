@@ -6,7 +6,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::Client;
-use local_aws::iam::{CallRecorder, Environment, Report, Role, TemplateRoles, conformance};
+use iam_conformance::{CallRecorder, Environment, Report, Role, TemplateRoles, conformance};
 use payments_e2e::Stack;
 use payments_e2e::stack::payments;
 use payments_operations::redrive::{self, RedriveOptions};

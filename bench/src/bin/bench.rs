@@ -16,7 +16,7 @@ use bench::sides::{BoxError, Run, create_table, run_side, run_to_file, worker, w
 use bench::{PublisherResult, Scenario, Side, callgrind, workload};
 use clap::Parser;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
-use local_aws::proxy::{Proxy, ProxyOptions, parse_endpoint};
+use latency_proxy::{Proxy, ProxyOptions, parse_endpoint};
 
 /// The benchmark driver: the same SQS workload through this project (lease mode, transactional
 /// mode, transactional mode with a cache, lease mode over Redis) and AWS Lambda Powertools, on a

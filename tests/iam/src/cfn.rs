@@ -1,0 +1,416 @@
+//! CloudFormation intrinsic functions in policies, resolved against an [`Environment`].
+//!
+//! The YAML is read with `serde_yaml_ng`, whose `Value::Tagged` keeps the short forms
+//! (`!Ref X`, `!GetAtt X.Arn`, `!Sub "..."`); the long forms (`Ref:`, `Fn::GetAtt:`) are read too.
+
+use std::collections::BTreeMap;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::error::PolicyError;
+use local_aws::arn::{self, Arn};
+use local_aws::provision::Provisioned;
+pub(crate) use local_aws::template::intrinsic;
+
+/// What the template's references resolve to: the pseudo parameters, parameter values, and the
+/// physical values of resources (`!Ref X`, `!GetAtt X.Attribute`).
+///
+/// Values it does not hold are derived from the template where CloudFormation's are
+/// predictable: a table's `Arn` from its name, a queue's `Arn` from its `QueueName`, a log
+/// group's `Arn` (`arn:aws:logs:REGION:ACCOUNT:log-group:NAME:*`). A table's `StreamArn` has a
+/// label only DynamoDB knows: give it (DescribeTable's `LatestStreamArn`, see
+/// [`with_stream_arns`](Self::with_stream_arns)).
+///
+/// ```
+/// use iam_conformance::Environment;
+/// let env = Environment::new("eu-west-1", "111122223333")
+///     .parameter("PaymentsTableName", "dev-payments")
+///     .reference("PaymentsQueue", "http://127.0.0.1:5000/111122223333/dev-payments.fifo")
+///     .attribute("PaymentsQueue", "Arn", "arn:aws:sqs:eu-west-1:111122223333:dev-payments.fifo");
+/// assert_eq!(env.attributes["PaymentsQueue.Arn"], "arn:aws:sqs:eu-west-1:111122223333:dev-payments.fifo");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Environment {
+    /// `AWS::Partition` (`aws`).
+    pub partition: String,
+    /// `AWS::Region`.
+    pub region: String,
+    /// `AWS::AccountId`.
+    pub account_id: String,
+    /// `AWS::StackName` (`local`).
+    pub stack_name: String,
+    /// Parameter values replacing the template's defaults.
+    pub parameters: BTreeMap<String, String>,
+    /// `!Ref X` by logical id (a queue's URL, a table's name, ...).
+    pub refs: BTreeMap<String, String>,
+    /// `!GetAtt X.Attribute` by `X.Attribute`.
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Environment {
+    /// For `region` and `account_id`, with nothing else known.
+    pub fn new(region: impl Into<String>, account_id: impl Into<String>) -> Self {
+        Self {
+            partition: "aws".into(),
+            region: region.into(),
+            account_id: account_id.into(),
+            stack_name: "local".into(),
+            parameters: BTreeMap::new(),
+            refs: BTreeMap::new(),
+            attributes: BTreeMap::new(),
+        }
+    }
+
+    /// Parameter `name` has `value`.
+    pub fn parameter(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.parameters.insert(name.into(), value.into());
+        self
+    }
+
+    /// `!Ref logical_id` is `value`.
+    pub fn reference(mut self, logical_id: impl Into<String>, value: impl Into<String>) -> Self {
+        self.refs.insert(logical_id.into(), value.into());
+        self
+    }
+
+    /// `!GetAtt logical_id.attribute` is `value`.
+    pub fn attribute(
+        mut self,
+        logical_id: &str,
+        attribute: &str,
+        value: impl Into<String>,
+    ) -> Self {
+        self.attributes
+            .insert(format!("{logical_id}.{attribute}"), value.into());
+        self
+    }
+
+    /// What the harness provisioned: region, account, each queue's URL (`Ref`), `Arn`,
+    /// `QueueName` and `QueueUrl`, each table's name (`Ref`) and `Arn`, each function's name.
+    /// Tables' `StreamArn`s are not in it: see [`with_stream_arns`](Self::with_stream_arns).
+    pub fn from_provisioned(provisioned: &Provisioned) -> Self {
+        let mut env = Self::new(&provisioned.region, &provisioned.account_id);
+        for (id, q) in &provisioned.queues {
+            env = env
+                .reference(id, &q.url)
+                .attribute(id, "Arn", &q.arn)
+                .attribute(id, "QueueName", &q.name)
+                .attribute(id, "QueueUrl", &q.url);
+        }
+        for (id, t) in &provisioned.tables {
+            env = env.reference(id, &t.name).attribute(id, "Arn", &t.arn);
+        }
+        for (id, name) in &provisioned.functions {
+            env = env.reference(id, name);
+        }
+        env
+    }
+
+    /// Adds the `StreamArn` of every provisioned table that has a stream (DescribeTable's
+    /// `LatestStreamArn`).
+    pub async fn with_stream_arns(
+        mut self,
+        dynamodb: &aws_sdk_dynamodb::Client,
+        provisioned: &Provisioned,
+    ) -> Result<Self, PolicyError> {
+        for (id, t) in &provisioned.tables {
+            let described = dynamodb
+                .describe_table()
+                .table_name(&t.name)
+                .send()
+                .await
+                .map_err(|e| PolicyError::Lookup {
+                    table: t.name.clone(),
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string(),
+                })?;
+            if let Some(arn) = described.table.and_then(|t| t.latest_stream_arn) {
+                self = self.attribute(id, "StreamArn", arn);
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// Resolves values of one template against an [`Environment`].
+pub(crate) struct Resolver<'a> {
+    env: &'a Environment,
+    parameters: BTreeMap<String, String>,
+    resources: &'a Mapping,
+}
+
+impl<'a> Resolver<'a> {
+    /// Over the template's `root` mapping: parameter defaults, overridden by the environment's.
+    pub(crate) fn new(root: &'a Mapping, env: &'a Environment) -> Result<Self, PolicyError> {
+        let mut parameters = BTreeMap::new();
+        if let Some(params) = root.get("Parameters").and_then(Value::as_mapping) {
+            for (name, spec) in params {
+                let name = key(name, "Parameters")?;
+                if let Some(default) = spec.get("Default").and_then(scalar) {
+                    parameters.insert(name.to_owned(), default);
+                }
+            }
+        }
+        for (name, value) in &env.parameters {
+            if !parameters.contains_key(name)
+                && root
+                    .get("Parameters")
+                    .and_then(|p| p.get(name.as_str()))
+                    .is_none()
+            {
+                return Err(PolicyError::invalid(
+                    "Parameters",
+                    format!("the environment sets {name}, which is not a parameter"),
+                ));
+            }
+            parameters.insert(name.clone(), value.clone());
+        }
+        let resources = root
+            .get("Resources")
+            .and_then(Value::as_mapping)
+            .ok_or_else(|| PolicyError::invalid("Resources", "missing or not a mapping"))?;
+        Ok(Self {
+            env,
+            parameters,
+            resources,
+        })
+    }
+
+    /// The environment it resolves against.
+    pub(crate) fn env(&self) -> &'a Environment {
+        self.env
+    }
+
+    /// The template's resources.
+    pub(crate) fn resources(&self) -> &'a Mapping {
+        self.resources
+    }
+
+    /// One string, or a list of strings.
+    pub(crate) fn strings(&self, v: &Value, at: &str) -> Result<Vec<String>, PolicyError> {
+        match v {
+            Value::Sequence(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| self.string(item, &format!("{at}[{i}]")))
+                .collect(),
+            other => Ok(vec![self.string(other, at)?]),
+        }
+    }
+
+    /// A scalar or an intrinsic function, resolved to a string.
+    pub(crate) fn string(&self, v: &Value, at: &str) -> Result<String, PolicyError> {
+        if let Some(s) = scalar(v) {
+            return Ok(s);
+        }
+        let Some((function, arg)) = intrinsic(v) else {
+            return Err(PolicyError::invalid(
+                at,
+                "expected a scalar or an intrinsic function",
+            ));
+        };
+        match function.as_str() {
+            "Ref" => match arg {
+                Value::String(name) => self.reference(name, at),
+                _ => Err(PolicyError::invalid(at, "!Ref needs a name")),
+            },
+            "GetAtt" => {
+                let (resource, attribute) = get_att_target(arg)
+                    .ok_or_else(|| PolicyError::invalid(at, "!GetAtt needs Resource.Attribute"))?;
+                self.get_att(&resource, &attribute, at)
+            }
+            "Sub" => {
+                let (text, vars) = match arg {
+                    Value::String(s) => (s.as_str(), None),
+                    Value::Sequence(s) if s.len() == 2 => match (&s[0], &s[1]) {
+                        (Value::String(t), Value::Mapping(m)) => (t.as_str(), Some(m)),
+                        _ => {
+                            return Err(PolicyError::invalid(
+                                at,
+                                "!Sub needs a string or [string, variables]",
+                            ));
+                        }
+                    },
+                    _ => {
+                        return Err(PolicyError::invalid(
+                            at,
+                            "!Sub needs a string or [string, variables]",
+                        ));
+                    }
+                };
+                self.sub(text, vars, at)
+            }
+            "Join" => {
+                let parts = match arg {
+                    Value::Sequence(s) if s.len() == 2 => match (&s[0], &s[1]) {
+                        (Value::String(d), Value::Sequence(items)) => Some((d, items)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let (delimiter, items) = parts
+                    .ok_or_else(|| PolicyError::invalid(at, "!Join needs [delimiter, [values]]"))?;
+                let values = items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| self.string(item, &format!("{at}[{i}]")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(values.join(delimiter))
+            }
+            other => Err(PolicyError::Unsupported {
+                at: at.to_owned(),
+                what: format!("the intrinsic function {other}"),
+            }),
+        }
+    }
+
+    fn sub(&self, text: &str, vars: Option<&Mapping>, at: &str) -> Result<String, PolicyError> {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after.find('}').ok_or_else(|| {
+                PolicyError::invalid(at, format!("unclosed ${{ in !Sub {text:?}"))
+            })?;
+            let name = after[..end].trim();
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str(&format!("${{{literal}}}"));
+            } else if let Some(value) = vars.and_then(|m| m.get(name)) {
+                out.push_str(&self.string(value, at)?);
+            } else if let Some((resource, attribute)) =
+                name.split_once('.').filter(|_| !name.starts_with("AWS::"))
+            {
+                out.push_str(&self.get_att(resource, attribute, at)?);
+            } else {
+                out.push_str(&self.reference(name, at)?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// `!Ref name`: a pseudo parameter, a parameter, or a resource.
+    pub(crate) fn reference(&self, name: &str, at: &str) -> Result<String, PolicyError> {
+        let env = self.env;
+        let pseudo = match name {
+            "AWS::Partition" => Some(env.partition.clone()),
+            "AWS::Region" => Some(env.region.clone()),
+            "AWS::AccountId" => Some(env.account_id.clone()),
+            "AWS::StackName" => Some(env.stack_name.clone()),
+            "AWS::URLSuffix" => Some("amazonaws.com".to_owned()),
+            _ => None,
+        };
+        if let Some(v) = pseudo
+            .or_else(|| self.parameters.get(name).cloned())
+            .or_else(|| env.refs.get(name).cloned())
+        {
+            return Ok(v);
+        }
+        // Names CloudFormation gives a resource's Ref, when the template sets it.
+        let derived = match self.resource_type(name) {
+            Some("AWS::DynamoDB::Table") => self.property(name, "TableName", at)?,
+            Some("AWS::Logs::LogGroup") => self.property(name, "LogGroupName", at)?,
+            Some("AWS::Serverless::Function" | "AWS::Lambda::Function") => {
+                self.property(name, "FunctionName", at)?
+            }
+            _ => None,
+        };
+        derived.ok_or_else(|| PolicyError::Unresolved {
+            at: at.to_owned(),
+            reference: format!("!Ref {name}"),
+        })
+    }
+
+    /// `!GetAtt resource.attribute`.
+    pub(crate) fn get_att(
+        &self,
+        resource: &str,
+        attribute: &str,
+        at: &str,
+    ) -> Result<String, PolicyError> {
+        if let Some(v) = self.env.attributes.get(&format!("{resource}.{attribute}")) {
+            return Ok(v.clone());
+        }
+        let env = self.env;
+        let (p, r, a) = (&env.partition, &env.region, &env.account_id);
+        let derived = match (self.resource_type(resource), attribute) {
+            (Some("AWS::DynamoDB::Table"), "Arn") => {
+                let name = self.reference(resource, at)?;
+                Some(arn::table(p, r, a, &name))
+            }
+            (Some("AWS::SQS::Queue"), "Arn") => self
+                .property(resource, "QueueName", at)?
+                .map(|name| arn::queue(p, r, a, &name)),
+            (Some("AWS::SQS::Queue"), "QueueName") => self.property(resource, "QueueName", at)?,
+            (Some("AWS::Logs::LogGroup"), "Arn") => self
+                .property(resource, "LogGroupName", at)?
+                .map(|name| Arn::new(p, "logs", r, a, &format!("log-group:{name}:*")).to_string()),
+            (Some("AWS::IAM::Role"), "Arn") => {
+                let name = self
+                    .property(resource, "RoleName", at)?
+                    .unwrap_or_else(|| resource.to_owned());
+                Some(Arn::new(p, "iam", "", a, &format!("role/{name}")).to_string())
+            }
+            (None, _) => {
+                return Err(PolicyError::invalid(
+                    at,
+                    format!("!GetAtt {resource}.{attribute}: no such resource"),
+                ));
+            }
+            _ => None,
+        };
+        derived.ok_or_else(|| PolicyError::Unresolved {
+            at: at.to_owned(),
+            reference: format!("!GetAtt {resource}.{attribute}"),
+        })
+    }
+
+    fn resource_type(&self, logical_id: &str) -> Option<&'a str> {
+        self.resources
+            .get(logical_id)?
+            .get("Type")
+            .and_then(Value::as_str)
+    }
+
+    fn property(
+        &self,
+        logical_id: &str,
+        property: &str,
+        at: &str,
+    ) -> Result<Option<String>, PolicyError> {
+        self.resources
+            .get(logical_id)
+            .and_then(|r| r.get("Properties"))
+            .and_then(|p| p.get(property))
+            .map(|v| self.string(v, at))
+            .transpose()
+    }
+}
+
+/// A plain scalar as a string.
+pub(crate) fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A mapping key as a string.
+pub(crate) fn key<'v>(k: &'v Value, at: &str) -> Result<&'v str, PolicyError> {
+    k.as_str()
+        .ok_or_else(|| PolicyError::invalid(at, "a key is not a string"))
+}
+
+/// The `(resource, attribute)` of a `!GetAtt` argument: `X.Attr` or `[X, Attr]`.
+pub(crate) fn get_att_target(arg: &Value) -> Option<(String, String)> {
+    match arg {
+        Value::String(s) => s.split_once('.').map(|(r, a)| (r.to_owned(), a.to_owned())),
+        Value::Sequence(s) if s.len() == 2 => {
+            Some((s[0].as_str()?.to_owned(), s[1].as_str()?.to_owned()))
+        }
+        _ => None,
+    }
+}

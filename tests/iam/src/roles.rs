@@ -1,0 +1,599 @@
+//! The template's IAM roles, the role of each function, and the tables' partition keys.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::call::RecorderConfig;
+use crate::cfn::{Environment, Resolver, get_att_target, intrinsic, key};
+use crate::error::PolicyError;
+use crate::policy::{
+    Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
+};
+use crate::requirement::{self, Requirement};
+
+/// A function and the role it runs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionRole {
+    /// The function's logical id.
+    pub logical_id: String,
+    /// Its `FunctionName` (the logical id when it has none).
+    pub function_name: String,
+    /// The logical id of its role (`Role: !GetAtt R.Arn`).
+    pub role: String,
+    /// What Lambda does with the role for it: its event source mappings' reads (and
+    /// on-failure sends), the platform's log writes.
+    pub requirements: Vec<Requirement>,
+}
+
+/// A table's name and partition key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableKey {
+    /// The table's physical name.
+    pub name: String,
+    /// Its ARN.
+    pub arn: String,
+    /// Its partition (HASH) key attribute.
+    pub hash_key: String,
+}
+
+/// The template's `AWS::IAM::Role`s with their inline policies resolved, the role of each
+/// function, and each table's partition key (for the recorder's `dynamodb:LeadingKeys`).
+///
+/// A role's statements are those of its inline `Policies`, of the template's
+/// `AWS::IAM::ManagedPolicy` resources attached to it (their `Roles`, or the role's
+/// `ManagedPolicyArns: [!Ref POLICY]`), and of `AWS::IAM::Policy`/`RolePolicy` resources naming
+/// it. A function's event source mappings (SAM `Events` of type `DynamoDB`/`SQS`, or
+/// `AWS::Lambda::EventSourceMapping` resources) and its log group give its
+/// [`requirements`](FunctionRole::requirements).
+///
+/// Rejected rather than ignored: managed policies that are not the template's (AWS managed
+/// policies), a `PermissionsBoundary`, policies attached to users or groups, SAM `Policies` on a
+/// function, functions without `Role: !GetAtt R.Arn`, statements with `NotAction`,
+/// `NotResource` or `Principal`, conditions other than
+/// `ForAllValues:StringLike`/`ForAllValues:StringEquals` on `dynamodb:LeadingKeys`, and
+/// poll-based event sources other than DynamoDB streams and SQS queues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateRoles {
+    /// Roles by logical id.
+    pub roles: BTreeMap<String, Role>,
+    /// Functions by `FunctionName`.
+    pub functions: BTreeMap<String, FunctionRole>,
+    /// Tables by logical id.
+    pub tables: BTreeMap<String, TableKey>,
+    /// The template's `AWS::IAM::ManagedPolicy`s by logical id, each as a [`Role`] of its own
+    /// statements (attached to a role or not: an operator attaches the operators' policies).
+    pub managed_policies: BTreeMap<String, Role>,
+}
+
+impl TemplateRoles {
+    /// Reads the project's `template.yaml`.
+    pub fn load_project(env: &Environment) -> Result<Self, PolicyError> {
+        Self::from_file(local_aws::template::Template::project_path(), env)
+    }
+
+    /// Reads the template at `path`.
+    pub fn from_file(path: impl AsRef<Path>, env: &Environment) -> Result<Self, PolicyError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, env)
+    }
+
+    /// Parses a template.
+    ///
+    /// ```
+    /// use iam_conformance::{Environment, TemplateRoles};
+    ///
+    /// let yaml = r#"
+    /// Resources:
+    ///   Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs } }
+    ///   Worker:
+    ///     Type: AWS::Serverless::Function
+    ///     Properties: { FunctionName: worker, Role: !GetAtt WorkerRole.Arn }
+    ///   WorkerRole:
+    ///     Type: AWS::IAM::Role
+    ///     Properties:
+    ///       Policies:
+    ///         - PolicyName: worker
+    ///           PolicyDocument:
+    ///             Statement:
+    ///               - { Sid: Consume, Effect: Allow, Action: "sqs:*Message", Resource: !GetAtt Jobs.Arn }
+    /// "#;
+    /// let roles = TemplateRoles::parse(yaml, &Environment::new("us-east-1", "123456789012")).unwrap();
+    /// let role = roles.for_function("worker").unwrap();
+    /// assert!(role.evaluate("sqs:DeleteMessage", "arn:aws:sqs:us-east-1:123456789012:jobs", None).is_allowed());
+    /// ```
+    pub fn parse(yaml: &str, env: &Environment) -> Result<Self, PolicyError> {
+        let doc: Value = serde_yaml_ng::from_str(yaml)?;
+        let root = doc
+            .as_mapping()
+            .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
+        let resolver = Resolver::new(root, env)?;
+        let mut roles = BTreeMap::new();
+        let mut functions = BTreeMap::new();
+        let mut tables = BTreeMap::new();
+        // Policies outside a role: (their logical id, name, document, where, the roles they
+        // name); and the template's managed policies each role lists in ManagedPolicyArns.
+        let mut attached: Vec<Attached<'_>> = Vec::new();
+        let mut managed_of_role: Vec<(String, String)> = Vec::new();
+        let mut mappings = Vec::new();
+        for (id, resource) in resolver.resources() {
+            let id = key(id, "Resources")?;
+            let at = format!("Resources.{id}");
+            let kind = resource.get("Type").and_then(Value::as_str).unwrap_or("");
+            let properties = resource.get("Properties");
+            match kind {
+                "AWS::IAM::Role" => {
+                    let (role, managed) = role(id, properties, &resolver, &at)?;
+                    managed_of_role.extend(managed.into_iter().map(|m| (id.to_owned(), m)));
+                    roles.insert(id.to_owned(), role);
+                }
+                "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
+                    attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
+                }
+                "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
+                    let f = function(id, properties, &resolver, &at)?;
+                    functions.insert(f.function_name.clone(), f);
+                }
+                "AWS::Lambda::EventSourceMapping" => {
+                    mappings.push(event_source_mapping(id, properties, &resolver, &at)?);
+                }
+                "AWS::DynamoDB::Table" => {
+                    tables.insert(id.to_owned(), table(id, properties, &resolver, &at)?);
+                }
+                _ => {}
+            }
+        }
+        for (role_id, policy_id) in &managed_of_role {
+            match attached
+                .iter_mut()
+                .find(|p| &p.logical_id == policy_id && p.managed)
+            {
+                Some(p) if !p.roles.contains(role_id) => p.roles.push(role_id.clone()),
+                Some(_) => {}
+                None => {
+                    return Err(PolicyError::invalid(
+                        &format!("Resources.{role_id}.Properties.ManagedPolicyArns"),
+                        format!("{policy_id} is not an AWS::IAM::ManagedPolicy of the template"),
+                    ));
+                }
+            }
+        }
+        let mut managed_policies = BTreeMap::new();
+        for p in attached.iter().filter(|p| p.managed) {
+            managed_policies.insert(
+                p.logical_id.clone(),
+                Role {
+                    logical_id: p.logical_id.clone(),
+                    statements: statements(p.document, &p.name, &resolver, &p.at)?,
+                },
+            );
+        }
+        for p in &attached {
+            for role_id in &p.roles {
+                let role = roles.get_mut(role_id).ok_or_else(|| {
+                    PolicyError::invalid(
+                        &p.at,
+                        format!("{role_id} is not an AWS::IAM::Role of the template"),
+                    )
+                })?;
+                role.statements
+                    .extend(statements(p.document, &p.name, &resolver, &p.at)?);
+            }
+        }
+        for (function_id, requirements) in mappings {
+            let f = functions
+                .values_mut()
+                .find(|f| f.logical_id == function_id)
+                .ok_or_else(|| {
+                    PolicyError::invalid(
+                        "Resources",
+                        format!("an event source mapping names {function_id}, not a function of the template"),
+                    )
+                })?;
+            f.requirements.extend(requirements);
+        }
+        for f in functions.values() {
+            if !roles.contains_key(&f.role) {
+                return Err(PolicyError::invalid(
+                    &format!("Resources.{}.Properties.Role", f.logical_id),
+                    format!("{} is not an AWS::IAM::Role of the template", f.role),
+                ));
+            }
+        }
+        Ok(Self {
+            roles,
+            functions,
+            tables,
+            managed_policies,
+        })
+    }
+
+    /// The template's managed policy `logical_id`, as a [`Role`] of its statements.
+    pub fn managed_policy(&self, logical_id: &str) -> Result<&Role, PolicyError> {
+        self.managed_policies
+            .get(logical_id)
+            .ok_or_else(|| PolicyError::NoSuchManagedPolicy(logical_id.to_owned()))
+    }
+
+    /// The function named `function_name` (its `FunctionName`, or logical id).
+    pub fn function(&self, function_name: &str) -> Result<&FunctionRole, PolicyError> {
+        self.functions
+            .get(function_name)
+            .or_else(|| {
+                self.functions
+                    .values()
+                    .find(|f| f.logical_id == function_name)
+            })
+            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
+    }
+
+    /// The role of the function named `function_name` (its `FunctionName`, or logical id).
+    pub fn for_function(&self, function_name: &str) -> Result<&Role, PolicyError> {
+        let f = self.function(function_name)?;
+        self.roles
+            .get(&f.role)
+            .ok_or_else(|| PolicyError::NoSuchFunction(function_name.to_owned()))
+    }
+
+    /// A recorder configuration for `env`'s region and account with every table's partition
+    /// key.
+    pub fn recorder_config(&self, env: &Environment) -> RecorderConfig {
+        let mut config = RecorderConfig::new(&env.region, &env.account_id);
+        config.partition = env.partition.clone();
+        for t in self.tables.values() {
+            config = config.hash_key(&t.name, &t.hash_key);
+        }
+        config
+    }
+}
+
+fn mapping<'v>(v: Option<&'v Value>, at: &str) -> Result<&'v Mapping, PolicyError> {
+    v.and_then(Value::as_mapping)
+        .ok_or_else(|| PolicyError::invalid(at, "missing or not a mapping"))
+}
+
+/// A list, or a single item as a list of one.
+fn items(v: &Value) -> Vec<&Value> {
+    match v {
+        Value::Sequence(s) => s.iter().collect(),
+        other => vec![other],
+    }
+}
+
+/// A policy resource attached to roles: `AWS::IAM::ManagedPolicy` (its `Roles`, and the roles
+/// listing it in `ManagedPolicyArns`), `AWS::IAM::Policy` (`Roles`), `AWS::IAM::RolePolicy`
+/// (`RoleName`).
+struct Attached<'v> {
+    logical_id: String,
+    managed: bool,
+    name: String,
+    document: &'v Value,
+    at: String,
+    roles: Vec<String>,
+}
+
+/// The logical id of a `!Ref ROLE` (or `!GetAtt ROLE.Arn`).
+fn role_reference(v: &Value) -> Option<String> {
+    match intrinsic(v)? {
+        (f, Value::String(id)) if f == "Ref" => Some(id.clone()),
+        (f, arg) if f == "GetAtt" => get_att_target(arg).map(|(id, _)| id),
+        _ => None,
+    }
+}
+
+fn policy_resource<'v>(
+    id: &str,
+    kind: &str,
+    properties: Option<&'v Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Attached<'v>, PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    let managed = kind == "AWS::IAM::ManagedPolicy";
+    let name_key = if managed {
+        "ManagedPolicyName"
+    } else {
+        "PolicyName"
+    };
+    let name = properties
+        .get(name_key)
+        .map(|n| resolver.string(n, &format!("{at}.{name_key}")))
+        .transpose()?
+        .unwrap_or_else(|| id.to_owned());
+    let references: Vec<&Value> = match kind {
+        "AWS::IAM::RolePolicy" => properties.get("RoleName").into_iter().collect(),
+        _ => properties.get("Roles").map(items).unwrap_or_default(),
+    };
+    let roles = references
+        .into_iter()
+        .map(|r| {
+            role_reference(r).ok_or_else(|| {
+                PolicyError::unsupported(&at, "a role named other than by !Ref of a template role")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for unsupported in ["Users", "Groups"] {
+        if properties.contains_key(unsupported) {
+            return Err(PolicyError::unsupported(
+                &format!("{at}.{unsupported}"),
+                unsupported,
+            ));
+        }
+    }
+    let document = properties
+        .get("PolicyDocument")
+        .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+    Ok(Attached {
+        logical_id: id.to_owned(),
+        managed,
+        name,
+        document,
+        at: format!("{at}.PolicyDocument"),
+        roles,
+    })
+}
+
+/// The role with its inline policies, and the logical ids of the template's managed policies
+/// it lists in `ManagedPolicyArns`.
+fn role(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<(Role, Vec<String>), PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    if properties.contains_key("PermissionsBoundary") {
+        return Err(PolicyError::unsupported(
+            &format!("{at}.PermissionsBoundary"),
+            "PermissionsBoundary",
+        ));
+    }
+    let managed = properties
+        .get("ManagedPolicyArns")
+        .map(items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            role_reference(v).ok_or_else(|| {
+                PolicyError::unsupported(
+                    &format!("{at}.ManagedPolicyArns"),
+                    "a managed policy that is not the template's (!Ref of an AWS::IAM::ManagedPolicy)",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut statements_of_role = Vec::new();
+    for (i, policy) in properties
+        .get("Policies")
+        .map(items)
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let at = format!("{at}.Policies[{i}]");
+        let name = policy
+            .get("PolicyName")
+            .map(|n| resolver.string(n, &format!("{at}.PolicyName")))
+            .transpose()?
+            .unwrap_or_else(|| format!("{id}-{i}"));
+        let document = policy
+            .get("PolicyDocument")
+            .ok_or_else(|| PolicyError::invalid(&at, "no PolicyDocument"))?;
+        statements_of_role.extend(statements(
+            document,
+            &name,
+            resolver,
+            &format!("{at}.PolicyDocument"),
+        )?);
+    }
+    Ok((
+        Role {
+            logical_id: id.to_owned(),
+            statements: statements_of_role,
+        },
+        managed,
+    ))
+}
+
+/// The statements of one policy document.
+fn statements(
+    document: &Value,
+    name: &str,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Vec<Statement>, PolicyError> {
+    let document = mapping(Some(document), at)?;
+    let list = document
+        .get("Statement")
+        .ok_or_else(|| PolicyError::invalid(at, "no Statement"))?;
+    items(list)
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| {
+            statement(
+                s,
+                name,
+                index,
+                resolver,
+                &format!("{at}.Statement[{index}]"),
+            )
+        })
+        .collect()
+}
+
+/// An `AWS::Lambda::EventSourceMapping`: the logical id of its function, and what it requires.
+fn event_source_mapping(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<(String, Vec<Requirement>), PolicyError> {
+    let at = format!("{at}.Properties");
+    let map = mapping(properties, &at)?;
+    let function = map
+        .get("FunctionName")
+        .and_then(role_reference)
+        .ok_or_else(|| {
+            PolicyError::unsupported(&at, "a FunctionName other than !Ref of a template function")
+        })?;
+    let source = map
+        .get("EventSourceArn")
+        .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
+    let requirements = requirement::mapping(id, source, properties, resolver, &at)?;
+    Ok((function, requirements))
+}
+
+fn statement(
+    s: &Value,
+    policy: &str,
+    index: usize,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Statement, PolicyError> {
+    let s = s
+        .as_mapping()
+        .ok_or_else(|| PolicyError::invalid(at, "a statement is not a mapping"))?;
+    for (k, _) in s {
+        let k = key(k, at)?;
+        if !matches!(k, "Sid" | "Effect" | "Action" | "Resource" | "Condition") {
+            return Err(PolicyError::unsupported(&format!("{at}.{k}"), k));
+        }
+    }
+    let field = |name: &str| {
+        s.get(name)
+            .ok_or_else(|| PolicyError::invalid(at, format!("no {name}")))
+    };
+    let sid = s
+        .get("Sid")
+        .map(|v| resolver.string(v, &format!("{at}.Sid")))
+        .transpose()?;
+    let effect = match resolver
+        .string(field("Effect")?, &format!("{at}.Effect"))?
+        .as_str()
+    {
+        "Allow" => Effect::Allow,
+        "Deny" => Effect::Deny,
+        other => {
+            return Err(PolicyError::invalid(
+                &format!("{at}.Effect"),
+                format!("{other:?} is neither Allow nor Deny"),
+            ));
+        }
+    };
+    let actions = resolver.strings(field("Action")?, &format!("{at}.Action"))?;
+    let resources = resolver.strings(field("Resource")?, &format!("{at}.Resource"))?;
+    let conditions = match s.get("Condition") {
+        Some(c) => conditions(c, resolver, &format!("{at}.Condition"))?,
+        None => Vec::new(),
+    };
+    Ok(Statement {
+        id: StatementRef {
+            policy: policy.to_owned(),
+            sid,
+            index,
+        },
+        effect,
+        actions,
+        resources,
+        conditions,
+    })
+}
+
+fn conditions(c: &Value, resolver: &Resolver<'_>, at: &str) -> Result<Vec<Condition>, PolicyError> {
+    let mut out = Vec::new();
+    for (operator, keys) in mapping(Some(c), at)? {
+        let operator = key(operator, at)?;
+        let at = format!("{at}.{operator}");
+        let parsed = ConditionOperator::parse(operator).ok_or_else(|| {
+            PolicyError::unsupported(&at, format!("the condition operator {operator}"))
+        })?;
+        for (condition_key, values) in mapping(Some(keys), &at)? {
+            let condition_key = key(condition_key, &at)?;
+            // Condition key names are case-insensitive.
+            if !condition_key.eq_ignore_ascii_case(LEADING_KEYS) {
+                return Err(PolicyError::unsupported(
+                    &at,
+                    format!("the condition key {condition_key}"),
+                ));
+            }
+            out.push(Condition {
+                operator: parsed,
+                values: resolver.strings(values, &format!("{at}.{condition_key}"))?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn function(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<FunctionRole, PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    if properties.contains_key("Policies") {
+        return Err(PolicyError::unsupported(
+            &format!("{at}.Policies"),
+            "SAM Policies on a function",
+        ));
+    }
+    let role_at = format!("{at}.Role");
+    let role = properties
+        .get("Role")
+        .and_then(|r| intrinsic(r))
+        .filter(|(f, _)| f == "GetAtt")
+        .and_then(|(_, arg)| get_att_target(arg))
+        .filter(|(_, attribute)| attribute == "Arn")
+        .map(|(role, _)| role)
+        .ok_or_else(|| {
+            PolicyError::unsupported(&role_at, "a function without Role: !GetAtt ROLE.Arn")
+        })?;
+    let function_name = properties
+        .get("FunctionName")
+        .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
+        .transpose()?
+        .unwrap_or_else(|| id.to_owned());
+    let mut requirements = requirement::platform(properties, &function_name, resolver, &at)?;
+    requirements.extend(requirement::sam_events(properties, resolver, &at)?);
+    Ok(FunctionRole {
+        logical_id: id.to_owned(),
+        function_name,
+        role,
+        requirements,
+    })
+}
+
+fn table(
+    id: &str,
+    properties: Option<&Value>,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<TableKey, PolicyError> {
+    let at = format!("{at}.Properties");
+    let properties = mapping(properties, &at)?;
+    let schema = properties
+        .get("KeySchema")
+        .and_then(Value::as_sequence)
+        .ok_or_else(|| PolicyError::invalid(&at, "no KeySchema"))?;
+    let hash_key = schema
+        .iter()
+        .find(|k| k.get("KeyType").and_then(Value::as_str) == Some("HASH"))
+        .and_then(|k| k.get("AttributeName"))
+        .map(|n| resolver.string(n, &format!("{at}.KeySchema")))
+        .transpose()?
+        .ok_or_else(|| PolicyError::invalid(&format!("{at}.KeySchema"), "no HASH key"))?;
+    Ok(TableKey {
+        name: resolver.reference(id, &at)?,
+        arn: resolver.get_att(id, "Arn", &at)?,
+        hash_key,
+    })
+}
