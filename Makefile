@@ -1,7 +1,7 @@
 # Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
-#   make up                the stack running locally until Ctrl-C (WATCH=1: under cargo lambda watch)
+#   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
 #   make up-localstack     the same on LocalStack (needs Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
@@ -132,8 +132,9 @@ demo:
 # `make up`: moto on a fixed port (UP_ENDPOINT_PORT), template.yaml provisioned under its own
 # names, every function running (the API on UP_API_PORT), their JSON logs with each function's
 # name in front, until Ctrl-C; it prints what to export in another terminal and writes it to
-# .local/up.env. FAIL_PAYMENTS=MARKER:N[:ACTION] turns the failure switch on. WATCH=1 runs each function under `cargo lambda watch` (the project's
-# cargo-lambda, from infra/tools/), so that an edit rebuilds and reloads it.
+# .local/up.env. FAIL_PAYMENTS=MARKER:N[:ACTION] turns the failure switch on. WATCH=1 runs each function as its own process, its binary from one
+# workspace build, under the Runtime API of `cargo lambda watch --only-lambda-apis` (the project's
+# cargo-lambda, from infra/tools/).
 UP_API_PORT      ?= 3000
 UP_ENDPOINT_PORT ?= 4566
 WATCH            ?=

@@ -83,11 +83,28 @@ struct Started {
     exports: BTreeMap<String, String>,
 }
 
-async fn start_up(api_port: u16) -> Started {
+/// `local-aws run -- up --api-port API_PORT`; with `watch` (the Runtime API's port), the
+/// functions as their own processes (`--watch`, the binaries this test run built), under the
+/// project's pinned tools (cargo-lambda on the PATH), as `make up WATCH=1` runs it.
+async fn start_up(api_port: u16, watch: Option<u16>) -> Started {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut child = Command::new(root.join("infra/local-aws/local-aws"))
-        .args(["run", "--", env!("CARGO_BIN_EXE_up"), "--api-port"])
-        .arg(api_port.to_string())
+    let mut command = Command::new(root.join("infra/local-aws/local-aws"));
+    command.args(["run", "--"]);
+    if watch.is_some() {
+        command
+            .arg(root.join("infra/tools/tools"))
+            .args(["exec", "--"]);
+    }
+    command
+        .arg(env!("CARGO_BIN_EXE_up"))
+        .arg("--api-port")
+        .arg(api_port.to_string());
+    if let Some(port) = watch {
+        command
+            .args(["--watch", "--no-build", "--watch-port"])
+            .arg(port.to_string());
+    }
+    let mut child = command
         // Its own endpoint, as `make up` has: not the one this test suite runs on.
         .env_remove("AWS_ENDPOINT_URL")
         .env_remove("LOCAL_AWS_ENDPOINT")
@@ -146,7 +163,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         pgid,
         stdout,
         exports,
-    } = start_up(api_port).await;
+    } = start_up(api_port, None).await;
     let var = |name: &str| {
         exports
             .get(name)
@@ -317,4 +334,85 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         "the API still listens"
     );
     assert!(refused(endpoint).await, "the local endpoint still listens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_watch_runs_each_function_as_its_own_process() {
+    let (api_port, runtime_port) = (free_port(), free_port());
+    let Started {
+        _guard,
+        mut child,
+        pgid,
+        stdout,
+        exports,
+    } = start_up(api_port, Some(runtime_port)).await;
+    let var = |name: &str| exports[name].clone();
+    let http = HttpClient::new(var("API_URL")).with_token(Some(var("API_TOKEN")));
+    let body = r#"{"amountCents": 700, "currency": "EUR", "description": "processes"}"#;
+    let created = http.post_payment(Some("up-watch-1"), body).await.unwrap();
+    assert_eq!(created.status, 201, "{created:?}");
+    let payment: serde_json::Value = serde_json::from_str(&created.body).unwrap();
+    let payment_id = payment["paymentId"].as_str().unwrap().to_owned();
+
+    // payments-api answered from its own process; the relay, the consumer and the receipts ran
+    // in theirs, invoked through the Runtime API: charged, with one receipt.
+    let sdk = local_aws::sdk_config_for(&var("AWS_ENDPOINT_URL")).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let tables = Tables {
+        payments: var("PAYMENTS_TABLE"),
+        ledger: var("LEDGER_TABLE"),
+        balances: var("BALANCES_TABLE"),
+        receipts: var("RECEIPTS_TABLE"),
+    };
+    let mut stored = Stored::read(&dynamodb, &tables).await.unwrap();
+    for _ in 0..120 {
+        if stored.receipts.get(&payment_id) == Some(&1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stored = Stored::read(&dynamodb, &tables).await.unwrap();
+    }
+    assert_eq!(
+        stored.ledger_entries.get(&payment_id),
+        Some(&1),
+        "{stored:?}"
+    );
+    assert_eq!(stored.receipts.get(&payment_id), Some(&1), "{stored:?}");
+
+    // Each function's own output, and the Runtime API's, with its name in front.
+    {
+        let lines = stdout.lock().unwrap();
+        for name in [
+            "runtime-api",
+            "payments-api",
+            "payments-publisher",
+            "payment-processor",
+            "receipt-sender",
+        ] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.split(" | ").next().map(str::trim_end) == Some(name)),
+                "no output of {name}:\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+
+    // Ctrl-C stops the functions and the Runtime API with the rest.
+    // SAFETY: kill(2) on the child's own process group.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("up stops within 60 s of SIGINT")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGINT: {status:?}"
+    );
+    assert!(
+        refused(&format!("127.0.0.1:{runtime_port}")).await,
+        "the Runtime API still listens"
+    );
 }

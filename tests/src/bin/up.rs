@@ -25,13 +25,18 @@ struct Args {
     /// The API's port on 127.0.0.1.
     #[arg(long, default_value_t = 3000, env = "UP_API_PORT")]
     api_port: u16,
-    /// Run each function under `cargo lambda watch` (rebuilt and reloaded on every edit) instead
-    /// of in this process. cargo-lambda must be on PATH (`make up WATCH=1` puts the project's on it).
+    /// Run each function as its own process (its binary from one workspace build) under a Lambda
+    /// Runtime API (`cargo lambda watch --only-lambda-apis`) instead of in this process.
+    /// cargo-lambda must be on PATH (`make up WATCH=1` puts the project's on it).
     #[arg(long)]
     watch: bool,
-    /// In watch mode, the first function's Invoke API port; the other three follow it.
+    /// In watch mode, the Runtime API's and Invoke API's port.
     #[arg(long, default_value_t = 9100, requires = "watch")]
     watch_port: u16,
+    /// In watch mode, run the functions' binaries as they are built, without building them
+    /// first (after `make test` or `cargo build --workspace`).
+    #[arg(long, requires = "watch")]
+    no_build: bool,
     /// Make payments fail on purpose, to watch retries and the dead-letter queue
     /// (`MARKER:N[:ACTION]`, see the README's FAIL_PAYMENTS).
     #[arg(long, default_value = "")]
@@ -50,7 +55,8 @@ async fn main() -> ExitCode {
     }
     let functions = if args.watch {
         Functions::Watch(WatchOptions {
-            first_port: args.watch_port,
+            runtime_port: args.watch_port,
+            build: !args.no_build,
             ..WatchOptions::default()
         })
     } else {

@@ -5,8 +5,9 @@
 //! `AWS_ENDPOINT_URL` under their own names (the template's parameter defaults), and runs every
 //! function: payments-api behind the local HTTP API on a fixed port, payments-publisher on the
 //! payments table's stream, payment-processor and receipt-sender on their queues. The functions run
-//! in this process ([`Functions::InProcess`]) or under `cargo lambda watch`, one per function, so
-//! that an edit rebuilds and reloads them ([`Functions::Watch`]). [`Up::banner`] is what to
+//! in this process ([`Functions::InProcess`]) or each as its own process, its binary from one
+//! workspace build, under a Lambda Runtime API (`cargo lambda watch --only-lambda-apis`,
+//! [`Functions::Watch`]). [`Up::banner`] is what to
 //! export in another terminal; [`Up::stop`] stops everything it started.
 
 mod forward;
@@ -41,7 +42,7 @@ pub const TOKEN_TTL: Duration = Duration::from_secs(12 * 3600);
 pub enum Functions {
     /// In this process: starts in seconds.
     InProcess,
-    /// Each under its own `cargo lambda watch`: an edit rebuilds and reloads the function.
+    /// Each as its own process under a Lambda Runtime API: what runs is each function's `main`.
     Watch(WatchOptions),
 }
 
@@ -145,7 +146,7 @@ impl Up {
     }
 
     /// Stops the functions and the API (the invocations in progress finish first), and, in watch
-    /// mode, the `cargo lambda watch` processes.
+    /// mode, the functions' processes and the Runtime API.
     pub async fn stop(self) {
         match self.running {
             Running::InProcess(p) => {
@@ -203,7 +204,7 @@ fn banner(
 ) -> String {
     let mut out = String::new();
     let mode = if watch {
-        "each function under `cargo lambda watch`: save a file and it rebuilds"
+        "each function as its own process (its binary from the workspace build) under a Lambda Runtime API: restart `make up WATCH=1` after an edit"
     } else {
         "the functions run in this process"
     };

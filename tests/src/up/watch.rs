@@ -1,7 +1,9 @@
-//! `make up WATCH=1`: every function under its own `cargo lambda watch`, on its own port, with
-//! the environment the template gives it; the local API and event source mappings invoke them
-//! there, and each one's output is printed with its name in front. Saving a file rebuilds and
-//! reloads the functions that use it.
+//! `make up WATCH=1`: every function as its own process, the workspace's binary built once, with
+//! the environment the template gives it, polling one Lambda Runtime API (`cargo lambda watch
+//! --only-lambda-apis`, which builds nothing); the local API and event source mappings invoke them
+//! there through the Invoke API, and each one's output is printed with its name in front. What
+//! runs is each function's own `main`: its environment reading, `lambda_runtime`'s loop and its
+//! JSON.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,26 +29,41 @@ pub const FUNCTIONS: [&str; 4] = [
     "receipt-sender",
 ];
 
-/// How to run `cargo lambda watch`.
+/// How to build the functions and run the Runtime API.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
-    /// The cargo to run `cargo lambda watch` with (`cargo-lambda` must be on its `PATH`).
+    /// The cargo to build with and to run `cargo lambda watch` with (`cargo-lambda` must be on
+    /// its `PATH`).
     pub cargo: PathBuf,
-    /// The first function's Invoke API port; the others follow.
-    pub first_port: u16,
-    /// The workspace root (where `cargo lambda watch` runs).
+    /// The Runtime API's and Invoke API's port.
+    pub runtime_port: u16,
+    /// The workspace root (where the build and `cargo lambda watch` run).
     pub workspace: PathBuf,
+    /// Build the functions first (one `cargo build`); off, the binaries must be built already.
+    pub build: bool,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
         Self {
             cargo: std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from),
-            first_port: 9100,
+            runtime_port: 9100,
             workspace: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .parent()
                 .map_or_else(|| PathBuf::from("."), PathBuf::from),
+            build: true,
         }
+    }
+}
+
+impl WatchOptions {
+    /// Where the workspace's build put the functions' binaries: beside this program's own (`up`
+    /// is one of the workspace's binaries, built into the same directory).
+    pub fn binaries(&self) -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(PathBuf::from))
+            .unwrap_or_else(|| self.workspace.join("target/debug"))
     }
 }
 
@@ -66,8 +83,8 @@ pub enum WatchError {
         /// Why.
         source: std::io::Error,
     },
-    /// A `cargo lambda watch` did not listen within the time given.
-    #[error("cargo lambda watch for {function} did not listen on port {port} within {waited:?}")]
+    /// The Runtime API did not listen within the time given.
+    #[error("{function} did not listen on port {port} within {waited:?}")]
     NotListening {
         /// The function.
         function: String,
@@ -87,15 +104,16 @@ pub struct Watch {
     children: Watchers,
 }
 
-/// The `cargo lambda watch` processes, each in its own process group. Dropped without
+/// The Runtime API and the functions' processes, each in its own process group. Dropped without
 /// [`stop`](Watchers::stop) (a failed start, `up` interrupted while starting), it kills their
 /// groups, so that nothing they started outlives `up`.
 #[derive(Default)]
 struct Watchers(Vec<(String, Child)>);
 
 impl Watchers {
+    /// Stops the functions, then the Runtime API they poll (the reverse of their start).
     async fn stop(mut self) {
-        for (function, child) in &mut self.0 {
+        for (function, child) in self.0.iter_mut().rev() {
             stop_child(function, child).await;
         }
         self.0.clear();
@@ -115,8 +133,8 @@ impl Drop for Watchers {
 }
 
 impl Watch {
-    /// Provisions, builds the functions, starts one `cargo lambda watch` per function, and the
-    /// API and event source mappings in front of them.
+    /// Provisions, builds the functions once, starts the Runtime API and each function's
+    /// process, and the API and event source mappings in front of them.
     pub async fn start(
         api_addr: SocketAddr,
         fail_payments: &str,
@@ -131,22 +149,37 @@ impl Watch {
             ],
         )
         .await?;
-        build(&options).await?;
-        let mut children = Watchers::default();
-        let mut invokers = BTreeMap::new();
-        for (i, function) in FUNCTIONS.iter().enumerate() {
-            let port = options.first_port + u16::try_from(i).unwrap_or(0);
-            let env = stack.settings(function)?;
-            let child = spawn_watch(&options, function, port, &env)?;
-            children.0.push(((*function).to_owned(), child));
-            invokers.insert(
-                *function,
-                HttpInvoker::new(format!("http://127.0.0.1:{port}")),
-            );
+        if options.build {
+            build(&options).await?;
         }
-        for (i, function) in FUNCTIONS.iter().enumerate() {
-            let port = options.first_port + u16::try_from(i).unwrap_or(0);
-            wait_listening(function, port, Duration::from_secs(120)).await?;
+        let mut children = Watchers::default();
+        let port = options.runtime_port;
+        children
+            .0
+            .push((RUNTIME_API.to_owned(), spawn_runtime_api(&options)?));
+        wait_listening(RUNTIME_API, port, Duration::from_secs(60)).await?;
+        let invoker = HttpInvoker::new(format!("http://127.0.0.1:{port}"));
+        let mut invokers = BTreeMap::new();
+        for function in FUNCTIONS {
+            let f = stack
+                .template
+                .function_by_name(function)
+                .ok_or_else(|| format!("template.yaml has no function {function}"))?;
+            let mut env: BTreeMap<String, String> = stack.settings(function)?.into_iter().collect();
+            let route = f.binary.as_deref().unwrap_or(&f.name);
+            env.insert(
+                "AWS_LAMBDA_RUNTIME_API".into(),
+                format!("http://127.0.0.1:{port}/.rt/{route}"),
+            );
+            env.insert("AWS_LAMBDA_FUNCTION_NAME".into(), f.name.clone());
+            env.insert(
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(),
+                f.memory_size.to_string(),
+            );
+            env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
+            let child = spawn_function(&options, function, &env)?;
+            children.0.push((function.to_owned(), child));
+            invokers.insert(function, invoker.clone());
         }
 
         let api = stack
@@ -192,7 +225,7 @@ impl Watch {
         self.gateway.url()
     }
 
-    /// Stops the mappings, the API, then every `cargo lambda watch` (and what it started).
+    /// Stops the mappings, the API, then the functions and the Runtime API.
     pub async fn stop(self) {
         self.runner.stop().await;
         self.gateway.shutdown().await;
@@ -200,68 +233,98 @@ impl Watch {
     }
 }
 
-/// Builds each function on its own, as `cargo lambda watch --package` does (built together,
-/// their dependencies' features would unify differently, and each watch would build again).
+/// The Runtime API's name in the output and in errors.
+const RUNTIME_API: &str = "runtime-api";
+
+/// Builds the functions' binaries in one `cargo build` of the workspace's dev profile: a no-op
+/// after `make test`'s or any other build of the workspace.
 async fn build(options: &WatchOptions) -> Result<(), BoxError> {
+    let mut command = Command::new(&options.cargo);
+    command.arg("build");
     for function in FUNCTIONS {
-        let status = Command::new(&options.cargo)
-            .args(["build", "--package", function, "--bin", function])
-            .current_dir(&options.workspace)
-            .status()
-            .await
-            .map_err(|source| WatchError::Spawn {
-                program: format!("{} build", options.cargo.display()),
-                source,
-            })?;
-        if !status.success() {
-            return Err(WatchError::Build(status).into());
-        }
+        command.args(["--package", function, "--bin", function]);
+    }
+    let status = command
+        .current_dir(&options.workspace)
+        .status()
+        .await
+        .map_err(|source| WatchError::Spawn {
+            program: format!("{} build", options.cargo.display()),
+            source,
+        })?;
+    if !status.success() {
+        return Err(WatchError::Build(status).into());
     }
     Ok(())
 }
 
-fn spawn_watch(
-    options: &WatchOptions,
-    function: &str,
-    port: u16,
-    env: &std::collections::HashMap<String, String>,
-) -> Result<Child, WatchError> {
+/// `cargo lambda watch --only-lambda-apis`: the Runtime API the functions poll (each on its own
+/// path, `/.rt/FUNCTION`) and the Invoke API the runner and the local API call, on one port.
+/// It builds and starts nothing.
+fn spawn_runtime_api(options: &WatchOptions) -> Result<Child, WatchError> {
     let mut command = Command::new(&options.cargo);
     command
-        .args(["lambda", "watch", "--package", function, "--bin", function])
+        .args(["lambda", "watch", "--only-lambda-apis"])
         .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
-        .arg(port.to_string())
-        .args(["--concurrency", "2"])
-        .current_dir(&options.workspace)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: Ctrl-C reaches `up`, which stops it and everything it started.
-        .process_group(0)
-        .kill_on_drop(true);
-    for (key, value) in env {
-        command.arg("--env-var").arg(format!("{key}={value}"));
-    }
-    // The function reaches the same endpoint, with the same dummy credentials.
+        .arg(options.runtime_port.to_string());
+    spawn(
+        command,
+        options,
+        RUNTIME_API,
+        "cargo lambda watch --only-lambda-apis",
+    )
+}
+
+/// The function's own binary, with `env` (the template's environment and the Runtime API's
+/// variables) and the same endpoint and dummy credentials as this process.
+fn spawn_function(
+    options: &WatchOptions,
+    function: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<Child, WatchError> {
+    let binary = options.binaries().join(function);
+    let mut command = Command::new(&binary);
+    command.env_clear();
     for key in [
+        "PATH",
         "AWS_ENDPOINT_URL",
         "AWS_REGION",
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
+        "RUST_LOG",
     ] {
-        if let Ok(value) = std::env::var(key) {
-            command.arg("--env-var").arg(format!("{key}={value}"));
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
         }
     }
+    command.envs(env);
+    spawn(command, options, function, &binary.display().to_string())
+}
+
+/// Starts `command` in the workspace, in its own process group (Ctrl-C reaches `up`, which
+/// stops it and everything it started), its output printed with `name` in front.
+fn spawn(
+    mut command: Command,
+    options: &WatchOptions,
+    name: &str,
+    program: &str,
+) -> Result<Child, WatchError> {
+    command
+        .current_dir(&options.workspace)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
     let mut child = command.spawn().map_err(|source| WatchError::Spawn {
-        program: "cargo lambda watch".to_owned(),
+        program: program.to_owned(),
         source,
     })?;
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(prefix_lines(function.to_owned(), out));
+        tokio::spawn(prefix_lines(name.to_owned(), out));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(prefix_lines(function.to_owned(), err));
+        tokio::spawn(prefix_lines(name.to_owned(), err));
     }
     Ok(child)
 }
@@ -303,10 +366,7 @@ async fn stop_child(function: &str, child: &mut Child) {
         .await
         .is_err()
     {
-        tracing::warn!(
-            function,
-            "cargo lambda watch did not stop on SIGTERM: killing it"
-        );
+        tracing::warn!(function, "did not stop on SIGTERM: killing it");
         // SAFETY: as above.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
         let _ = child.wait().await;
