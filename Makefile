@@ -32,14 +32,16 @@ CARGO     ?= cargo
 
 # Starts moto on a free port, exports AWS_ENDPOINT_URL & co., runs test-inner,
 # and always stops the server (even on failure or Ctrl-C).
-test: ensure-nextest
+test: ensure-nextest tools-install
 	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) test-inner
 
 # Expects the AWS_* variables to point at a local endpoint (use `make test`,
 # or `eval "$$($(LOCAL_AWS) env)"` after `make local-aws-start`).
+# The workspace's binaries are built first (tests/tests/up.rs runs the functions' own binaries).
 # Doc tests run even if nextest failed; the target fails if either did.
 test-inner: ensure-nextest
 	@rc=0; \
+	$(CARGO) build --workspace --bins && \
 	$(CARGO) nextest run --workspace --all-targets --no-fail-fast || rc=$$?; \
 	$(CARGO) test --workspace --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc

@@ -1,4 +1,4 @@
-//! Command-line pieces shared by the harness's programs (`provision`, `proxy`, and
+//! Command-line pieces shared by the harness's programs (`provision`, and
 //! the end-to-end crate's `demo` and `consumer`): the template options every program that reads
 //! `template.yaml` takes, and value parsers that name what is wrong with a value.
 //!

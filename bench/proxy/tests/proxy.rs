@@ -280,7 +280,7 @@ fn endpoint() -> SocketAddr {
         .unwrap_or_else(|| {
             panic!(
                 "{} is not set: these tests need a local AWS endpoint. Run them with \
-                 `infra/local-aws/local-aws run -- cargo nextest run -p local-aws --test proxy` \
+                 `infra/local-aws/local-aws run -- cargo nextest run -p latency-proxy --test proxy` \
                  or `make test`.",
                 local_aws::ENDPOINT_VAR
             )

@@ -33,8 +33,8 @@ struct Args {
     /// In watch mode, the Runtime API's and Invoke API's port.
     #[arg(long, default_value_t = 9100, requires = "watch")]
     watch_port: u16,
-    /// In watch mode, run the functions' binaries as they are built, without building them
-    /// first (after `make test` or `cargo build --workspace`).
+    /// In watch mode, run the functions' binaries as they are built, without building the
+    /// workspace's binaries first (after `make test`, which builds them).
     #[arg(long, requires = "watch")]
     no_build: bool,
     /// Make payments fail on purpose, to watch retries and the dead-letter queue

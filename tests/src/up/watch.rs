@@ -39,7 +39,8 @@ pub struct WatchOptions {
     pub runtime_port: u16,
     /// The workspace root (where the build and `cargo lambda watch` run).
     pub workspace: PathBuf,
-    /// Build the functions first (one `cargo build`); off, the binaries must be built already.
+    /// Build the workspace's binaries first (`cargo build --workspace --bins`, a no-op after
+    /// `make test`); off, they must be built already.
     pub build: bool,
 }
 
@@ -82,6 +83,26 @@ pub enum WatchError {
         program: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// A function's binary is not built (start without `--no-build`, or run
+    /// `cargo build --workspace --bins`).
+    #[error(
+        "{} is not built: build the workspace's binaries (`cargo build --workspace --bins`; `make test` does), or start without --no-build",
+        binary.display()
+    )]
+    NotBuilt {
+        /// Where it was looked for.
+        binary: PathBuf,
+    },
+    /// The Runtime API exited before it listened.
+    #[error("{function} exited before it listened on port {port}: {status}")]
+    Exited {
+        /// Its name.
+        function: String,
+        /// Its port.
+        port: u16,
+        /// How it exited.
+        status: std::process::ExitStatus,
     },
     /// The Runtime API did not listen within the time given.
     #[error("{function} did not listen on port {port} within {waited:?}")]
@@ -154,10 +175,10 @@ impl Watch {
         }
         let mut children = Watchers::default();
         let port = options.runtime_port;
-        children
-            .0
-            .push((RUNTIME_API.to_owned(), spawn_runtime_api(&options)?));
-        wait_listening(RUNTIME_API, port, Duration::from_secs(60)).await?;
+        let mut runtime = spawn_runtime_api(&options)?;
+        let listening = wait_listening(&mut runtime, port, Duration::from_secs(60)).await;
+        children.0.push((RUNTIME_API.to_owned(), runtime));
+        listening?;
         let invoker = HttpInvoker::new(format!("http://127.0.0.1:{port}"));
         let mut invokers = BTreeMap::new();
         for function in FUNCTIONS {
@@ -177,6 +198,9 @@ impl Watch {
                 f.memory_size.to_string(),
             );
             env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
+            // What the template's LoggingConfig makes Lambda set: JSON logs at INFO.
+            env.insert("AWS_LAMBDA_LOG_FORMAT".into(), "JSON".into());
+            env.insert("AWS_LAMBDA_LOG_LEVEL".into(), "INFO".into());
             let child = spawn_function(&options, function, &env)?;
             children.0.push((function.to_owned(), child));
             invokers.insert(function, invoker.clone());
@@ -236,13 +260,14 @@ impl Watch {
 /// The Runtime API's name in the output and in errors.
 const RUNTIME_API: &str = "runtime-api";
 
-/// Builds the functions' binaries in one `cargo build` of the workspace's dev profile: a no-op
-/// after `make test`'s or any other build of the workspace.
+/// Builds the workspace's binaries, with the workspace's features (those `make test` builds
+/// with, so that neither build undoes the other), in the profile of the directory they are run
+/// from.
 async fn build(options: &WatchOptions) -> Result<(), BoxError> {
     let mut command = Command::new(&options.cargo);
-    command.arg("build");
-    for function in FUNCTIONS {
-        command.args(["--package", function, "--bin", function]);
+    command.args(["build", "--workspace", "--bins"]);
+    if options.binaries().ends_with("release") {
+        command.arg("--release");
     }
     let status = command
         .current_dir(&options.workspace)
@@ -283,6 +308,9 @@ fn spawn_function(
     env: &BTreeMap<String, String>,
 ) -> Result<Child, WatchError> {
     let binary = options.binaries().join(function);
+    if !binary.is_file() {
+        return Err(WatchError::NotBuilt { binary });
+    }
     let mut command = Command::new(&binary);
     command.env_clear();
     for key in [
@@ -316,6 +344,17 @@ fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: prctl(2) with PR_SET_PDEATHSIG only sets a flag of the child being started (no
+    // allocation, no lock): the child gets SIGTERM when `up` dies, even by SIGKILL, and nothing
+    // it runs outlives `up`.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = command.spawn().map_err(|source| WatchError::Spawn {
         program: program.to_owned(),
         source,
@@ -337,9 +376,18 @@ async fn prefix_lines(function: String, output: impl AsyncRead + Unpin) {
     }
 }
 
-async fn wait_listening(function: &str, port: u16, waited: Duration) -> Result<(), WatchError> {
+/// Waits until `child` (the Runtime API) listens on `port`; fails as soon as it exits.
+async fn wait_listening(child: &mut Child, port: u16, waited: Duration) -> Result<(), WatchError> {
+    let function = RUNTIME_API;
     let end = tokio::time::Instant::now() + waited;
     while tokio::time::Instant::now() < end {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(WatchError::Exited {
+                function: function.to_owned(),
+                port,
+                status,
+            });
+        }
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
