@@ -132,11 +132,6 @@ impl Deadline {
         Self(epoch_ms)
     }
 
-    /// `duration` after the clock's now.
-    pub fn after(clock: &dyn Clock, duration: Duration) -> Self {
-        Self(clock.now_ms().saturating_add(millis(duration)))
-    }
-
     /// Milliseconds since the Unix epoch.
     pub const fn epoch_ms(self) -> i64 {
         self.0

@@ -75,6 +75,24 @@ impl Drop for KillGroup {
     }
 }
 
+/// The stored data once `payment_id` has its receipt (or after 60 s, for the caller's
+/// assertions to say what is missing).
+async fn stored_with_receipt(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    tables: &Tables,
+    payment_id: &str,
+) -> Stored {
+    let mut stored = Stored::read(dynamodb, tables).await.unwrap();
+    for _ in 0..120 {
+        if stored.receipts.get(payment_id) == Some(&1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stored = Stored::read(dynamodb, tables).await.unwrap();
+    }
+    stored
+}
+
 struct Started {
     _guard: KillGroup,
     child: Child,
@@ -262,14 +280,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         balances: var("BALANCES_TABLE"),
         receipts: var("RECEIPTS_TABLE"),
     };
-    let mut stored = Stored::read(&dynamodb, &tables).await.unwrap();
-    for _ in 0..60 {
-        if stored.receipts.get(&payment_id) == Some(&1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stored = Stored::read(&dynamodb, &tables).await.unwrap();
-    }
+    let stored = stored_with_receipt(&dynamodb, &tables, &payment_id).await;
     assert_eq!(
         stored.ledger_entries.get(&payment_id),
         Some(&1),
@@ -364,14 +375,7 @@ async fn up_watch_runs_each_function_as_its_own_process() {
         balances: var("BALANCES_TABLE"),
         receipts: var("RECEIPTS_TABLE"),
     };
-    let mut stored = Stored::read(&dynamodb, &tables).await.unwrap();
-    for _ in 0..120 {
-        if stored.receipts.get(&payment_id) == Some(&1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stored = Stored::read(&dynamodb, &tables).await.unwrap();
-    }
+    let stored = stored_with_receipt(&dynamodb, &tables, &payment_id).await;
     assert_eq!(
         stored.ledger_entries.get(&payment_id),
         Some(&1),

@@ -179,8 +179,8 @@ impl Watch {
         let listening = wait_listening(&mut runtime, port, Duration::from_secs(60)).await;
         children.0.push((RUNTIME_API.to_owned(), runtime));
         listening?;
+        // One Invoke API for every function: it routes by the function's name.
         let invoker = HttpInvoker::new(format!("http://127.0.0.1:{port}"));
-        let mut invokers = BTreeMap::new();
         for function in FUNCTIONS {
             let f = stack
                 .template
@@ -203,7 +203,6 @@ impl Watch {
             env.insert("AWS_LAMBDA_LOG_LEVEL".into(), "INFO".into());
             let child = spawn_function(&options, function, &env)?;
             children.0.push((function.to_owned(), child));
-            invokers.insert(function, invoker.clone());
         }
 
         let api = stack
@@ -212,7 +211,7 @@ impl Watch {
             .ok_or("template.yaml has no payments-api")?
             .clone();
         let api_arn = stack.resources.function_arn(&api.name);
-        let api_invoker = Arc::new(invokers["payments-api"].clone());
+        let api_invoker = Arc::new(invoker.clone());
         let gateway = Gateway::serve(
             api_addr,
             GatewayOptions::for_function(&api).with_jwt_authorizer(
@@ -228,12 +227,8 @@ impl Watch {
 
         let mut runner = Runner::from_clients(&stack.clients).wait_time_seconds(1);
         for function in &FUNCTIONS[1..] {
-            runner = runner.function(
-                &stack.template,
-                &stack.resources,
-                function,
-                invokers[function].clone(),
-            )?;
+            runner =
+                runner.function(&stack.template, &stack.resources, function, invoker.clone())?;
         }
         let runner = runner.start(CancellationToken::new());
         Ok(Self {
