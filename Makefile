@@ -122,12 +122,16 @@ local-aws-env:
 # --- demo --------------------------------------------------------------------
 
 # The main job: the payments pipeline end to end on a fresh local AWS (moto):
-# provisions template.yaml's queues and tables, runs the three functions, sends
-# PAYMENTS payments by HTTP with retries, duplicates and injected failures,
-# drains the pipeline, prints the report and exits non-zero if a check fails.
+# provisions template.yaml's queues and tables, builds the workspace's binaries once and runs
+# the four functions each as its own process under a Lambda Runtime API (the project's
+# cargo-lambda, `cargo lambda watch --only-lambda-apis`), sends PAYMENTS payments by HTTP with
+# retries, duplicates and injected failures, drains the pipeline, prints the report and exits
+# non-zero if a check fails.
 PAYMENTS ?= 200
-demo:
-	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p payments-e2e --bin demo -- $(PAYMENTS)
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
+demo: tools-install
+	cd $(ROOT) && $(CARGO) build --quiet --workspace --bins
+	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/demo --no-build $(PAYMENTS)
 
 # --- the stack, running --------------------------------------------------------
 

@@ -2,11 +2,13 @@
 //! the demo (the project's main job, `make demo`) and the end-to-end tests run the same code at
 //! different sizes.
 //!
-//! A run provisions the template's queues and tables under a unique prefix, runs the three
-//! functions in process (payments-api behind a local HTTP gateway, the consumers behind a local
-//! SQS event source mapping), sends payments by real HTTP with client retries, concurrent
-//! duplicates, reused keys, invalid requests and injected processing failures, drains the
-//! pipeline, and checks the stored data.
+//! A run provisions the template's queues and tables under a unique prefix, runs the four
+//! functions (payments-api behind a local HTTP gateway, payments-publisher on the payments
+//! table's stream, the consumers behind a local SQS event source mapping), each as its own
+//! process under a Lambda Runtime API ([`processes`]) or, for tests that reach into them, in this
+//! process; sends payments by real HTTP with client retries, concurrent duplicates, reused keys,
+//! invalid requests and injected processing failures, drains the pipeline, and checks the stored
+//! data.
 
 pub mod checks;
 pub mod faults;
@@ -14,13 +16,14 @@ pub mod http;
 pub mod logs;
 pub mod outside;
 pub mod pipeline;
+pub mod processes;
 pub mod report;
 pub mod sqs_records;
 pub mod stack;
 pub mod up;
 pub mod workload;
 
-pub use pipeline::{Options, Pipeline};
+pub use pipeline::{Functions, Options, Pipeline};
 pub use report::{Report, run};
 pub use stack::Stack;
 pub use workload::Workload;

@@ -9,7 +9,8 @@ use lambda_idempotency::time::Clock;
 use local_aws::runner::Stats;
 
 use crate::checks::{Check, checks};
-use crate::pipeline::{Options, Pipeline};
+use crate::pipeline::{Functions, Options, Pipeline};
+use crate::processes::Observed;
 use crate::workload::{Fault, Tally, Workload, failure_switch};
 
 /// Failed attempts before a flaky payment succeeds (below the template's MaxAttempts of 5).
@@ -39,6 +40,9 @@ pub struct Report {
     pub drain_time: Duration,
     /// The outbox relay's lag (write to send), median and max in ms, over the charged payments.
     pub relay_lag_ms: Option<(i64, i64)>,
+    /// The functions' processes, when they ran as processes: their starts and why any was
+    /// replaced (`None`: they ran in the demo's process).
+    pub processes: Option<Observed>,
 }
 
 impl Report {
@@ -48,15 +52,25 @@ impl Report {
     }
 }
 
-/// Runs `workload` through a fresh pipeline and checks the outcome. `say` gets progress lines.
+/// Runs `workload` through a fresh pipeline whose functions run as `functions` says, and checks
+/// the outcome. `say` gets progress lines.
 pub async fn run(
     workload: &Workload,
+    functions: Functions,
     drain_timeout: Duration,
     say: impl Fn(&str) + Sync,
 ) -> Result<Report, Box<dyn std::error::Error + Send + Sync>> {
-    say("provisioning queues and tables from template.yaml, starting the functions");
+    say(match functions {
+        Functions::InProcess => {
+            "provisioning queues and tables from template.yaml, starting the functions in this process"
+        }
+        Functions::Processes(_) => {
+            "provisioning queues and tables from template.yaml, starting each function as its own process under a Lambda Runtime API"
+        }
+    });
     let pipeline = Pipeline::start(Options {
         fail_payments: failure_switch(FLAKY_ATTEMPTS),
+        functions,
         ..Options::default()
     })
     .await?;
@@ -111,6 +125,7 @@ pub async fn run(
     let counts = pipeline.counts();
     let receipts_resent = pipeline.receipts_resent();
     let cache_hits = pipeline.cache_hits();
+    let processes = pipeline.observed();
     let stats = pipeline.stop().await;
     let mut stored = stored?;
     let relay_lag_ms = crate::checks::relay_lag(&stored);
@@ -146,6 +161,7 @@ pub async fn run(
         send_time,
         drain_time,
         relay_lag_ms,
+        processes,
     })
 }
 
@@ -280,24 +296,55 @@ impl fmt::Display for Report {
             None => writeln!(f, "  outbox relay lag: no payment was charged")?,
         }
         writeln!(f, "\n== functions ==")?;
+        match &self.processes {
+            Some(_) => writeln!(
+                f,
+                "  each its own process (its binary from the workspace build, its own main) under \
+                 the Lambda Runtime API of `cargo lambda watch --only-lambda-apis`; counts from \
+                 the metrics each printed"
+            )?,
+            None => writeln!(
+                f,
+                "  in the demo's process (their handlers called directly)"
+            )?,
+        }
         writeln!(
             f,
-            "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>9}",
-            "function", "batches", "received", "processed", "duplicates", "retries", "errors"
+            "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>7} {:>9} {:>9}",
+            "function",
+            "batches",
+            "received",
+            "processed",
+            "duplicates",
+            "retries",
+            "errors",
+            "timeouts",
+            "replaced"
         )?;
         for (name, s) in &self.stats {
             let c = self.counts.get(name).copied().unwrap_or_default();
+            let replaced = self.processes.as_ref().map_or_else(
+                || "-".to_owned(),
+                |p| p.replaced.get(name).map_or(0, Vec::len).to_string(),
+            );
             writeln!(
                 f,
-                "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>9}",
+                "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>7} {:>9} {:>9}",
                 name,
                 s.batches,
                 s.records_received,
                 c.processed,
                 c.duplicates,
                 s.records_reported_failed,
-                s.whole_batch_failures()
+                s.invocation_errors + s.invalid_responses,
+                s.timeouts,
+                replaced
             )?;
+        }
+        for (name, reasons) in self.processes.iter().flat_map(|p| &p.replaced) {
+            for reason in reasons {
+                writeln!(f, "  {name} replaced: {reason}")?;
+            }
         }
         writeln!(
             f,

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use payments_e2e::{Workload, run};
+use payments_e2e::processes::ProcessOptions;
+use payments_e2e::{Functions, Workload, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pipeline_charges_every_payment_exactly_once() {
@@ -22,12 +23,31 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
         resend_percent: 20,
         seed: 7,
     };
-    let report = run(&workload, Duration::from_secs(420), |line| {
+    // Each function its own process, as in the demo (`make test` builds their binaries first).
+    let functions = Functions::Processes(ProcessOptions {
+        build: false,
+        ..ProcessOptions::default()
+    });
+    let report = run(&workload, functions, Duration::from_secs(420), |line| {
         eprintln!("{line}")
     })
     .await
     .unwrap_or_else(|e| panic!("the run failed: {e}"));
     eprintln!("{report}");
+    let processes = report
+        .processes
+        .as_ref()
+        .expect("the functions ran as processes");
+    for function in payments_e2e::processes::FUNCTIONS {
+        assert!(
+            processes.starts.get(function).copied().unwrap_or(0) >= 1,
+            "{function} never started: {processes:?}"
+        );
+        assert!(
+            processes.metrics.contains_key(function),
+            "{function} printed no metric: {processes:?}"
+        );
+    }
     for check in &report.checks {
         assert!(check.passed, "{}: {}", check.name, check.detail);
     }

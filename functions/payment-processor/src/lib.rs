@@ -178,6 +178,11 @@ impl App {
         self.resent.load(Ordering::Relaxed)
     }
 
+    /// Duplicates answered from the warm-container cache, without a request.
+    pub fn cache_hits(&self) -> u64 {
+        self.idempotency.backend().cache().hits()
+    }
+
     /// The idempotency engine.
     pub fn idempotency(&self) -> &Idempotency<CachedBackend<DynamoDbBackend>> {
         &self.idempotency
@@ -202,6 +207,7 @@ impl App {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
+        let (hits, resent) = (self.cache_hits(), self.receipts_resent());
         let report = self
             .processor
             .process(&event, &verify::Verified::new(self))
@@ -211,6 +217,14 @@ impl App {
             .metrics(
                 METRICS_NAMESPACE,
                 payments_model::metrics::function::PAYMENT_PROCESSOR,
+            )
+            .count(
+                payments_model::metrics::processor::CACHE_HITS,
+                self.cache_hits().saturating_sub(hits),
+            )
+            .count(
+                payments_model::metrics::processor::RECEIPTS_RESENT,
+                self.receipts_resent().saturating_sub(resent),
             )
             .emit();
         Ok((report.response(), counts))

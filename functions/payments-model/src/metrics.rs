@@ -44,6 +44,16 @@ pub mod api {
     pub const UNAVAILABLE: &str = "unavailable";
 }
 
+/// payment-processor: counts per batch, beside the batch's `processed`, `duplicate`, `failed`
+/// and `dead_lettered` (one execution environment runs one batch at a time, so each is the
+/// batch's own).
+pub mod processor {
+    /// Duplicates answered from the warm-container cache, without a request.
+    pub const CACHE_HITS: &str = "cacheHits";
+    /// `PaymentCharged` events sent again for duplicates of charged payments.
+    pub const RECEIPTS_RESENT: &str = "receiptsResent";
+}
+
 /// payments-publisher: counts per batch of stream records.
 pub mod publisher {
     /// Payments sent to payments.fifo.

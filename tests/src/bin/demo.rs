@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use payments_e2e::{Workload, run};
+use payments_e2e::processes::ProcessOptions;
+use payments_e2e::{Functions, Workload, run};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -26,18 +27,34 @@ struct Cli {
     #[arg(value_name = "PAYMENTS", default_value_t = 200,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     payments: usize,
+    /// Run the functions' binaries as they are built, without building the workspace's binaries
+    /// first (`make demo` builds them)
+    #[arg(long)]
+    no_build: bool,
+    /// Run the functions in the demo's process instead of each as its own process
+    #[arg(long)]
+    in_process: bool,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let payments = Cli::parse().payments;
+    let cli = Cli::parse();
+    let payments = cli.payments;
+    let functions = if cli.in_process {
+        Functions::InProcess
+    } else {
+        Functions::Processes(ProcessOptions {
+            build: !cli.no_build,
+            ..ProcessOptions::default()
+        })
+    };
     let workload = Workload::demo(payments);
     println!(
         "payments pipeline demo: {payments} payments over {} accounts, by HTTP, with client retries, \
          concurrent duplicates, reused keys and injected failures",
         workload.accounts
     );
-    match run(&workload, Duration::from_secs(300), |line| {
+    match run(&workload, functions, Duration::from_secs(300), |line| {
         println!("  .. {line}")
     })
     .await

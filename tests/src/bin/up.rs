@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use payments_e2e::up::{Functions, Up, UpOptions, WatchOptions};
+use payments_e2e::up::{Functions, ProcessOptions, Up, UpOptions};
 
 /// The payments stack on a local AWS endpoint, running until Ctrl-C: template.yaml's queues and
 /// tables provisioned under their own names, every function running (payments-api behind the
@@ -54,10 +54,11 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let functions = if args.watch {
-        Functions::Watch(WatchOptions {
+        Functions::Processes(ProcessOptions {
             runtime_port: args.watch_port,
             build: !args.no_build,
-            ..WatchOptions::default()
+            echo: true,
+            ..ProcessOptions::default()
         })
     } else {
         Functions::InProcess

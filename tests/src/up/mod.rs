@@ -7,11 +7,8 @@
 //! payments table's stream, payment-processor and receipt-sender on their queues. The functions run
 //! in this process ([`Functions::InProcess`]) or each as its own process, its binary from one
 //! workspace build, under a Lambda Runtime API (`cargo lambda watch --only-lambda-apis`,
-//! [`Functions::Watch`]). [`Up::banner`] is what to
-//! export in another terminal; [`Up::stop`] stops everything it started.
-
-mod forward;
-mod watch;
+//! [`Functions::Processes`]). [`Up::banner`] is what to export in another terminal; [`Up::stop`]
+//! stops everything it started.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,8 +18,8 @@ use std::time::Duration;
 use local_aws::provision::Provisioned;
 use local_aws::template::{Naming, Template};
 
-pub use forward::{ForwardError, forward};
-pub use watch::{FUNCTIONS, Watch, WatchError, WatchOptions};
+pub use crate::pipeline::Functions;
+pub use crate::processes::ProcessOptions;
 
 use crate::http::TokenIssuer;
 use crate::pipeline::{Options, Pipeline};
@@ -36,15 +33,6 @@ pub const CALLER: &str = "alice";
 
 /// How long the printed token is valid.
 pub const TOKEN_TTL: Duration = Duration::from_secs(12 * 3600);
-
-/// How the functions run.
-#[derive(Debug, Clone)]
-pub enum Functions {
-    /// In this process: starts in seconds.
-    InProcess,
-    /// Each as its own process under a Lambda Runtime API: what runs is each function's `main`.
-    Watch(WatchOptions),
-}
 
 /// How to start the stack.
 #[derive(Debug, Clone)]
@@ -69,13 +57,8 @@ impl Default for UpOptions {
 
 /// The running stack.
 pub struct Up {
-    running: Running,
+    pipeline: Pipeline,
     endpoint: String,
-}
-
-enum Running {
-    InProcess(Pipeline),
-    Watch(Watch),
 }
 
 impl Up {
@@ -83,44 +66,29 @@ impl Up {
     pub async fn start(options: UpOptions) -> Result<Self, BoxError> {
         let endpoint =
             std::env::var(local_aws::ENDPOINT_VAR).map_err(|_| local_aws::EndpointError::NotSet)?;
-        let running = match options.functions {
-            Functions::InProcess => Running::InProcess(
-                Pipeline::start(Options {
-                    naming: Naming::none(),
-                    fail_payments: options.fail_payments,
-                    stage: crate::stack::DEV_STAGE.to_owned(),
-                    api_addr: options.api_addr,
-                    ..Options::default()
-                })
-                .await?,
-            ),
-            Functions::Watch(watch) => {
-                Running::Watch(Watch::start(options.api_addr, &options.fail_payments, watch).await?)
-            }
-        };
-        Ok(Self { running, endpoint })
+        let pipeline = Pipeline::start(Options {
+            naming: Naming::none(),
+            fail_payments: options.fail_payments,
+            stage: crate::stack::DEV_STAGE.to_owned(),
+            api_addr: options.api_addr,
+            functions: options.functions,
+            ..Options::default()
+        })
+        .await?;
+        Ok(Self { pipeline, endpoint })
     }
 
     fn template(&self) -> &Template {
-        match &self.running {
-            Running::InProcess(p) => &p.template,
-            Running::Watch(w) => &w.stack.template,
-        }
+        &self.pipeline.template
     }
 
     fn resources(&self) -> &Provisioned {
-        match &self.running {
-            Running::InProcess(p) => &p.resources,
-            Running::Watch(w) => &w.stack.resources,
-        }
+        &self.pipeline.resources
     }
 
     /// The API's base URL.
     pub fn api_url(&self) -> String {
-        match &self.running {
-            Running::InProcess(p) => p.api_url(),
-            Running::Watch(w) => w.api_url(),
-        }
+        self.pipeline.api_url()
     }
 
     /// The variables another terminal exports to reach the stack: the endpoint and credentials
@@ -140,7 +108,7 @@ impl Up {
     pub fn banner(&self, env_file: Option<&std::path::Path>) -> String {
         banner(
             &self.exports(),
-            matches!(self.running, Running::Watch(_)),
+            self.pipeline.observed().is_some(),
             env_file,
         )
     }
@@ -148,12 +116,7 @@ impl Up {
     /// Stops the functions and the API (the invocations in progress finish first), and, in watch
     /// mode, the functions' processes and the Runtime API.
     pub async fn stop(self) {
-        match self.running {
-            Running::InProcess(p) => {
-                p.stop().await;
-            }
-            Running::Watch(w) => w.stop().await,
-        }
+        self.pipeline.stop().await;
     }
 }
 

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt};
-use local_aws::runner::{HttpInvoker, Invocation, Invoker};
+use local_aws::runner::{Invocation, Invoker};
 
 /// Why a request could not be forwarded (the gateway answers `500`, as API Gateway does when an
 /// integration fails).
@@ -97,7 +97,7 @@ pub fn response(answer: &[u8]) -> Result<http::Response<Body>, ForwardError> {
 
 /// Sends `request` to `function` (its cargo binary) through `invoker` and returns its response.
 pub async fn forward(
-    invoker: &HttpInvoker,
+    invoker: &impl Invoker,
     function: &local_aws::template::Function,
     function_arn: String,
     request: lambda_http::Request,

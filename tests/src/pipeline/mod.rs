@@ -1,28 +1,46 @@
 //! The whole pipeline running locally: queues and tables provisioned from template.yaml on the
 //! local endpoint, payments-api behind a local HTTP gateway (with the template's JWT
 //! authorizer), payments-publisher fed by the payments table's stream, and payment-processor and
-//! receipt-sender fed by the local SQS event source mapping, all four in this process.
+//! receipt-sender fed by the local SQS event source mapping. The four functions run in this
+//! process ([`Functions::InProcess`], for tests that reach into them) or each as its own process
+//! under a Lambda Runtime API ([`Functions::Processes`]: the demo, `make up WATCH=1`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod start;
+
 use aws_lambda_events::dynamodb::Event as StreamEvent;
-use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::metrics::BatchCounts;
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use local_aws::Clients;
-use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer};
+use local_aws::gateway::Gateway;
 use local_aws::provision::{Provisioned, provision};
 use local_aws::runner::{InProcess, Invoker, Runner, RunningRunner, Stats, queue_depth};
 use local_aws::template::{Naming, Template, TemplateOptions};
+use payments_model::metrics::function::{PAYMENT_PROCESSOR, PAYMENTS_PUBLISHER};
+use payments_model::metrics::processor as processor_metrics;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::checks::{Stored, Tables};
 use crate::http::HttpClient;
 use crate::logs::function_span;
+use crate::processes::{FUNCTIONS, Observed, ProcessOptions, Processes};
+use start::Start;
+
+/// How the functions run.
+#[derive(Debug, Clone, Default)]
+pub enum Functions {
+    /// In this process: their handlers called directly (tests can reach into them).
+    #[default]
+    InProcess,
+    /// Each as its own process, its binary from the workspace build, under a Lambda Runtime
+    /// API: what runs is each function's `main`.
+    Processes(ProcessOptions),
+}
 
 /// How to start the pipeline.
 #[derive(Debug, Clone)]
@@ -45,6 +63,8 @@ pub struct Options {
     pub api_addr: SocketAddr,
     /// Other template parameters, by name (`MaxPaymentAmount`, ...).
     pub parameters: Vec<(String, String)>,
+    /// How the functions run.
+    pub functions: Functions,
 }
 
 impl Default for Options {
@@ -58,6 +78,7 @@ impl Default for Options {
             start_processor: true,
             api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             parameters: Vec::new(),
+            functions: Functions::InProcess,
         }
     }
 }
@@ -77,8 +98,16 @@ pub struct Pipeline {
     runner: RunningRunner,
     publisher: Option<RunningRunner>,
     sdk: aws_config::SdkConfig,
-    counts: Counts,
-    processor: Arc<payment_processor::App>,
+    running: Running,
+}
+
+/// The functions, as they run.
+enum Running {
+    InProcess {
+        counts: Counts,
+        processor: Arc<payment_processor::App>,
+    },
+    Processes(Processes),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -121,89 +150,17 @@ impl Pipeline {
         }
         let template = Template::load_project(&template_options)?;
         let resources = provision(&clients, &template).await?;
-        let counts = Counts::default();
-
-        let api = payments_api::App::from_settings(
-            &sdk,
-            &settings(&resources, &template, "payments-api")?,
-        )?;
-        // Each function's init, as its main runs it: an idempotency table that does not fit
-        // stops it.
-        api.check_idempotency_table().await?;
-        let api_function = template
-            .function_by_name("payments-api")
-            .ok_or("no payments-api")?;
-        let gateway = Gateway::serve(
-            options.api_addr,
-            GatewayOptions::for_function(api_function).with_jwt_authorizer(
-                JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience")
-                    .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
-            ),
-            move |request| {
-                let api = api.clone();
-                async move { api.handle(request).await }
-                    .instrument(function_span("payments-api", None))
-            },
-        )
-        .await?;
-
-        let processor = Arc::new(payment_processor::App::from_settings(
-            &sdk,
-            &settings(&resources, &template, "payment-processor")?,
-        )?);
-        let sender = Arc::new(receipt_sender::App::from_settings(
-            &sdk,
-            &settings(&resources, &template, "receipt-sender")?,
-        )?);
-        processor.check_idempotency_table().await?;
-        sender.check_idempotency_table().await?;
-        let (c1, c2) = (counts.clone(), counts.clone());
-        let processor_app = processor.clone();
-        let mut runner = Runner::from_clients(&clients).wait_time_seconds(1);
-        if options.start_processor {
-            runner = runner.function(
-                &template,
-                &resources,
-                "payment-processor",
-                InProcess::new(move |event: LambdaEvent<SqsEvent>| {
-                    let (app, counts) = (processor.clone(), c1.clone());
-                    let span = function_span("payment-processor", Some(&event.context.request_id));
-                    async move {
-                        let (response, batch) = app.as_ref().handle_counted(event).await?;
-                        add(&counts, "payment-processor", batch);
-                        Ok::<_, Error>(response)
-                    }
-                    .instrument(span)
-                }),
-            )?;
-        }
-        let runner = runner
-            .function(
-                &template,
-                &resources,
-                "receipt-sender",
-                InProcess::new(move |event: LambdaEvent<SqsEvent>| {
-                    let (app, counts) = (sender.clone(), c2.clone());
-                    let span = function_span("receipt-sender", Some(&event.context.request_id));
-                    async move {
-                        let (response, batch) = app.as_ref().handle_counted(event).await?;
-                        add(&counts, "receipt-sender", batch);
-                        Ok::<_, Error>(response)
-                    }
-                    .instrument(span)
-                }),
-            )?
-            .start(CancellationToken::new());
-        let mut pipeline = Self {
+        let start = Start {
+            sdk,
             clients,
             template,
             resources,
-            gateway,
-            runner,
-            publisher: None,
-            sdk,
-            counts,
-            processor: processor_app,
+            api_addr: options.api_addr,
+            start_processor: options.start_processor,
+        };
+        let mut pipeline = match options.functions {
+            Functions::InProcess => start.in_process().await?,
+            Functions::Processes(process_options) => start.processes(&process_options).await?,
         };
         if options.start_publisher {
             pipeline.start_publisher()?;
@@ -214,11 +171,18 @@ impl Pipeline {
     /// Starts payments-publisher on the payments table's stream (from its oldest record, as
     /// the template's `StartingPosition: TRIM_HORIZON`).
     pub fn start_publisher(&mut self) -> Result<(), BoxError> {
+        if let Running::Processes(processes) = &self.running {
+            let invoker = processes.invoker("payments-publisher")?;
+            return self.start_publisher_with(invoker);
+        }
+        let Running::InProcess { counts, .. } = &self.running else {
+            unreachable!("the functions run in process or as processes")
+        };
+        let counts = counts.clone();
         let app = Arc::new(payments_publisher::App::from_settings(
             &self.sdk,
             &settings(&self.resources, &self.template, "payments-publisher")?,
         )?);
-        let counts = self.counts.clone();
         self.start_publisher_with(InProcess::new(move |event: LambdaEvent<StreamEvent>| {
             let (app, counts) = (app.clone(), counts.clone());
             let span = function_span("payments-publisher", Some(&event.context.request_id));
@@ -408,22 +372,51 @@ impl Pipeline {
         Ok(stored)
     }
 
-    /// Batch counts by function so far.
+    /// Batch counts by function so far: as the functions counted them in this process, or as
+    /// their processes printed them (their metrics).
     pub fn counts(&self) -> BTreeMap<String, BatchCounts> {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        match &self.running {
+            Running::InProcess { counts, .. } => {
+                counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+            }
+            Running::Processes(processes) => counts_printed(&processes.observed()),
+        }
     }
 
     /// `PaymentCharged` events payment-processor sent again for duplicates.
     pub fn receipts_resent(&self) -> u64 {
-        self.processor.receipts_resent()
+        match &self.running {
+            Running::InProcess { processor, .. } => processor.receipts_resent(),
+            Running::Processes(processes) => processes
+                .observed()
+                .metric(PAYMENT_PROCESSOR, processor_metrics::RECEIPTS_RESENT),
+        }
     }
 
     /// Duplicates payment-processor answered from its warm-container cache.
     pub fn cache_hits(&self) -> u64 {
-        self.processor.idempotency().backend().cache().hits()
+        match &self.running {
+            Running::InProcess { processor, .. } => processor.cache_hits(),
+            Running::Processes(processes) => processes
+                .observed()
+                .metric(PAYMENT_PROCESSOR, processor_metrics::CACHE_HITS),
+        }
+    }
+
+    /// The functions' processes, when they run as processes.
+    pub fn processes(&self) -> Option<&Processes> {
+        match &self.running {
+            Running::InProcess { .. } => None,
+            Running::Processes(processes) => Some(processes),
+        }
+    }
+
+    /// How the functions run, and (as processes) what replaced their processes so far.
+    pub fn observed(&self) -> Option<Observed> {
+        match &self.running {
+            Running::InProcess { .. } => None,
+            Running::Processes(processes) => Some(processes.observed()),
+        }
     }
 
     /// Event source statistics by function so far.
@@ -442,6 +435,39 @@ impl Pipeline {
             stats.extend(publisher.stop().await);
         }
         self.gateway.shutdown().await;
+        if let Running::Processes(processes) = self.running {
+            processes.stop().await;
+        }
         stats
     }
+}
+
+/// Batch counts by function from the metrics the functions printed (payments-publisher counts
+/// its relayed and dead-lettered records as processed).
+fn counts_printed(observed: &Observed) -> BTreeMap<String, BatchCounts> {
+    use lambda_idempotency::metrics::{DEAD_LETTERED, DUPLICATE, FAILED, PROCESSED};
+    use payments_model::metrics::publisher;
+    let mut counts = BTreeMap::new();
+    for function in FUNCTIONS {
+        let metric = |name: &str| observed.metric(function, name);
+        let c = if function == PAYMENTS_PUBLISHER {
+            BatchCounts {
+                processed: metric(publisher::RELAYED) + metric(publisher::DEAD_LETTERED),
+                failed: metric(publisher::FAILED),
+                dead_lettered: metric(publisher::DEAD_LETTERED),
+                ..BatchCounts::default()
+            }
+        } else {
+            BatchCounts {
+                processed: metric(PROCESSED),
+                duplicates: metric(DUPLICATE),
+                failed: metric(FAILED),
+                dead_lettered: metric(DEAD_LETTERED),
+            }
+        };
+        if observed.metrics.contains_key(function) {
+            counts.insert(function.to_owned(), c);
+        }
+    }
+    counts
 }
