@@ -64,7 +64,15 @@ pub struct ProcessOptions {
     /// Settings that replace the template's, by function: a function's configuration changed
     /// by hand (a misconfiguration, in the tests).
     pub env_overrides: BTreeMap<String, BTreeMap<String, String>>,
+    /// Processes by function (1 when not given): Lambda runs one execution environment per
+    /// concurrent invocation, and the Runtime API gives each waiting process the next one.
+    /// payments-api has [`API_INSTANCES`], so that concurrent requests of one idempotency key
+    /// meet as they do on AWS; the consumers have one each.
+    pub instances: BTreeMap<String, usize>,
 }
+
+/// payments-api's processes by default.
+pub const API_INSTANCES: usize = 4;
 
 impl Default for ProcessOptions {
     fn default() -> Self {
@@ -77,6 +85,7 @@ impl Default for ProcessOptions {
             build: true,
             echo: false,
             env_overrides: BTreeMap::new(),
+            instances: [("payments-api".to_owned(), API_INSTANCES)].into(),
         }
     }
 }
@@ -147,7 +156,7 @@ pub enum ProcessError {
 pub struct Processes {
     port: u16,
     runtime: Watchers,
-    kill: BTreeMap<String, mpsc::UnboundedSender<String>>,
+    kill: BTreeMap<String, Vec<mpsc::UnboundedSender<String>>>,
     observed: Arc<Mutex<Observed>>,
     cancel: CancellationToken,
     supervisors: Vec<tokio::task::JoinHandle<()>>,
@@ -204,19 +213,25 @@ impl Processes {
             if let Some(overrides) = options.env_overrides.get(*function) {
                 env.extend(overrides.clone());
             }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let supervisor = Supervisor {
-                function: (*function).to_owned(),
-                binary,
-                env,
-                workspace: options.workspace.clone(),
-                echo: options.echo,
-                observed: observed.clone(),
-            };
-            // The first start is checked here: a binary that cannot be run at all stops the start.
-            let child = supervisor.spawn()?;
-            supervisors.push(tokio::spawn(supervisor.run(child, rx, cancel.clone())));
-            kill.insert((*function).to_owned(), tx);
+            let instances = options.instances.get(*function).copied().unwrap_or(1);
+            let mut senders = Vec::new();
+            for _ in 0..instances.max(1) {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let supervisor = Supervisor {
+                    function: (*function).to_owned(),
+                    binary: binary.clone(),
+                    env: env.clone(),
+                    workspace: options.workspace.clone(),
+                    echo: options.echo,
+                    observed: observed.clone(),
+                };
+                // The first start is checked here: a binary that cannot be run at all stops the
+                // start.
+                let child = supervisor.spawn()?;
+                supervisors.push(tokio::spawn(supervisor.run(child, rx, cancel.clone())));
+                senders.push(tx);
+            }
+            kill.insert((*function).to_owned(), senders);
         }
         Ok(Self {
             port,
@@ -281,24 +296,26 @@ impl Drop for Processes {
 }
 
 /// [`HttpInvoker`] for one function's event source mapping: an invocation dropped before its
-/// answer (the mapping's timeout) kills the process that ran it, and its supervisor starts a new
-/// one.
+/// answer (the mapping's timeout) kills the process that ran it (every process of the function,
+/// when it has several), and its supervisor starts a new one.
 #[derive(Clone)]
 pub struct ProcessInvoker {
     http: HttpInvoker,
-    kill: mpsc::UnboundedSender<String>,
+    kill: Vec<mpsc::UnboundedSender<String>>,
 }
 
-/// Sends its reason to the function's supervisor when dropped armed.
+/// Sends its reason to the function's supervisors when dropped armed.
 struct KillOnDrop {
-    kill: mpsc::UnboundedSender<String>,
+    kill: Vec<mpsc::UnboundedSender<String>>,
     reason: Option<String>,
 }
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         if let Some(reason) = self.reason.take() {
-            let _ = self.kill.send(reason);
+            for kill in &self.kill {
+                let _ = kill.send(reason.clone());
+            }
         }
     }
 }
