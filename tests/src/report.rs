@@ -308,6 +308,14 @@ impl fmt::Display for Report {
                 "  in the demo's process (their handlers called directly)"
             )?,
         }
+        if let Some(p) = &self.processes {
+            let starts: Vec<String> = p
+                .starts
+                .iter()
+                .map(|(function, n)| format!("{function} {n}"))
+                .collect();
+            writeln!(f, "  processes started: {}", starts.join(", "))?;
+        }
         writeln!(
             f,
             "  {:<18} {:>8} {:>9} {:>10} {:>11} {:>8} {:>7} {:>9} {:>9}",
