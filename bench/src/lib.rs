@@ -293,6 +293,9 @@ pub struct Scenario {
     /// One `PutItem` round trip on this network, one request at a time (the mean of 100), ms.
     #[serde(default)]
     pub round_trip_ms: f64,
+    /// The same handler with no idempotency (absent from runs before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<SideResult>,
     /// This project, lease mode (its default).
     pub rust: SideResult,
     /// Powertools for AWS Lambda (Python).
@@ -313,6 +316,7 @@ impl Scenario {
     /// What `side` measured, if it ran.
     pub fn side(&self, side: Side) -> Option<&SideResult> {
         let result = match side {
+            Side::Floor => self.floor.as_ref(),
             Side::Lease => Some(&self.rust),
             Side::Powertools => Some(&self.powertools),
             Side::Transactional => self.transactional.as_ref(),
@@ -325,6 +329,7 @@ impl Scenario {
     /// Records what `side` measured.
     pub fn set(&mut self, side: Side, result: SideResult) {
         match side {
+            Side::Floor => self.floor = Some(result),
             Side::Lease => self.rust = result,
             Side::Powertools => self.powertools = result,
             Side::Transactional => self.transactional = Some(result),

@@ -247,6 +247,7 @@ pub fn render(report: &Report) -> String {
             );
         }
     }
+    floor_ratios(&mut md, report);
     instructions(&mut md, report);
     let _ = writeln!(
         md,
@@ -274,22 +275,31 @@ pub fn render(report: &Report) -> String {
             "\nCost per million messages (standard queue, moto, +{} ms each way), by service:\n",
             report.latency_ms
         );
-        let _ = writeln!(md, "| side | Lambda | DynamoDB | SQS | total |");
-        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+        let _ = writeln!(
+            md,
+            "| side | Lambda | DynamoDB | SQS | total | exactly once costs (over the floor) |"
+        );
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
+        let floor = s.side(Side::Floor).map(|f| cost(s, f).0);
         for (side, r) in s.sides() {
             if !priced(r) {
                 let _ = writeln!(
                     md,
-                    "| {} | {n} | {n} | {n} | {n} |",
+                    "| {} | {n} | {n} | {n} | {n} | {n} |",
                     side.label(),
                     n = NOT_APPLICABLE
                 );
                 continue;
             }
             let (total, [l, d, q]) = cost(s, r);
+            let over = match floor {
+                Some(_) if side == Side::Floor => "-".to_owned(),
+                Some(f) => format!("${:.2} ({:.2}x)", total - f, ratio(total, f)),
+                None => NOT_APPLICABLE.into(),
+            };
             let _ = writeln!(
                 md,
-                "| {} | ${l:.2} | ${d:.2} | ${q:.2} | ${total:.2} |",
+                "| {} | ${l:.2} | ${d:.2} | ${q:.2} | ${total:.2} | {over} |",
                 side.label()
             );
         }
@@ -330,6 +340,61 @@ fn redis_operations(md: &mut String, report: &Report) {
     }
 }
 
+/// Requests per record, fresh and duplicate ones in the workload's proportion.
+pub fn requests_per_record(r: &SideResult) -> f64 {
+    r.requests_per_fresh_record * (1.0 - DUPLICATES) + r.requests_per_duplicate_record * DUPLICATES
+}
+
+/// Each side's ratios to the floor (the same handler without idempotency), in each scenario:
+/// what exactly once costs.
+fn floor_ratios(md: &mut String, report: &Report) {
+    if !report
+        .scenarios
+        .iter()
+        .any(|s| s.side(Side::Floor).is_some())
+    {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nRatios to the floor, the same handler with no idempotency (its `PutItem` for every delivery, duplicates included), in the same run:\n"
+    );
+    let _ = writeln!(
+        md,
+        "| scenario | side | batch median | CPU per record | requests per fresh record | requests per record | WCU per record | $ per million |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for s in &report.scenarios {
+        let Some(f) = s.side(Side::Floor) else {
+            continue;
+        };
+        for (side, r) in s.sides().filter(|(side, _)| *side != Side::Floor) {
+            let priced_ratio = |a: f64, b: f64| {
+                if priced(r) {
+                    format!("{:.2}", ratio(a, b))
+                } else {
+                    NOT_APPLICABLE.into()
+                }
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                s.label(),
+                side.label(),
+                ratio(r.median_ms(), f.median_ms()),
+                ratio(r.cpu_us_per_record, f.cpu_us_per_record),
+                ratio(r.requests_per_fresh_record, f.requests_per_fresh_record),
+                ratio(requests_per_record(r), requests_per_record(f)),
+                priced_ratio(r.wcu_per_record(DUPLICATES), f.wcu_per_record(DUPLICATES)),
+                priced_ratio(cost(s, r).0, cost(s, f).0),
+            );
+        }
+    }
+}
+
 /// The instructions per record, with the CPU time per record of the same scenario beside.
 fn instructions(md: &mut String, report: &Report) {
     let Some(counts) = &report.instructions else {
@@ -349,10 +414,11 @@ fn instructions(md: &mut String, report: &Report) {
     );
     let _ = writeln!(
         md,
-        "| side | instructions/record | / Powertools | CPU µs/record | / Powertools |"
+        "| side | instructions/record | / floor | / Powertools | CPU µs/record | / Powertools |"
     );
-    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: |");
     let powertools = counts.per_record(Side::Powertools);
+    let floor = counts.per_record(Side::Floor);
     for side in Side::ALL {
         let Some(per_record) = counts.per_record(side) else {
             continue;
@@ -363,9 +429,10 @@ fn instructions(md: &mut String, report: &Report) {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             side.label(),
             grouped(per_record),
+            show(floor.map(|f| ratio(per_record, f)), 2),
             show(powertools.map(|p| ratio(per_record, p)), 3),
             show(cpu(side), 0),
             show(
@@ -379,7 +446,9 @@ fn instructions(md: &mut String, report: &Report) {
 }
 
 /// The colour of each series of a chart, in order.
-const COLOURS: [&str; 5] = ["#d9480f", "#f59f00", "#2f9e44", "#ae3ec9", "#1c7ed6"];
+const COLOURS: [&str; 6] = [
+    "#868e96", "#d9480f", "#f59f00", "#2f9e44", "#ae3ec9", "#1c7ed6",
+];
 
 /// A grouped bar chart (SVG) of one figure per scenario: one bar per series (a name and a value
 /// per label) in each group.
@@ -467,6 +536,59 @@ pub fn bar_chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_side_is_measured_against_the_floor() {
+        let side = |batch_ms: f64, cpu: f64, fresh: f64| SideResult {
+            batch_ms: vec![batch_ms; 10],
+            records: 100,
+            batches: 10,
+            cpu_us_per_record: cpu,
+            requests_per_fresh_record: fresh,
+            requests_per_duplicate_record: 1.0,
+            wcu_per_fresh_record: Some(fresh),
+            wcu_per_duplicate_record: Some(1.0),
+            ..SideResult::default()
+        };
+        let mut scenario = Scenario {
+            endpoint: "moto".into(),
+            queue: "standard".into(),
+            ..Scenario::default()
+        };
+        scenario.set(Side::Floor, side(10.0, 100.0, 1.0));
+        scenario.set(Side::Lease, side(25.0, 300.0, 3.0));
+        let report = Report {
+            machine: "test".into(),
+            records: 100,
+            latency_ms: 0,
+            sdk_cpu_us_per_request: 0.0,
+            scenarios: vec![scenario],
+            publisher: Vec::new(),
+            instructions: None,
+        };
+        let mut md = String::new();
+        floor_ratios(&mut md, &report);
+        let row = md
+            .lines()
+            .find(|l| l.contains("| this project |"))
+            .unwrap_or_else(|| panic!("no row for the lease mode:\n{md}"));
+        // Batch time 2.5x, CPU 3x, 3 requests per fresh record against 1; with 20 % duplicates
+        // (1 request each on both sides), 2.6 requests per record against 1.
+        assert!(
+            row.starts_with("| standard +0 ms | this project | 2.50 | 3.00 | 3.00 | 2.60 |"),
+            "{row}"
+        );
+        assert!(
+            !md.contains("| no idempotency (the floor) |"),
+            "the floor against itself:\n{md}"
+        );
+        // Without a floor, no table.
+        let mut without = report;
+        without.scenarios[0].floor = None;
+        let mut md = String::new();
+        floor_ratios(&mut md, &without);
+        assert!(md.is_empty(), "{md}");
+    }
 
     #[test]
     fn large_numbers_are_grouped_by_thousands() {

@@ -15,9 +15,13 @@ use crate::SideResult;
 /// The error of the driver's steps.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The sides of each scenario: this project in four configurations, and Powertools.
+/// The sides of each scenario: the floor (no idempotency), this project in four configurations,
+/// and Powertools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
+    /// The same handler with no idempotency at all: its `PutItem`, run again for every
+    /// redelivery. What exactly once costs is measured against it.
+    Floor,
     /// This project's default mode: a conditional write before the handler, one after it (the
     /// handler makes its own `PutItem`). What the figures of earlier runs call "this project".
     Lease,
@@ -34,7 +38,8 @@ pub enum Side {
 
 impl Side {
     /// Every side, in the order of the tables.
-    pub const ALL: [Side; 5] = [
+    pub const ALL: [Side; 6] = [
+        Side::Floor,
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
@@ -42,8 +47,9 @@ impl Side {
         Side::Powertools,
     ];
 
-    /// This project's sides.
-    pub const RUST: [Side; 4] = [
+    /// The sides `bench-worker` runs: the floor and this project's.
+    pub const RUST: [Side; 5] = [
+        Side::Floor,
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
@@ -53,6 +59,7 @@ impl Side {
     /// A short name, for files and table names.
     pub fn key(self) -> &'static str {
         match self {
+            Side::Floor => "floor",
             Side::Lease => "rust",
             Side::Transactional => "transactional",
             Side::TransactionalCache => "transactional-cache",
@@ -69,6 +76,7 @@ impl Side {
     /// Its name in the tables.
     pub fn label(self) -> &'static str {
         match self {
+            Side::Floor => "no idempotency (the floor)",
             Side::Lease => "this project",
             Side::Transactional => "this project, transactional",
             Side::TransactionalCache => "this project, transactional + cache",
@@ -80,6 +88,7 @@ impl Side {
     /// The `bench-worker` flags that select it (none for Powertools).
     pub fn worker_args(self) -> &'static [&'static str] {
         match self {
+            Side::Floor => &["--mode", "none"],
             Side::Lease => &["--mode", "lease"],
             Side::Transactional => &["--mode", "transactional"],
             Side::TransactionalCache => &["--mode", "transactional", "--cache"],

@@ -184,7 +184,10 @@ fn transactional(md: &mut String, report: &Report) {
                 .map(|r| r.cpu_us_per_record)
         };
         // The Redis side has no target of its own here: its instructions are in the table above.
-        for side in Side::RUST.into_iter().filter(|side| *side != Side::Redis) {
+        for side in Side::RUST
+            .into_iter()
+            .filter(|side| !matches!(side, Side::Redis | Side::Floor))
+        {
             let (Some(mine), Some(theirs)) =
                 (counts.per_record(side), counts.per_record(Side::Powertools))
             else {

@@ -12,6 +12,9 @@
 //! - `--mode transactional`: `transactional`, the handler returns that item as the `Put` of a
 //!   [`Transaction`] and it commits with the record in one `TransactWriteItems`; the handler
 //!   makes no request of its own.
+//! - `--mode none`: the floor, the same handler without idempotency: its `PutItem` into the
+//!   effects table and nothing else, run again for every redelivery. What exactly once is
+//!   measured against.
 //! - `--store redis`: the lease mode over [`RedisBackend`] at `REDIS_URL` (the handler still
 //!   writes its item to DynamoDB); each round trip to Redis is counted for its record, and by
 //!   operation (`acquire`, `complete`, `fail`, ...) with a [`RequestCounter`].
@@ -163,6 +166,8 @@ enum Mode {
     Lease,
     /// The record and the handler's `Put` in one `TransactWriteItems` (DynamoDB only).
     Transactional,
+    /// No idempotency: the handler's `PutItem` alone (the floor).
+    None,
 }
 
 /// The idempotency store of `--store`.
@@ -238,10 +243,19 @@ async fn main() -> Result<(), BoxError> {
         return sdk_floor(n, &cli.effects_table, &cli.out).await;
     }
     let transactional = cli.mode == Mode::Transactional;
-    if transactional && cli.store == Store::Redis {
-        return Err(
-            "--mode transactional --store redis: the transactional mode is DynamoDB's only".into(),
-        );
+    if cli.mode != Mode::Lease && cli.store == Store::Redis {
+        return Err(format!(
+            "--mode {} --store redis: only the lease mode has a Redis store",
+            if transactional {
+                "transactional"
+            } else {
+                "none"
+            }
+        )
+        .into());
+    }
+    if cli.mode == Mode::None && cli.cache {
+        return Err("--mode none --cache: without idempotency there is nothing to cache".into());
     }
     let timeout = Duration::from_millis(cli.lambda_timeout_ms);
     let events_path = cli
@@ -268,15 +282,16 @@ async fn main() -> Result<(), BoxError> {
     let mut result = SideResult {
         side: "rust".into(),
         version: format!("lambda-idempotency {}", env!("CARGO_PKG_VERSION")),
-        store_mode: if transactional {
-            "transactional"
-        } else {
-            "lease"
+        store_mode: match cli.mode {
+            Mode::Lease => "lease",
+            Mode::Transactional => "transactional",
+            Mode::None => "none",
         }
         .into(),
-        store: match cli.store {
-            Store::Dynamodb => "dynamodb",
-            Store::Redis => "redis",
+        store: match (cli.mode, cli.store) {
+            (Mode::None, _) => "none",
+            (_, Store::Dynamodb) => "dynamodb",
+            (_, Store::Redis) => "redis",
         }
         .into(),
         cache: cache.is_some(),
@@ -292,6 +307,11 @@ async fn main() -> Result<(), BoxError> {
     };
     let operations = RequestCounter::default();
     let seen = match cli.store {
+        _ if cli.mode == Mode::None => {
+            invocations
+                .run(&floor_handler(&dynamodb, &effects_table))
+                .await?
+        }
         Store::Redis => {
             let url = cli
                 .redis_url
@@ -419,28 +439,51 @@ impl DynamoDbSide<'_> {
     }
 }
 
-/// The lease mode's handler over `store`: its own `PutItem` into `table`, counted apart.
+/// The handler's own `PutItem` of the payment into `table`, counted apart from the store's.
+async fn put_payment(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    p: Payment,
+    ctx: RecordContext,
+) -> Result<
+    (),
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::put_item::PutItemError>,
+> {
+    IN_HANDLER
+        .scope((), async move {
+            dynamodb
+                .put_item()
+                .table_name(table)
+                .item("id", AttributeValue::S(p.payment_id))
+                .item("messageId", AttributeValue::S(ctx.message_id))
+                .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
+                .send()
+                .await
+                .map(|_| ())
+        })
+        .await
+}
+
+/// The lease mode's handler over `store`: its own `PutItem` into `table`.
 fn lease_handler<'a, B: Backend + 'a>(
     dynamodb: &'a aws_sdk_dynamodb::Client,
     table: &'a str,
     store: Idempotency<B>,
 ) -> impl RecordHandler + 'a {
     Counted(
-        json(move |p: Payment, ctx: RecordContext| {
-            IN_HANDLER.scope((), async move {
-                dynamodb
-                    .put_item()
-                    .table_name(table)
-                    .item("id", AttributeValue::S(p.payment_id))
-                    .item("messageId", AttributeValue::S(ctx.message_id))
-                    .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                    .send()
-                    .await
-                    .map(|_| ())
-            })
-        })
-        .idempotent(store),
+        json(move |p: Payment, ctx: RecordContext| put_payment(dynamodb, table, p, ctx))
+            .idempotent(store),
     )
+}
+
+/// The floor: the same handler with no idempotency, its `PutItem` for every delivery.
+fn floor_handler<'a>(
+    dynamodb: &'a aws_sdk_dynamodb::Client,
+    table: &'a str,
+) -> impl RecordHandler + 'a {
+    Counted(json(move |p: Payment, ctx: RecordContext| {
+        put_payment(dynamodb, table, p, ctx)
+    }))
 }
 
 /// A Redis connection that counts each round trip for the delivery being processed, as the
