@@ -11,6 +11,7 @@
 //! [`targets`] write the report.
 
 pub mod callgrind;
+pub mod capacity;
 pub mod render;
 pub mod sides;
 pub mod targets;
