@@ -417,6 +417,15 @@ def probe_payments_stack() -> None:
         bool(stage.get("DefaultRouteSettings", {}).get("ThrottlingRateLimit")))
     conc = lam.get_function_concurrency(FunctionName="payments-api").get("ReservedConcurrentExecutions")
     row("payments stack: payments-api's ReservedConcurrentExecutions 20", "20", f"{conc}", conc == 20)
+    logs = boto3.client("logs", config=CONFIG)
+    access = stage.get("AccessLogSettings", {}).get("DestinationArn", "")
+    group = access.split(":log-group:")[-1].removesuffix(":*") if access else "/aws/http-api/payments"
+    try:
+        events = len(logs.filter_log_events(logGroupName=group).get("events", []))
+    except ClientError as e:
+        events = f"none ({e.response['Error']['Code']})"
+    row("payments stack: the HTTP API's access log (after the requests made so far)",
+        f"one JSON line per request in {group}", f"{events} events", isinstance(events, int) and events > 0)
     ttl = ddb.describe_time_to_live(TableName=physical["IdempotencyTable"])["TimeToLiveDescription"]
     row("payments stack: the idempotency table's TimeToLiveSpecification (expiration)",
         "ENABLED on expiration", f"{ttl}", ttl.get("TimeToLiveStatus") == "ENABLED")
@@ -479,7 +488,7 @@ PROBES = {
     "stream_esm": probe_stream_event_source, "sqs_esm": probe_sqs_event_source, "fifo_esm": probe_fifo_event_source,
     "concurrency": probe_reserved_concurrency, "log_format": probe_log_format,
     "numeric_env": probe_numeric_environment, "throttling": probe_stage_throttling,
-    "payments": probe_payments_stack, "sam_http_api": probe_sam_http_api, "jwt": probe_jwt_signature,
+    "sam_http_api": probe_sam_http_api, "jwt": probe_jwt_signature, "payments": probe_payments_stack,
 }
 
 
