@@ -8,8 +8,9 @@ after `source .local/up.env`):
     .venv-ministack/bin/python infra/ministack/probes.py [--only NAME ...]
 
 The probes on the deployed payments stack (stage throttling, reserved concurrency, log format,
-routes) read the stack `payments` when it is there. Takes about a minute. Exits 0 whatever it
-finds: it measures, the README's table says what follows.
+routes) read the stack `payments` when it is there. Takes about 90 s. Exits 0 whatever it
+finds: it measures, the README's table says what follows. The stream probe leaves a function that
+MiniStack retries forever (that is one finding): restart `make up-ministack` after probing.
 """
 
 import argparse
