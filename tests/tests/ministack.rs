@@ -6,7 +6,7 @@
 //! event sources and the functions' own processes. A token whose signature is not the local
 //! issuer's is refused (MiniStack's authorizer checks signatures). Ctrl-C stops everything.
 //!
-//! What MiniStack does not do as AWS does is measured by `infra/ministack/probes.py` and listed in
+//! What MiniStack does not do as AWS does is measured by `tests/ministack/probes.py` and listed in
 //! the README ("make up-ministack"); this test proves the path works, not those gaps.
 
 mod stack_process;

@@ -5,7 +5,7 @@ thing whose AWS outcome is documented, and prints one row: the probe, what AWS d
 endpoint did, and `same` or `DIFFERS`. Run it against `make up-ministack` (another terminal,
 after `source .local/up.env`):
 
-    .venv-ministack/bin/python infra/ministack/probes.py [--only NAME ...]
+    .venv-ministack/bin/python tests/ministack/probes.py [--only NAME ...]
 
 The probes on the deployed payments stack (stage throttling, reserved concurrency, log format,
 routes) read the stack `payments` when it is there. Takes about 90 s. Exits 0 whatever it
@@ -452,8 +452,17 @@ def probe_sam_http_api() -> None:
                if r["LogicalResourceId"] == "Api")
     routes = [r["RouteKey"] for r in v2.get_routes(ApiId=api)["Items"]]
     authorizers = [a["Name"] for a in v2.get_authorizers(ApiId=api)["Items"]]
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"{os.environ['AWS_ENDPOINT_URL']}/_aws/execute-api/{api}/x",
+                                    timeout=30) as r:
+            status = r.status
+    except urllib.error.HTTPError as e:
+        status = e.code
     row("SAM HttpApi (one route, a JWT authorizer): what sam deploy creates",
-        "route GET /x, its integration, authorizer Jwt", f"routes {routes}, authorizers {authorizers}",
+        "route GET /x, its integration, authorizer Jwt (GET /x without a token: 401)",
+        f"routes {routes}, authorizers {authorizers} (GET /x: {status})",
         routes == ["GET /x"] and authorizers == ["Jwt"])
 
 
