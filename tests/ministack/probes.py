@@ -353,6 +353,16 @@ def probe_numeric_environment() -> None:
         info.external_attr = 0o755 << 16
         z.writestr(info, BOOTSTRAP)
     s3.put_object(Bucket=bucket, Key="code.zip", Body=buf.getvalue())
+    # The same bootstrap with N as a string, created directly: its environment is its own
+    # variables and Lambda's only (GATEWAY_PORT is MiniStack's own setting, from `up`).
+    direct = lam.create_function(FunctionName=f"{name}-direct", Runtime="provided.al2023",
+                                 Handler="bootstrap", Role=role(),
+                                 Code={"S3Bucket": bucket, "S3Key": "code.zip"},
+                                 Environment={"Variables": {"N": "10"}})["FunctionArn"]
+    seen = json.loads(lam.invoke(FunctionName=direct, Payload=b"{}")["Payload"].read())
+    row("a provided.al2023 function's environment", "its own variables and Lambda's only",
+        f"N={seen.get('n')!r}, and MiniStack's own GATEWAY_PORT={seen.get('leak')!r}",
+        seen.get("n") == "10" and not seen.get("leak"))
     props = body["Resources"]["Fn"]["Properties"]
     props.update(FunctionName=f"{name}-provided", Runtime="provided.al2023", Handler="bootstrap",
                  Code={"S3Bucket": bucket, "S3Key": "code.zip"})
@@ -367,11 +377,11 @@ def probe_numeric_environment() -> None:
 
 
 # A custom runtime's bootstrap, as a shell script: answers every event with its N.
-BOOTSTRAP = """#!/bin/sh
+BOOTSTRAP = r"""#!/bin/sh
 api="http://$AWS_LAMBDA_RUNTIME_API/2018-06-01/runtime/invocation"
 while true; do
   id=$(curl -sS -D - -o /dev/null "$api/next" | tr -d '\r' | sed -n 's/^[Ll]ambda-[Rr]untime-[Aa]ws-[Rr]equest-[Ii]d: //p')
-  curl -sS -X POST "$api/$id/response" -d "{\"n\": \"$N\"}" >/dev/null
+  curl -sS -X POST "$api/$id/response" -d "{\"n\": \"$N\", \"leak\": \"$GATEWAY_PORT\"}" >/dev/null
 done
 """
 
