@@ -3,6 +3,7 @@
 #   make test              all tests against a fresh local AWS (moto) server
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
 #   make up-localstack     the same on LocalStack (needs Docker)
+#   make up-ministack      template.yaml deployed with sam deploy on MiniStack (no Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
 #                          without warnings, cargo-deny licenses and bans
@@ -25,7 +26,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: bench bench-smoke demo up up-localstack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -159,6 +160,17 @@ up-localstack:
 	@mkdir -p $(ROOT)/.local
 	$(ROOT)/infra/localstack/up -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
+
+# template.yaml deployed as it is (sam deploy, the project's SAM CLI) on MiniStack, the pinned
+# LocalStack-style emulator of infra/ministack/ (no Docker, no licence), bound to 127.0.0.1 on a
+# free port: the workspace's binaries built once and run by it as the functions' processes, the
+# HTTP API's routes and JWT authorizer wired (MiniStack leaves them out), tokens from a local
+# issuer; prints the same exports as `make up` (and writes them to .local/up.env), until Ctrl-C.
+# Not for testing stream failure handling: see the README, "make up-ministack".
+up-ministack:
+	@mkdir -p $(ROOT)/.local
+	$(ROOT)/infra/ministack/up --env-file $(ROOT)/.local/up.env \
+	  $(if $(FAIL_PAYMENTS),--fail-payments '$(FAIL_PAYMENTS)')
 
 # --- benchmarks ----------------------------------------------------------------
 

@@ -66,9 +66,9 @@ fn the_check_flags_a_backstop_a_blocked_follower_can_reach() {
         );
     }
     // An EVENT_SOURCE_BATCH_SIZE that is not the event source's BatchSize is flagged too.
-    let size = "EVENT_SOURCE_BATCH_SIZE: 10";
+    let size = r#"EVENT_SOURCE_BATCH_SIZE: "10""#;
     assert!(text.contains(size));
-    let drifted = text.replacen(size, "EVENT_SOURCE_BATCH_SIZE: 5", 1);
+    let drifted = text.replacen(size, r#"EVENT_SOURCE_BATCH_SIZE: "5""#, 1);
     let findings = Template::parse(&drifted, &TemplateOptions::default())
         .unwrap()
         .check();

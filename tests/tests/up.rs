@@ -4,101 +4,21 @@
 //! of the tables with the SDK), and stopped with SIGINT (a terminal's Ctrl-C, to its whole process
 //! group): exit code 0, and nothing it started left running.
 
-use std::collections::BTreeMap;
+mod stack_process;
+
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use payments_e2e::checks::{Stored, Tables};
 use payments_e2e::http::HttpClient;
-use payments_e2e::up::{CALLER, READY};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
-
-type Lines = Arc<Mutex<Vec<String>>>;
+use payments_e2e::up::CALLER;
+use stack_process::{Started, assert_charged, assert_gone, assert_stored_once, interrupt, refused};
+use tokio::process::Command;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// Collects `output`'s lines, and sends each to `tx`.
-async fn read_lines(
-    output: impl AsyncRead + Unpin,
-    lines: Lines,
-    tx: mpsc::UnboundedSender<String>,
-) {
-    let mut reader = BufReader::new(output).lines();
-    while let Ok(Some(line)) = reader.next_line().await {
-        lines.lock().unwrap().push(line.clone());
-        let _ = tx.send(line);
-    }
-}
-
-/// `export NAME=value` lines, unquoted.
-fn exports(lines: &[String]) -> BTreeMap<String, String> {
-    lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| {
-            let v = v
-                .strip_prefix('\'')
-                .and_then(|v| v.strip_suffix('\''))
-                .map_or_else(|| v.to_owned(), |v| v.replace(r"'\''", "'"));
-            (k.to_owned(), v)
-        })
-        .collect()
-}
-
-fn group_alive(pgid: i32) -> bool {
-    // SAFETY: kill(2) with signal 0 only checks that the group exists.
-    unsafe { libc::kill(-pgid, 0) == 0 }
-}
-
-async fn refused(addr: &str) -> bool {
-    tokio::net::TcpStream::connect(addr).await.is_err()
-}
-
-/// Kills the child's whole process group when dropped: a failing assertion must not leave `up`
-/// (or its endpoint) running behind the test.
-struct KillGroup(i32);
-
-impl Drop for KillGroup {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the test's own child process group.
-        unsafe { libc::kill(-self.0, libc::SIGKILL) };
-    }
-}
-
-/// The stored data once `payment_id` has its receipt (or after 60 s, for the caller's
-/// assertions to say what is missing).
-async fn stored_with_receipt(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    tables: &Tables,
-    payment_id: &str,
-) -> Stored {
-    let mut stored = Stored::read(dynamodb, tables).await.unwrap();
-    for _ in 0..120 {
-        if stored.receipts.get(payment_id) == Some(&1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stored = Stored::read(dynamodb, tables).await.unwrap();
-    }
-    stored
-}
-
-struct Started {
-    _guard: KillGroup,
-    child: Child,
-    pgid: i32,
-    stdout: Lines,
-    exports: BTreeMap<String, String>,
 }
 
 /// `local-aws run -- up --api-port API_PORT`; with `watch` (the Runtime API's port), the
@@ -122,54 +42,12 @@ async fn start_up(api_port: u16, watch: Option<u16>) -> Started {
             .args(["--watch", "--no-build", "--watch-port"])
             .arg(port.to_string());
     }
-    let mut child = command
+    command
         // Its own endpoint, as `make up` has: not the one this test suite runs on.
         .env_remove("AWS_ENDPOINT_URL")
         .env_remove("LOCAL_AWS_ENDPOINT")
-        .env_remove("LOCAL_AWS_RUN_PORT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("local-aws run -- up starts");
-    let pgid = i32::try_from(child.id().expect("a pid")).unwrap();
-    let (stdout, stderr) = (Lines::default(), Lines::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(read_lines(
-        child.stdout.take().unwrap(),
-        stdout.clone(),
-        tx.clone(),
-    ));
-    tokio::spawn(read_lines(child.stderr.take().unwrap(), stderr.clone(), tx));
-
-    let ready = tokio::time::timeout(Duration::from_secs(180), async {
-        while let Some(line) = rx.recv().await {
-            if line.starts_with(READY) {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    if ready != Ok(true) {
-        // SAFETY: as in KillGroup.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        panic!(
-            "no ready line from up within 180 s\nstdout:\n{}\nstderr:\n{}",
-            stdout.lock().unwrap().join("\n"),
-            stderr.lock().unwrap().join("\n")
-        );
-    }
-    let exports = exports(&stdout.lock().unwrap());
-    Started {
-        _guard: KillGroup(pgid),
-        child,
-        pgid,
-        stdout,
-        exports,
-    }
+        .env_remove("LOCAL_AWS_RUN_PORT");
+    stack_process::start(&mut command, Duration::from_secs(180)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,6 +58,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
         mut child,
         pgid,
         stdout,
+        stderr,
         exports,
     } = start_up(api_port, None).await;
     let var = |name: &str| {
@@ -206,26 +85,12 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     assert_eq!(replay.body, first.body);
 
     // The outbox relay and the consumer run behind it: the payment gets charged.
-    let mut status = String::new();
-    for _ in 0..120 {
-        let answer = http.get(&format!("/payments/{payment_id}")).await.unwrap();
-        let value: serde_json::Value = serde_json::from_str(&answer.body).unwrap_or_default();
-        status = value["status"].as_str().unwrap_or_default().to_owned();
-        if status == "charged" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert_eq!(
-        status, "charged",
-        "payment {payment_id} was not charged within 60 s"
-    );
+    assert_charged(&http, &payment_id).await;
 
     // A producer's resend, straight to the queue with the SDK and the printed endpoint: a new
     // message (new deduplication id) for the same payment.
     let sdk = local_aws::sdk_config_for(&var("AWS_ENDPOINT_URL")).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let duplicate = payments_model::PaymentRequested {
         payment_id: payment_id.clone(),
         account_id: CALLER.to_owned(),
@@ -274,20 +139,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     }
 
     // The tables, read with the SDK by the printed names: charged once, one receipt.
-    let tables = Tables {
-        payments: var("PAYMENTS_TABLE"),
-        ledger: var("LEDGER_TABLE"),
-        balances: var("BALANCES_TABLE"),
-        receipts: var("RECEIPTS_TABLE"),
-    };
-    let stored = stored_with_receipt(&dynamodb, &tables, &payment_id).await;
-    assert_eq!(
-        stored.ledger_entries.get(&payment_id),
-        Some(&1),
-        "{stored:?}"
-    );
-    assert_eq!(stored.balance(CALLER, "EUR"), Some((1250, 1)), "{stored:?}");
-    assert_eq!(stored.receipts.get(&payment_id), Some(&1), "{stored:?}");
+    assert_stored_once(&exports, &payment_id, CALLER, 1250).await;
 
     // The functions' JSON logs, each line with the function's name in front.
     {
@@ -313,38 +165,17 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     }
 
     // Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
-    // SAFETY: kill(2) on the child's own process group.
-    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("up stops within 60 s of SIGINT")
-        .unwrap();
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "exit status after SIGINT: {status:?}"
-    );
+    interrupt(&mut child, pgid).await;
     assert!(
         stdout.lock().unwrap().iter().any(|l| l == "up: stopped"),
-        "up said it stopped"
+        "up said it stopped; its stderr:\n{}",
+        stderr.lock().unwrap().join("\n")
     );
-    let endpoint = var("AWS_ENDPOINT_URL");
-    let endpoint = endpoint.trim_start_matches("http://");
-    for _ in 0..50 {
-        if !group_alive(pgid) && refused(endpoint).await {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        !group_alive(pgid),
-        "a process of up's group is still running"
-    );
+    assert_gone(pgid, &var("AWS_ENDPOINT_URL")).await;
     assert!(
         refused(&format!("127.0.0.1:{api_port}")).await,
         "the API still listens"
     );
-    assert!(refused(endpoint).await, "the local endpoint still listens");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,6 +187,7 @@ async fn up_watch_runs_each_function_as_its_own_process() {
         pgid,
         stdout,
         exports,
+        ..
     } = start_up(api_port, Some(runtime_port)).await;
     let var = |name: &str| exports[name].clone();
     let http = HttpClient::new(var("API_URL")).with_token(Some(var("API_TOKEN")));
@@ -367,21 +199,7 @@ async fn up_watch_runs_each_function_as_its_own_process() {
 
     // payments-api answered from its own process; the relay, the consumer and the receipts ran
     // in theirs, invoked through the Runtime API: charged, with one receipt.
-    let sdk = local_aws::sdk_config_for(&var("AWS_ENDPOINT_URL")).await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let tables = Tables {
-        payments: var("PAYMENTS_TABLE"),
-        ledger: var("LEDGER_TABLE"),
-        balances: var("BALANCES_TABLE"),
-        receipts: var("RECEIPTS_TABLE"),
-    };
-    let stored = stored_with_receipt(&dynamodb, &tables, &payment_id).await;
-    assert_eq!(
-        stored.ledger_entries.get(&payment_id),
-        Some(&1),
-        "{stored:?}"
-    );
-    assert_eq!(stored.receipts.get(&payment_id), Some(&1), "{stored:?}");
+    assert_stored_once(&exports, &payment_id, CALLER, 700).await;
 
     // Each function's own output, and the Runtime API's, with its name in front.
     {
@@ -404,17 +222,7 @@ async fn up_watch_runs_each_function_as_its_own_process() {
     }
 
     // Ctrl-C stops the functions and the Runtime API with the rest.
-    // SAFETY: kill(2) on the child's own process group.
-    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("up stops within 60 s of SIGINT")
-        .unwrap();
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "exit status after SIGINT: {status:?}"
-    );
+    interrupt(&mut child, pgid).await;
     assert!(
         refused(&format!("127.0.0.1:{runtime_port}")).await,
         "the Runtime API still listens"
