@@ -24,36 +24,25 @@
 //! the plain SDK client, and the CPU time of each (the floor under any library built on the SDK:
 //! run against an endpoint that answers at once, it is the client's own cost per request).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::BufRead;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use aws_sdk_dynamodb::config::interceptors::{
-    BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
-};
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::operation::{
-    delete_item::DeleteItemInput, put_item::PutItemInput,
-    transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
-};
+use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use bench::{SideResult, WriteRequest, rusage, write_units};
+use bench::{SideResult, rusage};
 use clap::{Parser, ValueEnum};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, RecordContext, RecordError, RecordHandler, RecordHandlerExt, json,
+    BatchProcessor, RecordContext, RecordHandler, RecordHandlerExt, json,
 };
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend, TransactionalBackend};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
-use redis::aio::ConnectionLike;
-use redis::{RedisFuture, Value};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -61,87 +50,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const CACHE_KEYS: usize = 10_000;
 const CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
-tokio::task_local! {
-    /// The delivery (receipt handle) whose requests are being counted.
-    static DELIVERY: String;
-    /// Set while the record handler's own work runs: its requests are not the store's.
-    static IN_HANDLER: ();
-}
+mod counting;
 
-/// Counts DynamoDB requests per delivery: `[all, the record handler's, write request units]`.
-/// Requests are counted as sent (retries included); write units once per operation, from its
-/// input (see [`write_units`]).
-#[derive(Debug, Clone, Default)]
-struct PerDelivery(Arc<Mutex<HashMap<String, [u32; 3]>>>);
-
-impl PerDelivery {
-    fn add(&self, delivery: String, count: impl FnOnce(&mut [u32; 3])) {
-        count(self.0.lock().unwrap().entry(delivery).or_default());
-    }
-}
-
-impl Intercept for PerDelivery {
-    fn name(&self) -> &'static str {
-        "PerDelivery"
-    }
-
-    fn read_before_serialization(
-        &self,
-        context: &BeforeSerializationInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
-            let input = context.input();
-            let request = if let Some(t) = input.downcast_ref::<TransactWriteItemsInput>() {
-                WriteRequest::Transaction {
-                    items: t.transact_items().len(),
-                }
-            } else if input.downcast_ref::<PutItemInput>().is_some()
-                || input.downcast_ref::<UpdateItemInput>().is_some()
-                || input.downcast_ref::<DeleteItemInput>().is_some()
-            {
-                WriteRequest::Single
-            } else {
-                WriteRequest::Other
-            };
-            self.add(delivery, |count| count[2] += write_units(request));
-        }
-        Ok(())
-    }
-
-    fn read_before_transmit(
-        &self,
-        _context: &BeforeTransmitInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
-            let in_handler = IN_HANDLER.try_with(|_| ()).is_ok();
-            self.add(delivery, |count| {
-                count[0] += 1;
-                count[1] += u32::from(in_handler);
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Runs the inner handler with its delivery marked, for the request counter.
-struct Counted<H>(H);
-
-impl<H: RecordHandler> RecordHandler for Counted<H> {
-    type Output = H::Output;
-
-    fn handle(
-        &self,
-        message: &SqsMessage,
-        ctx: &RecordContext,
-    ) -> impl std::future::Future<Output = Result<Self::Output, RecordError>> + Send {
-        let delivery = message.receipt_handle.clone().unwrap_or_default();
-        DELIVERY.scope(delivery, self.0.handle(message, ctx))
-    }
-}
+use counting::{Counted, CountedConnection, IN_HANDLER, PerDelivery};
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -484,43 +395,6 @@ fn floor_handler<'a>(
     Counted(json(move |p: Payment, ctx: RecordContext| {
         put_payment(dynamodb, table, p, ctx)
     }))
-}
-
-/// A Redis connection that counts each round trip for the delivery being processed, as the
-/// DynamoDB interceptor does: the request counts of `--store redis`.
-#[derive(Clone)]
-struct CountedConnection<C> {
-    inner: C,
-    per_delivery: PerDelivery,
-}
-
-impl<C> CountedConnection<C> {
-    fn count(&self) {
-        if let Ok(delivery) = DELIVERY.try_with(Clone::clone) {
-            self.per_delivery.add(delivery, |count| count[0] += 1);
-        }
-    }
-}
-
-impl<C: ConnectionLike + Send> ConnectionLike for CountedConnection<C> {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a ::redis::Cmd) -> RedisFuture<'a, Value> {
-        self.count();
-        self.inner.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a ::redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.count();
-        self.inner.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.get_db()
-    }
 }
 
 /// The invocations of the workload, one event at a time, as one warm execution environment.
