@@ -194,14 +194,15 @@ fn functions_and_event_sources() {
         })
         .collect();
     // Charging needs the write scope, reading the read scope; the ANY fallbacks (a wrong method
-    // reaches the function, which answers 405) need either.
+    // reaches the function, which answers 405) need either. In the order of the API's OpenAPI
+    // `Body`, as SAM's translator writes it: by path, then method.
     let either = "payments/write payments/read".to_owned();
     assert_eq!(
         routes,
         [
             ("POST", "/payments", "payments/write".to_owned()),
-            ("GET", "/payments/{paymentId}", "payments/read".to_owned()),
             ("ANY", "/payments", either.clone()),
+            ("GET", "/payments/{paymentId}", "payments/read".to_owned()),
             ("ANY", "/payments/{paymentId}", either),
         ]
     );
@@ -451,8 +452,8 @@ fn stream_sources_that_cannot_run_are_rejected() {
             ".StreamArn",
         ),
         (
-            "Type: SQS\n                Destination",
-            "Type: SNS\n                Destination",
+            "Type: SQS\n                Destination: !GetAtt PaymentsOutboxDeadLetterQueue.Arn",
+            "Type: SNS\n                Destination: !Ref AlarmTopic",
             "only SQS destinations",
         ),
         (

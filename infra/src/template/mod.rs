@@ -54,6 +54,8 @@ mod naming;
 mod parameters;
 mod parse;
 mod resources;
+mod sources;
+mod translate;
 
 pub use conditions::Conditions;
 pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
@@ -65,6 +67,7 @@ pub use functions::Function;
 pub use mappings::{MapValue, Mappings};
 pub use naming::{Naming, TemplateOptions};
 pub use parameters::Parameter;
+pub use translate::translated;
 pub use resources::{
     AttributeType, KeyAttribute, KeyType, Projection, Queue, Redrive, RedriveAllowPolicy,
     SecondaryIndex, StreamViewType, Table,
@@ -76,7 +79,10 @@ use parse::Ctx;
 
 const QUEUE: &str = "AWS::SQS::Queue";
 const TABLE: &str = "AWS::DynamoDB::Table";
-const FUNCTION: &str = "AWS::Serverless::Function";
+const FUNCTION: &str = "AWS::Lambda::Function";
+const EVENT_SOURCE_MAPPING: &str = "AWS::Lambda::EventSourceMapping";
+const HTTP_API: &str = "AWS::ApiGatewayV2::Api";
+const FUNCTION_URL: &str = "AWS::Lambda::Url";
 
 /// Why a template could not be turned into a [`Template`].
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +98,14 @@ pub enum TemplateError {
     /// The text is not YAML.
     #[error("the template is not valid YAML: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
-    /// The YAML is not a template this harness can run (`at` is the path in the document).
+    /// SAM's translator could not be run (not installed: `make tools-install`).
+    #[error("SAM's translator: {message}")]
+    Translator {
+        /// What went wrong.
+        message: String,
+    },
+    /// The YAML is not a template this harness can run (`at` is the path in the document,
+    /// `Transform` when SAM's translator refused it).
     #[error("{at}: {message}")]
     Invalid {
         /// Where, e.g. `Resources.PaymentsQueue.Properties.VisibilityTimeout`.
@@ -185,7 +198,7 @@ impl Template {
     /// assert_eq!(template.queues["Jobs"].visibility_timeout, 60);
     /// ```
     pub fn parse(yaml: &str, options: &TemplateOptions) -> Result<Self> {
-        let doc: Value = serde_yaml_ng::from_str(yaml)?;
+        let doc = translated(yaml)?;
         let root = doc
             .as_mapping()
             .ok_or_else(|| invalid("<root>", "not a mapping"))?;
@@ -241,21 +254,11 @@ impl Template {
             conditions: conditions.clone(),
             naming: options.naming.clone(),
         };
-        let resolved_globals = root
-            .get("Globals")
-            .map(|g| conditions.resolve(g, "Globals"))
-            .transpose()?
-            .flatten()
-            .map(|g| mappings.resolve(&g, &env, "Globals"))
-            .transpose()?;
-        let globals = resolved_globals
-            .as_ref()
-            .and_then(|g| g.get("Function"))
-            .and_then(Value::as_mapping);
+        let mut attached = Vec::new();
+        let empty = Mapping::new();
         for (id, resource) in resources {
             let id = key_str(id, "Resources")?;
             let at = format!("Resources.{id}");
-            let empty = Mapping::new();
             let props = match resource.get("Properties") {
                 None => &empty,
                 Some(Value::Mapping(m)) => m,
@@ -271,10 +274,21 @@ impl Template {
                     template.tables.insert(id.to_owned(), table);
                 }
                 FUNCTION => {
-                    let function = ctx.function(id, resource, props, globals, &at)?;
+                    let function = ctx.function(id, resource, props, &at)?;
                     template.functions.insert(id.to_owned(), function);
                 }
+                kind @ (EVENT_SOURCE_MAPPING | HTTP_API | FUNCTION_URL) => {
+                    attached.push((kind, id, props))
+                }
                 _ => {}
+            }
+        }
+        // Once every queue, table and function is known: what SAM made of the `Events`.
+        for (kind, id, props) in attached {
+            match kind {
+                EVENT_SOURCE_MAPPING => ctx.event_source_mapping(&mut template, id, props)?,
+                HTTP_API => ctx.http_api(&mut template, id, props)?,
+                _ => ctx.function_url(&mut template, id, props)?,
             }
         }
         for queue in template.queues.values() {
@@ -288,38 +302,6 @@ impl Template {
             }
         }
         template.resolve_redrive_allow_sources()?;
-        for function in template.functions.values() {
-            let at = |event: &str| {
-                format!(
-                    "Resources.{}.Properties.Events.{event}",
-                    function.logical_id
-                )
-            };
-            for event in &function.sqs_events {
-                if !template.queues.contains_key(&event.queue) {
-                    return Err(invalid(
-                        &at(&event.name),
-                        format!("{} is not a queue", event.queue),
-                    ));
-                }
-            }
-            for event in &function.dynamodb_events {
-                if !template.tables.contains_key(&event.table) {
-                    return Err(invalid(
-                        &at(&event.name),
-                        format!("{} is not a table", event.table),
-                    ));
-                }
-                if let Some(q) = &event.on_failure_queue
-                    && !template.queues.contains_key(q)
-                {
-                    return Err(invalid(
-                        &format!("{}.Properties.DestinationConfig", at(&event.name)),
-                        format!("{q} is not a queue"),
-                    ));
-                }
-            }
-        }
         Ok(template)
     }
 
