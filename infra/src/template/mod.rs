@@ -2,6 +2,13 @@
 //! policies), DynamoDB tables (with their streams) and functions with their event sources (SQS
 //! queues, DynamoDB streams with their filters and on-failure queues) and HTTP routes.
 //!
+//! SAM is AWS's to expand: a template with `AWS::Serverless::*` resources goes through SAM's own
+//! translator first ([`translated`]: the pinned `aws-sam-translator`, cached per template text),
+//! and the model reads the CloudFormation it writes: `AWS::Lambda::Function` (with `Globals`
+//! merged in), `AWS::Lambda::EventSourceMapping`, the `AWS::ApiGatewayV2::Api` whose OpenAPI
+//! `Body` holds the routes and their JWT authorizer, `AWS::Lambda::Url`. What is left of
+//! CloudFormation (parameters, mappings, conditions, intrinsics) is evaluated here.
+//!
 //! Only what the local harness needs is modelled; everything that has no local effect (IAM roles,
 //! log groups, alarms, topics, encryption settings) is skipped. Properties that *would* change
 //! behaviour but are not emulated (local secondary indexes) are rejected with an error rather
@@ -67,11 +74,11 @@ pub use functions::Function;
 pub use mappings::{MapValue, Mappings};
 pub use naming::{Naming, TemplateOptions};
 pub use parameters::Parameter;
-pub use translate::translated;
 pub use resources::{
     AttributeType, KeyAttribute, KeyType, Projection, Queue, Redrive, RedriveAllowPolicy,
     SecondaryIndex, StreamViewType, Table,
 };
+pub use translate::translated;
 
 use expr::{PSEUDO, child_at, key_str, parse_expr, plain_scalar};
 use parameters::parse_parameters;

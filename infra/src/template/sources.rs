@@ -87,7 +87,13 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn sqs_event(&self, name: String, queue: &str, p: &Mapping, at: &str) -> Result<SqsEventSource> {
+    fn sqs_event(
+        &self,
+        name: String,
+        queue: &str,
+        p: &Mapping,
+        at: &str,
+    ) -> Result<SqsEventSource> {
         let maximum_concurrency = match p.get("ScalingConfig") {
             Some(Value::Mapping(s)) => {
                 self.opt_u32(s, "MaximumConcurrency", &format!("{at}.ScalingConfig"))?
@@ -292,7 +298,9 @@ impl Ctx<'_> {
             if kind != Some("jwt") {
                 return Err(invalid(
                     &format!("{at}.components.securitySchemes.{name}"),
-                    format!("{name}: only JWT authorizers are emulated by the local harness"),
+                    format!(
+                        "{name} is not emulated by the local harness (only JWT authorizers are)"
+                    ),
                 ));
             }
         }
@@ -303,7 +311,11 @@ impl Ctx<'_> {
         for (path, methods) in paths {
             let path = key_str(path, &at)?;
             let at = format!("{at}.paths.{path}");
-            let path = if path == "$default" { "/{proxy+}" } else { path };
+            let path = if path == "$default" {
+                "/{proxy+}"
+            } else {
+                path
+            };
             let methods = methods
                 .as_mapping()
                 .ok_or_else(|| invalid(&at, "not a mapping"))?;
@@ -365,10 +377,7 @@ impl Ctx<'_> {
         };
         let name = key_str(name, &at)?.to_owned();
         if name == "AWS_IAM" {
-            return Err(invalid(
-                &at,
-                "AWS_IAM is not emulated by the local harness",
-            ));
+            return Err(invalid(&at, "AWS_IAM is not emulated by the local harness"));
         }
         let scopes: Vec<String> = match scopes {
             Value::Sequence(s) => s
@@ -388,7 +397,12 @@ impl Ctx<'_> {
     }
 
     /// Marks the target of the function URL `id`.
-    pub(super) fn function_url(&self, template: &mut Template, id: &str, p: &Mapping) -> Result<()> {
+    pub(super) fn function_url(
+        &self,
+        template: &mut Template,
+        id: &str,
+        p: &Mapping,
+    ) -> Result<()> {
         let at = format!("Resources.{id}.Properties.TargetFunctionArn");
         let function = self.function_of(template, p.get("TargetFunctionArn"), &at)?;
         template.function_mut(&function).function_url = true;

@@ -1,7 +1,8 @@
 //! CloudFormation intrinsic functions in policies, resolved against an [`Environment`].
 //!
-//! The YAML is read with `serde_yaml_ng`, whose `Value::Tagged` keeps the short forms
-//! (`!Ref X`, `!GetAtt X.Arn`, `!Sub "..."`); the long forms (`Ref:`, `Fn::GetAtt:`) are read too.
+//! The template is read as SAM's translator expands it ([`translated`]): intrinsics in their long
+//! forms (`Ref:`, `Fn::GetAtt:`), or, in a template without SAM resources, their short forms
+//! (`!Ref X`, kept by `serde_yaml_ng`'s `Value::Tagged`).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,17 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::error::PolicyError;
 use local_aws::arn::{self, Arn};
 use local_aws::provision::Provisioned;
+use local_aws::template::TemplateError;
 pub(crate) use local_aws::template::intrinsic;
+
+/// The template as CloudFormation ([`local_aws::template::translated`]).
+pub(crate) fn translated(yaml: &str) -> Result<Value, PolicyError> {
+    local_aws::template::translated(yaml).map_err(|e| match e {
+        TemplateError::Yaml(e) => PolicyError::Yaml(e),
+        TemplateError::Invalid { at, message } => PolicyError::Invalid { at, message },
+        other => PolicyError::invalid("Transform", other.to_string()),
+    })
+}
 
 /// What the template's references resolve to: the pseudo parameters, parameter values, and the
 /// physical values of resources (`!Ref X`, `!GetAtt X.Attribute`).
@@ -311,9 +322,7 @@ impl<'a> Resolver<'a> {
         let derived = match self.resource_type(name) {
             Some("AWS::DynamoDB::Table") => self.property(name, "TableName", at)?,
             Some("AWS::Logs::LogGroup") => self.property(name, "LogGroupName", at)?,
-            Some("AWS::Serverless::Function" | "AWS::Lambda::Function") => {
-                self.property(name, "FunctionName", at)?
-            }
+            Some("AWS::Lambda::Function") => self.property(name, "FunctionName", at)?,
             _ => None,
         };
         derived.ok_or_else(|| PolicyError::Unresolved {
@@ -366,7 +375,7 @@ impl<'a> Resolver<'a> {
         })
     }
 
-    fn resource_type(&self, logical_id: &str) -> Option<&'a str> {
+    pub(crate) fn resource_type(&self, logical_id: &str) -> Option<&'a str> {
         self.resources
             .get(logical_id)?
             .get("Type")

@@ -97,43 +97,8 @@ pub(crate) fn platform(
     Ok(requirements(&Requirer::Platform, PLATFORM_LOGS, &streams))
 }
 
-/// The requirements of a SAM function's `Events` (`DynamoDB` and `SQS` sources; the other
-/// sources AWS pushes to the function need nothing of its role; the other poll-based ones are
-/// not modelled and rejected).
-pub(crate) fn sam_events(
-    properties: &Mapping,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<Vec<Requirement>, PolicyError> {
-    let mut out = Vec::new();
-    let Some(events) = properties.get("Events").and_then(Value::as_mapping) else {
-        return Ok(out);
-    };
-    for (name, event) in events {
-        let name = name.as_str().unwrap_or_default().to_owned();
-        let at = format!("{at}.Events.{name}");
-        let kind = event.get("Type").and_then(Value::as_str).unwrap_or("");
-        let props = event.get("Properties");
-        let source = match kind {
-            "DynamoDB" => props.and_then(|p| p.get("Stream")),
-            "SQS" => props.and_then(|p| p.get("Queue")),
-            "Kinesis" | "MSK" | "MQ" | "SelfManagedKafka" | "DocumentDB" => {
-                return Err(PolicyError::unsupported(
-                    &at,
-                    format!("an event source of type {kind}"),
-                ));
-            }
-            _ => continue,
-        };
-        let source = source
-            .ok_or_else(|| PolicyError::invalid(&at, format!("a {kind} event names no source")))?;
-        out.extend(mapping(&name, source, props, resolver, &at)?);
-    }
-    Ok(out)
-}
-
-/// The requirements of one event source mapping: `source` its `EventSourceArn` (or SAM's
-/// `Stream`/`Queue`), `properties` where its `DestinationConfig` is.
+/// The requirements of one event source mapping: `source` its `EventSourceArn`, `properties`
+/// where its `DestinationConfig` is.
 pub(crate) fn mapping(
     event: &str,
     source: &Value,

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::call::RecorderConfig;
-use crate::cfn::{Environment, Resolver, get_att_target, intrinsic, key};
+use crate::cfn::{Environment, Resolver, get_att_target, intrinsic, key, translated};
 use crate::error::PolicyError;
 use crate::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
@@ -44,13 +44,15 @@ pub struct TableKey {
 /// A role's statements are those of its inline `Policies`, of the template's
 /// `AWS::IAM::ManagedPolicy` resources attached to it (their `Roles`, or the role's
 /// `ManagedPolicyArns: [!Ref POLICY]`), and of `AWS::IAM::Policy`/`RolePolicy` resources naming
-/// it. A function's event source mappings (SAM `Events` of type `DynamoDB`/`SQS`, or
-/// `AWS::Lambda::EventSourceMapping` resources) and its log group give its
-/// [`requirements`](FunctionRole::requirements).
+/// it. The template is read as SAM's translator expands it
+/// ([`translated`](local_aws::template::translated)): a function's
+/// `AWS::Lambda::EventSourceMapping`s (SAM `Events` of type `DynamoDB`/`SQS`) and its log group
+/// give its [`requirements`](FunctionRole::requirements).
 ///
 /// Rejected rather than ignored: managed policies that are not the template's (AWS managed
-/// policies), a `PermissionsBoundary`, policies attached to users or groups, SAM `Policies` on a
-/// function, functions without `Role: !GetAtt R.Arn`, statements with `NotAction`,
+/// policies, which SAM attaches to the role it makes for a function without `Role`, or with
+/// `Policies`), a `PermissionsBoundary`, policies attached to users or groups, functions whose
+/// `Role` is not `!GetAtt R.Arn`, statements with `NotAction`,
 /// `NotResource` or `Principal`, conditions other than
 /// `ForAllValues:StringLike`/`ForAllValues:StringEquals` on `dynamodb:LeadingKeys`, and
 /// poll-based event sources other than DynamoDB streams and SQS queues.
@@ -108,7 +110,7 @@ impl TemplateRoles {
     /// assert!(role.evaluate("sqs:DeleteMessage", "arn:aws:sqs:us-east-1:123456789012:jobs", None).is_allowed());
     /// ```
     pub fn parse(yaml: &str, env: &Environment) -> Result<Self, PolicyError> {
-        let doc: Value = serde_yaml_ng::from_str(yaml)?;
+        let doc = translated(yaml)?;
         let root = doc
             .as_mapping()
             .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
@@ -135,7 +137,7 @@ impl TemplateRoles {
                 "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
                     attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
                 }
-                "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
+                "AWS::Lambda::Function" => {
                     let f = function(id, properties, &resolver, &at)?;
                     functions.insert(f.function_name.clone(), f);
                 }
@@ -446,7 +448,19 @@ fn event_source_mapping(
     let source = map
         .get("EventSourceArn")
         .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
-    let requirements = requirement::mapping(id, source, properties, resolver, &at)?;
+    let kind = role_reference(source).and_then(|r| resolver.resource_type(&r));
+    if let Some(kind) = kind.filter(|k| !matches!(*k, "AWS::SQS::Queue" | "AWS::DynamoDB::Table")) {
+        return Err(PolicyError::unsupported(
+            &format!("{at}.EventSourceArn"),
+            format!("an event source of type {kind}"),
+        ));
+    }
+    // SAM names a mapping after its function and event: the event's name, as in `Events`.
+    let event = id
+        .strip_prefix(function.as_str())
+        .filter(|e| !e.is_empty())
+        .unwrap_or(id);
+    let requirements = requirement::mapping(event, source, properties, resolver, &at)?;
     Ok((function, requirements))
 }
 
@@ -540,12 +554,6 @@ fn function(
 ) -> Result<FunctionRole, PolicyError> {
     let at = format!("{at}.Properties");
     let properties = mapping(properties, &at)?;
-    if properties.contains_key("Policies") {
-        return Err(PolicyError::unsupported(
-            &format!("{at}.Policies"),
-            "SAM Policies on a function",
-        ));
-    }
     let role_at = format!("{at}.Role");
     let role = properties
         .get("Role")
@@ -562,8 +570,7 @@ fn function(
         .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
         .transpose()?
         .unwrap_or_else(|| id.to_owned());
-    let mut requirements = requirement::platform(properties, &function_name, resolver, &at)?;
-    requirements.extend(requirement::sam_events(properties, resolver, &at)?);
+    let requirements = requirement::platform(properties, &function_name, resolver, &at)?;
     Ok(FunctionRole {
         logical_id: id.to_owned(),
         function_name,
