@@ -175,4 +175,4 @@ impl HttpRoute {
 }
 
 /// `Auth.Authorizer` of a public route.
-pub(super) const NO_AUTHORIZER: &str = "NONE";
+const NO_AUTHORIZER: &str = "NONE";

@@ -205,7 +205,11 @@ impl Template {
     /// assert_eq!(template.queues["Jobs"].visibility_timeout, 60);
     /// ```
     pub fn parse(yaml: &str, options: &TemplateOptions) -> Result<Self> {
-        let doc = translated(yaml)?;
+        Self::from_cloudformation(&translated(yaml)?, options)
+    }
+
+    /// Reads a template that is CloudFormation already (what [`translated`] gives).
+    pub fn from_cloudformation(doc: &Value, options: &TemplateOptions) -> Result<Self> {
         let root = doc
             .as_mapping()
             .ok_or_else(|| invalid("<root>", "not a mapping"))?;

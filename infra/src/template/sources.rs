@@ -6,7 +6,7 @@
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::events::{NO_AUTHORIZER, REPORT_BATCH_ITEM_FAILURES};
+use super::events::REPORT_BATCH_ITEM_FAILURES;
 use super::{
     Ctx, DynamoDbEventSource, FilterPattern, HttpRoute, Part, Result, SqsEventSource,
     StartingPosition, Template, invalid, key_str, parse_expr,
@@ -104,13 +104,7 @@ impl Ctx<'_> {
             name,
             queue: queue.to_owned(),
             batch_size: self.opt_u32(p, "BatchSize", at)?.unwrap_or(10),
-            maximum_batching_window_in_seconds: self.u32_in(
-                p,
-                "MaximumBatchingWindowInSeconds",
-                at,
-                0,
-                0..=300,
-            )?,
+            maximum_batching_window_in_seconds: self.batching_window(p, at)?,
             function_response_types: self.function_response_types(p, at)?,
             maximum_concurrency,
             enabled: self.opt_bool(p, "Enabled", at)?.unwrap_or(true),
@@ -154,13 +148,7 @@ impl Ctx<'_> {
             table: table.to_owned(),
             starting_position,
             batch_size: self.u32_in(p, "BatchSize", at, 100, 1..=10_000)?,
-            maximum_batching_window_in_seconds: self.u32_in(
-                p,
-                "MaximumBatchingWindowInSeconds",
-                at,
-                0,
-                0..=300,
-            )?,
+            maximum_batching_window_in_seconds: self.batching_window(p, at)?,
             function_response_types: self.function_response_types(p, at)?,
             bisect_batch_on_function_error: self
                 .opt_bool(p, "BisectBatchOnFunctionError", at)?
@@ -183,6 +171,10 @@ impl Ctx<'_> {
             on_failure_queue,
             enabled: self.opt_bool(p, "Enabled", at)?.unwrap_or(true),
         })
+    }
+
+    fn batching_window(&self, p: &Mapping, at: &str) -> Result<u32> {
+        self.u32_in(p, "MaximumBatchingWindowInSeconds", at, 0, 0..=300)
     }
 
     fn function_response_types(&self, p: &Mapping, at: &str) -> Result<Vec<String>> {
@@ -356,44 +348,27 @@ impl Ctx<'_> {
         }
     }
 
-    /// An operation's `security`: its authorizer and scopes.
+    /// An operation's `security`: its authorizer (`NONE` for a public route) and scopes.
     fn security(&self, operation: &Value, at: &str) -> Result<(Option<String>, Vec<String>)> {
         let at = format!("{at}.security");
         let Some(security) = operation.get("security") else {
             return Ok((None, Vec::new()));
         };
-        let requirements = security
+        let only = security
             .as_sequence()
-            .ok_or_else(|| invalid(&at, "not a list"))?;
-        let [requirement] = requirements.as_slice() else {
-            return Err(invalid(&at, "one authorizer per route is emulated"));
-        };
-        let Some((name, scopes)) = requirement
-            .as_mapping()
+            .filter(|s| s.len() == 1)
+            .and_then(|s| s[0].as_mapping())
             .filter(|m| m.len() == 1)
-            .and_then(|m| m.iter().next())
-        else {
-            return Err(invalid(&at, "one authorizer per route is emulated"));
+            .and_then(|m| m.iter().next());
+        let Some((Value::String(name), Value::Sequence(scopes))) = only else {
+            return Err(invalid(&at, "only one authorizer per route is emulated"));
         };
-        let name = key_str(name, &at)?.to_owned();
-        if name == "AWS_IAM" {
-            return Err(invalid(&at, "AWS_IAM is not emulated by the local harness"));
-        }
-        let scopes: Vec<String> = match scopes {
-            Value::Sequence(s) => s
-                .iter()
-                .enumerate()
-                .map(|(i, s)| self.scalar(s, &format!("{at}.{name}[{i}]")))
-                .collect::<Result<_>>()?,
-            _ => return Err(invalid(&format!("{at}.{name}"), "not a list")),
-        };
-        if name == NO_AUTHORIZER && !scopes.is_empty() {
-            return Err(invalid(
-                &at,
-                "AuthorizationScopes need an authorizer (Authorizer is NONE)",
-            ));
-        }
-        Ok((Some(name), scopes))
+        let scopes = scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.scalar(s, &format!("{at}.{name}[{i}]")))
+            .collect::<Result<_>>()?;
+        Ok((Some(name.clone()), scopes))
     }
 
     /// Marks the target of the function URL `id`.

@@ -6,7 +6,11 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::call::RecorderConfig;
-use crate::cfn::{Environment, Resolver, get_att_target, intrinsic, key, translated};
+use local_aws::template::{Function, Template};
+
+use crate::cfn::{
+    Environment, Resolver, get_att_target, intrinsic, key, template_error, translated,
+};
 use crate::error::PolicyError;
 use crate::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
@@ -114,7 +118,10 @@ impl TemplateRoles {
         let root = doc
             .as_mapping()
             .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
-        let resolver = Resolver::new(root, env)?;
+        // Functions, their event sources and tables: local-aws's model of the same template.
+        let template =
+            Template::from_cloudformation(&doc, &env.template_options()).map_err(template_error)?;
+        let resolver = Resolver::new(root, env, &template)?;
         let mut roles = BTreeMap::new();
         let mut functions = BTreeMap::new();
         let mut tables = BTreeMap::new();
@@ -122,7 +129,6 @@ impl TemplateRoles {
         // name); and the template's managed policies each role lists in ManagedPolicyArns.
         let mut attached: Vec<Attached<'_>> = Vec::new();
         let mut managed_of_role: Vec<(String, String)> = Vec::new();
-        let mut mappings = Vec::new();
         for (id, resource) in resolver.resources() {
             let id = key(id, "Resources")?;
             let at = format!("Resources.{id}");
@@ -138,17 +144,20 @@ impl TemplateRoles {
                     attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
                 }
                 "AWS::Lambda::Function" => {
-                    let f = function(id, properties, &resolver, &at)?;
+                    let f = function(&template.functions[id], properties, &resolver, &at)?;
                     functions.insert(f.function_name.clone(), f);
-                }
-                "AWS::Lambda::EventSourceMapping" => {
-                    mappings.push(event_source_mapping(id, properties, &resolver, &at)?);
-                }
-                "AWS::DynamoDB::Table" => {
-                    tables.insert(id.to_owned(), table(id, properties, &resolver, &at)?);
                 }
                 _ => {}
             }
+        }
+        for (id, t) in &template.tables {
+            let at = format!("Resources.{id}");
+            let key = TableKey {
+                name: resolver.reference(id, &at)?,
+                arn: resolver.get_att(id, "Arn", &at)?,
+                hash_key: t.partition_key().name.clone(),
+            };
+            tables.insert(id.clone(), key);
         }
         for (role_id, policy_id) in &managed_of_role {
             match attached
@@ -186,18 +195,6 @@ impl TemplateRoles {
                 role.statements
                     .extend(statements(p.document, &p.name, &resolver, &p.at)?);
             }
-        }
-        for (function_id, requirements) in mappings {
-            let f = functions
-                .values_mut()
-                .find(|f| f.logical_id == function_id)
-                .ok_or_else(|| {
-                    PolicyError::invalid(
-                        "Resources",
-                        format!("an event source mapping names {function_id}, not a function of the template"),
-                    )
-                })?;
-            f.requirements.extend(requirements);
         }
         for f in functions.values() {
             if !roles.contains_key(&f.role) {
@@ -430,40 +427,6 @@ fn statements(
         .collect()
 }
 
-/// An `AWS::Lambda::EventSourceMapping`: the logical id of its function, and what it requires.
-fn event_source_mapping(
-    id: &str,
-    properties: Option<&Value>,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<(String, Vec<Requirement>), PolicyError> {
-    let at = format!("{at}.Properties");
-    let map = mapping(properties, &at)?;
-    let function = map
-        .get("FunctionName")
-        .and_then(role_reference)
-        .ok_or_else(|| {
-            PolicyError::unsupported(&at, "a FunctionName other than !Ref of a template function")
-        })?;
-    let source = map
-        .get("EventSourceArn")
-        .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
-    let kind = role_reference(source).and_then(|r| resolver.resource_type(&r));
-    if let Some(kind) = kind.filter(|k| !matches!(*k, "AWS::SQS::Queue" | "AWS::DynamoDB::Table")) {
-        return Err(PolicyError::unsupported(
-            &format!("{at}.EventSourceArn"),
-            format!("an event source of type {kind}"),
-        ));
-    }
-    // SAM names a mapping after its function and event: the event's name, as in `Events`.
-    let event = id
-        .strip_prefix(function.as_str())
-        .filter(|e| !e.is_empty())
-        .unwrap_or(id);
-    let requirements = requirement::mapping(event, source, properties, resolver, &at)?;
-    Ok((function, requirements))
-}
-
 fn statement(
     s: &Value,
     policy: &str,
@@ -546,8 +509,10 @@ fn conditions(c: &Value, resolver: &Resolver<'_>, at: &str) -> Result<Vec<Condit
     Ok(out)
 }
 
+/// The role and requirements of the function `f` (the model's), whose translated properties
+/// are `properties`.
 fn function(
-    id: &str,
+    f: &Function,
     properties: Option<&Value>,
     resolver: &Resolver<'_>,
     at: &str,
@@ -565,42 +530,12 @@ fn function(
         .ok_or_else(|| {
             PolicyError::unsupported(&role_at, "a function without Role: !GetAtt ROLE.Arn")
         })?;
-    let function_name = properties
-        .get("FunctionName")
-        .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
-        .transpose()?
-        .unwrap_or_else(|| id.to_owned());
-    let requirements = requirement::platform(properties, &function_name, resolver, &at)?;
+    let mut requirements = requirement::platform(properties, &f.name, resolver, &at)?;
+    requirements.extend(requirement::event_sources(f, resolver, &at)?);
     Ok(FunctionRole {
-        logical_id: id.to_owned(),
-        function_name,
+        logical_id: f.logical_id.clone(),
+        function_name: f.name.clone(),
         role,
         requirements,
-    })
-}
-
-fn table(
-    id: &str,
-    properties: Option<&Value>,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<TableKey, PolicyError> {
-    let at = format!("{at}.Properties");
-    let properties = mapping(properties, &at)?;
-    let schema = properties
-        .get("KeySchema")
-        .and_then(Value::as_sequence)
-        .ok_or_else(|| PolicyError::invalid(&at, "no KeySchema"))?;
-    let hash_key = schema
-        .iter()
-        .find(|k| k.get("KeyType").and_then(Value::as_str) == Some("HASH"))
-        .and_then(|k| k.get("AttributeName"))
-        .map(|n| resolver.string(n, &format!("{at}.KeySchema")))
-        .transpose()?
-        .ok_or_else(|| PolicyError::invalid(&format!("{at}.KeySchema"), "no HASH key"))?;
-    Ok(TableKey {
-        name: resolver.reference(id, &at)?,
-        arn: resolver.get_att(id, "Arn", &at)?,
-        hash_key,
     })
 }
