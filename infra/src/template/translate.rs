@@ -1,8 +1,8 @@
 //! SAM's own translator: a template with `AWS::Serverless::*` resources is expanded into plain
 //! CloudFormation by the pinned `aws-sam-translator` (`infra/tools/sam-translate.py`, run with
 //! the Python of `.venv-tools`, which `make tools-install` creates), once per template text: the
-//! output is cached under `.local/sam-translate/`, keyed by the SHA-256 of the script and the
-//! template.
+//! output is cached under `.local/sam-translate/`, keyed by the SHA-256 of the script, the
+//! pinned requirements and the template.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,8 @@ use sha2::{Digest, Sha256};
 use super::{Result, TemplateError, invalid};
 
 const SCRIPT: &str = include_str!("../../tools/sam-translate.py");
+/// The pins, the translator's among them: a new translator translates again.
+const PINS: &str = include_str!("../../tools/requirements.txt");
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -33,8 +35,10 @@ pub fn translated(yaml: &str) -> Result<Value> {
         return Ok(serde_yaml_ng::from_str(yaml)?);
     }
     let mut digest = Sha256::new();
-    digest.update(SCRIPT.as_bytes());
-    digest.update([0]);
+    for part in [SCRIPT, PINS] {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
     digest.update(yaml.as_bytes());
     let key: String = digest
         .finalize()
