@@ -176,3 +176,22 @@ impl HttpRoute {
 
 /// `Auth.Authorizer` of a public route.
 const NO_AUTHORIZER: &str = "NONE";
+
+/// A JWT authorizer of an HTTP API (SAM's `Auth.Authorizers.X.JwtConfiguration`, as the API's
+/// OpenAPI `Body` carries it).
+///
+/// ```
+/// use local_aws::template::{Template, TemplateOptions};
+///
+/// let template = Template::load_project(&TemplateOptions::default()).unwrap();
+/// let jwt = &template.jwt_authorizers["PaymentsJwt"];
+/// assert_eq!(jwt.issuer, "https://issuer.example.com/");
+/// assert_eq!(jwt.audiences, ["payments-api"]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtConfiguration {
+    /// `issuer`: the exact `iss` a token must carry.
+    pub issuer: String,
+    /// `audience`: a token's `aud` (or `client_id`) must be one of these.
+    pub audiences: Vec<String>,
+}

@@ -65,7 +65,9 @@ mod sources;
 mod translate;
 
 pub use conditions::Conditions;
-pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
+pub use events::{
+    DynamoDbEventSource, HttpRoute, JwtConfiguration, SqsEventSource, StartingPosition,
+};
 pub use expr::intrinsic;
 pub(crate) use expr::pseudo;
 pub use expr::{Expr, Part};
@@ -157,6 +159,8 @@ pub struct Template {
     pub tables: BTreeMap<String, Table>,
     /// Functions by logical id.
     pub functions: BTreeMap<String, Function>,
+    /// The HTTP APIs' JWT authorizers by name (what [`HttpRoute::authorizer`] names).
+    pub jwt_authorizers: BTreeMap<String, JwtConfiguration>,
     /// The `Mappings` section (every `!FindInMap` is already resolved with it).
     pub mappings: Mappings,
     /// The `Conditions` section, evaluated (every `!If` and resource `Condition` is already
@@ -261,6 +265,7 @@ impl Template {
             queues: BTreeMap::new(),
             tables: BTreeMap::new(),
             functions: BTreeMap::new(),
+            jwt_authorizers: BTreeMap::new(),
             mappings: mappings.clone(),
             conditions: conditions.clone(),
             naming: options.naming.clone(),

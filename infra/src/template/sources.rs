@@ -8,8 +8,8 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::events::REPORT_BATCH_ITEM_FAILURES;
 use super::{
-    Ctx, DynamoDbEventSource, FilterPattern, HttpRoute, Part, Result, SqsEventSource,
-    StartingPosition, Template, invalid, key_str, parse_expr,
+    Ctx, DynamoDbEventSource, FilterPattern, HttpRoute, JwtConfiguration, Part, Result,
+    SqsEventSource, StartingPosition, Template, invalid, key_str, parse_expr,
 };
 
 /// Properties of a stream mapping that change what it does and are not emulated.
@@ -283,18 +283,43 @@ impl Ctx<'_> {
             .and_then(Value::as_mapping);
         for (name, scheme) in schemes.into_iter().flatten() {
             let name = key_str(name, &at)?;
-            let kind = scheme
-                .get("x-amazon-apigateway-authorizer")
-                .and_then(|a| a.get("type"))
-                .and_then(Value::as_str);
-            if kind != Some("jwt") {
-                return Err(invalid(
-                    &format!("{at}.components.securitySchemes.{name}"),
-                    format!(
-                        "{name} is not emulated by the local harness (only JWT authorizers are)"
-                    ),
-                ));
-            }
+            let at = format!("{at}.components.securitySchemes.{name}");
+            let authorizer = scheme.get("x-amazon-apigateway-authorizer");
+            let config = authorizer
+                .filter(|a| a.get("type").and_then(Value::as_str) == Some("jwt"))
+                .and_then(|a| a.get("jwtConfiguration"))
+                .and_then(Value::as_mapping)
+                .ok_or_else(|| {
+                    invalid(
+                        &at,
+                        format!(
+                            "{name} is not emulated by the local harness (only JWT authorizers are)"
+                        ),
+                    )
+                })?;
+            let at = format!("{at}.x-amazon-apigateway-authorizer.jwtConfiguration");
+            let audiences = match config.get("audience") {
+                Some(Value::Sequence(list)) => list
+                    .iter()
+                    .map(|a| self.scalar(a, &format!("{at}.audience")))
+                    .collect::<Result<Vec<_>>>()?,
+                // A CommaDelimitedList parameter.
+                Some(one) => vec![self.scalar(one, &format!("{at}.audience"))?],
+                None => Vec::new(),
+            };
+            let jwt = JwtConfiguration {
+                issuer: self
+                    .opt_scalar(config, "issuer", &at)?
+                    .ok_or_else(|| invalid(&at, "missing issuer"))?,
+                audiences: audiences
+                    .iter()
+                    .flat_map(|a| a.split(','))
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            };
+            template.jwt_authorizers.insert(name.to_owned(), jwt);
         }
         let paths = body
             .get("paths")
