@@ -75,6 +75,7 @@ ensure-cargo-deny:
 
 # --- template: lint and build -----------------------------------------------
 
+# The pinned tools, SAM's translator among them: local-aws reads template.yaml through it.
 tools-install:
 	$(TOOLS) install
 
@@ -126,7 +127,7 @@ local-aws-env:
 # PAYMENTS payments by HTTP with retries, duplicates and injected failures,
 # drains the pipeline, prints the report and exits non-zero if a check fails.
 PAYMENTS ?= 200
-demo:
+demo: tools-install
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p payments-e2e --bin demo -- $(PAYMENTS)
 
 # --- the stack, running --------------------------------------------------------
@@ -144,14 +145,14 @@ WATCH            ?=
 UP_WATCH = $(filter 1 yes true,$(WATCH))
 UP_ARGS = --api-port $(UP_API_PORT) --env-file $(ROOT)/.local/up.env $(if $(UP_WATCH),--watch) \
           $(if $(FAIL_PAYMENTS),--fail-payments '$(FAIL_PAYMENTS)')
-up:
+up: tools-install
 	@mkdir -p $(ROOT)/.local
 	LOCAL_AWS_RUN_PORT=$(UP_ENDPOINT_PORT) $(LOCAL_AWS) run -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
 
 # The same stack on LocalStack (Docker): starts infra/localstack's container, runs `up` against
 # it, and stops the container when `up` ends.
-up-localstack:
+up-localstack: tools-install
 	@mkdir -p $(ROOT)/.local
 	$(ROOT)/infra/localstack/up -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
