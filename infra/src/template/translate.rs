@@ -7,6 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_yaml_ng::Value;
 use sha2::{Digest, Sha256};
@@ -53,7 +54,9 @@ pub fn translated(yaml: &str) -> Result<Value> {
         Err(_) => {
             let json = run_translator(&root, yaml)?;
             // Written whole, then renamed: a concurrent reader sees all of it or nothing.
-            let tmp = cache.join(format!("{key}.{}.tmp", std::process::id()));
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let tmp = cache.join(format!("{key}.{}-{n}.tmp", std::process::id()));
             let _ = std::fs::create_dir_all(&cache)
                 .and_then(|()| std::fs::write(&tmp, &json))
                 .and_then(|()| std::fs::rename(&tmp, &cached));
