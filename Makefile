@@ -76,6 +76,7 @@ ensure-cargo-deny:
 
 # --- template: lint and build -----------------------------------------------
 
+# The pinned tools, SAM's translator among them: local-aws reads template.yaml through it.
 tools-install:
 	$(TOOLS) install
 
@@ -149,14 +150,14 @@ WATCH            ?=
 UP_WATCH = $(filter 1 yes true,$(WATCH))
 UP_ARGS = --api-port $(UP_API_PORT) --env-file $(ROOT)/.local/up.env $(if $(UP_WATCH),--watch) \
           $(if $(FAIL_PAYMENTS),--fail-payments '$(FAIL_PAYMENTS)')
-up:
+up: tools-install
 	@mkdir -p $(ROOT)/.local
 	LOCAL_AWS_RUN_PORT=$(UP_ENDPOINT_PORT) $(LOCAL_AWS) run -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
 
 # The same stack on LocalStack (Docker): starts infra/localstack's container, runs `up` against
 # it, and stops the container when `up` ends.
-up-localstack:
+up-localstack: tools-install
 	@mkdir -p $(ROOT)/.local
 	$(ROOT)/infra/localstack/up -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)

@@ -1,8 +1,9 @@
 //! Runs the project's SAM template (`template.yaml`) on a local AWS endpoint (moto or
 //! LocalStack), without Docker and without deploying:
 //!
-//! - [`template`]: the template as a model (queues, tables, functions, event sources), with
-//!   parameter overrides and a [`Naming`](template::Naming) prefix for isolated copies;
+//! - [`template`]: the template as a model (queues, tables, functions, event sources) of the
+//!   CloudFormation SAM's own translator makes of it, with parameter overrides and a
+//!   [`Naming`](template::Naming) prefix for isolated copies;
 //! - [`provision`]: creates the queues and tables (with their streams) on the endpoint, computes each function's
 //!   environment, and [`verify`](provision::verify)s what exists against the template;
 //! - [`runner`]: Lambda's event source mappings, feeding batches to in-process handlers or to a

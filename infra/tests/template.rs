@@ -194,14 +194,15 @@ fn functions_and_event_sources() {
         })
         .collect();
     // Charging needs the write scope, reading the read scope; the ANY fallbacks (a wrong method
-    // reaches the function, which answers 405) need either.
+    // reaches the function, which answers 405) need either. In the order of the API's OpenAPI
+    // `Body`, as SAM's translator writes it: by path, then method.
     let either = "payments/write payments/read".to_owned();
     assert_eq!(
         routes,
         [
             ("POST", "/payments", "payments/write".to_owned()),
-            ("GET", "/payments/{paymentId}", "payments/read".to_owned()),
             ("ANY", "/payments", either.clone()),
+            ("GET", "/payments/{paymentId}", "payments/read".to_owned()),
             ("ANY", "/payments/{paymentId}", either),
         ]
     );
@@ -451,8 +452,8 @@ fn stream_sources_that_cannot_run_are_rejected() {
             ".StreamArn",
         ),
         (
-            "Type: SQS\n                Destination",
-            "Type: SNS\n                Destination",
+            "Type: SQS\n                Destination: !GetAtt PaymentsOutboxDeadLetterQueue.Arn",
+            "Type: SNS\n                Destination: !Ref AlarmTopic",
             "only SQS destinations",
         ),
         (
@@ -530,4 +531,135 @@ fn naming_and_parameter_overrides() {
             "{name}={value} accepted"
         );
     }
+}
+
+#[test]
+fn event_sources_are_read_from_the_translator_s_event_source_mappings() {
+    use local_aws::provision::{Provisioned, ProvisionedQueue};
+    use local_aws::runner::EventSourceMapping;
+
+    let sam = r#"
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs, VisibilityTimeout: 60 } }
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      FunctionName: worker
+      Timeout: 10
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Jobs.Arn
+            BatchSize: 3
+            FunctionResponseTypes: [ReportBatchItemFailures]
+"#;
+    // SAM's translator makes the event an AWS::Lambda::EventSourceMapping...
+    let cfn = local_aws::template::translated(sam).unwrap();
+    let mapping = &cfn["Resources"]["WorkerWork"];
+    assert_eq!(
+        mapping["Type"].as_str(),
+        Some("AWS::Lambda::EventSourceMapping")
+    );
+    assert_eq!(mapping["Properties"]["BatchSize"].as_u64(), Some(3));
+    assert_eq!(
+        mapping["Properties"]["FunctionResponseTypes"][0].as_str(),
+        Some("ReportBatchItemFailures")
+    );
+    assert!(cfn["Resources"]["Worker"]["Properties"]["Events"].is_null());
+
+    // ... which is what the model reads: the same mapping written by hand, without SAM, gives
+    // the same event source.
+    let plain = r#"
+Resources:
+  Jobs: { Type: AWS::SQS::Queue, Properties: { QueueName: jobs, VisibilityTimeout: 60 } }
+  Worker:
+    Type: AWS::Lambda::Function
+    Properties: { FunctionName: worker, Timeout: 10 }
+  WorkerWork:
+    Type: AWS::Lambda::EventSourceMapping
+    Properties:
+      FunctionName: !Ref Worker
+      EventSourceArn: !GetAtt Jobs.Arn
+      BatchSize: 3
+      FunctionResponseTypes: [ReportBatchItemFailures]
+"#;
+    let from_sam = Template::parse(sam, &TemplateOptions::default()).unwrap();
+    let from_cfn = Template::parse(plain, &TemplateOptions::default()).unwrap();
+    assert_eq!(from_sam.functions["Worker"], from_cfn.functions["Worker"]);
+    let worker = &from_sam.functions["Worker"];
+    let [work] = worker.sqs_events.as_slice() else {
+        panic!("{:?}", worker.sqs_events);
+    };
+    assert_eq!((work.name.as_str(), work.queue.as_str()), ("Work", "Jobs"));
+    assert_eq!(work.batch_size, 3);
+    assert!(work.reports_batch_item_failures());
+
+    // And the runner's mapping gets them (the queue as provisioning would give it).
+    let provisioned = Provisioned {
+        region: "us-east-1".into(),
+        account_id: "123456789012".into(),
+        queues: [(
+            "Jobs".to_owned(),
+            ProvisionedQueue {
+                name: "jobs".into(),
+                url: "http://127.0.0.1:5000/123456789012/jobs".into(),
+                arn: "arn:aws:sqs:us-east-1:123456789012:jobs".into(),
+                fifo: false,
+            },
+        )]
+        .into(),
+        tables: Default::default(),
+        functions: [("Worker".to_owned(), "worker".to_owned())].into(),
+    };
+    let [m] = EventSourceMapping::for_function(worker, &provisioned)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(m.batch_size, 3);
+    assert!(m.report_batch_item_failures);
+    assert_eq!(m.timeout, Duration::from_secs(10));
+
+    // Without ReportBatchItemFailures in the mapping, the runner deletes whole batches only.
+    let without = sam.replace(
+        "            FunctionResponseTypes: [ReportBatchItemFailures]\n",
+        "",
+    );
+    let t = Template::parse(&without, &TemplateOptions::default()).unwrap();
+    let [m] = EventSourceMapping::for_function(&t.functions["Worker"], &provisioned)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert!(!m.report_batch_item_failures);
+}
+
+#[test]
+fn what_sam_makes_that_the_harness_does_not_emulate_is_refused_by_name() {
+    let with_event = |event: &str| {
+        let yaml = format!(
+            "Resources:\n  S: {{ Type: AWS::Kinesis::Stream, Properties: {{ ShardCount: 1 }} }}\n  Api: {{ Type: AWS::Serverless::HttpApi, Properties: {{ Auth: {{ EnableIamAuthorizer: true }} }} }}\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      Events:\n        E: {event}\n"
+        );
+        Template::parse(&yaml, &TemplateOptions::default())
+            .unwrap_err()
+            .to_string()
+    };
+    let kinesis = with_event(
+        "{ Type: Kinesis, Properties: { Stream: !GetAtt S.Arn, StartingPosition: LATEST } }",
+    );
+    assert!(
+        kinesis.contains("Resources.FE.Properties.EventSourceArn"),
+        "{kinesis}"
+    );
+    assert!(
+        kinesis.contains("not emulated by the local harness"),
+        "{kinesis}"
+    );
+    let iam = with_event(
+        "{ Type: HttpApi, Properties: { ApiId: !Ref Api, Auth: { Authorizer: AWS_IAM } } }",
+    );
+    assert!(iam.contains("AWS_IAM is not emulated"), "{iam}");
+    // A template SAM's translator itself refuses: its message, at `Transform`.
+    let bad = with_event("{ Type: SQS, Properties: { BatchSize: 3 } }");
+    assert!(bad.starts_with("Transform: "), "{bad}");
 }

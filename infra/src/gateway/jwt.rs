@@ -108,6 +108,27 @@ impl JwtAuthorizer {
         ))
     }
 
+    /// The template's JWT authorizer `name` (an HTTP API's, as [`HttpRoute::authorizer`]
+    /// names it); `None` if the template has none of that name.
+    ///
+    /// ```
+    /// use local_aws::gateway::JwtAuthorizer;
+    /// use local_aws::template::{Template, TemplateOptions};
+    ///
+    /// let template = Template::load_project(&TemplateOptions::default()).unwrap();
+    /// let authorizer = JwtAuthorizer::from_template(&template, "PaymentsJwt").unwrap();
+    /// assert_eq!(
+    ///     Some(authorizer),
+    ///     JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience"),
+    /// );
+    /// ```
+    ///
+    /// [`HttpRoute::authorizer`]: crate::template::HttpRoute::authorizer
+    pub fn from_template(template: &Template, name: &str) -> Option<Self> {
+        let jwt = template.jwt_authorizers.get(name)?;
+        Some(Self::new(&jwt.issuer, jwt.audiences.iter().cloned()))
+    }
+
     /// Requires one of `scopes` in the token's `scp`/`scope` (a route's `AuthorizationScopes`).
     pub fn with_authorization_scopes<S: Into<String>>(
         mut self,

@@ -4,7 +4,7 @@
 //! read, with the condition functions CloudFormation has: `Fn::Equals` (two values: literals,
 //! parameters, pseudo parameters, `!Sub`/`!Join` of those, `!FindInMap`), `Fn::Not`, `Fn::And`,
 //! `Fn::Or` (2 to 10 conditions) and `Condition` references to other conditions, in long form
-//! (`Fn::Equals:`) or short (`!Equals`). Then, in `Resources` and `Globals`, a resource whose
+//! (`Fn::Equals:`) or short (`!Equals`). Then, in `Resources`, a resource whose
 //! `Condition` is false is left out, every `Fn::If` is replaced by the branch its condition
 //! picks, and `!Ref AWS::NoValue` removes the key (or list item) it is the value of, as
 //! CloudFormation does. So the harness provisions and runs what a deployment with the same

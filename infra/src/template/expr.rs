@@ -55,6 +55,12 @@ impl Expr {
         }
     }
 
+    /// Parses a value (a scalar, `Ref`, `Fn::GetAtt`, `Fn::Sub` or `Fn::Join`, long or short
+    /// form) without resolving anything; `at` is where it is, for the error.
+    pub fn parse(v: &Value, at: &str) -> Result<Self> {
+        parse_expr(v, at).map(Self::from_parts)
+    }
+
     pub(super) fn from_parts(parts: Vec<Part>) -> Self {
         let mut merged: Vec<Part> = Vec::with_capacity(parts.len());
         for part in parts {

@@ -2,6 +2,13 @@
 //! policies), DynamoDB tables (with their streams) and functions with their event sources (SQS
 //! queues, DynamoDB streams with their filters and on-failure queues) and HTTP routes.
 //!
+//! SAM is AWS's to expand: a template with `AWS::Serverless::*` resources goes through SAM's own
+//! translator first ([`translated`]: the pinned `aws-sam-translator`, cached per template text),
+//! and the model reads the CloudFormation it writes: `AWS::Lambda::Function` (with `Globals`
+//! merged in), `AWS::Lambda::EventSourceMapping`, the `AWS::ApiGatewayV2::Api` whose OpenAPI
+//! `Body` holds the routes and their JWT authorizer, `AWS::Lambda::Url`. What is left of
+//! CloudFormation (parameters, mappings, conditions, intrinsics) is evaluated here.
+//!
 //! Only what the local harness needs is modelled; everything that has no local effect (IAM roles,
 //! log groups, alarms, topics, encryption settings) is skipped. Properties that *would* change
 //! behaviour but are not emulated (local secondary indexes) are rejected with an error rather
@@ -54,9 +61,13 @@ mod naming;
 mod parameters;
 mod parse;
 mod resources;
+mod sources;
+mod translate;
 
 pub use conditions::Conditions;
-pub use events::{DynamoDbEventSource, HttpRoute, SqsEventSource, StartingPosition};
+pub use events::{
+    DynamoDbEventSource, HttpRoute, JwtConfiguration, SqsEventSource, StartingPosition,
+};
 pub use expr::intrinsic;
 pub(crate) use expr::pseudo;
 pub use expr::{Expr, Part};
@@ -69,6 +80,7 @@ pub use resources::{
     AttributeType, KeyAttribute, KeyType, Projection, Queue, Redrive, RedriveAllowPolicy,
     SecondaryIndex, StreamViewType, Table,
 };
+pub use translate::translated;
 
 use expr::{PSEUDO, child_at, key_str, parse_expr, plain_scalar};
 use parameters::parse_parameters;
@@ -76,7 +88,10 @@ use parse::Ctx;
 
 const QUEUE: &str = "AWS::SQS::Queue";
 const TABLE: &str = "AWS::DynamoDB::Table";
-const FUNCTION: &str = "AWS::Serverless::Function";
+const FUNCTION: &str = "AWS::Lambda::Function";
+const EVENT_SOURCE_MAPPING: &str = "AWS::Lambda::EventSourceMapping";
+const HTTP_API: &str = "AWS::ApiGatewayV2::Api";
+const FUNCTION_URL: &str = "AWS::Lambda::Url";
 
 /// Why a template could not be turned into a [`Template`].
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +107,14 @@ pub enum TemplateError {
     /// The text is not YAML.
     #[error("the template is not valid YAML: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
-    /// The YAML is not a template this harness can run (`at` is the path in the document).
+    /// SAM's translator could not be run (not installed: `make tools-install`).
+    #[error("SAM's translator: {message}")]
+    Translator {
+        /// What went wrong.
+        message: String,
+    },
+    /// The YAML is not a template this harness can run (`at` is the path in the document,
+    /// `Transform` when SAM's translator refused it).
     #[error("{at}: {message}")]
     Invalid {
         /// Where, e.g. `Resources.PaymentsQueue.Properties.VisibilityTimeout`.
@@ -137,6 +159,8 @@ pub struct Template {
     pub tables: BTreeMap<String, Table>,
     /// Functions by logical id.
     pub functions: BTreeMap<String, Function>,
+    /// The HTTP APIs' JWT authorizers by name (what [`HttpRoute::authorizer`] names).
+    pub jwt_authorizers: BTreeMap<String, JwtConfiguration>,
     /// The `Mappings` section (every `!FindInMap` is already resolved with it).
     pub mappings: Mappings,
     /// The `Conditions` section, evaluated (every `!If` and resource `Condition` is already
@@ -185,7 +209,11 @@ impl Template {
     /// assert_eq!(template.queues["Jobs"].visibility_timeout, 60);
     /// ```
     pub fn parse(yaml: &str, options: &TemplateOptions) -> Result<Self> {
-        let doc: Value = serde_yaml_ng::from_str(yaml)?;
+        Self::from_cloudformation(&translated(yaml)?, options)
+    }
+
+    /// Reads a template that is CloudFormation already (what [`translated`] gives).
+    pub fn from_cloudformation(doc: &Value, options: &TemplateOptions) -> Result<Self> {
         let root = doc
             .as_mapping()
             .ok_or_else(|| invalid("<root>", "not a mapping"))?;
@@ -237,25 +265,16 @@ impl Template {
             queues: BTreeMap::new(),
             tables: BTreeMap::new(),
             functions: BTreeMap::new(),
+            jwt_authorizers: BTreeMap::new(),
             mappings: mappings.clone(),
             conditions: conditions.clone(),
             naming: options.naming.clone(),
         };
-        let resolved_globals = root
-            .get("Globals")
-            .map(|g| conditions.resolve(g, "Globals"))
-            .transpose()?
-            .flatten()
-            .map(|g| mappings.resolve(&g, &env, "Globals"))
-            .transpose()?;
-        let globals = resolved_globals
-            .as_ref()
-            .and_then(|g| g.get("Function"))
-            .and_then(Value::as_mapping);
+        let mut attached = Vec::new();
+        let empty = Mapping::new();
         for (id, resource) in resources {
             let id = key_str(id, "Resources")?;
             let at = format!("Resources.{id}");
-            let empty = Mapping::new();
             let props = match resource.get("Properties") {
                 None => &empty,
                 Some(Value::Mapping(m)) => m,
@@ -271,10 +290,21 @@ impl Template {
                     template.tables.insert(id.to_owned(), table);
                 }
                 FUNCTION => {
-                    let function = ctx.function(id, resource, props, globals, &at)?;
+                    let function = ctx.function(id, resource, props, &at)?;
                     template.functions.insert(id.to_owned(), function);
                 }
+                kind @ (EVENT_SOURCE_MAPPING | HTTP_API | FUNCTION_URL) => {
+                    attached.push((kind, id, props))
+                }
                 _ => {}
+            }
+        }
+        // Once every queue, table and function is known: what SAM made of the `Events`.
+        for (kind, id, props) in attached {
+            match kind {
+                EVENT_SOURCE_MAPPING => ctx.event_source_mapping(&mut template, id, props)?,
+                HTTP_API => ctx.http_api(&mut template, id, props)?,
+                _ => ctx.function_url(&mut template, id, props)?,
             }
         }
         for queue in template.queues.values() {
@@ -288,38 +318,6 @@ impl Template {
             }
         }
         template.resolve_redrive_allow_sources()?;
-        for function in template.functions.values() {
-            let at = |event: &str| {
-                format!(
-                    "Resources.{}.Properties.Events.{event}",
-                    function.logical_id
-                )
-            };
-            for event in &function.sqs_events {
-                if !template.queues.contains_key(&event.queue) {
-                    return Err(invalid(
-                        &at(&event.name),
-                        format!("{} is not a queue", event.queue),
-                    ));
-                }
-            }
-            for event in &function.dynamodb_events {
-                if !template.tables.contains_key(&event.table) {
-                    return Err(invalid(
-                        &at(&event.name),
-                        format!("{} is not a table", event.table),
-                    ));
-                }
-                if let Some(q) = &event.on_failure_queue
-                    && !template.queues.contains_key(q)
-                {
-                    return Err(invalid(
-                        &format!("{}.Properties.DestinationConfig", at(&event.name)),
-                        format!("{q} is not a queue"),
-                    ));
-                }
-            }
-        }
         Ok(template)
     }
 

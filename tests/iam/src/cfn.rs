@@ -1,7 +1,8 @@
 //! CloudFormation intrinsic functions in policies, resolved against an [`Environment`].
 //!
-//! The YAML is read with `serde_yaml_ng`, whose `Value::Tagged` keeps the short forms
-//! (`!Ref X`, `!GetAtt X.Arn`, `!Sub "..."`); the long forms (`Ref:`, `Fn::GetAtt:`) are read too.
+//! The template is read as SAM's translator expands it ([`translated`]): intrinsics in their long
+//! forms (`Ref:`, `Fn::GetAtt:`), or, in a template without SAM resources, their short forms
+//! (`!Ref X`, kept by `serde_yaml_ng`'s `Value::Tagged`).
 
 use std::collections::BTreeMap;
 
@@ -11,6 +12,21 @@ use crate::error::PolicyError;
 use local_aws::arn::{self, Arn};
 use local_aws::provision::Provisioned;
 pub(crate) use local_aws::template::intrinsic;
+use local_aws::template::{Expr, Part, Template, TemplateError, TemplateOptions};
+
+/// The template as CloudFormation ([`local_aws::template::translated`]).
+pub(crate) fn translated(yaml: &str) -> Result<Value, PolicyError> {
+    local_aws::template::translated(yaml).map_err(template_error)
+}
+
+/// local-aws's error reading a template, as a [`PolicyError`].
+pub(crate) fn template_error(e: TemplateError) -> PolicyError {
+    match e {
+        TemplateError::Yaml(e) => PolicyError::Yaml(e),
+        TemplateError::Invalid { at, message } => PolicyError::Invalid { at, message },
+        other => PolicyError::invalid("Transform", other.to_string()),
+    }
+}
 
 /// What the template's references resolve to: the pseudo parameters, parameter values, and the
 /// physical values of resources (`!Ref X`, `!GetAtt X.Attribute`).
@@ -85,6 +101,18 @@ impl Environment {
         self
     }
 
+    /// Options for local-aws's model of the template: this environment's parameters, region,
+    /// account and stack (names as in the template: the environment holds the provisioned ones).
+    pub(crate) fn template_options(&self) -> TemplateOptions {
+        TemplateOptions {
+            parameters: self.parameters.clone(),
+            stack_name: self.stack_name.clone(),
+            region: self.region.clone(),
+            account_id: self.account_id.clone(),
+            ..TemplateOptions::default()
+        }
+    }
+
     /// What the harness provisioned: region, account, each queue's URL (`Ref`), `Arn`,
     /// `QueueName` and `QueueUrl`, each table's name (`Ref`) and `Arn`, each function's name.
     /// Tables' `StreamArn`s are not in it: see [`with_stream_arns`](Self::with_stream_arns).
@@ -134,43 +162,25 @@ impl Environment {
 /// Resolves values of one template against an [`Environment`].
 pub(crate) struct Resolver<'a> {
     env: &'a Environment,
-    parameters: BTreeMap<String, String>,
+    template: &'a Template,
     resources: &'a Mapping,
 }
 
 impl<'a> Resolver<'a> {
-    /// Over the template's `root` mapping: parameter defaults, overridden by the environment's.
-    pub(crate) fn new(root: &'a Mapping, env: &'a Environment) -> Result<Self, PolicyError> {
-        let mut parameters = BTreeMap::new();
-        if let Some(params) = root.get("Parameters").and_then(Value::as_mapping) {
-            for (name, spec) in params {
-                let name = key(name, "Parameters")?;
-                if let Some(default) = spec.get("Default").and_then(scalar) {
-                    parameters.insert(name.to_owned(), default);
-                }
-            }
-        }
-        for (name, value) in &env.parameters {
-            if !parameters.contains_key(name)
-                && root
-                    .get("Parameters")
-                    .and_then(|p| p.get(name.as_str()))
-                    .is_none()
-            {
-                return Err(PolicyError::invalid(
-                    "Parameters",
-                    format!("the environment sets {name}, which is not a parameter"),
-                ));
-            }
-            parameters.insert(name.clone(), value.clone());
-        }
+    /// Over the template's `root` mapping, with the parameter values of local-aws's model of it
+    /// (`template`: the defaults, overridden by the environment's).
+    pub(crate) fn new(
+        root: &'a Mapping,
+        env: &'a Environment,
+        template: &'a Template,
+    ) -> Result<Self, PolicyError> {
         let resources = root
             .get("Resources")
             .and_then(Value::as_mapping)
             .ok_or_else(|| PolicyError::invalid("Resources", "missing or not a mapping"))?;
         Ok(Self {
             env,
-            parameters,
+            template,
             resources,
         })
     }
@@ -199,94 +209,21 @@ impl<'a> Resolver<'a> {
 
     /// A scalar or an intrinsic function, resolved to a string.
     pub(crate) fn string(&self, v: &Value, at: &str) -> Result<String, PolicyError> {
-        if let Some(s) = scalar(v) {
-            return Ok(s);
-        }
-        let Some((function, arg)) = intrinsic(v) else {
-            return Err(PolicyError::invalid(
-                at,
-                "expected a scalar or an intrinsic function",
-            ));
-        };
-        match function.as_str() {
-            "Ref" => match arg {
-                Value::String(name) => self.reference(name, at),
-                _ => Err(PolicyError::invalid(at, "!Ref needs a name")),
-            },
-            "GetAtt" => {
-                let (resource, attribute) = get_att_target(arg)
-                    .ok_or_else(|| PolicyError::invalid(at, "!GetAtt needs Resource.Attribute"))?;
-                self.get_att(&resource, &attribute, at)
+        let expr = Expr::parse(v, at).map_err(|e| match e {
+            TemplateError::Invalid { at, message } if message.contains("not supported") => {
+                let what = message.replace(" is not supported by the local harness", "");
+                PolicyError::Unsupported { at, what }
             }
-            "Sub" => {
-                let (text, vars) = match arg {
-                    Value::String(s) => (s.as_str(), None),
-                    Value::Sequence(s) if s.len() == 2 => match (&s[0], &s[1]) {
-                        (Value::String(t), Value::Mapping(m)) => (t.as_str(), Some(m)),
-                        _ => {
-                            return Err(PolicyError::invalid(
-                                at,
-                                "!Sub needs a string or [string, variables]",
-                            ));
-                        }
-                    },
-                    _ => {
-                        return Err(PolicyError::invalid(
-                            at,
-                            "!Sub needs a string or [string, variables]",
-                        ));
-                    }
-                };
-                self.sub(text, vars, at)
-            }
-            "Join" => {
-                let parts = match arg {
-                    Value::Sequence(s) if s.len() == 2 => match (&s[0], &s[1]) {
-                        (Value::String(d), Value::Sequence(items)) => Some((d, items)),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                let (delimiter, items) = parts
-                    .ok_or_else(|| PolicyError::invalid(at, "!Join needs [delimiter, [values]]"))?;
-                let values = items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, item)| self.string(item, &format!("{at}[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(values.join(delimiter))
-            }
-            other => Err(PolicyError::Unsupported {
-                at: at.to_owned(),
-                what: format!("the intrinsic function {other}"),
-            }),
-        }
-    }
-
-    fn sub(&self, text: &str, vars: Option<&Mapping>, at: &str) -> Result<String, PolicyError> {
+            other => template_error(other),
+        })?;
         let mut out = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let end = after.find('}').ok_or_else(|| {
-                PolicyError::invalid(at, format!("unclosed ${{ in !Sub {text:?}"))
-            })?;
-            let name = after[..end].trim();
-            if let Some(literal) = name.strip_prefix('!') {
-                out.push_str(&format!("${{{literal}}}"));
-            } else if let Some(value) = vars.and_then(|m| m.get(name)) {
-                out.push_str(&self.string(value, at)?);
-            } else if let Some((resource, attribute)) =
-                name.split_once('.').filter(|_| !name.starts_with("AWS::"))
-            {
-                out.push_str(&self.get_att(resource, attribute, at)?);
-            } else {
-                out.push_str(&self.reference(name, at)?);
-            }
-            rest = &after[end + 1..];
+        for part in expr.parts() {
+            out.push_str(&match part {
+                Part::Text(t) => t.clone(),
+                Part::Ref(name) => self.reference(name, at)?,
+                Part::GetAtt(resource, attribute) => self.get_att(resource, attribute, at)?,
+            });
         }
-        out.push_str(rest);
         Ok(out)
     }
 
@@ -302,7 +239,7 @@ impl<'a> Resolver<'a> {
             _ => None,
         };
         if let Some(v) = pseudo
-            .or_else(|| self.parameters.get(name).cloned())
+            .or_else(|| self.template.parameter(name).map(str::to_owned))
             .or_else(|| env.refs.get(name).cloned())
         {
             return Ok(v);
@@ -311,9 +248,7 @@ impl<'a> Resolver<'a> {
         let derived = match self.resource_type(name) {
             Some("AWS::DynamoDB::Table") => self.property(name, "TableName", at)?,
             Some("AWS::Logs::LogGroup") => self.property(name, "LogGroupName", at)?,
-            Some("AWS::Serverless::Function" | "AWS::Lambda::Function") => {
-                self.property(name, "FunctionName", at)?
-            }
+            Some("AWS::Lambda::Function") => self.property(name, "FunctionName", at)?,
             _ => None,
         };
         derived.ok_or_else(|| PolicyError::Unresolved {
@@ -366,7 +301,7 @@ impl<'a> Resolver<'a> {
         })
     }
 
-    fn resource_type(&self, logical_id: &str) -> Option<&'a str> {
+    pub(crate) fn resource_type(&self, logical_id: &str) -> Option<&'a str> {
         self.resources
             .get(logical_id)?
             .get("Type")
@@ -385,16 +320,6 @@ impl<'a> Resolver<'a> {
             .and_then(|p| p.get(property))
             .map(|v| self.string(v, at))
             .transpose()
-    }
-}
-
-/// A plain scalar as a string.
-pub(crate) fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
     }
 }
 

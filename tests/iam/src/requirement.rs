@@ -6,9 +6,11 @@
 
 use std::fmt;
 
-use serde_yaml_ng::{Mapping, Value};
+use serde_yaml_ng::Mapping;
 
-use crate::cfn::{Resolver, get_att_target, intrinsic};
+use local_aws::template::Function;
+
+use crate::cfn::Resolver;
 use crate::error::PolicyError;
 use crate::reference::{
     DYNAMODB_STREAM_SOURCE, PLATFORM_LOGS, SQS_ON_FAILURE, SQS_SOURCE, is_resource_scoped,
@@ -97,105 +99,38 @@ pub(crate) fn platform(
     Ok(requirements(&Requirer::Platform, PLATFORM_LOGS, &streams))
 }
 
-/// The requirements of a SAM function's `Events` (`DynamoDB` and `SQS` sources; the other
-/// sources AWS pushes to the function need nothing of its role; the other poll-based ones are
-/// not modelled and rejected).
-pub(crate) fn sam_events(
-    properties: &Mapping,
+/// What the event source mappings of `f` (the model's, from the translator's
+/// `AWS::Lambda::EventSourceMapping`s) require: reading their queue or stream, and sending to
+/// their on-failure queue.
+pub(crate) fn event_sources(
+    f: &Function,
     resolver: &Resolver<'_>,
     at: &str,
 ) -> Result<Vec<Requirement>, PolicyError> {
     let mut out = Vec::new();
-    let Some(events) = properties.get("Events").and_then(Value::as_mapping) else {
-        return Ok(out);
-    };
-    for (name, event) in events {
-        let name = name.as_str().unwrap_or_default().to_owned();
-        let at = format!("{at}.Events.{name}");
-        let kind = event.get("Type").and_then(Value::as_str).unwrap_or("");
-        let props = event.get("Properties");
-        let source = match kind {
-            "DynamoDB" => props.and_then(|p| p.get("Stream")),
-            "SQS" => props.and_then(|p| p.get("Queue")),
-            "Kinesis" | "MSK" | "MQ" | "SelfManagedKafka" | "DocumentDB" => {
-                return Err(PolicyError::unsupported(
-                    &at,
-                    format!("an event source of type {kind}"),
-                ));
-            }
-            _ => continue,
-        };
-        let source = source
-            .ok_or_else(|| PolicyError::invalid(&at, format!("a {kind} event names no source")))?;
-        out.extend(mapping(&name, source, props, resolver, &at)?);
-    }
-    Ok(out)
-}
-
-/// The requirements of one event source mapping: `source` its `EventSourceArn` (or SAM's
-/// `Stream`/`Queue`), `properties` where its `DestinationConfig` is.
-pub(crate) fn mapping(
-    event: &str,
-    source: &Value,
-    properties: Option<&Value>,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<Vec<Requirement>, PolicyError> {
-    let arn = stream_or_arn(source, resolver, at)?;
-    let by = Requirer::EventSource {
+    let by = |event: &str| Requirer::EventSource {
         event: event.to_owned(),
     };
-    let parsed = Arn::parse(&arn).map_err(|e| PolicyError::invalid(at, e.to_string()))?;
-    let mut out = match parsed.service {
-        "dynamodb" if parsed.resource.contains("/stream/") => {
-            requirements(&by, DYNAMODB_STREAM_SOURCE, &arn)
-        }
-        "sqs" => requirements(&by, SQS_SOURCE, &arn),
-        _ => {
-            return Err(PolicyError::unsupported(
-                at,
-                format!("an event source mapping on {arn}"),
-            ));
-        }
-    };
-    if let Some(destination) = properties
-        .and_then(|p| p.get("DestinationConfig"))
-        .and_then(|d| d.get("OnFailure"))
-        .and_then(|o| o.get("Destination"))
-    {
-        let at = format!("{at}.DestinationConfig.OnFailure.Destination");
-        let arn = resolver.string(destination, &at)?;
-        let by = Requirer::OnFailure {
-            event: event.to_owned(),
-        };
-        match Arn::parse(&arn) {
-            Ok(a) if a.service == "sqs" => out.extend(requirements(&by, SQS_ON_FAILURE, &arn)),
-            _ => {
-                return Err(PolicyError::unsupported(
-                    &at,
-                    format!("an on-failure destination {arn}"),
-                ));
+    for e in &f.sqs_events {
+        let arn = resolver.get_att(&e.queue, "Arn", at)?;
+        out.extend(requirements(&by(&e.name), SQS_SOURCE, &arn));
+    }
+    for e in &f.dynamodb_events {
+        // A stream's label is DynamoDB's: without it, the grant must cover every stream.
+        let arn = match resolver.get_att(&e.table, "StreamArn", at) {
+            Err(PolicyError::Unresolved { .. }) => {
+                format!("{}/stream/*", resolver.get_att(&e.table, "Arn", at)?)
             }
+            other => other?,
+        };
+        out.extend(requirements(&by(&e.name), DYNAMODB_STREAM_SOURCE, &arn));
+        if let Some(q) = &e.on_failure_queue {
+            let on_failure = Requirer::OnFailure {
+                event: e.name.clone(),
+            };
+            let arn = resolver.get_att(q, "Arn", at)?;
+            out.extend(requirements(&on_failure, SQS_ON_FAILURE, &arn));
         }
     }
     Ok(out)
-}
-
-/// `source` resolved; a table's `StreamArn` the environment does not know (its label is
-/// DynamoDB's) stands for every stream of the table.
-fn stream_or_arn(source: &Value, resolver: &Resolver<'_>, at: &str) -> Result<String, PolicyError> {
-    match resolver.string(source, at) {
-        Err(PolicyError::Unresolved { .. }) => {
-            let table = intrinsic(source)
-                .filter(|(f, _)| f == "GetAtt")
-                .and_then(|(_, arg)| get_att_target(arg))
-                .filter(|(_, attribute)| attribute == "StreamArn")
-                .map(|(table, _)| table);
-            match table {
-                Some(table) => Ok(format!("{}/stream/*", resolver.get_att(&table, "Arn", at)?)),
-                None => resolver.string(source, at),
-            }
-        }
-        other => other,
-    }
 }

@@ -6,7 +6,11 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::call::RecorderConfig;
-use crate::cfn::{Environment, Resolver, get_att_target, intrinsic, key};
+use local_aws::template::{Function, Template};
+
+use crate::cfn::{
+    Environment, Resolver, get_att_target, intrinsic, key, template_error, translated,
+};
 use crate::error::PolicyError;
 use crate::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
@@ -44,13 +48,15 @@ pub struct TableKey {
 /// A role's statements are those of its inline `Policies`, of the template's
 /// `AWS::IAM::ManagedPolicy` resources attached to it (their `Roles`, or the role's
 /// `ManagedPolicyArns: [!Ref POLICY]`), and of `AWS::IAM::Policy`/`RolePolicy` resources naming
-/// it. A function's event source mappings (SAM `Events` of type `DynamoDB`/`SQS`, or
-/// `AWS::Lambda::EventSourceMapping` resources) and its log group give its
-/// [`requirements`](FunctionRole::requirements).
+/// it. The template is read as SAM's translator expands it
+/// ([`translated`](local_aws::template::translated)): a function's
+/// `AWS::Lambda::EventSourceMapping`s (SAM `Events` of type `DynamoDB`/`SQS`) and its log group
+/// give its [`requirements`](FunctionRole::requirements).
 ///
 /// Rejected rather than ignored: managed policies that are not the template's (AWS managed
-/// policies), a `PermissionsBoundary`, policies attached to users or groups, SAM `Policies` on a
-/// function, functions without `Role: !GetAtt R.Arn`, statements with `NotAction`,
+/// policies, which SAM attaches to the role it makes for a function without `Role`, or with
+/// `Policies`), a `PermissionsBoundary`, policies attached to users or groups, functions whose
+/// `Role` is not `!GetAtt R.Arn`, statements with `NotAction`,
 /// `NotResource` or `Principal`, conditions other than
 /// `ForAllValues:StringLike`/`ForAllValues:StringEquals` on `dynamodb:LeadingKeys`, and
 /// poll-based event sources other than DynamoDB streams and SQS queues.
@@ -108,11 +114,14 @@ impl TemplateRoles {
     /// assert!(role.evaluate("sqs:DeleteMessage", "arn:aws:sqs:us-east-1:123456789012:jobs", None).is_allowed());
     /// ```
     pub fn parse(yaml: &str, env: &Environment) -> Result<Self, PolicyError> {
-        let doc: Value = serde_yaml_ng::from_str(yaml)?;
+        let doc = translated(yaml)?;
         let root = doc
             .as_mapping()
             .ok_or_else(|| PolicyError::invalid("<root>", "not a mapping"))?;
-        let resolver = Resolver::new(root, env)?;
+        // Functions, their event sources and tables: local-aws's model of the same template.
+        let template =
+            Template::from_cloudformation(&doc, &env.template_options()).map_err(template_error)?;
+        let resolver = Resolver::new(root, env, &template)?;
         let mut roles = BTreeMap::new();
         let mut functions = BTreeMap::new();
         let mut tables = BTreeMap::new();
@@ -120,7 +129,6 @@ impl TemplateRoles {
         // name); and the template's managed policies each role lists in ManagedPolicyArns.
         let mut attached: Vec<Attached<'_>> = Vec::new();
         let mut managed_of_role: Vec<(String, String)> = Vec::new();
-        let mut mappings = Vec::new();
         for (id, resource) in resolver.resources() {
             let id = key(id, "Resources")?;
             let at = format!("Resources.{id}");
@@ -135,18 +143,21 @@ impl TemplateRoles {
                 "AWS::IAM::Policy" | "AWS::IAM::ManagedPolicy" | "AWS::IAM::RolePolicy" => {
                     attached.push(policy_resource(id, kind, properties, &resolver, &at)?);
                 }
-                "AWS::Serverless::Function" | "AWS::Lambda::Function" => {
-                    let f = function(id, properties, &resolver, &at)?;
+                "AWS::Lambda::Function" => {
+                    let f = function(&template.functions[id], properties, &resolver, &at)?;
                     functions.insert(f.function_name.clone(), f);
-                }
-                "AWS::Lambda::EventSourceMapping" => {
-                    mappings.push(event_source_mapping(id, properties, &resolver, &at)?);
-                }
-                "AWS::DynamoDB::Table" => {
-                    tables.insert(id.to_owned(), table(id, properties, &resolver, &at)?);
                 }
                 _ => {}
             }
+        }
+        for (id, t) in &template.tables {
+            let at = format!("Resources.{id}");
+            let key = TableKey {
+                name: resolver.reference(id, &at)?,
+                arn: resolver.get_att(id, "Arn", &at)?,
+                hash_key: t.partition_key().name.clone(),
+            };
+            tables.insert(id.clone(), key);
         }
         for (role_id, policy_id) in &managed_of_role {
             match attached
@@ -184,18 +195,6 @@ impl TemplateRoles {
                 role.statements
                     .extend(statements(p.document, &p.name, &resolver, &p.at)?);
             }
-        }
-        for (function_id, requirements) in mappings {
-            let f = functions
-                .values_mut()
-                .find(|f| f.logical_id == function_id)
-                .ok_or_else(|| {
-                    PolicyError::invalid(
-                        "Resources",
-                        format!("an event source mapping names {function_id}, not a function of the template"),
-                    )
-                })?;
-            f.requirements.extend(requirements);
         }
         for f in functions.values() {
             if !roles.contains_key(&f.role) {
@@ -428,28 +427,6 @@ fn statements(
         .collect()
 }
 
-/// An `AWS::Lambda::EventSourceMapping`: the logical id of its function, and what it requires.
-fn event_source_mapping(
-    id: &str,
-    properties: Option<&Value>,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<(String, Vec<Requirement>), PolicyError> {
-    let at = format!("{at}.Properties");
-    let map = mapping(properties, &at)?;
-    let function = map
-        .get("FunctionName")
-        .and_then(role_reference)
-        .ok_or_else(|| {
-            PolicyError::unsupported(&at, "a FunctionName other than !Ref of a template function")
-        })?;
-    let source = map
-        .get("EventSourceArn")
-        .ok_or_else(|| PolicyError::invalid(&at, "no EventSourceArn"))?;
-    let requirements = requirement::mapping(id, source, properties, resolver, &at)?;
-    Ok((function, requirements))
-}
-
 fn statement(
     s: &Value,
     policy: &str,
@@ -532,20 +509,16 @@ fn conditions(c: &Value, resolver: &Resolver<'_>, at: &str) -> Result<Vec<Condit
     Ok(out)
 }
 
+/// The role and requirements of the function `f` (the model's), whose translated properties
+/// are `properties`.
 fn function(
-    id: &str,
+    f: &Function,
     properties: Option<&Value>,
     resolver: &Resolver<'_>,
     at: &str,
 ) -> Result<FunctionRole, PolicyError> {
     let at = format!("{at}.Properties");
     let properties = mapping(properties, &at)?;
-    if properties.contains_key("Policies") {
-        return Err(PolicyError::unsupported(
-            &format!("{at}.Policies"),
-            "SAM Policies on a function",
-        ));
-    }
     let role_at = format!("{at}.Role");
     let role = properties
         .get("Role")
@@ -557,43 +530,12 @@ fn function(
         .ok_or_else(|| {
             PolicyError::unsupported(&role_at, "a function without Role: !GetAtt ROLE.Arn")
         })?;
-    let function_name = properties
-        .get("FunctionName")
-        .map(|n| resolver.string(n, &format!("{at}.FunctionName")))
-        .transpose()?
-        .unwrap_or_else(|| id.to_owned());
-    let mut requirements = requirement::platform(properties, &function_name, resolver, &at)?;
-    requirements.extend(requirement::sam_events(properties, resolver, &at)?);
+    let mut requirements = requirement::platform(properties, &f.name, resolver, &at)?;
+    requirements.extend(requirement::event_sources(f, resolver, &at)?);
     Ok(FunctionRole {
-        logical_id: id.to_owned(),
-        function_name,
+        logical_id: f.logical_id.clone(),
+        function_name: f.name.clone(),
         role,
         requirements,
-    })
-}
-
-fn table(
-    id: &str,
-    properties: Option<&Value>,
-    resolver: &Resolver<'_>,
-    at: &str,
-) -> Result<TableKey, PolicyError> {
-    let at = format!("{at}.Properties");
-    let properties = mapping(properties, &at)?;
-    let schema = properties
-        .get("KeySchema")
-        .and_then(Value::as_sequence)
-        .ok_or_else(|| PolicyError::invalid(&at, "no KeySchema"))?;
-    let hash_key = schema
-        .iter()
-        .find(|k| k.get("KeyType").and_then(Value::as_str) == Some("HASH"))
-        .and_then(|k| k.get("AttributeName"))
-        .map(|n| resolver.string(n, &format!("{at}.KeySchema")))
-        .transpose()?
-        .ok_or_else(|| PolicyError::invalid(&format!("{at}.KeySchema"), "no HASH key"))?;
-    Ok(TableKey {
-        name: resolver.reference(id, &at)?,
-        arn: resolver.get_att(id, "Arn", &at)?,
-        hash_key,
     })
 }
