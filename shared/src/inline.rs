@@ -43,6 +43,11 @@
 //! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
 //! size from the store).
 //!
+//! A handler moved here from the transactional mode finds its earlier records where that mode
+//! wrote them: the item written then carries no record and refuses the write, and the failure
+//! the engine would record finds the key's completed record in its table instead, and answers
+//! a duplicate with its stored result (two requests), until that record expires.
+//!
 //! The failed record stays in the engine's table after a later attempt succeeds (it expires
 //! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
 //! (receive count above 1) reads it first, as the transactional mode does, so its handler is told

@@ -53,6 +53,7 @@ macro_rules! inline_suite {
             inline_failures_are_counted_beside_the_item_and_a_corrected_payload_runs,
             inline_an_expired_record_on_the_item_is_replaced,
             inline_an_item_without_a_record_is_refused_as_the_handlers_failure,
+            inline_a_key_completed_by_the_transactional_mode_is_a_duplicate,
             inline_a_retried_write_finds_its_own_record,
             inline_ten_concurrent_writes_of_one_item_write_it_once,
             inline_the_local_cache_answers_a_duplicate_without_a_request,
@@ -273,6 +274,47 @@ pub async fn inline_an_item_without_a_record_is_refused_as_the_handlers_failure<
     );
     assert_eq!(items.value("item-o").await.as_deref(), Some("theirs"));
     assert_eq!(items.record("item-o").await, None);
+}
+
+/// A handler moved from the transactional mode: its items written before carry no record, and
+/// their records are in the engine's table. A duplicate of such a record is refused by the item,
+/// and the failure it would record finds the completed record instead: a duplicate, with its
+/// stored result.
+pub async fn inline_a_key_completed_by_the_transactional_mode_is_a_duplicate<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let now_ms = s.clock.now_ms();
+    let mut record = Before::Completed.record("fn#moved", now_ms).unwrap();
+    record.payload_hash = PayloadHash::of_bytes(b"1").as_str().to_owned();
+    let backend = s.engine.backend();
+    let token = "0123456789abcdef0123456789abcdef";
+    assert_eq!(
+        backend.commit(&record, &[], token, now_ms).await.unwrap(),
+        Commit::Committed
+    );
+    items.put_foreign("item-moved", "before").await;
+    s.counter.reset();
+    let again = s
+        .engine
+        .put_inline("moved", b"1", work::<B, X>(items, "item-moved", "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("42".into())
+        }
+    );
+    s.requests(
+        &[(ops.put, 1), (ops.record_failure, 1)],
+        "the refused write, then the failure that finds the record",
+    );
+    assert_eq!(items.value("item-moved").await.as_deref(), Some("before"));
 }
 
 pub async fn inline_a_retried_write_finds_its_own_record<B, X>(
