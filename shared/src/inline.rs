@@ -15,7 +15,8 @@
 //! - **One request per fresh record**, and the write units of the item alone plus its record's
 //!   attributes (at most [`inline_record_bytes`](crate::store::inline_record_bytes), 184 bytes,
 //!   and the result): 1 WCU while the item stays within 1 KB, the floor of a handler with no
-//!   idempotency at all, where the lease mode writes 2 and a transaction 2 per item.
+//!   idempotency at all, where the lease mode adds 2 WCU of its own and a transaction bills 2
+//!   per item, its record one of them.
 //! - **One refused write per duplicate**, without a read: the refusal returns the stored item,
 //!   whose record is classified by the state machine ([`classify`](crate::state::classify)) as
 //!   the other modes' records are: the same payload is a duplicate (its stored result given
