@@ -4,8 +4,8 @@
 //! [`CachedBackend`] wraps any [`Backend`] (tower-style: a backend that wraps a backend). It
 //! answers [`Backend::completed_locally`] from a [`LocalCache`], which the engine asks before it
 //! acquires or commits a key, and delegates every call to the backend it wraps, keeping in the
-//! cache each completed record it sees go by: a completion it applied, a commit, a record that
-//! refused a write, a read.
+//! cache each completed record it sees go by: a completion it applied, a commit or an inline
+//! write, a record that refused a write, a read.
 //!
 //! A Lambda execution environment handles invocation after invocation, and a redelivered message
 //! often comes back to the one that processed it. [`LocalCache`] keeps the last completed keys of
@@ -43,7 +43,9 @@ use std::time::Duration;
 use lru::LruCache;
 
 use crate::state::{IdempotencyRecord, Put, Status, Update, Updated};
-use crate::store::{Backend, Commit, Failure, LimitError, StoreError, TransactionalBackend};
+use crate::store::{
+    Backend, Commit, Failure, InlineBackend, LimitError, StoreError, TransactionalBackend,
+};
 use crate::time::{Clock, SystemClock};
 
 /// A completed key, as the cache keeps it.
@@ -346,5 +348,30 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
             self.remember(existing, now_ms);
         }
         Ok(failure)
+    }
+}
+
+impl<B: InlineBackend> InlineBackend for CachedBackend<B> {
+    type Item = B::Item;
+
+    fn check_item(&self, record: &IdempotencyRecord, item: &B::Item) -> Result<(), LimitError> {
+        self.inner.check_item(record, item)
+    }
+
+    async fn put_inline(
+        &self,
+        record: &IdempotencyRecord,
+        item: &B::Item,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let commit = self.inner.put_inline(record, item, now_ms).await?;
+        // Under the idempotency key (`record.key`): a duplicate is answered before its handler
+        // builds the item.
+        match &commit {
+            Commit::Committed => self.remember(record, now_ms),
+            Commit::Exists(existing) => self.remember(existing, now_ms),
+            _ => {}
+        }
+        Ok(commit)
     }
 }

@@ -9,8 +9,9 @@
 //! 1. [`batch`]: the [`BatchProcessor`](batch::BatchProcessor) takes the Lambda event and runs
 //!    its records in lanes (a FIFO message group, or one record of a standard queue), each
 //!    through a [`RecordHandler`](batch::RecordHandler): your function, made one by
-//!    [`json`](batch::json) and wrapped by [`idempotent`](batch::RecordHandlerExt::idempotent)
-//!    or [`transactional`](batch::RecordHandlerExt::transactional), tower-style.
+//!    [`json`](batch::json) and wrapped by [`idempotent`](batch::RecordHandlerExt::idempotent),
+//!    [`transactional`](batch::RecordHandlerExt::transactional) or
+//!    [`inline`](batch::RecordHandlerExt::inline), tower-style.
 //! 2. [`time`]: the invocation's [`Deadline`](time::Deadline), read once from the context, and
 //!    the instants derived from it (`stop_at`, `finish_by`), all checked against one
 //!    [`Clock`](time::Clock).
@@ -20,7 +21,8 @@
 //! 4. [`idempotency`]: the engine, [`Idempotency`]. In lease mode it acquires the key (an
 //!    in-progress record with a lease to the deadline), runs the handler, then completes or
 //!    fails the record; in transactional mode the handler's writes commit with the record in
-//!    one request ([`transaction`]). What it answers: [`lease`].
+//!    one request ([`transaction`]); in inline mode the handler's one new item carries the
+//!    record, in one conditional write ([`inline`]). What it answers: [`lease`].
 //! 5. [`state`]: the record's state machine, once: its states, each transition as a pure
 //!    function, and the [table of transitions](state::table::TRANSITIONS) every backend is tested
 //!    against.
@@ -118,6 +120,7 @@ pub mod count;
 pub mod dead_letter;
 pub mod error;
 pub mod idempotency;
+pub mod inline;
 pub mod key;
 pub mod lease;
 pub mod metrics;

@@ -303,6 +303,18 @@ impl<E> TransactError<E> {
     }
 }
 
+/// An attempt that writes its record completed at once, once its handler has given its work.
+pub(crate) struct Begun<'a, B, O> {
+    /// The attempt, to write the record or record its failure.
+    pub(crate) attempt: Attempt<'a, B>,
+    /// The record to write (completed, without a result yet).
+    pub(crate) record: IdempotencyRecord,
+    /// What the handler gave.
+    pub(crate) output: O,
+    /// The instant the record's expiry and the write's condition are reckoned from.
+    pub(crate) now_ms: i64,
+}
+
 /// What recording a failure found.
 pub(crate) enum Noted {
     /// Recorded, or not (then logged): the key's failed attempts when known.
@@ -343,42 +355,6 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
             tries += 1;
             let token = request_token(&record.key, record.owner.as_deref().unwrap_or(""), round);
             let last = match self.backend.commit(record, writes, &token, now_ms).await {
-                Ok(Commit::Committed) => return Ok(Transacted::Committed(output)),
-                // This attempt's own record: an earlier try committed, and its answer was lost.
-                Ok(Commit::Exists(existing)) if existing.owner == record.owner => {
-                    return Ok(Transacted::Committed(output));
-                }
-                Ok(Commit::Exists(existing)) => {
-                    return answer(Acquired::blocked(
-                        self.key,
-                        classify(existing, self.payload_hash, now_ms),
-                    ));
-                }
-                Ok(Commit::Rejected {
-                    index,
-                    write,
-                    code,
-                    message,
-                }) => {
-                    let rejection = Rejection {
-                        index,
-                        write,
-                        code,
-                        message,
-                    };
-                    let noted = self.note_failure(record, &rejection.to_string()).await;
-                    return settle(noted, |attempts| TransactError::Rejected {
-                        rejection,
-                        attempts,
-                    });
-                }
-                Ok(Commit::TooLarge { message }) => {
-                    let noted = self.note_failure(record, &message).await;
-                    return settle(noted, |attempts| TransactError::TooLarge {
-                        message,
-                        attempts,
-                    });
-                }
                 Ok(Commit::Contended { reason }) => {
                     // Not applied, or (a try with this token still running) applied by that try:
                     // the next try is a new request with a new token, and should the earlier
@@ -394,6 +370,7 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
                 }
                 // The answer may be lost after a commit: the next try repeats the token.
                 Err(e) => TransactError::Store(e),
+                Ok(answer) => return self.conclude(record, output, answer, now_ms).await,
             };
             let room =
                 finish_by.is_none_or(|f| f.epoch_ms() - self.clock.now_ms() > 2 * millis(delay));
@@ -406,6 +383,57 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
             let jitter = Duration::from_millis(crate::backoff::jitter_u64() % (spread + 1));
             tokio::time::sleep(delay + jitter).await;
             delay *= 2;
+        }
+    }
+
+    /// What the store's answer to a write of `record` means: the output when it was written
+    /// (or found written by this attempt's own earlier try, whose answer was lost), the stored
+    /// record's answer when it held the key, and a recorded failure when a write was refused.
+    /// [`Commit::Contended`] is an error after one try: [`commit`](Self::commit) tries again
+    /// before it comes here.
+    pub(crate) async fn conclude<T, E>(
+        &self,
+        record: &IdempotencyRecord,
+        output: T,
+        answer: Commit,
+        now_ms: i64,
+    ) -> Result<Transacted<T>, TransactError<E>> {
+        match answer {
+            Commit::Committed => Ok(Transacted::Committed(output)),
+            // This attempt's own record: an earlier try committed, and its answer was lost.
+            Commit::Exists(existing) if existing.owner == record.owner => {
+                Ok(Transacted::Committed(output))
+            }
+            Commit::Exists(existing) => self::answer(Acquired::blocked(
+                self.key,
+                classify(existing, self.payload_hash, now_ms),
+            )),
+            Commit::Rejected {
+                index,
+                write,
+                code,
+                message,
+            } => {
+                let rejection = Rejection {
+                    index,
+                    write,
+                    code,
+                    message,
+                };
+                let noted = self.note_failure(record, &rejection.to_string()).await;
+                settle(noted, |attempts| TransactError::Rejected {
+                    rejection,
+                    attempts,
+                })
+            }
+            Commit::TooLarge { message } => {
+                let noted = self.note_failure(record, &message).await;
+                settle(noted, |attempts| TransactError::TooLarge {
+                    message,
+                    attempts,
+                })
+            }
+            Commit::Contended { reason } => Err(TransactError::Contended { tries: 1, reason }),
         }
     }
 

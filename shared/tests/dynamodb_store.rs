@@ -9,9 +9,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_suite::{Operations, Suite};
+use aws_sdk_dynamodb::types::AttributeValue;
+use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::store::{Attributes, Backend, DynamoDbBackend, InMemoryBackend, Updated};
+use lambda_idempotency::state::IdempotencyRecord;
+use lambda_idempotency::store::{
+    Attributes, Backend, DynamoDbBackend, InMemoryBackend, NewItem, Updated,
+};
 use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency};
 
@@ -36,6 +40,136 @@ async fn suite() -> Suite<DynamoDbBackend> {
 }
 
 backend_suite!(suite());
+
+/// The inline mode's items: a table keyed on `pk`, each item's value in `value`, read by a
+/// client whose requests are not counted.
+#[derive(Clone)]
+struct Effects {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    /// Reads the record on an item (the inline attribute names, keyed on `pk`).
+    reader: DynamoDbBackend,
+}
+
+impl Effects {
+    async fn item_of(&self, id: &str) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(id.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+    }
+}
+
+impl Items<NewItem> for Effects {
+    fn item(&self, id: &str, value: &str) -> NewItem {
+        NewItem::new(&self.table, "pk", AttributeValue::S(id.into()))
+            .attribute("value", AttributeValue::S(value.into()))
+    }
+    async fn value(&self, id: &str) -> Option<String> {
+        let item = self.item_of(id).await?;
+        Some(item["value"].as_s().unwrap().clone())
+    }
+    async fn record(&self, id: &str) -> Option<IdempotencyRecord> {
+        let item = self.item_of(id).await?;
+        item.contains_key(&Attributes::inline().status)
+            .then(|| self.reader.record_from_item(&item).unwrap())
+    }
+    async fn put_foreign(&self, id: &str, value: &str) {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(id.into()))
+            .item("value", AttributeValue::S(value.into()))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// What the inline mode's operations cost on DynamoDB: one `PutItem` per write, one
+/// `UpdateItem` per failure.
+const INLINE: InlineOps = InlineOps {
+    put: "PutItem",
+    record_failure: "UpdateItem",
+};
+
+async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {
+    let suite = suite().await;
+    let client = common::dynamodb(&RequestCounter::default()).await;
+    let table = common::create_table(&client, "pk", "expires").await;
+    let reader = DynamoDbBackend::new(client.clone(), &table).with_attributes(Attributes {
+        key: "pk".into(),
+        ..Attributes::inline()
+    });
+    suite.counter.reset();
+    let effects = Effects {
+        client,
+        table,
+        reader,
+    };
+    (suite, effects, INLINE)
+}
+
+inline_suite!(inline_fixture());
+
+#[tokio::test]
+async fn inline_refusals_for_the_items_table_are_its_configuration() {
+    use lambda_idempotency::inline::InlinePut;
+    use lambda_idempotency::store::StoreError;
+    use lambda_idempotency::transaction::TransactError;
+    let (suite, effects, _) = inline_fixture().await;
+    // A table that does not exist, and an item whose key is not the table's.
+    let items = [
+        NewItem::new("no-such-table", "pk", AttributeValue::S("a".into())),
+        NewItem::new(&effects.table, "id", AttributeValue::S("a".into())),
+    ];
+    for item in items {
+        let put = InlinePut::new((), item);
+        let refused = suite
+            .engine
+            .put_inline("cfg", b"1", || async { Ok::<_, std::io::Error>(put) })
+            .await;
+        assert!(
+            matches!(
+                &refused,
+                Err(TransactError::Store(StoreError::Misconfigured { .. }))
+            ),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        suite.engine.get("cfg").await.unwrap(),
+        None,
+        "not recorded as an attempt"
+    );
+    // An item over 400 KB: permanent, found before any request.
+    let big = effects.item("big", &"x".repeat(400 * 1024));
+    suite.counter.reset();
+    let refused = suite
+        .engine
+        .put_inline("big", b"1", || async {
+            Ok::<_, std::io::Error>(InlinePut::new((), big))
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(TransactError::Limit { attempts: None, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(suite.counter.total(), 0);
+}
+
+#[tokio::test]
+async fn an_inline_record_costs_184_bytes_at_most() {
+    assert_eq!(
+        lambda_idempotency::store::inline_record_bytes(&Attributes::inline()),
+        184
+    );
+}
 
 #[tokio::test]
 async fn follows_the_table_of_transitions_in_transactional_mode() {

@@ -7,10 +7,13 @@ mod backend_suite;
 
 use std::sync::Arc;
 
-use backend_suite::{Operations, Suite};
+use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::state::IdempotencyRecord;
-use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
+use lambda_idempotency::store::{
+    Backend, Commit, Failure, InMemoryBackend, InlineBackend, LimitError, MemoryWrite, Put,
+    StoreError, TransactionalBackend, Update, Updated,
+};
 
 /// What each engine operation costs: one call per operation, and one `put` for any replacement.
 const MEMORY: Operations = Operations {
@@ -58,6 +61,88 @@ impl Backend for Counted {
         self.inner.identity()
     }
 }
+
+impl TransactionalBackend for Counted {
+    type Write = MemoryWrite;
+    fn check(&self, record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
+        self.inner.check(record, writes)
+    }
+    async fn commit(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        self.counter.add("commit");
+        self.inner.commit(record, writes, token, now_ms).await
+    }
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
+        self.counter.add("record_failure");
+        self.inner.record_failure(record, now_ms).await
+    }
+}
+
+impl InlineBackend for Counted {
+    type Item = MemoryWrite;
+    fn check_item(&self, record: &IdempotencyRecord, item: &MemoryWrite) -> Result<(), LimitError> {
+        self.inner.check_item(record, item)
+    }
+    async fn put_inline(
+        &self,
+        record: &IdempotencyRecord,
+        item: &MemoryWrite,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        self.counter.add("put_inline");
+        self.inner.put_inline(record, item, now_ms).await
+    }
+}
+
+/// The inline mode's items: values under the table `effects`.
+#[derive(Clone)]
+struct Effects(Arc<InMemoryBackend>);
+
+const EFFECTS: &str = "effects";
+
+impl Items<MemoryWrite> for Effects {
+    fn item(&self, id: &str, value: &str) -> MemoryWrite {
+        MemoryWrite::put(EFFECTS, id, value)
+    }
+    async fn value(&self, id: &str) -> Option<String> {
+        self.0.item(EFFECTS, id)
+    }
+    async fn record(&self, id: &str) -> Option<IdempotencyRecord> {
+        self.0.item_record(EFFECTS, id)
+    }
+    async fn put_foreign(&self, id: &str, value: &str) {
+        // A transaction of another key writes the item, without a record on it.
+        let mut record = lambda_idempotency::state::table::Before::Completed
+            .record(&format!("foreign-{id}"), 0)
+            .unwrap();
+        record.expires_at = i64::MAX / 2;
+        let write = MemoryWrite::put(EFFECTS, id, value);
+        let written = self.0.commit(&record, &[write], "token", 0).await.unwrap();
+        assert_eq!(written, Commit::Committed);
+    }
+}
+
+const INLINE: InlineOps = InlineOps {
+    put: "put_inline",
+    record_failure: "record_failure",
+};
+
+async fn inline_fixture() -> (Suite<Counted>, Effects, InlineOps) {
+    let suite = suite().await;
+    let effects = Effects(suite.engine.backend().inner.clone());
+    (suite, effects, INLINE)
+}
+
+inline_suite!(inline_fixture());
 
 async fn suite() -> Suite<Counted> {
     let counter = RequestCounter::default();

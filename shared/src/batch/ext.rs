@@ -4,10 +4,11 @@ use std::future::Future;
 
 use super::handler::{DeadLettered, OnDeadLetter, RecordContext, RecordHandler};
 use super::idempotent::Idempotent;
+use super::inline::Inline;
 use super::then::AndThen;
 use super::transactional::Transactional;
 use crate::Idempotency;
-use crate::store::{Backend, BoxError, TransactionalBackend};
+use crate::store::{Backend, BoxError, InlineBackend, TransactionalBackend};
 
 /// Composition helpers for every [`RecordHandler`].
 pub trait RecordHandlerExt: RecordHandler + Sized {
@@ -29,11 +30,20 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
         Transactional::new(self, engine)
     }
 
+    /// Writes this handler's one new item with its idempotency record on it, in one conditional
+    /// write (see [`crate::inline`]): the handler returns an
+    /// [`InlinePut`](crate::inline::InlinePut) instead of writing its item. Keyed on the message
+    /// id; see [`Inline::with_keys`]. Only over an [`InlineBackend`]; for several writes or
+    /// updates of existing items, use [`transactional`](Self::transactional).
+    fn inline<B: InlineBackend>(self, engine: Idempotency<B>) -> Inline<Self, B> {
+        Inline::new(self, engine)
+    }
+
     /// Runs `f` on each successful output of this handler: for effects that come after a
     /// commit, such as an event to send once a payment is charged.
     ///
-    /// Over an [`idempotent`](Self::idempotent) or [`transactional`](Self::transactional)
-    /// handler, `f` sees duplicates too ([`Deduplicated::Duplicate`](super::Deduplicated), with
+    /// Over an [`idempotent`](Self::idempotent), [`transactional`](Self::transactional) or
+    /// [`inline`](Self::inline) handler, `f` sees duplicates too ([`Deduplicated::Duplicate`](super::Deduplicated), with
     /// the stored result): when `f` fails, or the process stops before it ends, the record is
     /// redelivered, its commit is found done, and `f` runs again. Its effect happens at least
     /// once; make it one its receiver can deduplicate. Its failures are retried by redelivery,

@@ -22,14 +22,15 @@
 //!   record without a message id fails the whole invocation (see [`BatchError`]).
 //!
 //! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`ext`]
-//! (composition: `idempotent`, `transactional`, `and_then`, `on_dead_letter`), [`idempotent`]
-//! (the deduplicating wrapper), [`transactional`] (the wrapper whose writes commit with the
-//! record), [`then`] (a follow-up after the handler), [`report`] (what a batch gave), [`processor`] (the settings and
+//! (composition: `idempotent`, `transactional`, `inline`, `and_then`, `on_dead_letter`),
+//! [`idempotent`] (the deduplicating wrapper), [`transactional`] (the wrapper whose writes commit
+//! with the record), [`inline`] (the wrapper whose one new item carries the record), [`then`] (a follow-up after the handler), [`report`] (what a batch gave), [`processor`] (the settings and
 //! `process`), and the lane loop.
 
 pub mod ext;
 pub mod handler;
 pub mod idempotent;
+pub mod inline;
 mod lanes;
 pub mod processor;
 pub mod report;
@@ -42,6 +43,7 @@ pub use handler::{
     message,
 };
 pub use idempotent::{Deduplicated, Idempotent};
+pub use inline::Inline;
 pub use processor::{
     BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
     DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,

@@ -1,6 +1,7 @@
 //! The [`Transactional`] wrapper: a handler whose DynamoDB writes commit with its idempotency
 //! record, in one request (see [`crate::transaction`]).
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use aws_lambda_events::sqs::SqsMessage;
@@ -13,6 +14,7 @@ use crate::Idempotency;
 use crate::error::{RecordError, panic_message};
 use crate::key::KeyConfig;
 use crate::lease::AcquireError;
+use crate::payload::PayloadHash;
 use crate::store::{StoreError, TransactionalBackend};
 use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 
@@ -105,6 +107,76 @@ impl<H, B> Transactional<H, B> {
     }
 }
 
+/// Where a record that commits with its idempotency record starts.
+pub(super) enum Start<T> {
+    /// Run the inner handler with this context (its attempt set from the store).
+    Run(RecordContext),
+    /// A redelivered duplicate, answered by the read.
+    Done(Deduplicated<T>),
+}
+
+/// Before the inner handler of a record that writes its idempotency record with its effect
+/// (transactional and inline modes). A redelivery (receive count above 1) reads first: a
+/// duplicate is answered by the read, and a retried record's handler is told its attempt. A
+/// first delivery goes straight on, told attempt 1. Cut by the deadline before the handler
+/// would start: no attempt to record.
+pub(super) async fn start<B: TransactionalBackend, T>(
+    engine: &Idempotency<B>,
+    key: &str,
+    hash: &PayloadHash,
+    ctx: &RecordContext,
+) -> Result<Start<T>, RecordError> {
+    let mut inner_ctx = ctx.clone();
+    inner_ctx.attempt = 1;
+    if ctx.receive_count > 1 {
+        match engine.peek(key, hash).await {
+            Ok(Peeked::Completed { result }) => {
+                tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+                return Ok(Start::Done(Deduplicated::Duplicate { stored: result }));
+            }
+            Ok(Peeked::InProgress { lease_until_ms }) => {
+                return Err(RecordError::InProgress { lease_until_ms });
+            }
+            Ok(Peeked::Attempts(attempts)) => inner_ctx.attempt = attempts + 1,
+            Err(AcquireError::PayloadMismatch { key, stored }) => {
+                return Err(RecordError::PayloadMismatch { key, stored });
+            }
+            Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
+        }
+    }
+    if let Some(error) = super::idempotent::too_late_to_start(ctx) {
+        return Err(error);
+    }
+    Ok(Start::Run(inner_ctx))
+}
+
+/// The inner handler's work, cancelled at the context's stop and with its panic caught.
+pub(super) async fn guarded<O>(
+    ctx: &RecordContext,
+    work: impl Future<Output = Result<O, RecordError>>,
+) -> Result<O, RecordError> {
+    match AssertUnwindSafe(ctx.cancellable(work)).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
+    }
+}
+
+/// The record's answer for what the engine did.
+pub(super) fn finish<T>(
+    result: Result<Transacted<T>, TransactError<RecordError>>,
+    ctx: &RecordContext,
+    key: &str,
+) -> Result<Deduplicated<T>, RecordError> {
+    match result {
+        Ok(Transacted::Committed(output)) => Ok(Deduplicated::Processed(output)),
+        Ok(Transacted::Duplicate { stored }) => {
+            tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+            Ok(Deduplicated::Duplicate { stored })
+        }
+        Err(e) => Err(record_error(e)),
+    }
+}
+
 /// The record's error for a transaction that committed nothing.
 fn record_error(error: TransactError<RecordError>) -> RecordError {
     let with_attempts = |error: RecordError, attempts: Option<u32>| match attempts {
@@ -171,49 +243,16 @@ where
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
         let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
-        // A redelivery reads first: a duplicate is answered by the read, and a retried record's
-        // handler is told its attempt. A first delivery goes straight to the commit.
-        let mut inner_ctx = ctx.clone();
-        inner_ctx.attempt = 1;
-        if ctx.receive_count > 1 {
-            match self.engine.peek(&key, &hash).await {
-                Ok(Peeked::Completed { result }) => {
-                    tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
-                    return Ok(Deduplicated::Duplicate { stored: result });
-                }
-                Ok(Peeked::InProgress { lease_until_ms }) => {
-                    return Err(RecordError::InProgress { lease_until_ms });
-                }
-                Ok(Peeked::Attempts(attempts)) => inner_ctx.attempt = attempts + 1,
-                Err(AcquireError::PayloadMismatch { key, stored }) => {
-                    return Err(RecordError::PayloadMismatch { key, stored });
-                }
-                Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
-            }
-        }
-        // Cut by the deadline before the handler would start: no attempt to record.
-        if let Some(error) = super::idempotent::too_late_to_start(ctx) {
-            return Err(error);
-        }
-        let work = || async {
-            let work = ctx.cancellable(self.inner.handle(message, &inner_ctx));
-            match AssertUnwindSafe(work).catch_unwind().await {
-                Ok(result) => result,
-                Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
-            }
+        let inner_ctx = match start(&self.engine, &key, &hash, ctx).await? {
+            Start::Run(inner_ctx) => inner_ctx,
+            Start::Done(duplicate) => return Ok(duplicate),
         };
-        match self
+        let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
+        let result = self
             .engine
             .transact_hashed(&key, &hash, ctx.finish_by, work)
-            .await
-        {
-            Ok(Transacted::Committed(output)) => Ok(Deduplicated::Processed(output)),
-            Ok(Transacted::Duplicate { stored }) => {
-                tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
-                Ok(Deduplicated::Duplicate { stored })
-            }
-            Err(e) => Err(record_error(e)),
-        }
+            .await;
+        finish(result, ctx, &key)
     }
 
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {

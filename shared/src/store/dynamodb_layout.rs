@@ -67,6 +67,49 @@ impl Attributes {
     }
 }
 
+impl Attributes {
+    /// The record's attribute names on a handler's item in the [inline mode](crate::inline):
+    /// each the default name prefixed with `idem_` (`idem_status`, `idem_expiration`,
+    /// `idem_payload_hash`, `idem_owner`, `idem_data`, ...), so that they never meet a domain
+    /// attribute such as `status`. `key` is not read there (an item has its own key).
+    ///
+    /// An inline item carries only what a completed record needs: the status, the expiry, the
+    /// payload hash, the owner token, and the result when there is one (184 bytes at most
+    /// without a result: see [`inline_record_bytes`]).
+    pub fn inline() -> Self {
+        let d = Self::default();
+        let p = |name: &str| format!("idem_{name}");
+        Self {
+            key: d.key,
+            status: p(&d.status),
+            expiry: p(&d.expiry),
+            lease: p(&d.lease),
+            payload_hash: p(&d.payload_hash),
+            attempts: p(&d.attempts),
+            last_error: p(&d.last_error),
+            result: p(&d.result),
+            result_omitted: p(&d.result_omitted),
+            owner: p(&d.owner),
+        }
+    }
+}
+
+/// The bytes a completed record adds to an item in the inline mode, under `attributes`, before
+/// its result: status, expiry (a number of up to 21 bytes), a payload hash of the `json:`
+/// scheme, and an owner token. With [`Attributes::inline`]: 184.
+pub fn inline_record_bytes(attributes: &Attributes) -> usize {
+    const NUMBER: usize = 21;
+    attributes.status.len()
+        + Status::Completed.as_str().len()
+        + attributes.expiry.len()
+        + NUMBER
+        + attributes.payload_hash.len()
+        + "json:".len()
+        + 64
+        + attributes.owner.len()
+        + OWNER_TOKEN_LEN
+}
+
 impl Default for Attributes {
     fn default() -> Self {
         Self {

@@ -2,13 +2,15 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{
-    Backend, Commit, Failure, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
+    Backend, Commit, Failure, InlineBackend, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
     TransactionalBackend, Update, Updated,
 };
 use crate::state::{self, IdempotencyRecord, Step};
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
-/// put under a table and a key, unconditionally or only where there is none.
+/// put under a table and a key, unconditionally or only where there is none. It is also the
+/// backend's new item in the [inline mode](crate::inline), where `if_absent` is not read: the
+/// record's own condition decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryWrite {
     /// The table.
@@ -62,7 +64,8 @@ impl MemoryWrite {
 #[derive(Debug)]
 pub struct InMemoryBackend {
     records: Mutex<HashMap<String, IdempotencyRecord>>,
-    items: Mutex<HashMap<(String, String), String>>,
+    /// Each item's value, and the record it carries when the inline mode wrote it.
+    items: Mutex<HashMap<(String, String), StoredItem>>,
     /// Distinguishes this backend from every other in the process ([`Backend::identity`]).
     instance: u64,
 }
@@ -78,15 +81,29 @@ impl Default for InMemoryBackend {
     }
 }
 
+/// An item's value, and the idempotency record on it (inline mode).
+#[derive(Debug, Clone)]
+struct StoredItem {
+    value: String,
+    record: Option<IdempotencyRecord>,
+}
+
 impl InMemoryBackend {
-    /// The value a committed [`MemoryWrite`] left under `table` and `key`.
+    /// The value a committed [`MemoryWrite`] (or an inline write) left under `table` and `key`.
     pub fn item(&self, table: &str, key: &str) -> Option<String> {
         self.items()
             .get(&(table.to_owned(), key.to_owned()))
-            .cloned()
+            .map(|item| item.value.clone())
     }
 
-    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
+    /// The idempotency record an inline write left on the item under `table` and `key`.
+    pub fn item_record(&self, table: &str, key: &str) -> Option<IdempotencyRecord> {
+        self.items()
+            .get(&(table.to_owned(), key.to_owned()))
+            .and_then(|item| item.record.clone())
+    }
+
+    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), StoredItem>> {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -181,7 +198,11 @@ impl TransactionalBackend for InMemoryBackend {
             });
         }
         for w in writes {
-            items.insert((w.table.clone(), w.key.clone()), w.value.clone());
+            let item = StoredItem {
+                value: w.value.clone(),
+                record: None,
+            };
+            items.insert((w.table.clone(), w.key.clone()), item);
         }
         records.insert(record.key.clone(), record.clone());
         Ok(Commit::Committed)
@@ -200,6 +221,55 @@ impl TransactionalBackend for InMemoryBackend {
                 Ok(Failure::Recorded { attempts })
             }
             Step::Held(held) => Ok(Failure::Exists(held)),
+        }
+    }
+}
+
+impl InlineBackend for InMemoryBackend {
+    type Item = MemoryWrite;
+
+    /// No size limit in memory.
+    fn check_item(
+        &self,
+        _record: &IdempotencyRecord,
+        _item: &MemoryWrite,
+    ) -> Result<(), LimitError> {
+        Ok(())
+    }
+
+    async fn put_inline(
+        &self,
+        record: &IdempotencyRecord,
+        item: &MemoryWrite,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let mut items = self.items();
+        let at = (item.table.clone(), item.key.clone());
+        match items.get(&at) {
+            // Written by something else: it carries no record.
+            Some(StoredItem { record: None, .. }) => Ok(Commit::Rejected {
+                index: 0,
+                write: format!("Put on table `{}` ({})", item.table, item.key),
+                code: "ConditionalCheckFailed".into(),
+                message: "the item exists and carries no idempotency record".into(),
+            }),
+            stored => match state::commit(stored.and_then(|i| i.record.as_ref()), record, now_ms) {
+                Step::Held(held) => Ok(Commit::Exists(IdempotencyRecord {
+                    key: record.key.clone(),
+                    ..held
+                })),
+                Step::Write(completed) => {
+                    let value = item.value.clone();
+                    items.insert(
+                        at,
+                        StoredItem {
+                            value,
+                            record: Some(completed),
+                        },
+                    );
+                    Ok(Commit::Committed)
+                }
+            },
         }
     }
 }

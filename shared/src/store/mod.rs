@@ -20,11 +20,14 @@
 //!
 //! A backend that can also commit the record together with the handler's own writes, in one
 //! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
-//! that cannot does not implement it, and the transactional mode does not compile over it.
+//! that cannot does not implement it, and the transactional mode does not compile over it. One
+//! that can also write the record *on* the handler's one new item implements
+//! [`InlineBackend`] (see [`crate::inline`]).
 
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod dynamodb_layout;
+mod inline_backend;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -37,10 +40,12 @@ use std::future::Future;
 pub use self::redis::{DEFAULT_NAMESPACE, RedisBackend, RedisConnectError};
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-pub use dynamodb::{DynamoDbBackend, TableCheck};
+pub use dynamodb::{DynamoDbBackend, NewItem, TableCheck};
 pub use dynamodb_layout::{
-    Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES, max_result_bytes,
+    Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES,
+    inline_record_bytes, max_result_bytes,
 };
+pub use inline_backend::InlineBackend;
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};
 

@@ -3,11 +3,16 @@
 //!
 //! Each check takes a [`Suite`]: an engine over the backend with a manual clock, and the counter
 //! of the backend's requests, so that every check also asserts what each operation costs.
-//! [`backend_suite!`] turns every check into a `#[tokio::test]` of the file that invokes it.
+//! [`backend_suite!`] turns every check into a `#[tokio::test]` of the file that invokes it;
+//! `inline_suite!` does the same for the inline mode's checks (`inline.rs`), on the backends
+//! that have it.
 #![allow(dead_code)]
 
+#[macro_use]
+mod inline;
 mod payloads;
 mod transitions;
+pub use inline::*;
 pub use payloads::*;
 pub use transitions::*;
 

@@ -8,9 +8,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::{Attributes, Backend, Put, StoreError, Update, Updated, max_result_bytes};
 use crate::state::{IdempotencyRecord, Status, truncate_error};
 
+mod new_item;
 mod table;
 mod transact_write_items;
 
+pub use new_item::NewItem;
 pub use table::TableCheck;
 
 /// Idempotency records in a DynamoDB table whose partition key is a string (`id` by default) and
@@ -42,6 +44,8 @@ pub struct DynamoDbBackend {
     pub(super) client: Client,
     table: String,
     attributes: Attributes,
+    /// The record's attribute names on an item of the inline mode.
+    inline_attributes: Attributes,
 }
 
 impl DynamoDbBackend {
@@ -51,6 +55,7 @@ impl DynamoDbBackend {
             client,
             table: table.into(),
             attributes: Attributes::default(),
+            inline_attributes: Attributes::inline(),
         }
     }
 
@@ -58,6 +63,19 @@ impl DynamoDbBackend {
     pub fn with_attributes(mut self, attributes: Attributes) -> Self {
         self.attributes = attributes;
         self
+    }
+
+    /// Uses other names for the record's attributes on the handler's items in the
+    /// [inline mode](crate::inline) (default [`Attributes::inline`]; `key` is not read there: an
+    /// item has its own key).
+    pub fn with_inline_attributes(mut self, attributes: Attributes) -> Self {
+        self.inline_attributes = attributes;
+        self
+    }
+
+    /// The record's attribute names on the handler's items in the inline mode.
+    pub fn inline_attributes(&self) -> &Attributes {
+        &self.inline_attributes
     }
 
     /// The DynamoDB client.
@@ -112,48 +130,55 @@ impl DynamoDbBackend {
         &self,
         item: &HashMap<String, AttributeValue>,
     ) -> Result<IdempotencyRecord, StoreError> {
-        let a = &self.attributes;
-        let key = item
-            .get(&a.key)
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_default();
-        let malformed = |reason: String| StoreError::Malformed {
-            key: key.clone(),
-            reason,
-        };
-        let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let number = |name: &str| -> Result<Option<i64>, StoreError> {
-            match item.get(name) {
-                None => Ok(None),
-                Some(AttributeValue::N(n)) => n
-                    .parse::<i64>()
-                    .map(Some)
-                    .map_err(|_| malformed(format!("`{name}` is not an integer: {n}"))),
-                Some(other) => Err(malformed(format!("`{name}` is not a number: {other:?}"))),
-            }
-        };
-        let status_text =
-            string(&a.status).ok_or_else(|| malformed(format!("no `{}` attribute", a.status)))?;
-        let status = Status::parse(&status_text)
-            .ok_or_else(|| malformed(format!("unknown status `{status_text}`")))?;
-        Ok(IdempotencyRecord {
-            status,
-            expires_at: number(&a.expiry)?
-                .ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
-            lease_until_ms: number(&a.lease)?,
-            owner: string(&a.owner),
-            payload_hash: string(&a.payload_hash).unwrap_or_default(),
-            attempts: u32::try_from(number(&a.attempts)?.unwrap_or(0)).unwrap_or(u32::MAX),
-            last_error: string(&a.last_error),
-            result: string(&a.result),
-            result_omitted: matches!(
-                item.get(&a.result_omitted),
-                Some(AttributeValue::Bool(true))
-            ),
-            key,
-        })
+        record_from(&self.attributes, item)
     }
+}
+
+/// Reads an item as a record, under the attribute names `a`.
+pub(super) fn record_from(
+    a: &Attributes,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<IdempotencyRecord, StoreError> {
+    let key = item
+        .get(&a.key)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    let malformed = |reason: String| StoreError::Malformed {
+        key: key.clone(),
+        reason,
+    };
+    let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+    let number = |name: &str| -> Result<Option<i64>, StoreError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(AttributeValue::N(n)) => n
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| malformed(format!("`{name}` is not an integer: {n}"))),
+            Some(other) => Err(malformed(format!("`{name}` is not a number: {other:?}"))),
+        }
+    };
+    let status_text =
+        string(&a.status).ok_or_else(|| malformed(format!("no `{}` attribute", a.status)))?;
+    let status = Status::parse(&status_text)
+        .ok_or_else(|| malformed(format!("unknown status `{status_text}`")))?;
+    Ok(IdempotencyRecord {
+        status,
+        expires_at: number(&a.expiry)?
+            .ok_or_else(|| malformed(format!("no `{}` attribute", a.expiry)))?,
+        lease_until_ms: number(&a.lease)?,
+        owner: string(&a.owner),
+        payload_hash: string(&a.payload_hash).unwrap_or_default(),
+        attempts: u32::try_from(number(&a.attempts)?.unwrap_or(0)).unwrap_or(u32::MAX),
+        last_error: string(&a.last_error),
+        result: string(&a.result),
+        result_omitted: matches!(
+            item.get(&a.result_omitted),
+            Some(AttributeValue::Bool(true))
+        ),
+        key,
+    })
 }
 
 pub(super) fn request_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> StoreError

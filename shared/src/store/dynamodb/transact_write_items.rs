@@ -29,7 +29,7 @@ const CONTENDED: [&str; 4] = [
 
 /// The condition under which a commit writes its record: the transition
 /// [`state::commit`](crate::state::commit) ([`IdempotencyRecord::is_replaceable`]).
-fn replaceable() -> String {
+pub(super) fn replaceable() -> String {
     format!(
         "attribute_not_exists(#key) OR (NOT {HELD} \
          AND (#exp < :now_s OR #status IN (:in_progress, :failed)))"

@@ -1,13 +1,18 @@
 //! The idempotency engine, [`Idempotency`]: keys, expiry, leases and payload hashes, once, above
-//! any [`Backend`], in its two modes.
+//! any [`Backend`], in its three modes.
 //!
 //! - **Lease mode** ([`Idempotency::run`], or [`acquire`](Idempotency::acquire) then
 //!   [`complete`](Idempotency::complete) or [`fail`](Idempotency::fail)): an in-progress record
 //!   with a lease that ends at the invocation's [`Deadline`], the work, then the record
 //!   completed with its result.
-//! - **Transactional mode** ([`Idempotency::transact`], over a [`TransactionalBackend`]): the
-//!   work returns its writes, and they commit with the record, written completed at once (see
-//!   [`crate::transaction`]).
+//! - **Transactional mode** ([`Idempotency::transact`], over a
+//!   [`TransactionalBackend`](crate::store::TransactionalBackend)): the work returns its writes,
+//!   and they commit with the record, written completed at once (see [`crate::transaction`]; the
+//!   engine's side is in `transact.rs`).
+//! - **Inline mode** ([`Idempotency::put_inline`], over an
+//!   [`InlineBackend`](crate::store::InlineBackend)): the work returns one new item, and the
+//!   record rides on it, in one conditional write (see [`crate::inline`], where the engine's
+//!   method lives).
 //!
 //! What each write does to a record is the [state machine](crate::state)'s; the engine builds
 //! the records, asks the backend, and reads its answers ([`crate::lease`]).
@@ -22,15 +27,16 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod transact;
+
 use crate::cache::{CachedBackend, LocalCache};
 use crate::error::panic_message;
 use crate::key::stored_key;
 use crate::lease::{AcquireError, Acquired, Lease, Outcome, RunError};
 use crate::payload::PayloadHash;
 use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
-use crate::store::{Backend, Put, StoreError, TransactionalBackend, Update, Updated};
+use crate::store::{Backend, Put, StoreError, Update, Updated};
 use crate::time::{Clock, Deadline, SystemClock, millis};
-use crate::transaction::{Attempt, Peeked, TransactError, Transacted, Transaction, answer, settle};
 
 pub use crate::store::MAX_ITEM_BYTES;
 
@@ -489,7 +495,7 @@ impl<B: Backend> Idempotency<B> {
 
     /// The answer for `key` (stored as `stored`) when the backend knows it completed without a
     /// request ([`Backend::completed_locally`]: the local cache).
-    fn answered_locally(
+    pub(crate) fn answered_locally(
         &self,
         key: &str,
         stored: &str,
@@ -501,144 +507,5 @@ impl<B: Backend> Idempotency<B> {
             key,
             classify(record, payload_hash, now_ms),
         ))
-    }
-}
-
-impl<B: TransactionalBackend> Idempotency<B> {
-    /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
-    /// writes, and they commit with the idempotency record in one request (see the
-    /// [module](crate::transaction)). `finish_by` bounds the tries of the commit.
-    pub async fn transact<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload: &[u8],
-        finish_by: Option<Deadline>,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
-    {
-        self.transact_hashed(key, &PayloadHash::of_bytes(payload), finish_by, work)
-            .await
-    }
-
-    /// [`transact`](Self::transact) with a payload hash computed by the caller.
-    ///
-    /// A panic in `work` is recorded as a failed attempt and then resumed.
-    pub async fn transact_hashed<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-        finish_by: Option<Deadline>,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
-    {
-        let stored = self.stored_key(key);
-        let now_ms = self.clock.now_ms();
-        if let Some(found) = self.answered_locally(key, &stored, payload_hash, now_ms) {
-            return answer(found);
-        }
-        let owner = new_owner_token();
-        let mut record = IdempotencyRecord {
-            key: stored,
-            status: Status::Completed,
-            expires_at: self.expires_at(now_ms),
-            lease_until_ms: None,
-            owner: Some(owner),
-            payload_hash: payload_hash.as_str().to_owned(),
-            attempts: 0,
-            last_error: None,
-            result: None,
-            result_omitted: false,
-        };
-        let attempt = Attempt {
-            backend: &self.backend,
-            clock: self.clock.as_ref(),
-            key,
-            payload_hash,
-        };
-        let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
-            Ok(Ok(transaction)) => transaction,
-            Ok(Err(error)) => {
-                let noted = attempt.note_failure(&record, &error.to_string()).await;
-                return settle(noted, |attempts| TransactError::Failed { error, attempts });
-            }
-            Err(panic) => {
-                let message = format!("panicked: {}", panic_message(&panic));
-                attempt.note_failure(&record, &message).await;
-                std::panic::resume_unwind(panic)
-            }
-        };
-        let (output, writes) = transaction.into_parts();
-        self.set_result(&mut record, &output);
-        // Found before any request, and permanent: not counted as an attempt.
-        if let Err(error) = self.backend.check(&record, &writes) {
-            return Err(TransactError::Limit {
-                error,
-                attempts: None,
-            });
-        }
-        attempt
-            .commit(&record, output, &writes, finish_by, now_ms)
-            .await
-    }
-
-    /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
-    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
-    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
-    /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
-    /// first delivery goes straight to [`transact`](Self::transact).
-    pub async fn peek(
-        &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-    ) -> Result<Peeked, AcquireError> {
-        let stored = self.stored_key(key);
-        let now_ms = self.clock.now_ms();
-        let found = match self.answered_locally(key, &stored, payload_hash, now_ms) {
-            Some(found) => found?,
-            None => match self.backend.get(&stored).await? {
-                None => return Ok(Peeked::Attempts(0)),
-                Some(record) if record.is_replaceable(now_ms) => {
-                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
-                        record.attempts
-                    } else {
-                        0
-                    };
-                    return Ok(Peeked::Attempts(attempts));
-                }
-                Some(record) => Acquired::blocked(key, classify(record, payload_hash, now_ms))?,
-            },
-        };
-        Ok(match found {
-            Acquired::Completed { result, .. } => Peeked::Completed { result },
-            Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
-            Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
-        })
-    }
-
-    /// Stores `output` as the record's result, unless it is too large for the store's item.
-    fn set_result<T: Serialize>(&self, record: &mut IdempotencyRecord, output: &T) {
-        let json = serde_json::to_string(output).ok().filter(|j| j != "null");
-        match (json, self.backend.max_result_bytes(&record.key)) {
-            (Some(json), Some(max)) if json.len() > max => {
-                tracing::warn!(
-                    key = record.key,
-                    result_bytes = json.len(),
-                    max_bytes = max,
-                    "result too large for the idempotency record: not stored"
-                );
-                record.result_omitted = true;
-            }
-            (json, _) => record.result = json,
-        }
     }
 }

@@ -1,0 +1,147 @@
+//! The [`Inline`] wrapper: a handler whose one new item carries its idempotency record, written
+//! in one conditional request (see [`crate::inline`]).
+
+use aws_lambda_events::sqs::SqsMessage;
+use serde::Serialize;
+
+use super::idempotent::Deduplicated;
+use super::transactional::{Start, finish, guarded, start};
+use super::{RecordContext, RecordHandler};
+use crate::Idempotency;
+use crate::error::RecordError;
+use crate::inline::InlinePut;
+use crate::key::KeyConfig;
+use crate::store::InlineBackend;
+
+/// A handler whose effect is one new item, written with its idempotency record on it: the inner
+/// handler returns an [`InlinePut`] (its output and its item) instead of writing the item.
+///
+/// It answers as [`Transactional`](super::Transactional) does:
+///
+/// - A fresh key: the item and its record are written together, in one request
+///   ([`Deduplicated::Processed`]).
+/// - A key completed before: nothing is written ([`Deduplicated::Duplicate`], with the stored
+///   result), for one refused write, or none when the engine's [local cache](crate::cache)
+///   knows it.
+/// - The same key with another payload, the item completed: [`RecordError::PayloadMismatch`],
+///   permanent.
+/// - The inner handler fails or panics, or its item exists without a record: the failure is
+///   recorded in the engine's table (a failed record with the error and the failed attempts,
+///   [`RecordError::Attempt`]), and the next delivery runs again. An item over the store's size
+///   limit: [`RecordError::Permanent`].
+/// - A request the store refuses for a table or the code (the item's table missing, a key
+///   schema the item does not match): [`RecordError::Store`] with
+///   [`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured), left for
+///   redelivery, never dead-lettered; the store unreachable, or the item in a running
+///   transaction: [`RecordError::Store`].
+///
+/// A first delivery (receive count 1) goes straight to the write, its handler told
+/// [`attempt`](RecordContext::attempt) 1; a redelivery first reads the engine's table
+/// ([`Idempotency::peek`]) for its failed attempts, so its handler is told the store's count
+/// plus one. See [`crate::inline`] for where failures are counted and what the mode cannot carry.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+/// use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+/// use lambda_idempotency::inline::InlinePut;
+/// use lambda_idempotency::key::KeyConfig;
+/// use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
+/// use lambda_idempotency::Idempotency;
+/// use lambda_runtime::{Context, LambdaEvent};
+/// use std::sync::Arc;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { payment_id: String, amount_cents: i64 }
+///
+/// // On DynamoDB the item is a `store::NewItem` and the backend a `DynamoDbBackend`.
+/// let backend = Arc::new(InMemoryBackend::default());
+/// let handler = json(|p: Payment, _ctx: RecordContext| async move {
+///     let receipt = MemoryWrite::put("receipts", &p.payment_id, &p.amount_cents.to_string());
+///     Ok::<_, std::io::Error>(InlinePut::new(p.payment_id, receipt))
+/// })
+/// .inline(Idempotency::new(backend.clone()))
+/// .with_keys(KeyConfig::json_pointer("/payment_id"));
+///
+/// let message = |id: &str| {
+///     let mut m = SqsMessage::default();
+///     m.message_id = Some(id.into());
+///     m.body = Some(r#"{"payment_id": "p-1", "amount_cents": 500}"#.into());
+///     m
+/// };
+/// let mut event = SqsEvent::default();
+/// event.records = vec![message("m-1"), message("m-2")];
+/// let report = BatchProcessor::new()
+///     .process(&LambdaEvent::new(event, Context::default()), &handler)
+///     .await
+///     .unwrap();
+/// assert!(report.response().batch_item_failures.is_empty());
+/// assert_eq!(report.successes().filter(|(_, d)| d.is_duplicate()).count(), 1);
+/// assert_eq!(backend.item("receipts", "p-1").as_deref(), Some("500"));
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct Inline<H, B> {
+    inner: H,
+    engine: Idempotency<B>,
+    keys: KeyConfig,
+}
+
+impl<H, B> Inline<H, B> {
+    /// Writes `inner`'s item with its record through `engine`, keyed on the message id.
+    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
+        Self {
+            inner,
+            engine,
+            keys: KeyConfig::default(),
+        }
+    }
+
+    /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
+    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Idempotency<B> {
+        &self.engine
+    }
+}
+
+impl<H, B, T> RecordHandler for Inline<H, B>
+where
+    H: RecordHandler<Output = InlinePut<T, B::Item>>,
+    T: Serialize + Send,
+    B: InlineBackend,
+{
+    type Output = Deduplicated<T>;
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.keys.key(message).ok()
+    }
+
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+
+    async fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> Result<Self::Output, RecordError> {
+        let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
+        let inner_ctx = match start(&self.engine, &key, &hash, ctx).await? {
+            Start::Run(inner_ctx) => inner_ctx,
+            Start::Done(duplicate) => return Ok(duplicate),
+        };
+        let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
+        let result = self.engine.put_inline_hashed(&key, &hash, work).await;
+        finish(result, ctx, &key)
+    }
+
+    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        self.inner.dead_lettered(message, ctx, error).await;
+        super::idempotent::reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
+    }
+}

@@ -1,0 +1,204 @@
+//! The engine in the modes that write their record completed at once, with the handler's
+//! effect: the transactional mode's [`transact`](Idempotency::transact) and
+//! [`peek`](Idempotency::peek), and what the inline mode ([`crate::inline`]) shares with it.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use serde::Serialize;
+
+use super::Idempotency;
+use crate::error::panic_message;
+use crate::lease::{AcquireError, Acquired};
+use crate::payload::PayloadHash;
+use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
+use crate::store::TransactionalBackend;
+use crate::time::Deadline;
+use crate::transaction::{
+    Attempt, Begun, Peeked, TransactError, Transacted, Transaction, answer, settle,
+};
+
+impl<B: TransactionalBackend> Idempotency<B> {
+    /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
+    /// writes, and they commit with the idempotency record in one request (see the
+    /// [module](crate::transaction)). `finish_by` bounds the tries of the commit.
+    pub async fn transact<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        finish_by: Option<Deadline>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        self.transact_hashed(key, &PayloadHash::of_bytes(payload), finish_by, work)
+            .await
+    }
+
+    /// [`transact`](Self::transact) with a payload hash computed by the caller.
+    ///
+    /// A panic in `work` is recorded as a failed attempt and then resumed.
+    pub async fn transact_hashed<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        finish_by: Option<Deadline>,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
+        let Begun {
+            attempt,
+            mut record,
+            output: transaction,
+            now_ms,
+        } = match self.begin(key, payload_hash, work).await {
+            Ok(begun) => begun,
+            Err(answered) => return answered,
+        };
+        let (output, writes) = transaction.into_parts();
+        self.set_result(&mut record, &output);
+        // Found before any request, and permanent: not counted as an attempt.
+        if let Err(error) = self.backend.check(&record, &writes) {
+            return Err(TransactError::Limit {
+                error,
+                attempts: None,
+            });
+        }
+        attempt
+            .commit(&record, output, &writes, finish_by, now_ms)
+            .await
+    }
+
+    /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
+    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
+    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
+    /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
+    /// first delivery goes straight to [`transact`](Self::transact).
+    pub async fn peek(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+    ) -> Result<Peeked, AcquireError> {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock.now_ms();
+        let found = match self.answered_locally(key, &stored, payload_hash, now_ms) {
+            Some(found) => found?,
+            None => match self.backend.get(&stored).await? {
+                None => return Ok(Peeked::Attempts(0)),
+                Some(record) if record.is_replaceable(now_ms) => {
+                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
+                        record.attempts
+                    } else {
+                        0
+                    };
+                    return Ok(Peeked::Attempts(attempts));
+                }
+                Some(record) => Acquired::blocked(key, classify(record, payload_hash, now_ms))?,
+            },
+        };
+        Ok(match found {
+            Acquired::Completed { result, .. } => Peeked::Completed { result },
+            Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
+            Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
+        })
+    }
+
+    /// The start of an attempt that writes its record completed at once (transactional and
+    /// inline modes): the answer when the local cache knows the key; else the record to write
+    /// and `work`'s output, or the answer once its failure is recorded. A panic in `work` is
+    /// recorded as a failed attempt and then resumed.
+    pub(crate) async fn begin<'a, O, T, E, F, Fut>(
+        &'a self,
+        key: &'a str,
+        payload_hash: &'a PayloadHash,
+        work: F,
+    ) -> Result<Begun<'a, B, O>, Result<Transacted<T>, TransactError<E>>>
+    where
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        let stored = self.stored_key(key);
+        let now_ms = self.clock.now_ms();
+        if let Some(found) = self.answered_locally(key, &stored, payload_hash, now_ms) {
+            return Err(answer(found));
+        }
+        let record = self.completed_record(stored, payload_hash, now_ms);
+        let attempt = Attempt {
+            backend: &self.backend,
+            clock: self.clock.as_ref(),
+            key,
+            payload_hash,
+        };
+        match AssertUnwindSafe(work()).catch_unwind().await {
+            Ok(Ok(output)) => Ok(Begun {
+                attempt,
+                record,
+                output,
+                now_ms,
+            }),
+            Ok(Err(error)) => {
+                let noted = attempt.note_failure(&record, &error.to_string()).await;
+                Err(settle(noted, |attempts| TransactError::Failed {
+                    error,
+                    attempts,
+                }))
+            }
+            Err(panic) => {
+                let message = format!("panicked: {}", panic_message(&panic));
+                attempt.note_failure(&record, &message).await;
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// The record a new attempt writes completed at once (transactional and inline modes), under
+    /// its own owner token, without a result yet.
+    pub(crate) fn completed_record(
+        &self,
+        stored: String,
+        payload_hash: &PayloadHash,
+        now_ms: i64,
+    ) -> IdempotencyRecord {
+        IdempotencyRecord {
+            key: stored,
+            status: Status::Completed,
+            expires_at: self.expires_at(now_ms),
+            lease_until_ms: None,
+            owner: Some(new_owner_token()),
+            payload_hash: payload_hash.as_str().to_owned(),
+            attempts: 0,
+            last_error: None,
+            result: None,
+            result_omitted: false,
+        }
+    }
+
+    /// Stores `output` as the record's result, unless it is too large for the store's item.
+    pub(crate) fn set_result<T: Serialize>(&self, record: &mut IdempotencyRecord, output: &T) {
+        let json = serde_json::to_string(output).ok().filter(|j| j != "null");
+        match (json, self.backend.max_result_bytes(&record.key)) {
+            (Some(json), Some(max)) if json.len() > max => {
+                tracing::warn!(
+                    key = record.key,
+                    result_bytes = json.len(),
+                    max_bytes = max,
+                    "result too large for the idempotency record: not stored"
+                );
+                record.result_omitted = true;
+            }
+            (json, _) => record.result = json,
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Inline mode: the idempotency record rides on the handler's one new item, in one conditional
+//! write.
+//!
+//! When a handler's whole effect is the write of **one new item** (a ledger entry, a receipt, an
+//! order line), the item itself can carry the proof that the work was done: the handler returns
+//! the item in an [`InlinePut`] instead of writing it, and
+//! [`Idempotency::put_inline`](crate::Idempotency::put_inline) writes it with the completed
+//! record's attributes on it (status, expiry, payload hash, owner token, and the result when there
+//! is one), on the condition that no record that is not
+//! [replaceable](crate::state::IdempotencyRecord::is_replaceable) rides on the item already: the
+//! transactional mode's commit ([`state::commit`](crate::state::commit)), stated on the item's
+//! own key. On DynamoDB that is one `PutItem` of a [`NewItem`](crate::store::NewItem) with
+//! `attribute_not_exists(key) OR <expired>` and `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
+//!
+//! - **One request per fresh record**, and the write units of the item alone plus its record's
+//!   attributes (at most [`inline_record_bytes`](crate::store::inline_record_bytes), 184 bytes,
+//!   and the result): 1 WCU while the item stays within 1 KB, the floor of a handler with no
+//!   idempotency at all, where the lease mode adds 2 WCU of its own and a transaction bills 2
+//!   per item, its record one of them.
+//! - **One refused write per duplicate**, without a read: the refusal returns the stored item,
+//!   whose record is classified by the state machine ([`classify`](crate::state::classify)) as
+//!   the other modes' records are: the same payload is a duplicate (its stored result given
+//!   back), another payload under a live record a mismatch (permanent). None for a duplicate the
+//!   [local cache](crate::cache) knows. DynamoDB bills a refused write as a write: 1 WCU.
+//! - **No in-progress state and no lease**: the item and its record are one write, so a crash at
+//!   any point leaves both or neither.
+//! - **Expiry** as in the other modes: an item whose record has expired is replaced by the next
+//!   attempt's (the same item, rewritten), as an expired record is. The expiry is an attribute
+//!   of the item; point the table's TTL at it only if the items may be deleted when their records
+//!   expire.
+//!
+//! # Failures, attempts and fencing
+//!
+//! A failed attempt has no item to carry its record. It is recorded as in the transactional
+//! mode, in the engine's own table: a small *failed* record under the idempotency key, with the
+//! error and the attempt count ([`TransactionalBackend::record_failure`](crate::store::TransactionalBackend::record_failure):
+//! one `UpdateItem`, on the failure path only). So the attempt budget, the backoff and the
+//! dead-letter queue work as in the other modes, and a failed record never blocks anything: the
+//! next delivery of the same payload runs again with its attempts counted; a corrected payload
+//! after a failed one runs, its attempts starting again at 1 should it fail too (the failed
+//! record is replaceable by another payload, as everywhere). A handler whose item is refused
+//! because the item exists *without* a record (written by something else) fails the same way
+//! ([`TransactError::Rejected`]): retried under the attempt budget. An item over DynamoDB's size
+//! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
+//! size from the store).
+//!
+//! A handler moved here from the transactional mode finds its earlier records where that mode
+//! wrote them: the item written then carries no record and refuses the write, and the failure
+//! the engine would record finds the key's completed record in its table instead, and answers
+//! a duplicate with its stored result (two requests), until that record expires.
+//!
+//! The failed record stays in the engine's table after a later attempt succeeds (it expires
+//! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
+//! (receive count above 1) reads it first, as the transactional mode does, so its handler is told
+//! the store's attempt; that read cannot see the item, so a redelivered duplicate costs the read
+//! and the refused write.
+//!
+//! Fencing is the write's own condition: with no lease there is no late completion to fence
+//! off. An SDK retry of this attempt's own write, whose first answer was lost, finds the item
+//! carrying this attempt's owner token and answers as written.
+//!
+//! # What the inline mode cannot carry
+//!
+//! Only the write of one **new** item (or the rewrite of one whose record has expired) carries
+//! its record. A handler whose effect is several items, or an update of an item that exists
+//! (a balance, a status), keeps the [transactional mode](crate::transaction): its writes and the
+//! record in one transaction. The item's key must follow from the idempotency key (one key, one
+//! item): a second key that writes the same item is answered by the record the item carries.
+//!
+//! The handler runs before the store is asked (the write needs its item), so it must make no
+//! effects of its own, as in the transactional mode; effects that are not the item (a message to
+//! send) go in [`and_then`](crate::batch::RecordHandlerExt::and_then), at least once. A
+//! duplicate whose handler fails before it gives its item is a failed attempt: the engine's table
+//! does not know the item exists.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use lambda_idempotency::inline::InlinePut;
+//! use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
+//! use lambda_idempotency::transaction::Transacted;
+//! use lambda_idempotency::Idempotency;
+//! use std::sync::Arc;
+//!
+//! let backend = Arc::new(InMemoryBackend::default());
+//! let engine = Idempotency::new(backend.clone());
+//! let receipt = || async {
+//!     Ok::<_, std::io::Error>(InlinePut::new("r-1", MemoryWrite::put("receipts", "r-1", "500")))
+//! };
+//! let first = engine.put_inline("payment-1", b"{\"amount\":500}", receipt).await.unwrap();
+//! let again = engine.put_inline("payment-1", b"{\"amount\":500}", receipt).await.unwrap();
+//! assert_eq!(first, Transacted::Committed("r-1"));
+//! assert_eq!(again, Transacted::Duplicate { stored: Some("\"r-1\"".into()) });
+//! assert_eq!(backend.item("receipts", "r-1").as_deref(), Some("500"));
+//! assert!(backend.records().is_empty(), "the record is on the item, not beside it");
+//! # });
+//! ```
+
+use std::fmt;
+use std::future::Future;
+
+use serde::Serialize;
+
+use crate::Idempotency;
+use crate::payload::PayloadHash;
+use crate::store::{InlineBackend, LimitError};
+use crate::transaction::{Begun, TransactError, Transacted};
+
+/// What a handler returns in inline mode: its output (stored as the record's result, on the
+/// item) and its one new item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlinePut<T, I> {
+    output: T,
+    item: I,
+}
+
+impl<T, I> InlinePut<T, I> {
+    /// `item`, written with the record, and `output`.
+    pub fn new(output: T, item: impl Into<I>) -> Self {
+        Self {
+            output,
+            item: item.into(),
+        }
+    }
+
+    /// The output.
+    pub fn output(&self) -> &T {
+        &self.output
+    }
+
+    /// The item.
+    pub fn item(&self) -> &I {
+        &self.item
+    }
+
+    /// The output and the item.
+    pub fn into_parts(self) -> (T, I) {
+        (self.output, self.item)
+    }
+}
+
+impl<B: InlineBackend> Idempotency<B> {
+    /// Runs `work` at most once per `key` (in effect) in inline mode: `work` returns one new
+    /// item, and it is written with the idempotency record on it, in one conditional write (see
+    /// the [module](crate::inline)). Answers as the transactional mode does.
+    pub async fn put_inline<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
+    {
+        self.put_inline_hashed(key, &PayloadHash::of_bytes(payload), work)
+            .await
+    }
+
+    /// [`put_inline`](Self::put_inline) with a payload hash computed by the caller.
+    ///
+    /// A panic in `work` is recorded as a failed attempt and then resumed.
+    pub async fn put_inline_hashed<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
+    {
+        let Begun {
+            attempt,
+            mut record,
+            output: put,
+            now_ms,
+        } = match self.begin(key, payload_hash, work).await {
+            Ok(begun) => begun,
+            Err(answered) => return answered,
+        };
+        let (output, item) = put.into_parts();
+        self.set_result(&mut record, &output);
+        // The result shares the item with the effect: dropped when the two do not fit, so that
+        // the effect is still written.
+        if record.result.is_some()
+            && let Err(LimitError::ItemTooLarge { bytes, max, .. }) =
+                self.backend().check_item(&record, &item)
+        {
+            tracing::warn!(
+                key,
+                item_bytes = bytes,
+                max_bytes = max,
+                "the item and its result do not fit in one item: the result is not stored"
+            );
+            record.result = None;
+            record.result_omitted = true;
+        }
+        // Found before any request, and permanent: not counted as an attempt.
+        if let Err(error) = self.backend().check_item(&record, &item) {
+            return Err(TransactError::Limit {
+                error,
+                attempts: None,
+            });
+        }
+        match self.backend().put_inline(&record, &item, now_ms).await {
+            Ok(answer) => attempt.conclude(&record, output, answer, now_ms).await,
+            Err(e) => Err(TransactError::Store(e)),
+        }
+    }
+}

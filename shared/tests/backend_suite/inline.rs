@@ -1,0 +1,550 @@
+//! The inline mode's checks (`lambda_idempotency::inline`), for every [`InlineBackend`]:
+//! `memory_store.rs` runs them on the in-memory backend, `dynamodb_store.rs` on DynamoDB (moto).
+//!
+//! Each check takes the suite's engine, an [`Items`] table (how the backend's new items are
+//! built and read back) and the names its requests are counted under ([`InlineOps`]), so that
+//! every check also asserts what each operation costs.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
+use lambda_idempotency::cache::LocalCache;
+use lambda_idempotency::inline::InlinePut;
+use lambda_idempotency::payload::PayloadHash;
+use lambda_idempotency::state::table::{After, Before, Event, OWN, SAME, TRANSITIONS};
+use lambda_idempotency::state::{IdempotencyRecord, Status, classify};
+use lambda_idempotency::store::{Commit, InlineBackend};
+use lambda_idempotency::time::Clock;
+use lambda_idempotency::transaction::{Peeked, TransactError, Transacted};
+use lambda_runtime::{Context, LambdaEvent};
+
+use super::Suite;
+
+/// The names an inline backend's requests are counted under.
+#[derive(Debug, Clone, Copy)]
+pub struct InlineOps {
+    /// The inline write (DynamoDB: `PutItem`).
+    pub put: &'static str,
+    /// A failed attempt's record (DynamoDB: `UpdateItem`).
+    pub record_failure: &'static str,
+}
+
+/// A table of the handler's items, as a backend builds and reads them.
+pub trait Items<I>: Sync {
+    /// A new item `id` holding `value`.
+    fn item(&self, id: &str, value: &str) -> I;
+    /// The value item `id` holds, if it exists.
+    fn value(&self, id: &str) -> impl Future<Output = Option<String>> + Send;
+    /// The idempotency record on item `id`, if it carries one.
+    fn record(&self, id: &str) -> impl Future<Output = Option<IdempotencyRecord>> + Send;
+    /// Writes item `id` holding `value` without a record (as another writer would).
+    fn put_foreign(&self, id: &str, value: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Declares one `#[tokio::test]` per inline check, each on a fresh fixture from `$fixture` (a
+/// future of a [`Suite`], an [`Items`] table and the [`InlineOps`]).
+macro_rules! inline_suite {
+    ($fixture:expr) => {
+        inline_suite!(@checks $fixture;
+            inline_a_fresh_item_is_one_write_and_a_duplicate_one_refused_write,
+            inline_failures_are_counted_beside_the_item_and_a_corrected_payload_runs,
+            inline_an_expired_record_on_the_item_is_replaced,
+            inline_an_item_without_a_record_is_refused_as_the_handlers_failure,
+            inline_a_key_completed_by_the_transactional_mode_is_a_duplicate,
+            inline_a_retried_write_finds_its_own_record,
+            inline_ten_concurrent_writes_of_one_item_write_it_once,
+            inline_the_local_cache_answers_a_duplicate_without_a_request,
+            inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate,
+            inline_follows_the_commit_rows_of_the_table,
+        );
+    };
+    (@checks $fixture:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let (suite, items, ops) = $fixture.await;
+                backend_suite::$check(&suite, &items, ops).await;
+            }
+        )*
+    };
+}
+
+/// A handler's work: `item` holding `value`, with output `output`.
+fn work<B: InlineBackend, X: Items<B::Item>>(
+    items: &X,
+    id: &str,
+    value: &str,
+) -> impl FnOnce() -> std::future::Ready<Result<InlinePut<String, B::Item>, std::io::Error>> {
+    let put = InlinePut::new(format!("out-{value}"), items.item(id, value));
+    move || std::future::ready(Ok(put))
+}
+
+fn failing<I>() -> impl FnOnce() -> std::future::Ready<Result<InlinePut<String, I>, std::io::Error>>
+{
+    || std::future::ready(Err(std::io::Error::other("boom")))
+}
+
+pub async fn inline_a_fresh_item_is_one_write_and_a_duplicate_one_refused_write<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let e = &s.engine;
+    let first = e
+        .put_inline("k", b"{\"n\":1}", work::<B, X>(items, "item-k", "one"))
+        .await
+        .unwrap();
+    assert_eq!(first, Transacted::Committed("out-one".to_owned()));
+    s.requests(&[(ops.put, 1)], "a fresh item: one write, the record on it");
+    assert_eq!(items.value("item-k").await.as_deref(), Some("one"));
+    let record = items
+        .record("item-k")
+        .await
+        .expect("the record rides on the item");
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.expires_at, s.clock.now_ms() / 1000 + 3600);
+    assert_eq!(record.result.as_deref(), Some("\"out-one\""));
+    assert_eq!(e.get("k").await.unwrap(), None, "nothing beside the item");
+    s.counter.reset();
+
+    // The same payload written otherwise: a duplicate, its item not written again.
+    let again = e
+        .put_inline("k", b"{ \"n\": 1 }", work::<B, X>(items, "item-k", "two"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("\"out-one\"".into())
+        }
+    );
+    s.requests(&[(ops.put, 1)], "a duplicate: one refused write, no read");
+    assert_eq!(items.value("item-k").await.as_deref(), Some("one"));
+
+    let other = e
+        .put_inline("k", b"{\"n\":2}", work::<B, X>(items, "item-k", "three"))
+        .await;
+    assert!(
+        matches!(
+            other,
+            Err(TransactError::PayloadMismatch {
+                stored: Status::Completed,
+                ..
+            })
+        ),
+        "{other:?}"
+    );
+    s.requests(&[(ops.put, 1)], "a mismatch");
+    assert_eq!(items.value("item-k").await.as_deref(), Some("one"));
+}
+
+pub async fn inline_failures_are_counted_beside_the_item_and_a_corrected_payload_runs<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let e = &s.engine;
+    let hash = PayloadHash::of_bytes(b"{\"n\":1}");
+    for attempt in 1..=2 {
+        let failed = e.put_inline("f", b"{\"n\":1}", failing()).await;
+        assert!(
+            matches!(failed, Err(TransactError::Failed { attempts: Some(a), .. }) if a == attempt),
+            "{failed:?}"
+        );
+        s.requests(
+            &[(ops.record_failure, 1)],
+            "a failure: one write, in the engine's table",
+        );
+    }
+    let r = e.get("f").await.unwrap().expect("a failed record");
+    assert_eq!(
+        (r.status, r.attempts, r.last_error.as_deref()),
+        (Status::Failed, 2, Some("boom"))
+    );
+    assert_eq!(e.peek("f", &hash).await.unwrap(), Peeked::Attempts(2));
+    s.counter.reset();
+    // The same payload again runs, and its item carries the record.
+    let done = e
+        .put_inline("f", b"{\"n\":1}", work::<B, X>(items, "item-f", "v"))
+        .await
+        .unwrap();
+    assert_eq!(done, Transacted::Committed("out-v".to_owned()));
+    s.requests(&[(ops.put, 1)], "the retry that succeeds");
+    assert!(items.record("item-f").await.is_some());
+
+    // A corrected payload after a failed one runs; its attempts start again.
+    e.put_inline("c", b"{\"bad\":1}", failing::<B::Item>())
+        .await
+        .unwrap_err();
+    let failed = e.put_inline("c", b"{\"good\":1}", failing()).await;
+    assert!(
+        matches!(
+            failed,
+            Err(TransactError::Failed {
+                attempts: Some(1),
+                ..
+            })
+        ),
+        "another payload starts its attempts again: {failed:?}"
+    );
+    let corrected = e
+        .put_inline("c", b"{\"good\":1}", work::<B, X>(items, "item-c", "good"))
+        .await
+        .unwrap();
+    assert_eq!(corrected, Transacted::Committed("out-good".to_owned()));
+    assert_eq!(items.value("item-c").await.as_deref(), Some("good"));
+    // Reset for a redrive: the failed record's attempts, in the engine's table.
+    e.put_inline("d", b"1", failing::<B::Item>())
+        .await
+        .unwrap_err();
+    e.reset_attempts("d").await.unwrap();
+    assert_eq!(
+        e.peek("d", &PayloadHash::of_bytes(b"1")).await.unwrap(),
+        Peeked::Attempts(0)
+    );
+}
+
+pub async fn inline_an_expired_record_on_the_item_is_replaced<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let e = &s.engine;
+    e.put_inline("x", b"1", work::<B, X>(items, "item-x", "old"))
+        .await
+        .unwrap();
+    s.clock.advance(Duration::from_secs(3_600));
+    assert!(
+        matches!(
+            e.put_inline("x", b"2", work::<B, X>(items, "item-x", "new"))
+                .await,
+            Err(TransactError::PayloadMismatch { .. })
+        ),
+        "live through its last second"
+    );
+    s.clock.advance(Duration::from_secs(1));
+    s.counter.reset();
+    let replaced = e
+        .put_inline("x", b"2", work::<B, X>(items, "item-x", "new"))
+        .await
+        .unwrap();
+    assert_eq!(replaced, Transacted::Committed("out-new".to_owned()));
+    s.requests(&[(ops.put, 1)], "replacing an expired record: one write");
+    assert_eq!(items.value("item-x").await.as_deref(), Some("new"));
+    let r = items.record("item-x").await.unwrap();
+    assert_eq!(r.expires_at, s.clock.now_ms() / 1000 + 3600);
+}
+
+pub async fn inline_an_item_without_a_record_is_refused_as_the_handlers_failure<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    items.put_foreign("item-o", "theirs").await;
+    s.counter.reset();
+    let refused = s
+        .engine
+        .put_inline("o", b"1", work::<B, X>(items, "item-o", "ours"))
+        .await;
+    match refused {
+        Err(TransactError::Rejected {
+            rejection,
+            attempts: Some(1),
+        }) => assert!(rejection.is_condition(), "{rejection}"),
+        other => panic!("{other:?}"),
+    }
+    s.requests(
+        &[(ops.put, 1), (ops.record_failure, 1)],
+        "the refused write and its failure",
+    );
+    assert_eq!(items.value("item-o").await.as_deref(), Some("theirs"));
+    assert_eq!(items.record("item-o").await, None);
+}
+
+/// A handler moved from the transactional mode: its items written before carry no record, and
+/// their records are in the engine's table. A duplicate of such a record is refused by the item,
+/// and the failure it would record finds the completed record instead: a duplicate, with its
+/// stored result.
+pub async fn inline_a_key_completed_by_the_transactional_mode_is_a_duplicate<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let now_ms = s.clock.now_ms();
+    let mut record = Before::Completed.record("fn#moved", now_ms).unwrap();
+    record.payload_hash = PayloadHash::of_bytes(b"1").as_str().to_owned();
+    let backend = s.engine.backend();
+    let token = "0123456789abcdef0123456789abcdef";
+    assert_eq!(
+        backend.commit(&record, &[], token, now_ms).await.unwrap(),
+        Commit::Committed
+    );
+    items.put_foreign("item-moved", "before").await;
+    s.counter.reset();
+    let again = s
+        .engine
+        .put_inline("moved", b"1", work::<B, X>(items, "item-moved", "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("42".into())
+        }
+    );
+    s.requests(
+        &[(ops.put, 1), (ops.record_failure, 1)],
+        "the refused write, then the failure that finds the record",
+    );
+    assert_eq!(items.value("item-moved").await.as_deref(), Some("before"));
+}
+
+pub async fn inline_a_retried_write_finds_its_own_record<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    _ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let now_ms = s.clock.now_ms();
+    let mut record = Before::Completed.record("fn#own", now_ms).unwrap();
+    record.attempts = 0;
+    record.last_error = None;
+    let item = items.item("item-own", "v");
+    let backend = s.engine.backend();
+    assert_eq!(
+        backend.put_inline(&record, &item, now_ms).await.unwrap(),
+        Commit::Committed
+    );
+    // An SDK retry of the same write, whose first answer was lost.
+    match backend.put_inline(&record, &item, now_ms).await.unwrap() {
+        Commit::Exists(found) => {
+            assert_eq!(found.owner.as_deref(), Some(OWN), "its own owner token");
+            assert_eq!(found.key, "fn#own", "under the idempotency key");
+            assert_eq!(found.payload_hash, SAME);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+pub async fn inline_ten_concurrent_writes_of_one_item_write_it_once<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    _ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let engine = Arc::new(s.engine.clone());
+    for round in 0..10 {
+        let id = format!("race-{round}");
+        let tasks: Vec<_> = (0..10)
+            .map(|i| {
+                let engine = engine.clone();
+                let put = InlinePut::new(i, items.item(&id, &i.to_string()));
+                let key = id.clone();
+                tokio::spawn(async move {
+                    engine
+                        .put_inline(&key, b"body", || async { Ok::<_, std::io::Error>(put) })
+                        .await
+                })
+            })
+            .collect();
+        let mut written = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(Transacted::Committed(i)) => written.push(i),
+                Ok(Transacted::Duplicate { .. }) => {}
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+        assert_eq!(written.len(), 1, "{id}");
+        assert_eq!(items.value(&id).await, Some(written[0].to_string()), "{id}");
+    }
+}
+
+pub async fn inline_the_local_cache_answers_a_duplicate_without_a_request<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let cache = LocalCache::new(
+        std::num::NonZeroUsize::new(100).unwrap(),
+        Duration::from_secs(60),
+    );
+    let e = s.engine.clone().with_local_cache(cache.clone());
+    e.put_inline("cached", b"1", work::<B, X>(items, "item-cached", "v"))
+        .await
+        .unwrap();
+    s.requests(&[(ops.put, 1)], "a fresh item");
+    let again = e
+        .put_inline("cached", b"1", work::<B, X>(items, "item-cached", "w"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("\"out-v\"".into())
+        }
+    );
+    s.requests(&[], "a duplicate the cache knows: no request");
+    assert!(matches!(
+        e.put_inline("cached", b"2", work::<B, X>(items, "item-cached", "w"))
+            .await,
+        Err(TransactError::PayloadMismatch { .. })
+    ));
+    s.requests(&[], "a mismatch the cache knows: no request");
+    assert_eq!(cache.hits(), 2);
+}
+
+pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item> + Clone + Send + 'static,
+{
+    let table = items.clone();
+    let handler = message(move |m: SqsMessage, _| {
+        let body = m.body.unwrap_or_default();
+        let put = InlinePut::new(body.len(), table.item(&format!("batch-{body}"), &body));
+        async move {
+            if body.contains("fail") {
+                return Err(std::io::Error::other("refused"));
+            }
+            Ok(put)
+        }
+    })
+    .inline(s.engine.clone());
+    let records = |bodies: &[&str]| {
+        let mut event = SqsEvent::default();
+        event.records = bodies
+            .iter()
+            .map(|body| {
+                let mut m = SqsMessage::default();
+                m.message_id = Some(format!("msg-{body}"));
+                m.body = Some((*body).to_owned());
+                m
+            })
+            .collect();
+        LambdaEvent::new(event, Context::default())
+    };
+    let event = records(&["a", "b", "c", "d", "e"]);
+    let processor = BatchProcessor::new();
+    s.counter.reset();
+    let report = processor.process(&event, &handler).await.unwrap();
+    assert!(report.response().batch_item_failures.is_empty());
+    s.requests(&[(ops.put, 5)], "5 fresh records: one write each");
+    assert_eq!(items.value("batch-c").await.as_deref(), Some("c"));
+    s.counter.reset();
+    let report = processor.process(&event, &handler).await.unwrap();
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| matches!(&r.result, Ok(d) if d.is_duplicate()))
+    );
+    s.requests(&[(ops.put, 5)], "5 duplicates: one refused write each");
+    let report = processor
+        .process(&records(&["fail"]), &handler)
+        .await
+        .unwrap();
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    s.requests(&[(ops.record_failure, 1)], "a failed record: its failure");
+}
+
+/// The rows of the table whose event is a commit, from the states a record on an item can be in
+/// (none, completed, completed and expired: an item carries only completed records). The inline
+/// write is the transition `state::commit`, on the item.
+pub async fn inline_follows_the_commit_rows_of_the_table<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    _ops: InlineOps,
+) where
+    B: InlineBackend + Clone + 'static,
+    X: Items<B::Item>,
+{
+    let backend = s.engine.backend();
+    let start = s.clock.now_ms();
+    let mut checked = 0;
+    for (i, row) in TRANSITIONS.iter().enumerate() {
+        let reachable = matches!(
+            row.before,
+            Before::Absent | Before::Completed | Before::CompletedExpired
+        );
+        if !reachable || !matches!(row.event, Event::CommitSame | Event::CommitOther) {
+            continue;
+        }
+        let key = format!("fn#inline-transition-{i}");
+        let id = format!("inline-transition-{i}");
+        if row.before != Before::Absent {
+            // Written live, and the event sent after it expired (for the expired state).
+            let mut live = Before::Completed.record(&key, start).unwrap();
+            live.attempts = 0;
+            assert_eq!(
+                backend
+                    .put_inline(&live, &items.item(&id, "before"), start)
+                    .await
+                    .unwrap(),
+                Commit::Committed
+            );
+        }
+        let now_ms = match row.before {
+            Before::CompletedExpired => start + 2 * 3_600_000,
+            _ => start,
+        };
+        let stored = items.record(&id).await.map(|r| IdempotencyRecord {
+            key: key.clone(),
+            ..r
+        });
+        let (_, model) = row.event.apply(stored.as_ref(), &key, now_ms);
+        let new = row.event.new_record(&key, now_ms);
+        let after = match backend
+            .put_inline(&new, &items.item(&id, "event"), now_ms)
+            .await
+            .unwrap()
+        {
+            Commit::Committed => After::Completed,
+            Commit::Exists(existing) => After::refused(classify(
+                existing,
+                &PayloadHash::stored(row.event.payload_hash()),
+                now_ms,
+            )),
+            other => panic!("{row:?}: {other:?}"),
+        };
+        assert_eq!(after, row.after, "{row:?}: the backend's answer");
+        let decided = |r: Option<&IdempotencyRecord>| {
+            r.map(|r| (r.status, r.owner.clone(), r.payload_hash.clone()))
+        };
+        assert_eq!(
+            decided(items.record(&id).await.as_ref()),
+            decided(model.as_ref()),
+            "{row:?}: the record on the item"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+}
