@@ -307,6 +307,9 @@ pub struct Scenario {
     /// This project, transactional mode with the local cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactional_cache: Option<SideResult>,
+    /// This project, inline mode (absent from runs before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<SideResult>,
     /// This project, lease mode over Redis (absent when no Redis server was given, and from
     /// runs before it was measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -322,6 +325,7 @@ impl Scenario {
             Side::Powertools => Some(&self.powertools),
             Side::Transactional => self.transactional.as_ref(),
             Side::TransactionalCache => self.transactional_cache.as_ref(),
+            Side::Inline => self.inline.as_ref(),
             Side::Redis => self.redis.as_ref(),
         };
         result.filter(|r| r.records > 0)
@@ -335,6 +339,7 @@ impl Scenario {
             Side::Powertools => self.powertools = result,
             Side::Transactional => self.transactional = Some(result),
             Side::TransactionalCache => self.transactional_cache = Some(result),
+            Side::Inline => self.inline = Some(result),
             Side::Redis => self.redis = Some(result),
         }
     }

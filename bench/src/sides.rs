@@ -29,6 +29,8 @@ pub enum Side {
     Transactional,
     /// The same with a local cache of completed keys (10,000 keys, 15 minutes).
     TransactionalCache,
+    /// The inline mode: the record on the handler's new item, in its one conditional `PutItem`.
+    Inline,
     /// The lease mode over Redis/Valkey (`RedisBackend`); the handler still writes its item to
     /// DynamoDB.
     Redis,
@@ -38,21 +40,23 @@ pub enum Side {
 
 impl Side {
     /// Every side, in the order of the tables.
-    pub const ALL: [Side; 6] = [
+    pub const ALL: [Side; 7] = [
         Side::Floor,
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
+        Side::Inline,
         Side::Redis,
         Side::Powertools,
     ];
 
     /// The sides `bench-worker` runs: the floor and this project's.
-    pub const RUST: [Side; 5] = [
+    pub const RUST: [Side; 6] = [
         Side::Floor,
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
+        Side::Inline,
         Side::Redis,
     ];
 
@@ -63,6 +67,7 @@ impl Side {
             Side::Lease => "rust",
             Side::Transactional => "transactional",
             Side::TransactionalCache => "transactional-cache",
+            Side::Inline => "inline",
             Side::Redis => "redis",
             Side::Powertools => "powertools",
         }
@@ -80,6 +85,7 @@ impl Side {
             Side::Lease => "this project",
             Side::Transactional => "this project, transactional",
             Side::TransactionalCache => "this project, transactional + cache",
+            Side::Inline => "this project, inline",
             Side::Redis => "this project, Redis",
             Side::Powertools => "Powertools",
         }
@@ -92,6 +98,7 @@ impl Side {
             Side::Lease => &["--mode", "lease"],
             Side::Transactional => &["--mode", "transactional"],
             Side::TransactionalCache => &["--mode", "transactional", "--cache"],
+            Side::Inline => &["--mode", "inline"],
             Side::Redis => &["--mode", "lease", "--store", "redis"],
             Side::Powertools => &[],
         }

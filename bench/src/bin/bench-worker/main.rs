@@ -12,6 +12,9 @@
 //! - `--mode transactional`: `transactional`, the handler returns that item as the `Put` of a
 //!   [`Transaction`] and it commits with the record in one `TransactWriteItems`; the handler
 //!   makes no request of its own.
+//! - `--mode inline`: `inline`, the handler returns that item as a `NewItem` and the engine
+//!   writes it with the idempotency record on it, in one conditional `PutItem` (keyed on the
+//!   payment id: the item's own key).
 //! - `--mode none`: the floor, the same handler without idempotency: its `PutItem` into the
 //!   effects table and nothing else, run again for every redelivery. What exactly once is
 //!   measured against.
@@ -40,7 +43,9 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::store::{Backend, DynamoDbBackend, RedisBackend, TransactionalBackend};
+use lambda_idempotency::inline::InlinePut;
+use lambda_idempotency::key::KeyConfig;
+use lambda_idempotency::store::{Backend, DynamoDbBackend, InlineBackend, NewItem, RedisBackend};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -77,6 +82,8 @@ enum Mode {
     Lease,
     /// The record and the handler's `Put` in one `TransactWriteItems` (DynamoDB only).
     Transactional,
+    /// The record on the handler's new item, in its one conditional `PutItem` (DynamoDB only).
+    Inline,
     /// No idempotency: the handler's `PutItem` alone (the floor).
     None,
 }
@@ -153,15 +160,10 @@ async fn main() -> Result<(), BoxError> {
     if let Some(n) = cli.sdk_floor {
         return sdk_floor(n, &cli.effects_table, &cli.out).await;
     }
-    let transactional = cli.mode == Mode::Transactional;
     if cli.mode != Mode::Lease && cli.store == Store::Redis {
         return Err(format!(
             "--mode {} --store redis: only the lease mode has a Redis store",
-            if transactional {
-                "transactional"
-            } else {
-                "none"
-            }
+            format!("{:?}", cli.mode).to_lowercase()
         )
         .into());
     }
@@ -196,6 +198,7 @@ async fn main() -> Result<(), BoxError> {
         store_mode: match cli.mode {
             Mode::Lease => "lease",
             Mode::Transactional => "transactional",
+            Mode::Inline => "inline",
             Mode::None => "none",
         }
         .into(),
@@ -265,7 +268,7 @@ async fn main() -> Result<(), BoxError> {
             let side = DynamoDbSide {
                 dynamodb: &dynamodb,
                 effects_table: &effects_table,
-                transactional,
+                mode: cli.mode,
             };
             match &cache {
                 Some(cache) => {
@@ -305,12 +308,12 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The DynamoDB side: the lease mode's handler or the transactional one, over a store with or
-/// without the local cache.
+/// The DynamoDB side: the lease mode's handler, the transactional one or the inline one, over a
+/// store with or without the local cache.
 struct DynamoDbSide<'a> {
     dynamodb: &'a aws_sdk_dynamodb::Client,
     effects_table: &'a str,
-    transactional: bool,
+    mode: Mode,
 }
 
 impl DynamoDbSide<'_> {
@@ -320,9 +323,28 @@ impl DynamoDbSide<'_> {
         store: Idempotency<B>,
     ) -> Result<Seen, BoxError>
     where
-        B: TransactionalBackend<Write = TransactWriteItem> + Clone + 'static,
+        B: InlineBackend<Write = TransactWriteItem, Item = NewItem> + Clone + 'static,
     {
-        if self.transactional {
+        if self.mode == Mode::Inline {
+            // The handler's item, returned: the engine writes it with the record on it.
+            let handler = Counted(
+                json(|p: Payment, ctx: RecordContext| {
+                    let table = self.effects_table;
+                    async move {
+                        let item = NewItem::new(table, "id", AttributeValue::S(p.payment_id))
+                            .attribute("messageId", AttributeValue::S(ctx.message_id))
+                            .attribute(
+                                "amountCents",
+                                AttributeValue::N(p.amount_cents.to_string()),
+                            );
+                        Ok::<_, std::convert::Infallible>(InlinePut::<(), NewItem>::new((), item))
+                    }
+                })
+                .inline(store)
+                .with_keys(KeyConfig::json_pointer("/paymentId")),
+            );
+            invocations.run(&handler).await
+        } else if self.mode == Mode::Transactional {
             // The handler's PutItem becomes the Put of the transaction: no request of its own.
             let handler = Counted(
                 json(|p: Payment, ctx: RecordContext| {
