@@ -18,7 +18,7 @@
 //!   ([`Requirement`]s: its event source mappings' reads and on-failure sends, the platform's log
 //!   writes). [`Role::evaluate`] decides a request: an explicit deny wins over an allow, which
 //!   wins over the implicit deny.
-//! - [`reference`] holds what AWS documents: each action's resource type (Service Authorization
+//! - [`reference`](mod@reference) holds what AWS documents: each action's resource type (Service Authorization
 //!   Reference), hence the narrowest resource a grant can name, and the actions of each event
 //!   source.
 //! - [`TemplateRoles::conformance`] puts them together for one function in a [`Report`]: the
