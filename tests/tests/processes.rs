@@ -170,7 +170,7 @@ async fn status(pipeline: &Pipeline, payment_id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panic_is_an_error_and_a_timeout_replaces_the_process() {
+async fn a_panic_fails_its_record_and_a_timeout_replaces_the_process() {
     let pipeline = Pipeline::start(Options {
         fail_payments: "boom:1:panic,slow:1:sleep=60000".into(),
         start_processor: false,

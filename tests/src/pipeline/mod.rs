@@ -107,7 +107,7 @@ enum Running {
         counts: Counts,
         processor: Arc<payment_processor::App>,
     },
-    Processes(Processes),
+    Processes(Box<Processes>),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -407,7 +407,7 @@ impl Pipeline {
     pub fn processes(&self) -> Option<&Processes> {
         match &self.running {
             Running::InProcess { .. } => None,
-            Running::Processes(processes) => Some(processes),
+            Running::Processes(processes) => Some(processes.as_ref()),
         }
     }
 

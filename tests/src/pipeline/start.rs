@@ -154,7 +154,7 @@ impl Start {
             runner,
             publisher: None,
             sdk: self.sdk,
-            running: Running::Processes(processes),
+            running: Running::Processes(Box::new(processes)),
         })
     }
 }

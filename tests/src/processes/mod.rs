@@ -11,8 +11,9 @@
 //!   invocation it held comes back to its event source at the function's timeout;
 //! - an invocation that runs past the function's timeout is abandoned by its event source (the
 //!   batch is retried) and the process that ran it is killed and started again;
-//! - a handler's panic is the invocation's error (`lambda_runtime` catches it): the batch is
-//!   retried.
+//! - a handler's panic fails its record (the batch processor catches it) and the process goes
+//!   on; a panic outside a record's handler is the invocation's error (`lambda_runtime` catches
+//!   it), and the batch is retried.
 //!
 //! [`Processes::observed`] says which happened, and sums the metrics each function printed
 //! (its Embedded Metric Format lines): what the in-process functions count in memory.
@@ -35,7 +36,7 @@ pub use forward::{ForwardError, forward};
 pub use supervise::Observed;
 
 use crate::stack::BoxError;
-use supervise::{Supervisor, Watchers};
+use supervise::{RuntimeApi, Supervisor};
 
 /// The functions of the pipeline, in the order they are started.
 pub const FUNCTIONS: [&str; 4] = [
@@ -155,7 +156,7 @@ pub enum ProcessError {
 /// The functions running as processes under one Runtime API.
 pub struct Processes {
     port: u16,
-    runtime: Watchers,
+    runtime: RuntimeApi,
     kill: BTreeMap<String, Vec<mpsc::UnboundedSender<String>>>,
     observed: Arc<Mutex<Observed>>,
     cancel: CancellationToken,
@@ -179,8 +180,7 @@ impl Processes {
             port => port,
         };
         let observed = Arc::new(Mutex::new(Observed::default()));
-        let mut runtime = Watchers::default();
-        runtime.push(supervise::spawn_runtime_api(options, port)?);
+        let mut runtime = RuntimeApi::new(supervise::spawn_runtime_api(options, port)?);
         runtime
             .wait_listening(port, Duration::from_secs(60))
             .await?;
@@ -241,11 +241,6 @@ impl Processes {
             cancel,
             supervisors,
         })
-    }
-
-    /// The Runtime API's and Invoke API's port.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// The Invoke API, for a caller that does not replace an environment on a timeout (the local

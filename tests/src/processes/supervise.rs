@@ -190,14 +190,14 @@ impl Supervisor {
     }
 }
 
-/// The Runtime API's process group. Dropped without [`stop`](Watchers::stop) (a failed start, an
-/// interrupted run), it kills the group, so that nothing it started outlives this process.
+/// The Runtime API's process group. Dropped without [`stop`](RuntimeApi::stop) (a failed start,
+/// an interrupted run), it kills the group, so that nothing it started outlives this process.
 #[derive(Default)]
-pub(super) struct Watchers(Vec<Child>);
+pub(super) struct RuntimeApi(Option<Child>);
 
-impl Watchers {
-    pub fn push(&mut self, child: Child) {
-        self.0.push(child);
+impl RuntimeApi {
+    pub fn new(child: Child) -> Self {
+        Self(Some(child))
     }
 
     /// Waits until the Runtime API listens on `port`; fails as soon as it exits.
@@ -208,10 +208,8 @@ impl Watchers {
     ) -> Result<(), ProcessError> {
         let end = tokio::time::Instant::now() + waited;
         while tokio::time::Instant::now() < end {
-            for child in &mut self.0 {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(ProcessError::Exited { port, status });
-                }
+            if let Some(Ok(Some(status))) = self.0.as_mut().map(Child::try_wait) {
+                return Err(ProcessError::Exited { port, status });
             }
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
@@ -225,16 +223,15 @@ impl Watchers {
     }
 
     pub async fn stop(mut self) {
-        for child in self.0.iter_mut().rev() {
-            stop_child("runtime-api", child).await;
+        if let Some(mut child) = self.0.take() {
+            stop_child("runtime-api", &mut child).await;
         }
-        self.0.clear();
     }
 }
 
-impl Drop for Watchers {
+impl Drop for RuntimeApi {
     fn drop(&mut self) {
-        for child in &self.0 {
+        if let Some(child) = &self.0 {
             kill_group(child, libc::SIGKILL);
         }
     }
