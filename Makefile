@@ -175,18 +175,26 @@ up-ministack:
 
 # --- benchmarks ----------------------------------------------------------------
 
-# This project (lease mode, transactional, transactional + cache) vs AWS Lambda
-# Powertools (Python) on the same workload and local endpoint, directly and through
-# a +5 ms proxy, and each side's instructions per record under valgrind's callgrind;
-# writes docs/benchmarks-figures.md, docs/benchmarks.json and the charts. About 30
-# minutes on 2 cores.
+# The same handler with no idempotency (the floor), this project in each mode and
+# AWS Lambda Powertools (Python) on the same workload and local endpoint, directly
+# and through a +5 ms proxy, and each side's instructions per record under
+# valgrind's callgrind; writes docs/benchmarks-figures.md, docs/benchmarks.json and
+# the charts. Then each function's deploy package (its zip) and init under a Runtime
+# API, beside Powertools' (bench-package: docs/package.json). About 35 minutes on
+# 2 cores.
 bench:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --release --quiet -p bench --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --records 2000
+	$(CARGO) build --release --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
+	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench-package -- \
+	  --bin-dir $(ROOT)/target/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
 
 # The same with a tiny workload, so that the benchmark never rots (part of CI).
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --quiet -p bench --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --out $(ROOT)/target/bench-smoke
+	$(CARGO) build --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
+	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench-package -- --runs 2 \
+	  --bin-dir $(ROOT)/target/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke

@@ -51,6 +51,12 @@ def _parse_args(argv):
         "cold start is then measured from there instead of from this script's first line",
     )
     p.add_argument(
+        "--init-only",
+        action="store_true",
+        help="stop after the init phase: print `ready` on stdout and exit 0, reading no events "
+        "(the init time of `bench-package`)",
+    )
+    p.add_argument(
         "--lambda-timeout-ms",
         type=int,
         default=30_000,
@@ -144,8 +150,11 @@ def main(argv=None) -> int:
     # Reading the workload file is the harness's work, not the function's: it is timed and taken
     # out of the cold start.
     t_load = time.perf_counter()
-    event_spans, record_counts, spill = _load_events(args.events)
-    spill_fd = spill.fileno()
+    if args.init_only:
+        event_spans, record_counts, spill, spill_fd = [], [], None, -1
+    else:
+        event_spans, record_counts, spill = _load_events(args.events)
+        spill_fd = spill.fileno()
     events_load_s = time.perf_counter() - t_load
 
     # ---- init phase (what a Lambda cold start runs before the first invocation) ----
@@ -244,6 +253,9 @@ def main(argv=None) -> int:
         )
 
     t_init_end = time.perf_counter()
+    if args.init_only:
+        print("ready", flush=True)
+        return 0
 
     # ---- invocations ----
     batch_ms: list[float] = []

@@ -153,18 +153,33 @@ pub const FIGURES_START: &str = "<!-- figures: start -->";
 /// Where they end.
 pub const FIGURES_END: &str = "<!-- figures: end -->";
 
-/// Puts `figures` between the markers of the document at `path`, when it has them.
+/// Puts `figures` between the figures' markers of the document at `path`, when it has them.
 pub fn embed(path: &Path, figures: &str) -> Result<(), BoxError> {
+    embed_between(path, FIGURES_START, FIGURES_END, figures)
+}
+
+/// Puts `text` between the markers `start_marker` and `end_marker` of the document at `path`,
+/// when it has them.
+pub fn embed_between(
+    path: &Path,
+    start_marker: &str,
+    end_marker: &str,
+    text: &str,
+) -> Result<(), BoxError> {
     let Ok(doc) = std::fs::read_to_string(path) else {
         return Ok(());
     };
-    let (Some(start), Some(end)) = (doc.find(FIGURES_START), doc.find(FIGURES_END)) else {
+    let (Some(start), Some(end)) = (doc.find(start_marker), doc.find(end_marker)) else {
         return Ok(());
     };
     if end < start {
-        return Err(format!("{}: the figures' end marker comes first", path.display()).into());
+        return Err(format!(
+            "{}: the end marker `{end_marker}` comes first",
+            path.display()
+        )
+        .into());
     }
-    let updated = format!("{}{FIGURES_START}\n{figures}{}", &doc[..start], &doc[end..]);
+    let updated = format!("{}{start_marker}\n{text}{}", &doc[..start], &doc[end..]);
     std::fs::write(path, updated)?;
     Ok(())
 }

@@ -51,9 +51,13 @@
 //!
 //! The failed record stays in the engine's table after a later attempt succeeds (it expires
 //! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
-//! (receive count above 1) reads it first, as the transactional mode does, so its handler is told
-//! the store's attempt; that read cannot see the item, so a redelivered duplicate costs the read
-//! and the refused write.
+//! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
+//! duplicate costs one refused write: the batch wrapper ([`Inline`](crate::batch::Inline)) tells
+//! its handler the receive count as its attempt, and the store counts the failed attempts that
+//! decide the budget. With [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read)
+//! a redelivery reads the failed record first, as the transactional mode does, so its handler is
+//! told the store's attempt; that read cannot see the item, so a redelivered duplicate then costs
+//! the read and the refused write.
 //!
 //! Fencing is the write's own condition: with no lease there is no late completion to fence
 //! off. An SDK retry of this attempt's own write, whose first answer was lost, finds the item

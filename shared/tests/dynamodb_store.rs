@@ -96,6 +96,7 @@ impl Items<NewItem> for Effects {
 const INLINE: InlineOps = InlineOps {
     put: "PutItem",
     record_failure: "UpdateItem",
+    get: "GetItem",
 };
 
 async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {

@@ -134,6 +134,7 @@ impl Items<MemoryWrite> for Effects {
 const INLINE: InlineOps = InlineOps {
     put: "put_inline",
     record_failure: "record_failure",
+    get: "get",
 };
 
 async fn inline_fixture() -> (Suite<Counted>, Effects, InlineOps) {

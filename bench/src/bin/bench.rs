@@ -197,35 +197,6 @@ async fn publisher(
     })
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .unwrap_or("0")
-                    .parse::<f64>()
-                    .unwrap_or(0.0)
-                    / 1024.0
-                    / 1024.0
-            })
-        })
-        .unwrap_or(0.0);
-    format!("{cores} cores ({cpu}), {mem:.0} GiB")
-}
-
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let o = Options::parse();
@@ -361,7 +332,7 @@ async fn main() -> Result<(), BoxError> {
         None => None,
     };
     let report = Report {
-        machine: machine(),
+        machine: bench::machine(),
         records,
         latency_ms: o.latency_ms,
         sdk_cpu_us_per_request: floor_cpu_us,

@@ -201,6 +201,26 @@ impl Provisioned {
             })
             .collect()
     }
+
+    /// What Lambda gives `function`'s process: the template's environment
+    /// ([`function_env`](Self::function_env)) and the variables Lambda sets itself (the
+    /// function's name, memory and version, and the JSON logs at INFO of the template's
+    /// `LoggingConfig`), all but `AWS_LAMBDA_RUNTIME_API`, which names where the process runs.
+    pub fn lambda_env(
+        &self,
+        function: &Function,
+    ) -> Result<BTreeMap<String, String>, ResolveError> {
+        let mut env = self.function_env(function)?;
+        env.insert("AWS_LAMBDA_FUNCTION_NAME".into(), function.name.clone());
+        env.insert(
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(),
+            function.memory_size.to_string(),
+        );
+        env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
+        env.insert("AWS_LAMBDA_LOG_FORMAT".into(), "JSON".into());
+        env.insert("AWS_LAMBDA_LOG_LEVEL".into(), "INFO".into());
+        Ok(env)
+    }
 }
 
 /// Creates every queue (dead-letter queues first, with their redrive-allow policies; redrive

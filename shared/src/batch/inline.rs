@@ -35,10 +35,15 @@ use crate::store::InlineBackend;
 ///   redelivery, never dead-lettered; the store unreachable, or the item in a running
 ///   transaction: [`RecordError::Store`].
 ///
-/// A first delivery (receive count 1) goes straight to the write, its handler told
-/// [`attempt`](RecordContext::attempt) 1; a redelivery first reads the engine's table
-/// ([`Idempotency::peek`]) for its failed attempts, so its handler is told the store's count
-/// plus one. See [`crate::inline`] for where failures are counted and what the mode cannot carry.
+/// Every delivery, a redelivery too, goes straight to the write: a redelivered duplicate costs
+/// the one refused write, as a first one does. The handler is told the receive count as its
+/// [`attempt`](RecordContext::attempt) (an upper bound: a FIFO record held behind a failed one
+/// of its group is received without running); the attempt budget is counted by the store all
+/// the same, from the failure it records. [`with_attempts_read`](Inline::with_attempts_read)
+/// makes a redelivery read the engine's table first ([`Idempotency::peek`]), as the
+/// transactional mode does, so that its handler is told the store's failed attempts plus one,
+/// for one more request. See [`crate::inline`] for where failures are counted and what the mode
+/// cannot carry.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -85,6 +90,7 @@ pub struct Inline<H, B> {
     inner: H,
     engine: Idempotency<B>,
     keys: KeyConfig,
+    read_attempts: bool,
 }
 
 impl<H, B> Inline<H, B> {
@@ -94,7 +100,16 @@ impl<H, B> Inline<H, B> {
             inner,
             engine,
             keys: KeyConfig::default(),
+            read_attempts: false,
         }
+    }
+
+    /// A redelivery (receive count above 1) reads the engine's table before the handler runs,
+    /// so that the handler is told its attempt as the store counts it (and a duplicate is
+    /// answered by the read): one more request per redelivery.
+    pub fn with_attempts_read(mut self) -> Self {
+        self.read_attempts = true;
+        self
     }
 
     /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
@@ -131,9 +146,18 @@ where
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
         let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
-        let inner_ctx = match start(&self.engine, &key, &hash, ctx).await? {
-            Start::Run(inner_ctx) => inner_ctx,
-            Start::Done(duplicate) => return Ok(duplicate),
+        let inner_ctx = if self.read_attempts {
+            match start(&self.engine, &key, &hash, ctx).await? {
+                Start::Run(inner_ctx) => inner_ctx,
+                Start::Done(duplicate) => return Ok(duplicate),
+            }
+        } else {
+            if let Some(error) = super::idempotent::too_late_to_start(ctx) {
+                return Err(error);
+            }
+            let mut inner_ctx = ctx.clone();
+            inner_ctx.attempt = ctx.receive_count.max(1);
+            inner_ctx
         };
         let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
         let result = self.engine.put_inline_hashed(&key, &hash, work).await;

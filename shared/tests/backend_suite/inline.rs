@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt, message};
+use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, message};
 use lambda_idempotency::cache::LocalCache;
+use lambda_idempotency::error::RecordError;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::state::table::{After, Before, Event, OWN, SAME, TRANSITIONS};
@@ -30,6 +31,8 @@ pub struct InlineOps {
     pub put: &'static str,
     /// A failed attempt's record (DynamoDB: `UpdateItem`).
     pub record_failure: &'static str,
+    /// A read of the engine's table (DynamoDB: `GetItem`).
+    pub get: &'static str,
 }
 
 /// A table of the handler's items, as a backend builds and reads them.
@@ -439,7 +442,7 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
         }
     })
     .inline(s.engine.clone());
-    let records = |bodies: &[&str]| {
+    let delivered = |bodies: &[&str], receive_count: u32| {
         let mut event = SqsEvent::default();
         event.records = bodies
             .iter()
@@ -447,11 +450,14 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
                 let mut m = SqsMessage::default();
                 m.message_id = Some(format!("msg-{body}"));
                 m.body = Some((*body).to_owned());
+                m.attributes
+                    .insert("ApproximateReceiveCount".into(), receive_count.to_string());
                 m
             })
             .collect();
         LambdaEvent::new(event, Context::default())
     };
+    let records = |bodies: &[&str]| delivered(bodies, 1);
     let event = records(&["a", "b", "c", "d", "e"]);
     let processor = BatchProcessor::new();
     s.counter.reset();
@@ -468,12 +474,71 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
             .all(|r| matches!(&r.result, Ok(d) if d.is_duplicate()))
     );
     s.requests(&[(ops.put, 5)], "5 duplicates: one refused write each");
+    s.counter.reset();
+    let report = processor
+        .process(&delivered(&["a", "b", "c", "d", "e"], 2), &handler)
+        .await
+        .unwrap();
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| matches!(&r.result, Ok(d) if d.is_duplicate()))
+    );
+    s.requests(
+        &[(ops.put, 5)],
+        "5 redelivered duplicates: one refused write each, no read first",
+    );
+    s.counter.reset();
     let report = processor
         .process(&records(&["fail"]), &handler)
         .await
         .unwrap();
     assert_eq!(report.response().batch_item_failures.len(), 1);
     s.requests(&[(ops.record_failure, 1)], "a failed record: its failure");
+    s.counter.reset();
+    let report = processor
+        .process(&delivered(&["fail"], 2), &handler)
+        .await
+        .unwrap();
+    match &report.records[0].result {
+        Err(RecordError::Attempt { attempts, .. }) => assert_eq!(
+            *attempts, 2,
+            "the store counts the failed attempts without a read before the handler"
+        ),
+        other => panic!("expected the second failed attempt, got {other:?}"),
+    }
+    s.requests(
+        &[(ops.record_failure, 1)],
+        "a failed redelivery: its failure alone",
+    );
+
+    // With the attempts read, a redelivery reads the engine's table first.
+    let reading = message(|_: SqsMessage, ctx: RecordContext| async move {
+        Err::<InlinePut<u32, B::Item>, _>(std::io::Error::other(format!("attempt {}", ctx.attempt)))
+    })
+    .inline(s.engine.clone())
+    .with_attempts_read();
+    s.counter.reset();
+    let report = processor
+        .process(&delivered(&["fail"], 3), &reading)
+        .await
+        .unwrap();
+    match &report.records[0].result {
+        Err(RecordError::Attempt { attempts, error }) => {
+            assert_eq!(*attempts, 3);
+            let error = error.to_string();
+            assert!(
+                error.contains("attempt 3"),
+                "told the store's attempt: {error}"
+            );
+        }
+        other => panic!("expected the third failed attempt, got {other:?}"),
+    }
+    s.requests(
+        &[(ops.get, 1), (ops.record_failure, 1)],
+        "with the attempts read: the read, then the failure",
+    );
 }
 
 /// The rows of the table whose event is a commit, from the states a record on an item can be in

@@ -195,21 +195,12 @@ impl Processes {
             if !binary.is_file() {
                 return Err(ProcessError::NotBuilt { binary }.into());
             }
-            let mut env: BTreeMap<String, String> = resources.function_env(f)?;
+            let mut env: BTreeMap<String, String> = resources.lambda_env(f)?;
             let route = f.binary.as_deref().unwrap_or(&f.name);
             env.insert(
                 "AWS_LAMBDA_RUNTIME_API".into(),
                 format!("http://127.0.0.1:{port}/.rt/{route}"),
             );
-            env.insert("AWS_LAMBDA_FUNCTION_NAME".into(), f.name.clone());
-            env.insert(
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE".into(),
-                f.memory_size.to_string(),
-            );
-            env.insert("AWS_LAMBDA_FUNCTION_VERSION".into(), "$LATEST".into());
-            // What the template's LoggingConfig makes Lambda set: JSON logs at INFO.
-            env.insert("AWS_LAMBDA_LOG_FORMAT".into(), "JSON".into());
-            env.insert("AWS_LAMBDA_LOG_LEVEL".into(), "INFO".into());
             if let Some(overrides) = options.env_overrides.get(*function) {
                 env.extend(overrides.clone());
             }
