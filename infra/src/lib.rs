@@ -67,6 +67,26 @@ pub enum EndpointError {
     NotSet,
 }
 
+/// What a function's process takes from this process's environment: `PATH`, the local endpoint
+/// (`AWS_ENDPOINT_URL`), the region and the dummy credentials, and `RUST_LOG` when
+/// `with_log_filter`. A process started for a function clears the rest (its environment is the
+/// template's, [`provision::Provisioned::lambda_env`]).
+pub fn passed_through_env(with_log_filter: bool) -> std::collections::BTreeMap<String, String> {
+    let mut keys = vec![
+        "PATH",
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ];
+    if with_log_filter {
+        keys.push("RUST_LOG");
+    }
+    keys.into_iter()
+        .filter_map(|key| std::env::var(key).ok().map(|value| (key.to_owned(), value)))
+        .collect()
+}
+
 /// An SDK configuration for the endpoint in `AWS_ENDPOINT_URL`: region from `AWS_REGION`
 /// (default `us-east-1`), credentials from the environment or dummy ones, retries kept short.
 ///

@@ -233,6 +233,15 @@ impl<B> CachedBackend<B> {
             );
         }
     }
+
+    /// Keeps what a commit wrote, or the record it found.
+    fn remember_commit(&self, record: &IdempotencyRecord, commit: &Commit, now_ms: i64) {
+        match commit {
+            Commit::Committed => self.remember(record, now_ms),
+            Commit::Exists(existing) => self.remember(existing, now_ms),
+            _ => {}
+        }
+    }
 }
 
 impl<B: Backend> Backend for CachedBackend<B> {
@@ -330,11 +339,23 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
         let commit = self.inner.commit(record, writes, token, now_ms).await?;
-        match &commit {
-            Commit::Committed => self.remember(record, now_ms),
-            Commit::Exists(existing) => self.remember(existing, now_ms),
-            _ => {}
-        }
+        self.remember_commit(record, &commit, now_ms);
+        Ok(commit)
+    }
+
+    async fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[B::Write],
+        carrier: usize,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let commit = self
+            .inner
+            .commit_carried(record, writes, carrier, token, now_ms)
+            .await?;
+        self.remember_commit(record, &commit, now_ms);
         Ok(commit)
     }
 

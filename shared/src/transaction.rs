@@ -102,6 +102,7 @@ pub const COMMIT_BACKOFF: Duration = Duration::from_millis(25);
 pub struct Transaction<T, W> {
     output: T,
     writes: Vec<W>,
+    carrier: Option<usize>,
 }
 
 impl<T, W> Transaction<T, W> {
@@ -110,7 +111,56 @@ impl<T, W> Transaction<T, W> {
         Self {
             output,
             writes: Vec::new(),
+            carrier: None,
         }
+    }
+
+    /// The idempotency record rides on the last write added instead of being an action of its
+    /// own: its attributes are added to that write's item, and its condition (no live record on
+    /// the item) to that write's own condition. The item that refuses a second run of the
+    /// work (a payment marked charged, an order marked shipped) then carries the proof, and
+    /// the transaction is the writes the work needs and nothing more: one action fewer, 2 write
+    /// units less on DynamoDB. See [`TransactionalBackend::commit_carried`] for what a refusal
+    /// means. Without a write yet, nothing changes.
+    ///
+    /// The record's attributes are the inline mode's
+    /// ([`DynamoDbBackend::inline_attributes`](crate::store::DynamoDbBackend::inline_attributes):
+    /// `idem_status`, `idem_expiration`, ... on DynamoDB), at most 184 bytes and the result. A
+    /// failed attempt has no write to ride on: it is counted in the engine's table, as in the
+    /// plain transactional mode.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::{Idempotency, store::{InMemoryBackend, MemoryWrite}};
+    /// use lambda_idempotency::transaction::{Transacted, Transaction};
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(InMemoryBackend::default());
+    /// let engine = Idempotency::new(backend.clone());
+    /// let ship = || async {
+    ///     Ok::<_, std::io::Error>(
+    ///         Transaction::new("parcel-1")
+    ///             .write(MemoryWrite::put("parcels", "parcel-1", "1 box"))
+    ///             .write(MemoryWrite::put("orders", "order-1", "shipped"))
+    ///             .carry_record(),
+    ///     )
+    /// };
+    /// let first = engine.transact("order-1", b"{}", None, ship).await.unwrap();
+    /// let again = engine.transact("order-1", b"{}", None, ship).await.unwrap();
+    /// assert_eq!(first, Transacted::Committed("parcel-1"));
+    /// assert_eq!(again, Transacted::Duplicate { stored: Some("\"parcel-1\"".into()) });
+    /// assert!(backend.records().is_empty(), "nothing beside the writes");
+    /// assert!(backend.item_record("orders", "order-1").is_some(), "the order carries it");
+    /// # });
+    /// ```
+    pub fn carry_record(mut self) -> Self {
+        self.carrier = self.writes.len().checked_sub(1);
+        self
+    }
+
+    /// The write the record rides on ([`carry_record`](Self::carry_record)), if any.
+    pub fn carrier(&self) -> Option<usize> {
+        self.carrier
     }
 
     /// Adds a write.
@@ -138,6 +188,11 @@ impl<T, W> Transaction<T, W> {
     pub fn into_parts(self) -> (T, Vec<W>) {
         (self.output, self.writes)
     }
+
+    /// The output, the writes and the carrier.
+    pub(crate) fn into_carried_parts(self) -> (T, Vec<W>, Option<usize>) {
+        (self.output, self.writes, self.carrier)
+    }
 }
 
 /// The DynamoDB actions, as [`TransactWriteItem`]s.
@@ -152,6 +207,12 @@ impl<T> Transaction<T, TransactWriteItem> {
     /// Adds an `Update` (with its condition, if it has one).
     pub fn update(self, update: Update) -> Self {
         self.write(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Adds an `Update` of an existing item that carries the idempotency record
+    /// ([`carry_record`](Self::carry_record)).
+    pub fn update_carrying_record(self, update: Update) -> Self {
+        self.update(update).carry_record()
     }
 
     /// Adds a `Delete`.
@@ -345,6 +406,7 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
         record: &IdempotencyRecord,
         output: T,
         writes: &[B::Write],
+        carrier: Option<usize>,
         finish_by: Option<Deadline>,
         now_ms: i64,
     ) -> Result<Transacted<T>, TransactError<E>> {
@@ -354,7 +416,15 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
         loop {
             tries += 1;
             let token = request_token(&record.key, record.owner.as_deref().unwrap_or(""), round);
-            let last = match self.backend.commit(record, writes, &token, now_ms).await {
+            let committed = match carrier {
+                Some(carrier) => {
+                    self.backend
+                        .commit_carried(record, writes, carrier, &token, now_ms)
+                        .await
+                }
+                None => self.backend.commit(record, writes, &token, now_ms).await,
+            };
+            let last = match committed {
                 Ok(Commit::Contended { reason }) => {
                     // Not applied, or (a try with this token still running) applied by that try:
                     // the next try is a new request with a new token, and should the earlier

@@ -4,6 +4,9 @@
 /// The batch wrapper (`transactional`) over the same fixture.
 #[path = "transactional/batch.rs"]
 mod batch;
+/// The record carried by one of the writes (`carry_record`).
+#[path = "transactional/carried.rs"]
+mod carried;
 mod common;
 
 use std::sync::Arc;

@@ -58,7 +58,8 @@ async fn main() -> Result<(), BoxError> {
                 binary.display()
             )
         })?;
-        let zip_bytes = zip_size(&[("bootstrap".into(), bytes.clone())])?;
+        let bootstrap = [("bootstrap".to_owned(), bytes.clone())];
+        let (zip_bytes, zip9_bytes) = (zip_size(&bootstrap, 6)?, zip_size(&bootstrap, 9)?);
         let env = resources.lambda_env(f)?;
         let mut init_ms = Vec::new();
         for _ in 0..options.runs {
@@ -69,6 +70,7 @@ async fn main() -> Result<(), BoxError> {
             name: name.to_owned(),
             unzipped_bytes: bytes.len() as u64,
             zip_bytes,
+            zip9_bytes,
             init_ms,
         });
     }
@@ -76,9 +78,10 @@ async fn main() -> Result<(), BoxError> {
     let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/bench.py"));
     let site_packages = site_packages(&options.python)?;
     let mut files = vec![("bench.py".to_owned(), std::fs::read(&script)?)];
-    for dir in ["aws_lambda_powertools", "jmespath"] {
-        files.extend(files_under(&site_packages, &site_packages.join(dir))?);
-    }
+    files.extend(files_under(
+        &site_packages,
+        &site_packages.join("aws_lambda_powertools"),
+    )?);
     let typing = site_packages.join("typing_extensions.py");
     files.push(("typing_extensions.py".into(), std::fs::read(&typing)?));
     let mut init_ms = Vec::new();
@@ -91,15 +94,24 @@ async fn main() -> Result<(), BoxError> {
         );
     }
     let powertools = Package {
-        name: "Powertools (Python 3.11)".into(),
+        name: format!("Powertools (Python {})", python_version(&options.python)?),
         unzipped_bytes: files.iter().map(|(_, c)| c.len() as u64).sum(),
-        zip_bytes: zip_size(&files)?,
+        zip_bytes: zip_size(&files, 6)?,
+        zip9_bytes: zip_size(&files, 9)?,
         init_ms,
     };
 
+    let profile = options
+        .bin_dir
+        .file_name()
+        .map_or_else(|| "the".into(), |n| n.to_string_lossy().into_owned());
     let report = PackageReport {
         machine: bench::machine(),
-        arch: std::env::consts::ARCH.into(),
+        binaries: format!(
+            "The {profile} binaries, built for {} (Lambda runs the template's arm64)",
+            std::env::consts::ARCH
+        ),
+        runs: options.runs as usize,
         functions,
         powertools,
     };
@@ -117,6 +129,14 @@ async fn main() -> Result<(), BoxError> {
     )?;
     println!("{figures}");
     Ok(())
+}
+
+/// `python`'s version.
+fn python_version(python: &std::path::Path) -> Result<String, BoxError> {
+    let output = std::process::Command::new(python)
+        .args(["-c", "import platform; print(platform.python_version())"])
+        .output()?;
+    Ok(String::from_utf8(output.stdout)?.trim().to_owned())
 }
 
 /// The venv's `site-packages`, where `python` finds `aws_lambda_powertools`.

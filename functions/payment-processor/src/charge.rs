@@ -1,5 +1,5 @@
-//! A charge's writes: nothing is written here, the transactional mode commits them with the
-//! idempotency record.
+//! A charge's writes: nothing is written here, the transactional mode commits them, the
+//! idempotency record riding on the payment's update.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::publish::MessageGroupId;
@@ -25,7 +25,9 @@ pub(crate) mod write {
 /// 0. the ledger entry (a fresh id);
 /// 1. the balance of the account in the payment's currency (an increment);
 /// 2. the payment marked `charged` (and moved from the reconciler's accepted index to its
-///    charged index), on condition that it exists, is `accepted`, and has the message's
+///    charged index), carrying the charge's idempotency record
+///    ([`Transaction::carry_record`](lambda_idempotency::transaction::Transaction::carry_record)),
+///    on condition that it exists, is `accepted`, and has the message's
 ///    account, amount, currency and number ([`lifecycle::agrees_with_accepted`]): a message for a payment that was never
 ///    accepted, or that disagrees with it, or for a payment that failed or is charged already,
 ///    commits nothing and creates no row;
@@ -97,10 +99,12 @@ pub fn charge(
         currency: payment.currency.clone(),
         ledger_entry_id: entry_id,
     };
+    // The payment refuses a second charge (it is no longer `accepted`): it carries the record,
+    // so that the charge is its own writes and nothing more.
     let charge = Charge::new(event)
         .put(ledger)
         .update(balance)
-        .update(status);
+        .update_carrying_record(status);
     Ok(match payment.sequence {
         Some(sequence) => charge.update(order::settle(
             &config.accounts_table,

@@ -2,9 +2,14 @@
 //! table accepted it, in its account's order.
 //!
 //! A charge is one DynamoDB transaction ([`charge::charge`]): a ledger entry, the balance of the
-//! account in the payment's currency, the payment marked `charged`, the account's order moved
-//! on ([`payments_model::order`]), and the idempotency record, written completed (the library's
-//! transactional mode, [`lambda_idempotency::transaction`]). Either all commit or none does.
+//! account in the payment's currency, the payment marked `charged`, and the account's order
+//! moved on ([`payments_model::order`]). The idempotency record, written completed, rides on the
+//! payment's update (the library's transactional mode with the record carried,
+//! [`Transaction::carry_record`](lambda_idempotency::transaction::Transaction::carry_record)): the
+//! payment is the item that refuses a second charge, and it carries the proof, so the
+//! transaction is the domain's four writes (8 write units; 6 for a payment without a number)
+//! and nothing more. Either all commit or none does. A failed attempt is counted in the
+//! idempotency table.
 //!
 //! **The queue is not trusted; the payments table is.** The condition on the payment requires it
 //! to exist, to be `accepted` and to have the message's account, amount, currency and number.

@@ -2,6 +2,15 @@
 //! set-up, the consumers' batch processor, warm-container cache and cold-start checks, and the
 //! failure switch used by tests and the demo. The messages they exchange are `payments-model`.
 
+// The batch processor fails a panicking record alone only when panics unwind. Built with
+// `panic = "abort"` (what `cargo lambda build --release`, and so `sam build`, sets when the
+// release profile leaves it out), a handler's panic would end the invocation and bring back every
+// record of its batch. Every payments function depends on this crate.
+#[cfg(panic = "abort")]
+compile_error!(
+    "the payments functions need panic = \"unwind\": see [profile.release] in the workspace Cargo.toml"
+);
+
 use std::collections::HashMap;
 use std::time::Duration;
 

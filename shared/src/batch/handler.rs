@@ -27,7 +27,9 @@ pub struct RecordContext {
     pub receive_count: u32,
     /// This attempt's number, from 1: under [`Idempotent`](super::Idempotent) and
     /// [`Transactional`](super::Transactional), the failed attempts recorded by the idempotency
-    /// store plus one; without a store, the receive count.
+    /// store plus one; under [`Inline`](super::Inline), the receive count, unless it reads the
+    /// store's count ([`Inline::with_attempts_read`](super::Inline::with_attempts_read)); without
+    /// a store, the receive count.
     pub attempt: u32,
     /// `MessageGroupId`, on FIFO queues.
     pub group_id: Option<String>,

@@ -37,10 +37,12 @@ use crate::store::InlineBackend;
 ///
 /// Every delivery, a redelivery too, goes straight to the write: a redelivered duplicate costs
 /// the one refused write, as a first one does. The handler is told the receive count as its
-/// [`attempt`](RecordContext::attempt) (an upper bound: a FIFO record held behind a failed one
-/// of its group is received without running); the attempt budget is counted by the store all
-/// the same, from the failure it records. [`with_attempts_read`](Inline::with_attempts_read)
-/// makes a redelivery read the engine's table first ([`Idempotency::peek`]), as the
+/// [`attempt`](RecordContext::attempt): the message's deliveries, which is not the key's
+/// attempts (a FIFO record held behind a failed one of its group is received without running;
+/// with a key from the body, another message of the same key has its own receive count). The
+/// attempt budget is counted by the store all the same, from the failure it records, and a
+/// handler that needs the key's count uses [`with_attempts_read`](Inline::with_attempts_read),
+/// which makes a redelivery read the engine's table first ([`Idempotency::peek`]), as the
 /// transactional mode does, so that its handler is told the store's failed attempts plus one,
 /// for one more request. See [`crate::inline`] for where failures are counted and what the mode
 /// cannot carry.
@@ -105,8 +107,10 @@ impl<H, B> Inline<H, B> {
     }
 
     /// A redelivery (receive count above 1) reads the engine's table before the handler runs,
-    /// so that the handler is told its attempt as the store counts it (and a duplicate is
-    /// answered by the read): one more request per redelivery.
+    /// so that the handler is told its attempt as the store counts it: one more request per
+    /// redelivery. The read cannot see the item, so a redelivered duplicate then costs the read
+    /// and the refused write (the read answers it alone only for a key completed earlier by the
+    /// transactional mode, whose record is in the engine's table).
     pub fn with_attempts_read(mut self) -> Self {
         self.read_attempts = true;
         self

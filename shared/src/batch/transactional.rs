@@ -116,7 +116,8 @@ pub(super) enum Start<T> {
 }
 
 /// Before the inner handler of a record that writes its idempotency record with its effect
-/// (transactional and inline modes). A redelivery (receive count above 1) reads first: a
+/// (the transactional mode, and the inline one with its attempts read). A redelivery (receive
+/// count above 1) reads first: a
 /// duplicate is answered by the read, and a retried record's handler is told its attempt. A
 /// first delivery goes straight on, told attempt 1. Cut by the deadline before the handler
 /// would start: no attempt to record.

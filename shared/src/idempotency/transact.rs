@@ -66,7 +66,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
             Ok(begun) => begun,
             Err(answered) => return answered,
         };
-        let (output, writes) = transaction.into_parts();
+        let (output, writes, carrier) = transaction.into_carried_parts();
         self.set_result(&mut record, &output);
         // Found before any request, and permanent: not counted as an attempt.
         if let Err(error) = self.backend.check(&record, &writes) {
@@ -76,13 +76,15 @@ impl<B: TransactionalBackend> Idempotency<B> {
             });
         }
         attempt
-            .commit(&record, output, &writes, finish_by, now_ms)
+            .commit(&record, output, &writes, carrier, finish_by, now_ms)
             .await
     }
 
     /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,
-    /// answered without running anything), held, or the failed attempts so far. The batch wrapper
-    /// peeks before a redelivery (receive count above 1): a redelivered duplicate costs this read
+    /// answered without running anything), held, or the failed attempts so far. The transactional
+    /// batch wrapper (and the inline one with
+    /// [`with_attempts_read`](crate::batch::Inline::with_attempts_read)) peeks before a
+    /// redelivery (receive count above 1): a redelivered duplicate costs this read
     /// instead of a cancelled transaction, and a retried record's handler is told its attempt. A
     /// first delivery goes straight to [`transact`](Self::transact).
     pub async fn peek(

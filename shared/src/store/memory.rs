@@ -119,6 +119,23 @@ impl InMemoryBackend {
     }
 }
 
+/// The first of `writes` whose condition (`if_absent`) fails on `items`, as a rejection.
+fn refused(
+    items: &HashMap<(String, String), StoredItem>,
+    writes: &[MemoryWrite],
+) -> Option<Commit> {
+    let (index, w) = writes
+        .iter()
+        .enumerate()
+        .find(|(_, w)| w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone())))?;
+    Some(Commit::Rejected {
+        index,
+        write: format!("Put on table `{}` ({})", w.table, w.key),
+        code: "ConditionalCheckFailed".into(),
+        message: "The conditional request failed".into(),
+    })
+}
+
 impl Backend for InMemoryBackend {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         let mut records = self.lock();
@@ -185,17 +202,8 @@ impl TransactionalBackend for InMemoryBackend {
             return Ok(Commit::Exists(held));
         }
         let mut items = self.items();
-        let refused = writes
-            .iter()
-            .enumerate()
-            .find(|(_, w)| w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone())));
-        if let Some((index, w)) = refused {
-            return Ok(Commit::Rejected {
-                index,
-                write: format!("Put on table `{}` ({})", w.table, w.key),
-                code: "ConditionalCheckFailed".into(),
-                message: "The conditional request failed".into(),
-            });
+        if let Some(rejected) = refused(&items, writes) {
+            return Ok(rejected);
         }
         for w in writes {
             let item = StoredItem {
@@ -205,6 +213,52 @@ impl TransactionalBackend for InMemoryBackend {
             items.insert((w.table.clone(), w.key.clone()), item);
         }
         records.insert(record.key.clone(), record.clone());
+        Ok(Commit::Committed)
+    }
+
+    /// The record on `writes[carrier]`'s item: refused ([`Commit::Exists`]) when the item
+    /// carries a record that is not replaceable; else the writes' own conditions (`if_absent`)
+    /// as in [`commit`](TransactionalBackend::commit); else every write, the carrier's item with
+    /// the record on it (and nothing in the engine's records).
+    async fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: usize,
+        _token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let Some(carried) = writes.get(carrier) else {
+            return Err(StoreError::Misconfigured {
+                problem: format!(
+                    "the record is to ride on write {carrier}, but there are {} writes",
+                    writes.len()
+                ),
+                table: String::new(),
+            });
+        };
+        let mut items = self.items();
+        let at = (carried.table.clone(), carried.key.clone());
+        let stored = items.get(&at).and_then(|item| item.record.as_ref());
+        let completed = match state::commit(stored, record, now_ms) {
+            Step::Held(held) => {
+                return Ok(Commit::Exists(IdempotencyRecord {
+                    key: record.key.clone(),
+                    ..held
+                }));
+            }
+            Step::Write(completed) => completed,
+        };
+        if let Some(rejected) = refused(&items, writes) {
+            return Ok(rejected);
+        }
+        for (index, w) in writes.iter().enumerate() {
+            let item = StoredItem {
+                value: w.value.clone(),
+                record: (index == carrier).then(|| completed.clone()),
+            };
+            items.insert((w.table.clone(), w.key.clone()), item);
+        }
         Ok(Commit::Committed)
     }
 

@@ -135,6 +135,36 @@ pub trait TransactionalBackend: Backend {
         now_ms: i64,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
 
+    /// [`commit`](Self::commit) with the record on `writes[carrier]` instead of beside the
+    /// writes ([`Transaction::carry_record`](crate::transaction::Transaction::carry_record)):
+    /// the completed record's attributes are added to that write's item, and to its condition
+    /// the transition [`state::commit`](crate::state::commit) on the record the item carries
+    /// (none, or one that has expired). The answer, in [`Commit`]'s terms:
+    ///
+    /// - [`Commit::Committed`]: the writes, the carrier with the record on it.
+    /// - [`Commit::Exists`]: the carrier's item carries a record that is not replaceable (its
+    ///   key set to `record.key`), from the same request. Nothing was applied.
+    /// - [`Commit::Rejected`]: a write's own condition failed (the carrier's too, when its item
+    ///   carries no live record), or its item is over the size limit, as in `commit`.
+    /// - [`Commit::TooLarge`], [`Commit::Contended`] and the errors: as in `commit`.
+    ///
+    /// A carrier the store cannot add a record to (DynamoDB: a `Delete` or a `ConditionCheck`;
+    /// an index past the writes) is the code's error: [`StoreError::Misconfigured`].
+    ///
+    /// The default writes the record beside the writes, as [`commit`](Self::commit) does: a
+    /// backend that cannot carry it is still exactly once, for the record's own action.
+    fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[Self::Write],
+        carrier: usize,
+        token: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        let _ = carrier;
+        self.commit(record, writes, token, now_ms)
+    }
+
     /// Records a failed attempt at `record.key`: the record becomes failed with
     /// `record.last_error`, `record.payload_hash` and `record.expires_at`, and its attempts go
     /// up by one (they start again at 1 when the stored record had expired). Not applied while a
@@ -161,6 +191,17 @@ impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
         now_ms: i64,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
         (**self).commit(record, writes, token, now_ms)
+    }
+
+    fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[Self::Write],
+        carrier: usize,
+        token: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit_carried(record, writes, carrier, token, now_ms)
     }
 
     fn record_failure(

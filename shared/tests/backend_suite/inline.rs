@@ -431,12 +431,15 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
     X: Items<B::Item> + Clone + Send + 'static,
 {
     let table = items.clone();
-    let handler = message(move |m: SqsMessage, _| {
+    let handler = message(move |m: SqsMessage, ctx: RecordContext| {
         let body = m.body.unwrap_or_default();
         let put = InlinePut::new(body.len(), table.item(&format!("batch-{body}"), &body));
         async move {
             if body.contains("fail") {
-                return Err(std::io::Error::other("refused"));
+                return Err(std::io::Error::other(format!(
+                    "refused at attempt {}",
+                    ctx.attempt
+                )));
             }
             Ok(put)
         }
@@ -498,14 +501,21 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
     s.requests(&[(ops.record_failure, 1)], "a failed record: its failure");
     s.counter.reset();
     let report = processor
-        .process(&delivered(&["fail"], 2), &handler)
+        .process(&delivered(&["fail"], 5), &handler)
         .await
         .unwrap();
     match &report.records[0].result {
-        Err(RecordError::Attempt { attempts, .. }) => assert_eq!(
-            *attempts, 2,
-            "the store counts the failed attempts without a read before the handler"
-        ),
+        Err(RecordError::Attempt { attempts, error }) => {
+            assert_eq!(
+                *attempts, 2,
+                "the store counts the failed attempts without a read before the handler"
+            );
+            let error = error.to_string();
+            assert!(
+                error.contains("at attempt 5"),
+                "told the receive count: {error}"
+            );
+        }
         other => panic!("expected the second failed attempt, got {other:?}"),
     }
     s.requests(
@@ -521,7 +531,7 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
     .with_attempts_read();
     s.counter.reset();
     let report = processor
-        .process(&delivered(&["fail"], 3), &reading)
+        .process(&delivered(&["fail"], 7), &reading)
         .await
         .unwrap();
     match &report.records[0].result {
@@ -530,7 +540,7 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
             let error = error.to_string();
             assert!(
                 error.contains("attempt 3"),
-                "told the store's attempt: {error}"
+                "told the store's attempt, not the receive count (7): {error}"
             );
         }
         other => panic!("expected the third failed attempt, got {other:?}"),

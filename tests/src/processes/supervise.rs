@@ -106,18 +106,7 @@ impl Supervisor {
     pub fn spawn(&self) -> Result<Child, ProcessError> {
         let mut command = Command::new(&self.binary);
         command.env_clear();
-        for key in [
-            "PATH",
-            "AWS_ENDPOINT_URL",
-            "AWS_REGION",
-            "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY",
-            "RUST_LOG",
-        ] {
-            if let Some(value) = std::env::var_os(key) {
-                command.env(key, value);
-            }
-        }
+        command.envs(local_aws::passed_through_env(true));
         command.envs(&self.env);
         let child = spawn(command, &self.workspace, &self.binary.display().to_string())?;
         *self

@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::{Attributes, Backend, Put, StoreError, Update, Updated, max_result_bytes};
 use crate::state::{IdempotencyRecord, Status, truncate_error};
 
+mod carried;
 mod new_item;
 mod table;
 mod transact_write_items;

@@ -93,11 +93,18 @@ impl DynamoDbBackend {
     /// missing table, an unknown code); an item over DynamoDB's size limit ([`Commit::TooLarge`]
     /// for the record, [`Commit::Rejected`] for a write); a write's own condition
     /// ([`Commit::Rejected`]).
-    async fn cancelled(
+    ///
+    /// With the record carried by a write ([`RecordAt::On`]), the writes are the actions from
+    /// index 0, and the carrier's refusal is [`Commit::Exists`] when the item it returns carries
+    /// a record that is not replaceable at `now_ms`, a [`Commit::Rejected`] of the carrier
+    /// otherwise (its own condition).
+    pub(super) async fn cancelled(
         &self,
         record: &IdempotencyRecord,
         writes: &[TransactWriteItem],
         reasons: &[CancellationReason],
+        at: RecordAt,
+        now_ms: i64,
     ) -> Result<Commit, StoreError> {
         let code = |r: &CancellationReason| r.code().unwrap_or("None").to_owned();
         // Anything that looks like an item's value is cut (`crate::redact`): this text reaches
@@ -105,7 +112,20 @@ impl DynamoDbBackend {
         let message = |r: &CancellationReason| {
             crate::redact::safe_reason(r.message().unwrap_or("no message"))
         };
-        if let Some(first) = reasons.first()
+        let first_write = match at {
+            RecordAt::First => 1,
+            RecordAt::On(carrier) => {
+                if let Some(refused) = reasons.get(carrier)
+                    && refused.code() == Some("ConditionalCheckFailed")
+                    && let Some(held) = self.carried_record(record, refused.item(), now_ms)?
+                {
+                    return Ok(Commit::Exists(held));
+                }
+                0
+            }
+        };
+        if first_write == 1
+            && let Some(first) = reasons.first()
             && first.code() == Some("ConditionalCheckFailed")
         {
             return match first.item() {
@@ -135,19 +155,24 @@ impl DynamoDbBackend {
         if let Some(&(i, r)) = refused.iter().find(|(_, r)| {
             r.code() != Some("ConditionalCheckFailed") && !is_size_limit(&code(r), &message(r))
         }) {
-            return Err(self.action_refused(writes, i, &code(r), &message(r)).await);
+            return Err(self
+                .action_refused(writes, i + 1 - first_write, &code(r), &message(r))
+                .await);
         }
         let first = refused
             .iter()
             .find(|(_, r)| r.code() != Some("ConditionalCheckFailed"))
             .or(refused.first());
         match first {
-            Some(&(0, r)) => Ok(Commit::TooLarge {
+            Some(&(0, r)) if first_write == 1 => Ok(Commit::TooLarge {
                 message: format!("the idempotency record: {}: {}", code(r), message(r)),
             }),
             Some(&(i, r)) => Ok(Commit::Rejected {
-                index: i - 1,
-                write: writes.get(i - 1).map(describe).unwrap_or_default(),
+                index: i - first_write,
+                write: writes
+                    .get(i - first_write)
+                    .map(describe)
+                    .unwrap_or_default(),
                 code: code(r),
                 message: message(r),
             }),
@@ -308,6 +333,65 @@ impl TransactionalBackend for DynamoDbBackend {
         let mut items = Vec::with_capacity(writes.len() + 1);
         items.push(self.record_put(record, now_ms));
         items.extend_from_slice(writes);
+        self.transact(record, writes, items, RecordAt::First, token, now_ms)
+            .await
+    }
+
+    async fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[TransactWriteItem],
+        carrier: usize,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        let items = self.carrying(record, writes, carrier, now_ms)?;
+        self.transact(record, writes, items, RecordAt::On(carrier), token, now_ms)
+            .await
+    }
+
+    async fn record_failure(
+        &self,
+        record: &IdempotencyRecord,
+        now_ms: i64,
+    ) -> Result<Failure, StoreError> {
+        // The update of a live record of this payload; of any other replaceable record
+        // (attempts start again); and, should that one be deleted between the two, the first
+        // update once more (it now finds none).
+        for fresh in [false, true, false] {
+            match self.fail_once(record, now_ms, fresh).await? {
+                Some(Failure::Exists(existing)) if !fresh && existing.is_replaceable(now_ms) => {}
+                Some(failure) => return Ok(failure),
+                None => {}
+            }
+        }
+        Err(StoreError::Malformed {
+            key: record.key.clone(),
+            reason: "the record changed under every try to record a failure".into(),
+        })
+    }
+}
+
+/// Where a commit's record is among the actions of its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RecordAt {
+    /// An action of its own, the first; the writes follow it.
+    First,
+    /// On the write at this index of the writes, which are the actions.
+    On(usize),
+}
+
+impl DynamoDbBackend {
+    /// Sends `items`, the actions of a commit of `record` with `writes`, and reads the answer.
+    async fn transact(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[TransactWriteItem],
+        items: Vec<TransactWriteItem>,
+        at: RecordAt,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
         let result = self
             .client
             .transact_write_items()
@@ -319,7 +403,7 @@ impl TransactionalBackend for DynamoDbBackend {
             Ok(_) => Ok(Commit::Committed),
             Err(SdkError::ServiceError(e)) => match e.err() {
                 TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                    self.cancelled(record, writes, cancelled.cancellation_reasons())
+                    self.cancelled(record, writes, cancelled.cancellation_reasons(), at, now_ms)
                         .await
                 }
                 TransactWriteItemsError::TransactionInProgressException(_) => {
@@ -352,27 +436,6 @@ impl TransactionalBackend for DynamoDbBackend {
             },
             Err(e) => Err(request_error("TransactWriteItems", e)),
         }
-    }
-
-    async fn record_failure(
-        &self,
-        record: &IdempotencyRecord,
-        now_ms: i64,
-    ) -> Result<Failure, StoreError> {
-        // The update of a live record of this payload; of any other replaceable record
-        // (attempts start again); and, should that one be deleted between the two, the first
-        // update once more (it now finds none).
-        for fresh in [false, true, false] {
-            match self.fail_once(record, now_ms, fresh).await? {
-                Some(Failure::Exists(existing)) if !fresh && existing.is_replaceable(now_ms) => {}
-                Some(failure) => return Ok(failure),
-                None => {}
-            }
-        }
-        Err(StoreError::Malformed {
-            key: record.key.clone(),
-            reason: "the record changed under every try to record a failure".into(),
-        })
     }
 }
 
