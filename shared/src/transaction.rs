@@ -125,9 +125,22 @@ impl<T, W> Transaction<T, W> {
     ///
     /// The record's attributes are the inline mode's
     /// ([`DynamoDbBackend::inline_attributes`](crate::store::DynamoDbBackend::inline_attributes):
-    /// `idem_status`, `idem_expiration`, ... on DynamoDB), at most 184 bytes and the result. A
-    /// failed attempt has no write to ride on: it is counted in the engine's table, as in the
-    /// plain transactional mode.
+    /// `idem_status`, `idem_expiration`, ... on DynamoDB), at most 184 bytes and the result.
+    /// What follows from the record living on the item, as in the [inline mode](crate::inline):
+    ///
+    /// - **One key, one item.** The carrier's item must follow from the idempotency key: a
+    ///   record another key left on it would answer for this key.
+    /// - **The carrier's own condition refuses a second run.** The record covers the item while
+    ///   it lives; the engine's table does not know it. After a handler moves to a carried record
+    ///   (its earlier records are in the engine's table), and once a carried record expires, the
+    ///   carrier's condition is what stops the work running again (a payment that is no longer
+    ///   `accepted`).
+    /// - **Failures are counted in the engine's table**: a failed attempt has no write to ride
+    ///   on. The failed record stays there after a later attempt commits (it blocks nothing), and
+    ///   a duplicate whose handler fails before it gives its writes is a failed attempt, since
+    ///   the engine's table does not know the key completed.
+    /// - **Limits**: the store's checks before the request count the record as an action of its
+    ///   own, and not in the carrier's item size.
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -46,7 +46,9 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// The inner handler runs before the commit and must make no effects of its own (a duplicate's
 /// writes are dropped). A first delivery (receive count 1) goes straight to the commit, its
 /// handler told [`attempt`](RecordContext::attempt) 1; a redelivery first reads the record
-/// ([`Idempotency::peek`]): a duplicate is answered by that read, and a retried record's handler
+/// ([`Idempotency::peek`]): a duplicate is answered by that read (a record
+/// [carried](crate::transaction::Transaction::carry_record) by one of the writes is not in the
+/// engine's table: the cancelled commit answers it), and a retried record's handler
 /// is told the store's count of failed attempts plus one, never a count that includes receives
 /// it spent blocked behind another message of its FIFO group.
 ///

@@ -348,7 +348,9 @@ pub enum Step {
 /// The transactional mode's commit: `completed` (with the handler's writes) is written unless
 /// `stored` is not [replaceable](IdempotencyRecord::is_replaceable).
 ///
-/// DynamoDB: the record's `Put` condition in `store/dynamodb/transact_write_items.rs`.
+/// DynamoDB: the record's `Put` condition in `store/dynamodb/transact_write_items.rs`; for a
+/// record carried by one of the writes (only completed records ride on items, so replaceable is
+/// expired), `NO_LIVE_RECORD` in `store/dynamodb/carried.rs`.
 pub fn commit(
     stored: Option<&IdempotencyRecord>,
     completed: &IdempotencyRecord,

@@ -73,7 +73,7 @@ impl DynamoDbBackend {
         record: &IdempotencyRecord,
         update: &Update,
         now_ms: i64,
-    ) -> Result<Update, aws_sdk_dynamodb::error::BuildError> {
+    ) -> Result<Update, String> {
         let a = self.inline_attributes();
         let mut names = update
             .expression_attribute_names()
@@ -83,6 +83,7 @@ impl DynamoDbBackend {
             .expression_attribute_values()
             .cloned()
             .unwrap_or_default();
+        reserved(names.keys().chain(values.keys()))?;
         let mut set = Vec::new();
         let mut remove = Vec::new();
         let mut assign = |placeholder: &str, name: &str, value: Option<AttributeValue>| {
@@ -117,6 +118,7 @@ impl DynamoDbBackend {
             .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
+            .map_err(|e| e.to_string())
     }
 
     /// `put` with the record's attributes on its item and its condition added.
@@ -125,7 +127,7 @@ impl DynamoDbBackend {
         record: &IdempotencyRecord,
         put: &Put,
         now_ms: i64,
-    ) -> Result<Put, aws_sdk_dynamodb::error::BuildError> {
+    ) -> Result<Put, String> {
         let a = self.inline_attributes();
         let mut item = put.item().clone();
         item.insert(a.status.clone(), s(record.status.as_str()));
@@ -148,12 +150,13 @@ impl DynamoDbBackend {
             .expression_attribute_names()
             .cloned()
             .unwrap_or_default();
-        names.insert("#idem_status".into(), a.status.clone());
-        names.insert("#idem_exp".into(), a.expiry.clone());
         let mut values = put
             .expression_attribute_values()
             .cloned()
             .unwrap_or_default();
+        reserved(names.keys().chain(values.keys()))?;
+        names.insert("#idem_status".into(), a.status.clone());
+        names.insert("#idem_exp".into(), a.expiry.clone());
         values.insert(":idem_now_s".into(), n(now_ms.div_euclid(1000)));
         Put::builder()
             .table_name(put.table_name())
@@ -163,6 +166,7 @@ impl DynamoDbBackend {
             .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
+            .map_err(|e| e.to_string())
     }
 
     /// The record a refused carrier's item holds, when it is not replaceable at `now_ms` (its key
@@ -186,6 +190,16 @@ impl DynamoDbBackend {
     }
 }
 
+/// Refuses a carrier whose own placeholders use the record's (`#idem_`, `:idem_`).
+fn reserved<'a>(mut placeholders: impl Iterator<Item = &'a String>) -> Result<(), String> {
+    match placeholders.find(|p| p.starts_with("#idem_") || p.starts_with(":idem_")) {
+        Some(p) => Err(format!(
+            "its placeholder `{p}` is one of the record's (`#idem_...`, `:idem_...`)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The carrier's own condition, if any, and the record's.
 fn joined(condition: Option<&str>) -> String {
     match condition {
@@ -203,13 +217,17 @@ fn with_clause(expression: &str, keyword: &str, items: &str) -> String {
     if items.is_empty() {
         return expression.to_owned();
     }
+    // A word goes on through these; a keyword is a whole word, and a clause's keyword is
+    // followed by a path, never by `=` (an attribute named `remove` in `SET remove = :r`).
+    let in_word = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'#' | b':' | b'.');
     let upper = expression.to_ascii_uppercase();
     let bytes = upper.as_bytes();
     let mut from = 0;
     while let Some(at) = upper[from..].find(keyword).map(|i| i + from) {
         let end = at + keyword.len();
-        let starts = at == 0 || bytes[at - 1].is_ascii_whitespace();
-        let ends = bytes.get(end).is_some_and(u8::is_ascii_whitespace);
+        let starts = at == 0 || !in_word(bytes[at - 1]);
+        let ends = bytes.get(end).is_some_and(|&b| !in_word(b))
+            && !upper[end..].trim_start().starts_with('=');
         if starts && ends {
             let rest = expression[end..].trim_start();
             return format!("{}{keyword} {items}, {rest}", &expression[..at]);
@@ -244,5 +262,14 @@ mod tests {
             "SET #set = :remove REMOVE #d"
         );
         assert_eq!(with_clause("SET a = :a", "REMOVE", ""), "SET a = :a");
+        assert_eq!(
+            with_clause("SET remove = :r", "REMOVE", "#d"),
+            "SET remove = :r REMOVE #d",
+            "an attribute named like a keyword is not its clause"
+        );
+        assert_eq!(
+            with_clause("SET a = :a\nREMOVE\tb", "REMOVE", "#d"),
+            "SET a = :a\nREMOVE #d, b"
+        );
     }
 }
