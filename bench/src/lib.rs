@@ -425,6 +425,36 @@ pub fn cost_per_million(
     (parts.iter().sum(), parts)
 }
 
+/// The machine: its cores, CPU model and memory.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+                    / 1024.0
+                    / 1024.0
+            })
+        })
+        .unwrap_or(0.0);
+    format!("{cores} cores ({cpu}), {mem:.0} GiB")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,34 +594,4 @@ mod tests {
             assert_eq!(Side::from_key(side.key()), Some(side));
         }
     }
-}
-
-/// The machine: its cores, CPU model and memory.
-pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .unwrap_or("0")
-                    .parse::<f64>()
-                    .unwrap_or(0.0)
-                    / 1024.0
-                    / 1024.0
-            })
-        })
-        .unwrap_or(0.0);
-    format!("{cores} cores ({cpu}), {mem:.0} GiB")
 }

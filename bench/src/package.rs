@@ -32,7 +32,7 @@ use tokio::process::Command;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long an init may take before the measurement gives up on it.
-const INIT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The path a runtime polls for its next invocation.
 const NEXT_PATH: &str = "/2018-06-01/runtime/invocation/next";
