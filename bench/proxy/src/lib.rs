@@ -173,7 +173,7 @@ impl Proxy {
     }
 
     /// `http://127.0.0.1:PORT`: the endpoint URL to give clients (e.g. to
-    /// [`sdk_config_for`](crate::sdk_config_for)).
+    /// `local_aws::sdk_config_for`).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

@@ -35,7 +35,7 @@ impl ProxyOptions {
     }
 }
 
-/// What a proxy has done so far (see [`Proxy::stats`]).
+/// What a proxy has done so far (see [`Proxy::stats`](crate::Proxy::stats)).
 ///
 /// ```
 /// let stats = latency_proxy::ProxyStats::default();
@@ -49,7 +49,7 @@ pub struct ProxyStats {
     pub accepted: u64,
     /// Connections accepted during an outage and closed at once.
     pub refused: u64,
-    /// Open connections cut by [`Proxy::set_available(false)`](Proxy::set_available).
+    /// Open connections cut by [`Proxy::set_available(false)`](crate::Proxy::set_available).
     pub cut: u64,
     /// Connections open now.
     pub open: u64,
