@@ -46,7 +46,7 @@ pub struct RedriveReport {
     /// Messages whose visibility reset failed: they come back after the visibility timeout.
     pub release_failed: Vec<(String, String)>,
     /// Why the run stopped before the dead-letter queue was empty, if it did (other than
-    /// [`RedriveOptions::max_messages`]).
+    /// [`RedriveOptions::max_messages`](super::options::RedriveOptions::max_messages)).
     pub stopped: Option<String>,
     /// The dead-letter queue's approximate count (visible and in flight) at the end, when it
     /// could be read: what is left for another run or a look.
