@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -193,17 +193,8 @@ pub async fn function_init(
         .spawn()
         .map_err(|e| format!("{}: {e}", binary.display()))?;
     // Read as they come, so that a process that writes much never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
-        tokio::spawn(async move {
-            let mut text = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut text).await;
-            }
-            text
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let stdout = tokio::spawn(read_all(child.stdout.take()));
+    let stderr = tokio::spawn(read_all(child.stderr.take()));
     let outcome = tokio::select! {
         request = stub.first_request() => Ok((request?, started.elapsed())),
         status = child.wait() => Err(format!("it exited ({})", status?)),
@@ -231,6 +222,15 @@ pub async fn function_init(
         )
         .into()),
     }
+}
+
+/// Everything `pipe` gives until it closes.
+async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    let mut text = Vec::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_end(&mut text).await;
+    }
+    text
 }
 
 /// One init of Powertools: `python bench.py --init-only`, from its spawn to its `ready` line.
@@ -332,11 +332,6 @@ pub fn render(report: &PackageReport) -> String {
 
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "missed" }
-}
-
-/// The binary of `function` in `dir`.
-pub fn binary(dir: &Path, function: &str) -> PathBuf {
-    dir.join(function)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 
-use super::{DynamoDbBackend, n, record_from, s};
+use super::{DynamoDbBackend, n, record_from};
 use crate::state::IdempotencyRecord;
 use crate::store::StoreError;
 
@@ -74,7 +74,6 @@ impl DynamoDbBackend {
         update: &Update,
         now_ms: i64,
     ) -> Result<Update, String> {
-        let a = self.inline_attributes();
         let mut names = update
             .expression_attribute_names()
             .cloned()
@@ -86,7 +85,7 @@ impl DynamoDbBackend {
         reserved(names.keys().chain(values.keys()))?;
         let mut set = Vec::new();
         let mut remove = Vec::new();
-        let mut assign = |placeholder: &str, name: &str, value: Option<AttributeValue>| {
+        for (placeholder, name, value) in self.record_attributes(record) {
             names.insert(format!("#{placeholder}"), name.to_owned());
             match value {
                 Some(value) => {
@@ -95,17 +94,7 @@ impl DynamoDbBackend {
                 }
                 None => remove.push(format!("#{placeholder}")),
             }
-        };
-        assign("idem_status", &a.status, Some(s(record.status.as_str())));
-        assign("idem_exp", &a.expiry, Some(n(record.expires_at)));
-        assign("idem_hash", &a.payload_hash, Some(s(&record.payload_hash)));
-        assign("idem_owner", &a.owner, record.owner.as_deref().map(s));
-        assign("idem_data", &a.result, record.result.as_deref().map(s));
-        assign(
-            "idem_omitted",
-            &a.result_omitted,
-            record.result_omitted.then_some(AttributeValue::Bool(true)),
-        );
+        }
         values.insert(":idem_now_s".into(), n(now_ms.div_euclid(1000)));
         let expression = with_clause(update.update_expression(), "SET", &set.join(", "));
         let expression = with_clause(&expression, "REMOVE", &remove.join(", "));
@@ -130,19 +119,9 @@ impl DynamoDbBackend {
     ) -> Result<Put, String> {
         let a = self.inline_attributes();
         let mut item = put.item().clone();
-        item.insert(a.status.clone(), s(record.status.as_str()));
-        item.insert(a.expiry.clone(), n(record.expires_at));
-        item.insert(a.payload_hash.clone(), s(&record.payload_hash));
-        for (name, value) in [
-            (&a.owner, record.owner.as_deref().map(s)),
-            (&a.result, record.result.as_deref().map(s)),
-            (
-                &a.result_omitted,
-                record.result_omitted.then_some(AttributeValue::Bool(true)),
-            ),
-        ] {
+        for (_, name, value) in self.record_attributes(record) {
             match value {
-                Some(value) => item.insert(name.clone(), value),
+                Some(value) => item.insert(name.to_owned(), value),
                 None => item.remove(name),
             };
         }

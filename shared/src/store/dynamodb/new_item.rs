@@ -84,6 +84,29 @@ impl NewItem {
 }
 
 impl DynamoDbBackend {
+    /// The completed record's attributes on an item (an inline record, or one carried by a
+    /// write of a transaction): each with the placeholder a carried update names it by, its name
+    /// ([`DynamoDbBackend::inline_attributes`]) and its value, `None` where the record has none
+    /// (no owner, no result, a result not omitted).
+    pub(super) fn record_attributes(
+        &self,
+        record: &IdempotencyRecord,
+    ) -> [(&'static str, &str, Option<AttributeValue>); 6] {
+        let a = self.inline_attributes();
+        [
+            ("idem_status", &a.status, Some(s(record.status.as_str()))),
+            ("idem_exp", &a.expiry, Some(n(record.expires_at))),
+            ("idem_hash", &a.payload_hash, Some(s(&record.payload_hash))),
+            ("idem_owner", &a.owner, record.owner.as_deref().map(s)),
+            ("idem_data", &a.result, record.result.as_deref().map(s)),
+            (
+                "idem_omitted",
+                &a.result_omitted,
+                record.result_omitted.then_some(AttributeValue::Bool(true)),
+            ),
+        ]
+    }
+
     /// `item` with `record` on it: the completed record's status, expiry, payload hash, owner
     /// token, and its result when there is one.
     fn inline_item(
@@ -91,19 +114,11 @@ impl DynamoDbBackend {
         record: &IdempotencyRecord,
         item: &NewItem,
     ) -> HashMap<String, AttributeValue> {
-        let a = self.inline_attributes();
         let mut attributes = item.item.clone();
-        attributes.insert(a.status.clone(), s(record.status.as_str()));
-        attributes.insert(a.expiry.clone(), n(record.expires_at));
-        attributes.insert(a.payload_hash.clone(), s(&record.payload_hash));
-        if let Some(owner) = &record.owner {
-            attributes.insert(a.owner.clone(), s(owner));
-        }
-        if let Some(result) = &record.result {
-            attributes.insert(a.result.clone(), s(result));
-        }
-        if record.result_omitted {
-            attributes.insert(a.result_omitted.clone(), AttributeValue::Bool(true));
+        for (_, name, value) in self.record_attributes(record) {
+            if let Some(value) = value {
+                attributes.insert(name.to_owned(), value);
+            }
         }
         attributes
     }
