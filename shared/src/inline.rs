@@ -118,12 +118,12 @@ pub struct InlinePut<T, I> {
 }
 
 impl<T, I> InlinePut<T, I> {
-    /// `item`, written with the record, and `output`.
-    pub fn new(output: T, item: impl Into<I>) -> Self {
-        Self {
-            output,
-            item: item.into(),
-        }
+    /// `item`, written with the record, and `output`. The item is the backend's own
+    /// ([`InlineBackend::Item`]), or one it converts: a DynamoDB
+    /// [`NewItem`](crate::store::NewItem) is written by the in-memory backend too, so that a
+    /// handler's unit test runs it unchanged.
+    pub fn new(output: T, item: I) -> Self {
+        Self { output, item }
     }
 
     /// The output.

@@ -116,6 +116,7 @@
 pub mod backoff;
 pub mod batch;
 pub mod cache;
+pub mod consumer;
 pub mod count;
 pub mod dead_letter;
 pub mod error;
@@ -125,6 +126,7 @@ pub mod key;
 pub mod lease;
 pub mod metrics;
 pub mod payload;
+pub mod prelude;
 pub mod publish;
 pub mod redact;
 pub mod redrive_policy;

@@ -15,27 +15,15 @@ use lambda_idempotency::redrive_policy::{
 /// redrive policy). Returns the queue's URL and name.
 async fn queue(sqs: &aws_sdk_sqs::Client, max_receive_count: Option<u32>) -> (String, String) {
     let name = format!("{}.fifo", common::unique("redrive"));
-    let mut create = sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(QueueAttributeName::FifoQueue, "true");
+    let mut attributes = vec![(QueueAttributeName::FifoQueue, "true".to_owned())];
     if let Some(count) = max_receive_count {
-        let dlq_url = common::create_fifo_queue(sqs).await;
-        let dlq_arn = sqs
-            .get_queue_attributes()
-            .queue_url(&dlq_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .unwrap()
-            .attributes
-            .unwrap()[&QueueAttributeName::QueueArn]
-            .clone();
+        let dlq_name = format!("{}.fifo", common::unique("dlq"));
+        let (_, dlq_arn) = common::create_queue(sqs, &dlq_name, &attributes).await;
         let policy =
             serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": count });
-        create = create.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
+        attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
     }
-    let url = create.send().await.unwrap().queue_url.unwrap();
+    let (url, _) = common::create_queue(sqs, &name, &attributes).await;
     (url, name)
 }
 
@@ -136,25 +124,10 @@ async fn fifo_queue(
     sqs: &aws_sdk_sqs::Client,
     attributes: &[(QueueAttributeName, String)],
 ) -> (String, String) {
-    let mut create = sqs
-        .create_queue()
-        .queue_name(format!("{}.fifo", common::unique("limits")))
-        .attributes(QueueAttributeName::FifoQueue, "true");
-    for (name, value) in attributes {
-        create = create.attributes(name.clone(), value);
-    }
-    let url = create.send().await.unwrap().queue_url.unwrap();
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
-    (url, arn)
+    let mut attributes = attributes.to_vec();
+    attributes.push((QueueAttributeName::FifoQueue, "true".into()));
+    let name = format!("{}.fifo", common::unique("limits"));
+    common::create_queue(sqs, &name, &attributes).await
 }
 
 fn limits(retention: u64, max_message_size: u32) -> Vec<(QueueAttributeName, String)> {

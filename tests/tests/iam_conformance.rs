@@ -142,27 +142,23 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             payments_config::consumer_processor(send_sqs.clone(), &send_settings).unwrap(),
         ),
     );
-    // Each consumer's cold start: the idempotency table's check, and the queue checks its main
-    // runs (the redrive backstop, the dead-letter queue's message size and retention, the expiry
-    // against both retentions).
-    for check in [
-        processor.check_idempotency_table().await,
-        sender.check_idempotency_table().await,
+    // Each consumer's cold start, as its main starts it: the idempotency table's check, and the
+    // queue's (the redrive backstop, the dead-letter queue's message size and retention, the
+    // expiry against both retentions).
+    for (idempotency, sqs, s) in [
+        (processor.idempotency(), &proc_sqs, &proc_settings),
+        (sender.idempotency(), &send_sqs, &send_settings),
     ] {
-        let check = check.unwrap();
-        assert!(check.warnings.is_empty(), "{check:?}");
-    }
-    for (sqs, s) in [(&proc_sqs, &proc_settings), (&send_sqs, &send_settings)] {
-        let ttl = payments_config::Settings::seconds(
+        let checks = payments_config::cold_start_checks(
+            idempotency.backend().inner(),
+            Some(sqs.clone()),
             s,
-            "IDEMPOTENCY_TTL_SECONDS",
-            payments_config::DEFAULT_IDEMPOTENCY_TTL,
+            idempotency.expiry(),
         )
         .unwrap();
-        let check = payments_config::check_redrive_backstop(sqs, s, ttl)
-            .await
-            .unwrap()
-            .expect("SOURCE_QUEUE_URL and MAX_ATTEMPTS are set");
+        let found = checks.report(None).await.unwrap();
+        assert_eq!(found.table_warnings, Some(vec![]), "{found:?}");
+        let check = found.queue.expect("SOURCE_QUEUE_URL is set");
         assert!(
             matches!(
                 check.redrive,

@@ -187,11 +187,16 @@ impl App {
 
     /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
     /// error names the table and what does not match it (a partition key named or typed
-    /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a
-    /// failed init and counts it in the function's errors, instead of every request failing.
+    /// otherwise, a sort key, no such table). `main` runs it in the background from the init
+    /// (`payments_config::cold_start_checks`) and fails each request on it until it passes.
     /// What does not stop the table from working (its TTL) is only logged.
     pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
         self.idempotency.backend().check_table().await
+    }
+
+    /// The idempotency engine.
+    pub fn idempotency(&self) -> &Idempotency<DynamoDbBackend> {
+        &self.idempotency
     }
 
     /// Handles one HTTP request (API Gateway HTTP API payload 2.0), and counts its outcome

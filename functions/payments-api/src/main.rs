@@ -6,7 +6,18 @@ async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let sdk = payments_config::sdk_config().await;
     let app = App::from_settings(&sdk, &payments_config::Env)?;
-    // An idempotency table that does not fit fails the init, naming the table and the mismatch.
-    app.check_idempotency_table().await?;
-    lambda_http::run(service_fn(|request: Request| app.handle(request))).await
+    // The idempotency table's check runs in the background from here, costing the init nothing.
+    // A table that does not fit fails each request, naming the table and the mismatch, until it
+    // is fixed.
+    let checks = payments_config::cold_start_checks(
+        app.idempotency().backend(),
+        None,
+        &payments_config::Env,
+        app.idempotency().expiry(),
+    )?;
+    lambda_http::run(service_fn(|request: Request| async {
+        checks.ready(None).await?;
+        app.handle(request).await
+    }))
+    .await
 }

@@ -177,10 +177,13 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
         .transpose()
 }
 
-/// The cold-start checks of a consumer's queue ([`warn_if_unsafe`]): reads the `RedrivePolicy`,
-/// `MessageRetentionPeriod` and `MaximumMessageSize` of `SOURCE_QUEUE_URL`, and the retention and
-/// size of the dead-letter queue its policy names, and logs a warning with the values and the
-/// fix when
+/// The cold-start checks of a function with an idempotency table, started in the background
+/// at once ([`ColdStartChecks`]): the table of `backend` (an error names the table and what does
+/// not fit; each invocation awaits it until it passes, so that nothing runs against a table that
+/// cannot hold its record, and nothing is dead-lettered for it), and, with `sqs`, the consumer's
+/// queue ([`warn_if_unsafe`]): the `RedrivePolicy`, `MessageRetentionPeriod` and
+/// `MaximumMessageSize` of `SOURCE_QUEUE_URL` (else the first event's queue) and of the
+/// dead-letter queue its policy names, logging a warning with the values and the fix when
 ///
 /// - its `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
 ///   `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a
@@ -191,32 +194,60 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
 ///   than the queue's retention plus the dead-letter queue's (a copy redriven late would run
 ///   again).
 ///
-/// `None` when `SOURCE_QUEUE_URL` or `MAX_ATTEMPTS` is unset. Never fails the cold start on what
-/// it finds: only an invalid setting is an error.
+/// Nothing waits for them at init: the init costs what the same function's does without them.
+/// Only an invalid setting is an error here.
 ///
+/// [`ColdStartChecks`]: lambda_idempotency::consumer::ColdStartChecks
 /// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
 /// [`warn_if_unsafe`]: lambda_idempotency::redrive_policy::warn_if_unsafe
-pub async fn check_redrive_backstop(
-    sqs: &aws_sdk_sqs::Client,
+pub fn cold_start_checks(
+    backend: &lambda_idempotency::store::DynamoDbBackend,
+    sqs: Option<aws_sdk_sqs::Client>,
     settings: &impl Settings,
     idempotency_ttl: Duration,
-) -> Result<Option<lambda_idempotency::redrive_policy::QueueCheck>, ConfigError> {
-    use lambda_idempotency::redrive_policy::{QueueRef, warn_if_unsafe};
-    let batch_size = event_source_batch_size(settings)?;
-    let (Some(url), Some(attempts)) = (settings.get("SOURCE_QUEUE_URL"), max_attempts(settings)?)
-    else {
-        return Ok(None);
-    };
-    Ok(Some(
-        warn_if_unsafe(
+) -> Result<lambda_idempotency::consumer::ColdStartChecks, ConfigError> {
+    use lambda_idempotency::consumer::{ColdStartChecks, QueueToCheck};
+    use lambda_idempotency::redrive_policy::QueueRef;
+    let queue = match sqs {
+        Some(sqs) => Some(QueueToCheck {
             sqs,
-            &QueueRef::Url(url),
-            batch_size,
-            attempts,
-            idempotency_ttl,
-        )
-        .await,
+            source: settings.get("SOURCE_QUEUE_URL").map(QueueRef::Url),
+            batch_size: event_source_batch_size(settings)?,
+            max_attempts: max_attempts(settings)?,
+            expiry: idempotency_ttl,
+        }),
+        None => None,
+    };
+    Ok(ColdStartChecks::start(Some(backend), queue))
+}
+
+/// Runs a consumer's runtime loop: each batch first waits for `checks` to have passed (the
+/// table's check, awaited at the first batch, and again after a failure, which fails the batch
+/// whole), then goes to `handle`.
+pub async fn run_consumer<F, Fut>(
+    checks: lambda_idempotency::consumer::ColdStartChecks,
+    handle: F,
+) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>) -> Fut,
+    Fut: std::future::Future<
+            Output = Result<aws_lambda_events::sqs::SqsBatchResponse, lambda_runtime::Error>,
+        >,
+{
+    let (checks, handle) = (&checks, &handle);
+    lambda_runtime::run(lambda_runtime::service_fn(
+        |event: lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>| async move {
+            let queue = event
+                .payload
+                .records
+                .first()
+                .and_then(|r| r.event_source_arn.clone());
+            checks.ready(queue.as_deref()).await?;
+            // Boxed: the handler's future is deep, and this one would nest it further.
+            Box::pin(handle(event)).await
+        },
     ))
+    .await
 }
 
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local

@@ -127,9 +127,10 @@ impl App {
 
     /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
     /// error names the table and what does not match it (a partition key named or typed
-    /// otherwise, a sort key, no such table). `main` stops the init on it: Lambda retries a
-    /// failed init and counts it in the function's errors, and no message is dead-lettered
-    /// meanwhile. What does not stop the table from working (its TTL) is only logged.
+    /// otherwise, a sort key, no such table). `main` runs it in the background from the init
+    /// (`payments_config::cold_start_checks`) and fails each batch on it until it passes: no
+    /// message runs, and none is dead-lettered meanwhile. What does not stop the table from
+    /// working (its TTL) is only logged.
     pub async fn check_idempotency_table(&self) -> Result<TableCheck, StoreError> {
         self.idempotency.backend().inner().check_table().await
     }

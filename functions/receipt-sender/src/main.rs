@@ -1,5 +1,4 @@
-use aws_lambda_events::sqs::SqsEvent;
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::Error;
 use receipt_sender::App;
 
 #[tokio::main]
@@ -7,18 +6,16 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let sdk = payments_config::sdk_config().await;
     let app = App::from_settings(&sdk, &payments_config::Env)?;
-    // An idempotency table that does not fit fails the init, naming the table and the mismatch:
-    // Lambda retries the init, and no message is dead-lettered for it.
-    app.check_idempotency_table().await?;
-    // A redrive maxReceiveCount too low for the attempts would dead-letter innocent messages, a
-    // dead-letter queue taking smaller messages could not take a large one, and records expiring
-    // before a message's last copy would let a redriven copy run again: warn at cold start (the
-    // check never stops the function).
-    payments_config::check_redrive_backstop(
-        &aws_sdk_sqs::Client::new(&sdk),
+    // The idempotency table's and the queue's checks run in the background from here, costing
+    // the init nothing. A table that does not fit fails each batch, naming the table and the
+    // mismatch, until it is fixed: no message runs, and none is dead-lettered for it. What the
+    // queue's check finds (a redrive maxReceiveCount too low for the attempts, a dead-letter
+    // queue taking smaller messages, records expiring before a message's last copy) is logged.
+    let checks = payments_config::cold_start_checks(
+        app.idempotency().backend().inner(),
+        Some(aws_sdk_sqs::Client::new(&sdk)),
         &payments_config::Env,
         app.idempotency().expiry(),
-    )
-    .await?;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| app.handle(event))).await
+    )?;
+    payments_config::run_consumer(checks, |event| app.handle(event)).await
 }

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+use super::boxed::BoxRecordHandler;
 use super::handler::{DeadLettered, OnDeadLetter, RecordContext, RecordHandler};
 use super::idempotent::Idempotent;
 use super::inline::Inline;
@@ -90,6 +91,16 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
         Fut: Future<Output = ()> + Send,
     {
         OnDeadLetter::new(self, hook)
+    }
+
+    /// This handler, boxed: a [`BoxRecordHandler`] of the same output, whose type can be named
+    /// (a field of an application's state, a test's fixture), for one allocation per record.
+    fn boxed(self) -> BoxRecordHandler<Self::Output>
+    where
+        Self: 'static,
+        Self::Output: 'static,
+    {
+        BoxRecordHandler::new(self)
     }
 }
 

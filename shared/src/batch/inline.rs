@@ -128,10 +128,11 @@ impl<H, B> Inline<H, B> {
     }
 }
 
-impl<H, B, T> RecordHandler for Inline<H, B>
+impl<H, B, T, I> RecordHandler for Inline<H, B>
 where
-    H: RecordHandler<Output = InlinePut<T, B::Item>>,
+    H: RecordHandler<Output = InlinePut<T, I>>,
     T: Serialize + Send,
+    I: Into<B::Item> + Send,
     B: InlineBackend,
 {
     type Output = Deduplicated<T>;
@@ -163,7 +164,11 @@ where
             inner_ctx.attempt = ctx.receive_count.max(1);
             inner_ctx
         };
-        let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
+        let work = || async {
+            let put = guarded(ctx, self.inner.handle(message, &inner_ctx)).await?;
+            let (output, item) = put.into_parts();
+            Ok(InlinePut::new(output, item.into()))
+        };
         let result = self.engine.put_inline_hashed(&key, &hash, work).await;
         finish(result, ctx, &key)
     }

@@ -27,6 +27,7 @@
 //! with the record), [`inline`] (the wrapper whose one new item carries the record), [`then`] (a follow-up after the handler), [`report`] (what a batch gave), [`processor`] (the settings and
 //! `process`), and the lane loop.
 
+mod boxed;
 pub mod ext;
 pub mod handler;
 pub mod idempotent;
@@ -37,6 +38,7 @@ pub mod report;
 pub mod then;
 pub mod transactional;
 
+pub use boxed::BoxRecordHandler;
 pub use ext::RecordHandlerExt;
 pub use handler::{
     DeadLettered, JsonHandler, MessageHandler, OnDeadLetter, RecordContext, RecordHandler, json,
@@ -47,6 +49,7 @@ pub use inline::Inline;
 pub use processor::{
     BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
     DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,
+    panic_strategy_warning,
 };
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use then::AndThen;

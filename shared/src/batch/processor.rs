@@ -96,7 +96,15 @@ pub const RESPONSE_MARGIN: Duration = Duration::from_millis(50);
 impl BatchProcessor {
     /// A processor with the defaults: 10 in flight, start margin 2 s, stop margin 1.5 s, finish
     /// margin 500 ms, FIFO failures blocking their message group only, no attempt budget.
+    ///
+    /// Built with `panic = "abort"`, the first processor of the process logs a warning naming the
+    /// fix ([`panic_strategy_warning`]): a handler's panic would then end the invocation and
+    /// bring back every record of its batch.
     pub fn new() -> Self {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        if let Some(warning) = panic_strategy_warning(cfg!(panic = "abort")) {
+            WARNED.call_once(|| tracing::warn!("{warning}"));
+        }
         Self {
             concurrency: DEFAULT_CONCURRENCY,
             start_margin: DEFAULT_START_MARGIN,
@@ -316,6 +324,25 @@ impl BatchProcessor {
         out.sort_unstable();
         out
     }
+}
+
+/// The warning for a function built with `panic = "abort"` (`aborts`), which
+/// `cargo lambda build --release`, and so `sam build`, sets when the release profile leaves
+/// `panic` out; `None` for one whose panics unwind.
+///
+/// ```
+/// use lambda_idempotency::batch::panic_strategy_warning;
+///
+/// assert!(panic_strategy_warning(false).is_none());
+/// assert!(panic_strategy_warning(true).unwrap().contains("panic = \"unwind\""));
+/// ```
+pub fn panic_strategy_warning(aborts: bool) -> Option<&'static str> {
+    aborts.then_some(
+        "this function is built with panic = \"abort\": a handler's panic ends the invocation \
+         and every record of its batch comes back, instead of that record alone failing. Fix: \
+         set panic = \"unwind\" in [profile.release] of the workspace's Cargo.toml \
+         (cargo lambda build --release sets abort when the profile leaves it out)",
+    )
 }
 
 /// The records of a FIFO batch by message group, each group in batch order, groups in order of

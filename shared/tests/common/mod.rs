@@ -82,9 +82,21 @@ pub async fn create_table(
     ttl_attribute: &str,
 ) -> String {
     let name = unique("idempotency");
+    create_table_named(client, &name, key_attribute, ttl_attribute).await;
+    name
+}
+
+/// Creates the idempotency table `name` (string key `key_attribute`, TTL on `ttl_attribute`).
+#[cfg(feature = "dynamodb")]
+pub async fn create_table_named(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    key_attribute: &str,
+    ttl_attribute: &str,
+) {
     client
         .create_table()
-        .table_name(&name)
+        .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(
             AttributeDefinition::builder()
@@ -105,7 +117,7 @@ pub async fn create_table(
         .expect("create the idempotency table");
     client
         .update_time_to_live()
-        .table_name(&name)
+        .table_name(name)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
                 .enabled(true)
@@ -116,7 +128,31 @@ pub async fn create_table(
         .send()
         .await
         .expect("enable TTL");
-    name
+}
+
+/// Creates the queue `name` with `attributes`; its URL and ARN.
+pub async fn create_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    attributes: &[(aws_sdk_sqs::types::QueueAttributeName, String)],
+) -> (String, String) {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let mut create = sqs.create_queue().queue_name(name);
+    for (attribute, value) in attributes {
+        create = create.attributes(attribute.clone(), value);
+    }
+    let url = create.send().await.unwrap().queue_url.unwrap();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    (url, arn)
 }
 
 /// Creates a FIFO queue and returns its URL.

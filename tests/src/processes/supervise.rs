@@ -39,6 +39,16 @@ impl Observed {
             .map_or(0, |v| *v as u64)
     }
 
+    /// The last lines `function` printed that were not metrics (at most a few dozen; a replaced
+    /// process's go with it into [`replaced`](Self::replaced)).
+    pub fn printed(&self, function: &str) -> impl Iterator<Item = &str> {
+        self.last_lines
+            .get(function)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+
     /// Adds the metrics of `line` when it is an Embedded Metric Format line; keeps it otherwise.
     fn line(&mut self, function: &str, line: &str) {
         if let Some((dimension, values)) = emf(line) {

@@ -1,0 +1,65 @@
+//! An order consumer: each `OrderPlaced` message writes its order's item to the orders table,
+//! once, however often SQS delivers it and whichever producer sends it again.
+//!
+//! - **Inline mode**: the handler returns the item instead of writing it, and the library writes
+//!   it with the idempotency record on it, in one conditional `PutItem`: one request and the
+//!   item's own write units per order, as the same handler with no idempotency at all.
+//! - **Keyed on the body's `/orderId`**: a second message of the same order (another message
+//!   id) is a duplicate; the same order id with another payload is refused with its reason.
+//! - **The safe defaults of [`Consumer::from_env`]**: an attempt budget of 5, visibility
+//!   backoff, the dead-letter queue of `DEAD_LETTER_QUEUE_URL`, the cold-start checks of the
+//!   idempotency table and the queue, and a partial batch response.
+//!
+//! [`consumer`] builds it over any backend, so that the tests run it on the in-memory one.
+
+use lambda_idempotency::prelude::*;
+use lambda_idempotency::store::InlineBackend;
+
+/// A message of the queue: an order was placed.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderPlaced {
+    /// The order: the idempotency key, and the item's key.
+    pub order_id: String,
+    /// Who placed it.
+    pub customer_id: String,
+    /// Its total, in cents.
+    pub total_cents: i64,
+}
+
+/// The effect: the order's item in `table`. An order of no value can never succeed: a permanent
+/// failure, dead-lettered at once with its reason.
+pub async fn record_order(
+    table: &str,
+    order: OrderPlaced,
+) -> Result<InlinePut<(), NewItem>, Error> {
+    if order.total_cents <= 0 {
+        let reason = format!(
+            "order {} has a total of {} cents",
+            order.order_id, order.total_cents
+        );
+        return Err(PermanentError::new(reason).into());
+    }
+    let item = NewItem::new(table, "orderId", AttributeValue::S(order.order_id))
+        .attribute("customerId", AttributeValue::S(order.customer_id))
+        .attribute(
+            "totalCents",
+            AttributeValue::N(order.total_cents.to_string()),
+        );
+    Ok(InlinePut::new((), item))
+}
+
+/// The consumer, from `builder` (the environment's in the function, the in-memory backend's in
+/// tests), writing orders to `table`.
+pub fn consumer<B>(builder: ConsumerBuilder<B>, table: String) -> Consumer<Deduplicated<()>>
+where
+    B: InlineBackend + 'static,
+    NewItem: Into<B::Item>,
+{
+    builder
+        .with_keys(KeyConfig::json_pointer("/orderId"))
+        .inline(json(move |order: OrderPlaced, _ctx: RecordContext| {
+            let table = table.clone();
+            async move { record_order(&table, order).await }
+        }))
+}

@@ -1,0 +1,404 @@
+//! [`Consumer`]: an SQS consumer with idempotency, its settings from the environment and its
+//! safe configuration by default. The one way in for a Lambda function that reads a queue.
+//!
+//! ```no_run
+//! use lambda_idempotency::prelude::*;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct OrderPlaced { order_id: String, total_cents: i64 }
+//!
+//! // The effect: one new item, which carries the idempotency record (the inline mode).
+//! async fn record(order: OrderPlaced, _ctx: RecordContext) -> Result<InlinePut<(), NewItem>, Error> {
+//!     let item = NewItem::new("orders", "orderId", AttributeValue::S(order.order_id))
+//!         .attribute("totalCents", AttributeValue::N(order.total_cents.to_string()));
+//!     Ok(InlinePut::new((), item))
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     lambda_runtime::tracing::init_default_subscriber();
+//!     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY=/order_id, MAX_ATTEMPTS, DEAD_LETTER_QUEUE_URL, ...
+//!     Consumer::from_env().await?.inline(json(record)).run().await
+//! }
+//! ```
+//!
+//! What it is: a [`BatchProcessor`] and a handler wrapped in one of the three modes
+//! ([`idempotent`](ConsumerBuilder::idempotent), [`transactional`](ConsumerBuilder::transactional),
+//! [`inline`](ConsumerBuilder::inline)), built from [`ConsumerConfig`]:
+//!
+//! - **the attempt budget** ([`DEFAULT_MAX_ATTEMPTS`], 5) and **visibility backoff** (2 s
+//!   doubling to 300 s, plus jitter) are on unless turned off (`MAX_ATTEMPTS=0`,
+//!   `BACKOFF_BASE_SECONDS=0`, or [`without_attempt_budget`](ConsumerBuilder::without_attempt_budget),
+//!   [`without_backoff`](ConsumerBuilder::without_backoff));
+//! - **the dead-letter queue** takes permanent failures and used-up budgets, with their reason,
+//!   when `DEAD_LETTER_QUEUE_URL` names one (else the queue's own redrive policy is the only
+//!   bound, and the consumer says so at cold start);
+//! - **the cold-start checks** (the idempotency table, the queue's redrive policy and
+//!   retention) run in the background from the moment the consumer is built, so that they cost
+//!   the init nothing; see [`ColdStartReport`] for what each does with what it finds;
+//! - **a partial batch response**: only failed records go back to the queue (the event source
+//!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
+//!
+//! A unit test builds the same consumer over the in-memory backend with
+//! [`Consumer::builder`] (no endpoint, no SQS), and calls [`Consumer::handle`] with an event.
+
+mod cold_start;
+mod config;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::LambdaEvent;
+use serde::Serialize;
+
+pub use cold_start::{ColdStartChecks, ColdStartReport, QueueToCheck};
+pub use config::{
+    ConfigError, ConsumerConfig, DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX, DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_ATTEMPTS,
+};
+
+use self::cold_start::TableCheckFn;
+use crate::Idempotency;
+use crate::backoff::VisibilityBackoff;
+use crate::batch::{
+    BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, RecordHandler,
+    RecordHandlerExt,
+};
+use crate::dead_letter::DeadLetter;
+use crate::inline::InlinePut;
+use crate::key::KeyConfig;
+use crate::redrive_policy::QueueRef;
+use crate::store::{Backend, InlineBackend, StoreError, TransactionalBackend};
+use crate::transaction::Transaction;
+
+/// Why a batch could not be processed at all (each record's own failure is in its report).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    /// The idempotency table cannot serve (the cold-start check found it missing, or not
+    /// fitting the backend): no record ran, and the batch comes back whole.
+    #[error(transparent)]
+    Table(#[from] StoreError),
+    /// The event itself is malformed.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
+/// An SQS consumer: a [`BatchProcessor`] and a boxed handler of output `O`, with its cold-start
+/// checks; see the [module](self). Its type names no closure, so that a test or an
+/// application's state holds it.
+pub struct Consumer<O> {
+    processor: BatchProcessor,
+    handler: BoxRecordHandler<O>,
+    cold_start: ColdStartChecks,
+}
+
+impl<O> std::fmt::Debug for Consumer<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("processor", &self.processor)
+            .field("handler", &self.handler)
+            .field("cold_start", &self.cold_start)
+            .finish()
+    }
+}
+
+impl Consumer<()> {
+    /// A consumer's builder from the environment ([`ConsumerConfig::from_env`]) and the SDK's
+    /// own configuration (`aws_config::load_from_env`): a DynamoDB backend on
+    /// `IDEMPOTENCY_TABLE`, SQS for the backoff, the dead-letter queue and the queue's check.
+    #[cfg(feature = "dynamodb")]
+    pub async fn from_env() -> Result<ConsumerBuilder<crate::store::DynamoDbBackend>, ConfigError> {
+        let sdk = aws_config::load_from_env().await;
+        ConsumerBuilder::from_config(&sdk, ConsumerConfig::from_env()?)
+    }
+
+    /// A consumer's builder over `backend` with the default settings and no SQS client (so no
+    /// backoff, no dead-letter queue, no queue check until [`with_sqs`](ConsumerBuilder::with_sqs)):
+    /// for unit tests over [`InMemoryBackend`](crate::store::InMemoryBackend), or a backend of
+    /// your own.
+    pub fn builder<B: Backend>(backend: B) -> ConsumerBuilder<B> {
+        ConsumerBuilder::new(backend)
+    }
+}
+
+impl<O: Send + 'static> Consumer<O> {
+    /// Processes one SQS event and answers with its partial batch response: what the function's
+    /// `service_fn` calls.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+        Ok(self.process(&event).await?.response())
+    }
+
+    /// Processes one SQS event and reports each record: its output, or its failure and whether
+    /// it went to the dead-letter queue.
+    pub async fn process(
+        &self,
+        event: &LambdaEvent<SqsEvent>,
+    ) -> Result<BatchReport<O>, ConsumerError> {
+        let arn = event
+            .payload
+            .records
+            .first()
+            .and_then(|r| r.event_source_arn.as_deref());
+        self.cold_start.ready(arn).await?;
+        Ok(self.processor.process(event, &self.handler).await?)
+    }
+
+    /// Runs the function: Lambda's runtime loop over [`handle`](Self::handle).
+    pub async fn run(self) -> Result<(), lambda_runtime::Error> {
+        let this = &self;
+        lambda_runtime::run(lambda_runtime::service_fn(move |event| this.handle(event))).await
+    }
+
+    /// What the cold-start checks found, once they have finished (the queue's on
+    /// `SOURCE_QUEUE_URL`, or on `event_source_arn`); the table's failure as an error.
+    pub async fn cold_start_report(
+        &self,
+        event_source_arn: Option<&str>,
+    ) -> Result<ColdStartReport, StoreError> {
+        self.cold_start.report(event_source_arn).await
+    }
+
+    /// The batch processor.
+    pub fn processor(&self) -> &BatchProcessor {
+        &self.processor
+    }
+}
+
+/// Builds a [`Consumer`]: its engine, keys, budget, backoff, dead-letter queue and checks,
+/// then its handler in one of the three modes. See the [module](self).
+pub struct ConsumerBuilder<B> {
+    engine: Idempotency<B>,
+    keys: KeyConfig,
+    config: ConsumerConfig,
+    sqs: Option<aws_sdk_sqs::Client>,
+    table_check: Option<TableCheckFn>,
+    processor: BatchProcessor,
+}
+
+impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerBuilder")
+            .field("engine", &self.engine)
+            .field("config", &self.config)
+            .field("table_check", &self.table_check.is_some())
+            .field("processor", &self.processor)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "dynamodb")]
+impl ConsumerBuilder<crate::store::DynamoDbBackend> {
+    /// A builder from `config` with clients made from `sdk`: a DynamoDB backend on
+    /// `config.table` (required) with its cold-start check, and SQS.
+    pub fn from_config(
+        sdk: &aws_config::SdkConfig,
+        config: ConsumerConfig,
+    ) -> Result<Self, ConfigError> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        Self::from_clients(dynamodb, aws_sdk_sqs::Client::new(sdk), config)
+    }
+
+    /// [`from_config`](Self::from_config) with clients of your own (their timeouts, retries,
+    /// interceptors).
+    pub fn from_clients(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        config: ConsumerConfig,
+    ) -> Result<Self, ConfigError> {
+        let table = config
+            .table
+            .clone()
+            .ok_or(ConfigError::Missing("IDEMPOTENCY_TABLE"))?;
+        let backend = crate::store::DynamoDbBackend::new(dynamodb, table);
+        let table_check = ColdStartChecks::table_check(&backend);
+        let mut builder = Self::with_config(backend, config).with_sqs(sqs);
+        builder.table_check = Some(table_check);
+        Ok(builder)
+    }
+}
+
+impl<B: Backend> ConsumerBuilder<B> {
+    /// A builder over `backend` with the default settings ([`ConsumerConfig::default`]) and no
+    /// SQS client.
+    pub fn new(backend: B) -> Self {
+        Self::with_config(backend, ConsumerConfig::default())
+    }
+
+    /// A builder over `backend` with `config` (its table is not read: the backend is given) and
+    /// no SQS client.
+    pub fn with_config(backend: B, config: ConsumerConfig) -> Self {
+        let mut engine = Idempotency::new(backend).with_expiry(config.expiry);
+        if let Some(prefix) = &config.key_prefix {
+            engine = engine.with_key_prefix(prefix.clone());
+        }
+        let keys = config
+            .key
+            .clone()
+            .map(KeyConfig::json_pointer)
+            .unwrap_or_default();
+        Self {
+            engine,
+            keys,
+            config,
+            sqs: None,
+            table_check: None,
+            processor: BatchProcessor::new(),
+        }
+    }
+
+    /// The SQS client of the backoff, the dead-letter queue and the queue's cold-start check.
+    pub fn with_sqs(mut self, sqs: aws_sdk_sqs::Client) -> Self {
+        self.sqs = Some(sqs);
+        self
+    }
+
+    /// Keys and payload hashes from elsewhere than `IDEMPOTENCY_KEY` (a key from the body, a
+    /// payload of some fields only).
+    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The attempt budget: a record whose handler failed `attempts` times goes to the
+    /// dead-letter queue.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_attempts = Some(attempts.max(1));
+        self
+    }
+
+    /// No attempt budget: a failing record comes back until it succeeds, or the queue's redrive
+    /// policy moves it.
+    pub fn without_attempt_budget(mut self) -> Self {
+        self.config.max_attempts = None;
+        self
+    }
+
+    /// No visibility backoff: a failed record comes back after the queue's visibility timeout.
+    pub fn without_backoff(mut self) -> Self {
+        self.config.backoff_base = std::time::Duration::ZERO;
+        self
+    }
+
+    /// The dead-letter queue, by URL (needs the SQS client).
+    pub fn with_dead_letter_queue(mut self, url: impl Into<String>) -> Self {
+        self.config.dead_letter_queue_url = Some(url.into());
+        self
+    }
+
+    /// Changes the engine (its expiry, key prefix, local cache of the same backend type, clock).
+    pub fn map_engine(mut self, f: impl FnOnce(Idempotency<B>) -> Idempotency<B>) -> Self {
+        self.engine = f(self.engine);
+        self
+    }
+
+    /// Changes the batch processor's other settings (concurrency, margins, strict order, clock);
+    /// the budget, backoff and dead-letter queue are set from the consumer's.
+    pub fn map_processor(mut self, f: impl FnOnce(BatchProcessor) -> BatchProcessor) -> Self {
+        self.processor = f(self.processor);
+        self
+    }
+
+    /// The engine, as it is now.
+    pub fn engine(&self) -> &Idempotency<B> {
+        &self.engine
+    }
+
+    /// The settings, as they are now.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// A consumer in the lease mode: `handler` runs at most once per key in effect, its record
+    /// written before and completed after ([`RecordHandlerExt::idempotent`]).
+    pub fn idempotent<H>(self, handler: H) -> Consumer<Deduplicated<H::Output>>
+    where
+        H: RecordHandler + 'static,
+        H::Output: Serialize + 'static,
+        B: 'static,
+    {
+        self.compose(|engine, keys| handler.idempotent(engine).with_keys(keys))
+    }
+
+    /// A consumer in the transactional mode: `handler` returns its writes, which commit with the
+    /// record in one transaction ([`RecordHandlerExt::transactional`]).
+    pub fn transactional<H, T>(self, handler: H) -> Consumer<Deduplicated<T>>
+    where
+        H: RecordHandler<Output = Transaction<T, B::Write>> + 'static,
+        T: Serialize + Send + 'static,
+        B: TransactionalBackend + 'static,
+    {
+        self.compose(|engine, keys| handler.transactional(engine).with_keys(keys))
+    }
+
+    /// A consumer in the inline mode: `handler` returns its one new item, written with the
+    /// record on it in one conditional write ([`RecordHandlerExt::inline`]).
+    pub fn inline<H, T, I>(self, handler: H) -> Consumer<Deduplicated<T>>
+    where
+        H: RecordHandler<Output = InlinePut<T, I>> + 'static,
+        T: Serialize + Send + 'static,
+        I: Into<B::Item> + Send + 'static,
+        B: InlineBackend + 'static,
+    {
+        self.compose(|engine, keys| handler.inline(engine).with_keys(keys))
+    }
+
+    /// A consumer whose handler `make` composes from the engine and the keys: for what the three
+    /// modes above do not say (a hook after the commit with
+    /// [`and_then`](RecordHandlerExt::and_then), several handlers).
+    pub fn compose<H>(
+        self,
+        make: impl FnOnce(Idempotency<B>, KeyConfig) -> H,
+    ) -> Consumer<H::Output>
+    where
+        H: RecordHandler + 'static,
+        H::Output: 'static,
+    {
+        let Self {
+            engine,
+            keys,
+            config,
+            sqs,
+            table_check,
+            mut processor,
+        } = self;
+        if let Some(attempts) = config.max_attempts {
+            processor = processor.max_attempts(attempts);
+        }
+        let queue = sqs.clone().map(|sqs| QueueToCheck {
+            sqs,
+            source: config.source_queue_url.clone().map(QueueRef::Url),
+            batch_size: config.batch_size,
+            max_attempts: config.max_attempts,
+            expiry: engine.expiry(),
+        });
+        match (&sqs, &config.dead_letter_queue_url) {
+            (Some(sqs), Some(url)) => {
+                processor = processor.with_dead_letter(DeadLetter::new(sqs.clone(), url.clone()));
+            }
+            (None, Some(url)) => tracing::warn!(
+                dead_letter_queue = url,
+                "the consumer has no SQS client: nothing is sent to its dead-letter queue"
+            ),
+            (_, None) => tracing::info!(
+                "no dead-letter queue (DEAD_LETTER_QUEUE_URL): a failing record comes back until \
+                 the queue's redrive policy moves it, without its reason"
+            ),
+        }
+        if let Some(sqs) = &sqs
+            && !config.backoff_base.is_zero()
+        {
+            processor = processor.with_backoff(
+                VisibilityBackoff::new(sqs.clone())
+                    .base(config.backoff_base)
+                    .max(config.backoff_max.max(config.backoff_base)),
+            );
+        }
+        let handler = make(engine, keys).boxed();
+        Consumer {
+            processor,
+            handler,
+            cold_start: ColdStartChecks::start_with(table_check, queue),
+        }
+    }
+}

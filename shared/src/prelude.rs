@@ -1,0 +1,29 @@
+//! What a consumer is written with, in one `use`:
+//!
+//! ```
+//! use lambda_idempotency::prelude::*;
+//! ```
+//!
+//! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`]),
+//! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
+//! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
+//! ([`KeyConfig`]); and on DynamoDB the backend, the inline mode's item and the SDK's
+//! `AttributeValue`. `Error` is Lambda's boxed error.
+
+pub use crate::Idempotency;
+pub use crate::batch::{
+    BoxRecordHandler, Deduplicated, PermanentError, RecordContext, RecordError, RecordHandler,
+    RecordHandlerExt, json, message,
+};
+pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
+pub use crate::inline::InlinePut;
+pub use crate::key::KeyConfig;
+pub use crate::transaction::Transaction;
+pub use lambda_runtime::Error;
+
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use crate::store::{DynamoDbBackend, NewItem};
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use aws_sdk_dynamodb::types::AttributeValue;
