@@ -40,6 +40,7 @@
 //!     response; [`metrics`] (CloudWatch EMF) and [`count`] (requests per operation).
 //! 11. [`publish`]: messages out, batched to SQS (FIFO groups and deduplication ids);
 //!     [`redact`] keeps an item's values out of the reasons that are logged and sent.
+//! 12. [`iam`]: the IAM actions each mode and option needs, on which resource, and why.
 //!
 //! # Features
 //!
@@ -120,6 +121,7 @@ pub mod consumer;
 pub mod count;
 pub mod dead_letter;
 pub mod error;
+pub mod iam;
 pub mod idempotency;
 pub mod inline;
 pub mod key;
