@@ -4,7 +4,9 @@
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
 #   make up-localstack     the same on LocalStack (needs Docker)
 #   make up-ministack      template.yaml deployed with sam deploy on MiniStack (no Docker)
-#   make lint              template-lint + rustfmt check + clippy with warnings denied
+#   make lint              template-lint + rustfmt check + clippy with warnings denied + api-check
+#   make api-check         the library's docs without warnings, and its public modules and items
+#                          as listed in shared/api/public-api.txt (make api-update rewrites it)
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
 #                          without warnings, cargo-deny licenses and bans
 #   make template-lint     sam validate --lint and cfn-lint on template.yaml
@@ -26,7 +28,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -52,9 +54,19 @@ ensure-nextest:
 
 # --- lint --------------------------------------------------------------------
 
-lint: template-lint
+lint: template-lint api-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The public API of lambda-idempotency: every module and item rustdoc renders (all features),
+# against the committed listing, so that none appears or disappears unlisted.
+api-check:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
+	python3 $(ROOT)/shared/api/public-api.py check
+
+api-update:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
+	python3 $(ROOT)/shared/api/public-api.py update
 
 # --- publishing the library --------------------------------------------------
 

@@ -1,5 +1,76 @@
 //! Exactly-once-in-effect SQS processing on AWS Lambda, on top of at-least-once delivery.
 //!
+//! ```toml
+//! [dependencies]
+//! lambda-idempotency = "0.1"
+//! lambda_runtime = "1.5"
+//! tokio = { version = "1", features = ["macros"] }
+//! serde = { version = "1", features = ["derive"] }
+//! ```
+//!
+//! # A first consumer
+//!
+//! An SQS consumer whose effect is one new order item: the [`inline`] mode writes it with its
+//! idempotency record on it, in one conditional write, keyed on the body's `/orderId`. Everything
+//! else comes from the environment ([`ConsumerConfig`](consumer::ConsumerConfig)'s table:
+//! `IDEMPOTENCY_TABLE`, `DEAD_LETTER_QUEUE_URL`, ...) with the safe defaults: an attempt budget,
+//! visibility backoff, the dead-letter queue with each failure's reason, the cold-start checks of
+//! the table and the queue, and a partial batch response. The [`iam`] module lists the IAM it
+//! needs.
+//!
+//! ```
+//! use lambda_idempotency::prelude::*;
+//!
+//! #[derive(serde::Deserialize)]
+//! #[serde(rename_all = "camelCase")]
+//! struct OrderPlaced { order_id: String, total_cents: i64 }
+//!
+//! async fn record_order(order: OrderPlaced, _ctx: RecordContext) -> Result<InlinePut<(), NewItem>, Error> {
+//!     let item = NewItem::new("orders", "orderId", AttributeValue::S(order.order_id))
+//!         .attribute("totalCents", AttributeValue::N(order.total_cents.to_string()));
+//!     Ok(InlinePut::new((), item))
+//! }
+//!
+//! /// The consumer, over the environment's DynamoDB table in the function, the in-memory
+//! /// backend in tests.
+//! fn consumer<B>(builder: ConsumerBuilder<B>) -> Consumer<Deduplicated<()>>
+//! where
+//!     B: lambda_idempotency::store::InlineBackend + 'static,
+//!     NewItem: Into<B::Item>,
+//! {
+//!     builder.with_keys(KeyConfig::json_pointer("/orderId")).inline(json(record_order))
+//! }
+//!
+//! # async fn main_() -> Result<(), Error> {
+//! // main: Lambda's runtime loop.
+//! consumer(Consumer::from_env().await?).run().await
+//! # }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // A unit test: the same consumer on the in-memory backend, a producer's message sent twice.
+//! use lambda_idempotency::store::InMemoryBackend;
+//! use std::sync::Arc;
+//!
+//! let backend = Arc::new(InMemoryBackend::default());
+//! let consumer = consumer(Consumer::builder(backend.clone()));
+//! let event = serde_json::json!({"Records": [
+//!     {"messageId": "m-1", "body": r#"{"orderId": "o-1", "totalCents": 500}"#},
+//!     {"messageId": "m-2", "body": r#"{"totalCents": 500, "orderId": "o-1"}"#},
+//! ]});
+//! let event = lambda_runtime::LambdaEvent::new(serde_json::from_value(event).unwrap(), Default::default());
+//! let report = consumer.process(&event).await.unwrap();
+//! assert!(report.response().batch_item_failures.is_empty());
+//! assert_eq!(report.successes().filter(|(_, done)| done.is_duplicate()).count(), 1);
+//! assert_eq!(backend.item("orders", "o-1").as_deref(), Some(r#"{"orderId":"o-1","totalCents":500}"#));
+//! # });
+//! ```
+//!
+//! The other modes: [`idempotent`](consumer::ConsumerBuilder::idempotent) (the lease mode: any
+//! effect, a record written before and completed after) and
+//! [`transactional`](consumer::ConsumerBuilder::transactional) (the handler's DynamoDB writes
+//! committed with the record in one transaction). The [`consumer`] module says what each
+//! default does and how to turn it off; [`batch`] is the layer beneath, for compositions of your
+//! own.
+//!
 //! # The modules, in the order a record meets them
 //!
 //! A word first: a *record* is an SQS message of a batch (`RecordHandler`, `RecordContext`,
@@ -42,6 +113,9 @@
 //!     [`redact`] keeps an item's values out of the reasons that are logged and sent.
 //! 12. [`iam`]: the IAM actions each mode and option needs, on which resource, and why.
 //!
+//! Above them all, [`consumer`] puts the pieces together from the environment, and [`prelude`]
+//! is what a consumer is written with.
+//!
 //! # Features
 //!
 //! - `dynamodb` (default): [`store::DynamoDbBackend`], the DynamoDB actions of
@@ -53,45 +127,6 @@
 //!
 //! SQS support (batch processing, the publisher, the dead-letter queue) is always on.
 //!
-//! # Example
-//!
-//! ```
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-//! use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
-//! use lambda_idempotency::{Idempotency, key::KeyConfig, store::InMemoryBackend};
-//! use lambda_runtime::{Context, LambdaEvent};
-//!
-//! #[derive(serde::Deserialize)]
-//! struct Payment { amount_cents: i64 }
-//!
-//! // In a function, use store::DynamoDbBackend: the in-memory backend is for tests only.
-//! let handler = json(|p: Payment, _ctx: RecordContext| async move {
-//!     Ok::<_, std::io::Error>(p.amount_cents)
-//! })
-//! .idempotent(Idempotency::new(InMemoryBackend::default()))
-//! .with_keys(KeyConfig::json_pointer("/payment_id"));
-//!
-//! // A producer sent the same payment twice: two messages, one payment.
-//! let message = |id: &str| {
-//!     let mut m = SqsMessage::default();
-//!     m.message_id = Some(id.into());
-//!     m.body = Some(r#"{"payment_id": "p-1", "amount_cents": 500}"#.into());
-//!     m
-//! };
-//! let mut event = SqsEvent::default();
-//! event.records = vec![message("m-1"), message("m-2")];
-//!
-//! let report = BatchProcessor::new()
-//!     .concurrency(1)
-//!     .process(&LambdaEvent::new(event, Context::default()), &handler)
-//!     .await
-//!     .unwrap();
-//! assert!(report.response().batch_item_failures.is_empty());
-//! assert_eq!(report.successes().filter(|(_, d)| d.is_duplicate()).count(), 1);
-//! # });
-//! ```
-//!
 //! # Examples
 //!
 //! Small standalone crates in the repository's `examples/` directory, each a Lambda function (a
@@ -99,6 +134,8 @@
 //! with a sample event under `events/`, a README on running it with `cargo lambda` and deploying
 //! it, and a test that runs the handler on the sample event against a local DynamoDB or SQS:
 //!
+//! - `examples/inline-consumer`: the consumer above, whole: a [`Consumer`](consumer::Consumer)
+//!   from the environment in the inline mode, its tests on the in-memory backend.
 //! - `examples/sqs-consumer`: a standard-queue consumer, `json(f).idempotent(engine)` under a
 //!   [`BatchProcessor`](batch::BatchProcessor) with a partial batch response, records in
 //!   DynamoDB; a duplicate delivery runs the effect once.

@@ -61,7 +61,8 @@ pub struct QueueToCheck {
 }
 
 /// A function's cold-start checks, started in the background at init and awaited where they
-/// matter (see the [module](self)): what a [`Consumer`](super::Consumer) runs, and what any
+/// matter: what a [`Consumer`](super::Consumer) runs (its [module](super) says what each
+/// check does), and what any
 /// other function with an idempotency table (an HTTP API, say) holds beside its handler, calling
 /// [`ready`](Self::ready) before each request or batch.
 ///
