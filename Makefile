@@ -58,8 +58,8 @@ lint: template-lint api-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# The public API of lambda-idempotency: every module and item rustdoc renders (all features),
-# against the committed listing, so that none appears or disappears unlisted.
+# The public API of lambda-idempotency: every module and item rustdoc renders (every feature, as
+# docs.rs builds it), against the committed listing, so that none appears or disappears unlisted.
 api-check:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
 	python3 $(ROOT)/shared/api/public-api.py check

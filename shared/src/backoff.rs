@@ -31,7 +31,7 @@ use crate::error::RecordError;
 use crate::time::{Clock, Deadline};
 
 /// Longest visibility timeout SQS accepts: 12 hours.
-pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
+pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
 
 /// Sets failed records' visibility so that retries space out; see the module docs.
 ///

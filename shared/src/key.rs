@@ -24,7 +24,7 @@ pub const MAX_KEY_BYTES: usize = 2048;
 pub const MAX_PREFIX_BYTES: usize = 512;
 
 /// What separates a key prefix from the key: `prefix#key`. A prefix cannot contain it.
-pub const PREFIX_SEPARATOR: char = '#';
+pub(crate) const PREFIX_SEPARATOR: char = '#';
 
 /// Why no key or payload could be taken from a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,7 +79,7 @@ pub enum PrefixError {
     },
 }
 
-/// Checks that `prefix` can be a key prefix: not empty, no `#` ([`PREFIX_SEPARATOR`]), at most
+/// Checks that `prefix` can be a key prefix: not empty, no `#` (the separator), at most
 /// [`MAX_PREFIX_BYTES`] bytes. With such prefixes, [`stored_key`] never gives two different
 /// (prefix, key) pairs the same stored key.
 ///

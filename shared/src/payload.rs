@@ -34,7 +34,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The scheme tag of a hash over canonical JSON.
-pub const JSON_SCHEME: &str = "json:";
+pub(crate) const JSON_SCHEME: &str = "json:";
 
 /// SHA-256 of `bytes`, as 64 lower-case hex digits.
 ///

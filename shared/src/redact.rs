@@ -10,7 +10,7 @@
 //! a value. It is pure and cheap, so it can be called on every message on its way to a reason.
 
 /// What a cut value is replaced with.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
 pub fn truncate(text: &str, max: usize) -> String {

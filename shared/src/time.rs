@@ -30,6 +30,7 @@
 //! assert!(stop_at.has_passed(&clock) && !deadline.has_passed(&clock));
 //! ```
 
+#[cfg(any(test, feature = "test-util"))]
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -75,9 +76,12 @@ pub(crate) fn millis(duration: Duration) -> i64 {
 /// clock.advance(Duration::from_secs(2));
 /// assert_eq!(clock.now_ms(), 3_000);
 /// ```
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 #[derive(Debug)]
 pub struct ManualClock(AtomicI64);
 
+#[cfg(any(test, feature = "test-util"))]
 impl ManualClock {
     /// A clock standing at `now_ms`.
     pub fn new(now_ms: i64) -> Self {
@@ -100,6 +104,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
@@ -113,15 +118,17 @@ impl Clock for ManualClock {
 /// sends a fixed `600000` (ten minutes after 1970). Neither is a deadline: taken as one, every
 /// record would count as too late to start. So a value below this is no deadline, and the batch
 /// runs as with none (no start, stop or finish margins; leases of the default length).
-pub const MIN_EPOCH_MS: u64 = 1_000_000_000_000;
+pub(crate) const MIN_EPOCH_MS: u64 = 1_000_000_000_000;
 
 /// An instant, in epoch milliseconds: the invocation's deadline, or one derived from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline(i64);
 
 impl Deadline {
-    /// The invocation's deadline, or `None` when the context carries none (see
-    /// [`MIN_EPOCH_MS`]).
+    /// The invocation's deadline, or `None` when the context carries none: a value below 10^12
+    /// ms (2001-09-09), as `Context::default()` (0) and `cargo lambda watch` (a fixed 600000)
+    /// give, is no deadline, and the batch runs as with none (no start, stop or finish margins;
+    /// leases of the default length).
     pub fn of(context: &Context) -> Option<Self> {
         (context.deadline >= MIN_EPOCH_MS)
             .then(|| Self(i64::try_from(context.deadline).unwrap_or(i64::MAX)))

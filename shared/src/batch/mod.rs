@@ -21,22 +21,21 @@
 //! - Every reported `itemIdentifier` is a non-empty message id of the batch, reported once; a
 //!   record without a message id fails the whole invocation (see [`BatchError`]).
 //!
-//! The modules: [`handler`] (the trait, what a handler is told, the adapters), [`ext`]
-//! (composition: `idempotent`, `transactional`, `inline`, `and_then`, `on_dead_letter`),
-//! [`idempotent`] (the deduplicating wrapper), [`transactional`] (the wrapper whose writes commit
-//! with the record), [`inline`] (the wrapper whose one new item carries the record), [`then`] (a follow-up after the handler), [`report`] (what a batch gave), [`processor`] (the settings and
-//! `process`), and the lane loop.
+//! The pieces: [`RecordHandler`] (the trait) and what a handler is told ([`RecordContext`]); the
+//! adapters [`json`] and [`message`]; composition ([`RecordHandlerExt`]: `idempotent`,
+//! `transactional`, `inline`, `and_then`, `on_dead_letter`, `boxed`) and the wrappers it makes;
+//! [`BatchReport`] (what a batch gave); [`BatchProcessor`] (the settings and `process`).
 
 mod boxed;
-pub mod ext;
-pub mod handler;
-pub mod idempotent;
-pub mod inline;
+mod ext;
+mod handler;
+mod idempotent;
+mod inline;
 mod lanes;
-pub mod processor;
-pub mod report;
-pub mod then;
-pub mod transactional;
+mod processor;
+mod report;
+mod then;
+mod transactional;
 
 pub use boxed::BoxRecordHandler;
 pub use ext::RecordHandlerExt;
@@ -46,11 +45,7 @@ pub use handler::{
 };
 pub use idempotent::{Deduplicated, Idempotent};
 pub use inline::Inline;
-pub use processor::{
-    BatchProcessor, DEFAULT_CALL_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_FINISH_MARGIN,
-    DEFAULT_START_MARGIN, DEFAULT_STOP_MARGIN, RESPONSE_MARGIN, fifo_groups,
-    panic_strategy_warning,
-};
+pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use then::AndThen;
 pub use transactional::Transactional;

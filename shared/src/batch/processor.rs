@@ -82,24 +82,24 @@ impl Default for BatchProcessor {
 /// Default number of records (or FIFO groups) in flight at once.
 pub const DEFAULT_CONCURRENCY: usize = 10;
 /// Default time before the deadline after which no record starts.
-pub const DEFAULT_START_MARGIN: Duration = Duration::from_millis(2000);
+pub(crate) const DEFAULT_START_MARGIN: Duration = Duration::from_millis(2000);
 /// Default time before the deadline at which running handlers are cancelled.
-pub const DEFAULT_STOP_MARGIN: Duration = Duration::from_millis(1500);
+pub(crate) const DEFAULT_STOP_MARGIN: Duration = Duration::from_millis(1500);
 /// Default time before the deadline by which every record's own writes and dead-letter sends are
 /// done; what is left is for the visibility changes and the response.
-pub const DEFAULT_FINISH_MARGIN: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_FINISH_MARGIN: Duration = Duration::from_millis(500);
 /// Default bound on each SQS call the processor makes (dead-letter sends, visibility changes).
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time kept before the deadline for the response to reach Lambda.
-pub const RESPONSE_MARGIN: Duration = Duration::from_millis(50);
+pub(crate) const RESPONSE_MARGIN: Duration = Duration::from_millis(50);
 
 impl BatchProcessor {
     /// A processor with the defaults: 10 in flight, start margin 2 s, stop margin 1.5 s, finish
     /// margin 500 ms, FIFO failures blocking their message group only, no attempt budget.
     ///
     /// Built with `panic = "abort"`, the first processor of the process logs a warning naming the
-    /// fix ([`panic_strategy_warning`]): a handler's panic would then end the invocation and
-    /// bring back every record of its batch.
+    /// fix (`panic = "unwind"` in the release profile): a handler's panic would then end the
+    /// invocation and bring back every record of its batch.
     pub fn new() -> Self {
         static WARNED: std::sync::Once = std::sync::Once::new();
         if let Some(warning) = panic_strategy_warning(cfg!(panic = "abort")) {
@@ -329,14 +329,7 @@ impl BatchProcessor {
 /// The warning for a function built with `panic = "abort"` (`aborts`), which
 /// `cargo lambda build --release`, and so `sam build`, sets when the release profile leaves
 /// `panic` out; `None` for one whose panics unwind.
-///
-/// ```
-/// use lambda_idempotency::batch::panic_strategy_warning;
-///
-/// assert!(panic_strategy_warning(false).is_none());
-/// assert!(panic_strategy_warning(true).unwrap().contains("panic = \"unwind\""));
-/// ```
-pub fn panic_strategy_warning(aborts: bool) -> Option<&'static str> {
+pub(crate) fn panic_strategy_warning(aborts: bool) -> Option<&'static str> {
     aborts.then_some(
         "this function is built with panic = \"abort\": a handler's panic ends the invocation \
          and every record of its batch comes back, instead of that record alone failing. Fix: \
@@ -347,7 +340,9 @@ pub fn panic_strategy_warning(aborts: bool) -> Option<&'static str> {
 
 /// The records of a FIFO batch by message group, each group in batch order, groups in order of
 /// first appearance. Records without a group id form one group.
-pub fn fifo_groups(records: &[aws_lambda_events::sqs::SqsMessage]) -> Vec<(String, Vec<usize>)> {
+pub(crate) fn fifo_groups(
+    records: &[aws_lambda_events::sqs::SqsMessage],
+) -> Vec<(String, Vec<usize>)> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     let mut position: HashMap<&str, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
@@ -364,4 +359,20 @@ pub fn fifo_groups(records: &[aws_lambda_events::sqs::SqsMessage]) -> Vec<(Strin
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_strategy_warning;
+
+    #[test]
+    fn only_an_aborting_build_is_warned_and_the_warning_names_the_fix() {
+        assert!(panic_strategy_warning(false).is_none());
+        let warning = panic_strategy_warning(true).unwrap();
+        assert!(warning.contains("panic = \"abort\""), "{warning}");
+        assert!(
+            warning.contains("set panic = \"unwind\" in [profile.release]"),
+            "{warning}"
+        );
+    }
 }

@@ -12,7 +12,7 @@
 //!
 //! The copy keeps the body (never changed) and, for a FIFO queue, the message group; it carries
 //! the original's X-Ray trace header (the record's `AWSTraceHeader` attribute) as its own
-//! `AWSTraceHeader` system attribute, and at most 10 message attributes ([`MAX_ATTRIBUTES`], SQS's
+//! `AWSTraceHeader` system attribute, and at most 10 message attributes (SQS's
 //! limit), in this order:
 //!
 //! 1. its own, always: [`REASON_ATTRIBUTE`] (the error, at most
@@ -29,11 +29,11 @@
 //! queue whose `MaximumMessageSize` is smaller than its source queue's, makes the whole copy too
 //! large, and a send that fails every time would leave the record failed and, on a FIFO queue,
 //! its group blocked until SQS's redrive. So when the whole copy does not fit, a reduced one is
-//! sent: the reason cut to [`REDUCED_REASON_LEN`] bytes (or what room is left), the source
+//! sent: the reason cut to 256 bytes (or what room is left), the source
 //! message id and queue, and the original's attributes that fit, with [`REDUCED_ATTRIBUTE`] saying
 //! what was cut or dropped. When not even that has room, the body goes alone ([`Copied::Bare`]).
 //! A copy does not fit when its size as SQS counts it
-//! ([`message_size`](crate::publish::message_size): the body and each attribute's name, type and
+//! (as SQS counts a message's size: the body and each attribute's name, type and
 //! value; the trace header does not count) is over the queue's `MaximumMessageSize`, or when SQS
 //! refuses it as too large.
 //!
@@ -80,11 +80,11 @@ pub const SOURCE_QUEUE_ATTRIBUTE: &str = "DeadLetterSourceQueueArn";
 /// The record attribute (and the copy's system attribute) with the X-Ray trace header.
 pub const TRACE_HEADER_ATTRIBUTE: &str = "AWSTraceHeader";
 /// SQS accepts at most 10 message attributes.
-pub const MAX_ATTRIBUTES: usize = 10;
+pub(crate) const MAX_ATTRIBUTES: usize = 10;
 /// Longest reason in a reduced copy, in bytes.
-pub const REDUCED_REASON_LEN: usize = 256;
+pub(crate) const REDUCED_REASON_LEN: usize = 256;
 /// The smallest `MaximumMessageSize` SQS allows: a copy this small fits every queue.
-pub const MIN_QUEUE_MESSAGE_SIZE: usize = 1024;
+pub(crate) const MIN_QUEUE_MESSAGE_SIZE: usize = 1024;
 /// Longest [`REDUCED_ATTRIBUTE`] value, in bytes.
 const MARKER_LEN: usize = 256;
 /// Shortest reason worth keeping in a reduced copy, in bytes.

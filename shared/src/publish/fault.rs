@@ -7,16 +7,7 @@ use std::fmt;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 /// True for an HTTP 4xx that is not throttling: the caller's mistake, not worth a retry.
-///
-/// ```
-/// use lambda_idempotency::publish::is_client_fault;
-///
-/// assert!(is_client_fault(400, Some("InvalidParameterValue")));
-/// assert!(!is_client_fault(400, Some("ThrottlingException")));
-/// assert!(!is_client_fault(429, None));
-/// assert!(!is_client_fault(500, Some("InternalError")));
-/// ```
-pub fn is_client_fault(status: u16, code: Option<&str>) -> bool {
+pub(crate) fn is_client_fault(status: u16, code: Option<&str>) -> bool {
     (400..500).contains(&status) && status != 429 && !code.is_some_and(|c| c.contains("Throttl"))
 }
 
@@ -73,5 +64,18 @@ where
     match error.code() {
         Some(code) => format!("{code}: {}", error.message().unwrap_or_default()),
         None => DisplayErrorContext(error).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_client_fault;
+
+    #[test]
+    fn a_client_fault_is_a_4xx_that_is_not_throttling() {
+        assert!(is_client_fault(400, Some("InvalidParameterValue")));
+        assert!(!is_client_fault(400, Some("ThrottlingException")));
+        assert!(!is_client_fault(429, None));
+        assert!(!is_client_fault(500, Some("InternalError")));
     }
 }

@@ -383,7 +383,7 @@ impl Message {
         &self.attributes
     }
 
-    /// Size as SQS counts it: see [`message_size`].
+    /// Size as SQS counts it: the body and each attribute's name, type and value.
     pub fn size(&self) -> usize {
         message_size(&self.body, &self.attributes)
     }
@@ -420,7 +420,10 @@ impl Message {
 
 /// A message's size as SQS counts it against its limits: the body, and each attribute's name,
 /// type and value.
-pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
+pub(crate) fn message_size(
+    body: &str,
+    attributes: &HashMap<String, MessageAttributeValue>,
+) -> usize {
     body.len()
         + attributes
             .iter()
@@ -429,7 +432,7 @@ pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeVal
 }
 
 /// One message attribute's share of [`message_size`]: its name, type and value.
-pub fn attribute_size(name: &str, value: &MessageAttributeValue) -> usize {
+pub(crate) fn attribute_size(name: &str, value: &MessageAttributeValue) -> usize {
     name.len()
         + value.data_type().len()
         + value.string_value().map_or(0, str::len)

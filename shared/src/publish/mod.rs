@@ -27,12 +27,10 @@ mod publisher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-pub use fault::{error_text, is_client_fault, is_missing_queue, is_queue_level};
-pub use message::{
-    DeduplicationId, InvalidMessage, Message, MessageGroupId, attribute_size, invalid_character,
-    message_size,
-};
-pub use plan::{plan_batches, plan_batches_by_size};
+pub use fault::{error_text, is_missing_queue, is_queue_level};
+pub(crate) use message::attribute_size;
+pub use message::{DeduplicationId, InvalidMessage, Message, MessageGroupId, invalid_character};
+pub(crate) use plan::plan_batches;
 pub use publisher::{PublishError, Publisher, Sent};
 
 /// Largest SQS message, and largest `SendMessageBatch` request: 1 MiB.

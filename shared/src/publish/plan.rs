@@ -30,19 +30,8 @@ impl Planned {
 /// than the one before it in `messages`: a partial failure of one call can then never let a
 /// later message of a group in ahead of an earlier one. A message joins the first call it may
 /// join that has room, so many groups still fill calls of 10; a single group goes one message per
-/// call. Messages without a group are packed in order, as [`plan_batches_by_size`] does.
-///
-/// ```
-/// use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, plan_batches};
-///
-/// let message = |group: &str, key: &str| {
-///     Message::fifo(MessageGroupId::new(group).unwrap(), DeduplicationId::from_key(key), "{}")
-///         .unwrap()
-/// };
-/// let messages = [message("a", "1"), message("a", "2"), message("b", "3"), message("b", "4")];
-/// assert_eq!(plan_batches(&messages), vec![vec![0, 2], vec![1, 3]]);
-/// ```
-pub fn plan_batches<M: Borrow<Message>>(messages: &[M]) -> Vec<Vec<usize>> {
+/// call. Messages without a group are packed in order, by size alone.
+pub(crate) fn plan_batches<M: Borrow<Message>>(messages: &[M]) -> Vec<Vec<usize>> {
     let mut batches: Vec<Planned> = Vec::new();
     // The first call the next message of a group may join: the one after its previous message's.
     let mut next_for_group: HashMap<&str, usize> = HashMap::new();
@@ -79,14 +68,9 @@ pub fn plan_batches<M: Borrow<Message>>(messages: &[M]) -> Vec<Vec<usize>> {
 
 /// Packs items of the given sizes, in order, into `SendMessageBatch` calls of at most 10 entries
 /// and 1 MiB; returns the indices of each batch. It knows nothing of message groups: for FIFO
-/// messages, use [`plan_batches`].
-///
-/// ```
-/// use lambda_idempotency::publish::plan_batches_by_size;
-///
-/// assert_eq!(plan_batches_by_size(&[600_000, 500_000, 10]), vec![vec![0], vec![1, 2]]);
-/// ```
-pub fn plan_batches_by_size(sizes: &[usize]) -> Vec<Vec<usize>> {
+/// messages, use [`plan_batches`]. The proptests compare the two.
+#[cfg(test)]
+fn plan_batches_by_size(sizes: &[usize]) -> Vec<Vec<usize>> {
     let mut batches: Vec<Planned> = Vec::new();
     for (i, &s) in sizes.iter().enumerate() {
         match batches.last_mut() {
@@ -106,6 +90,33 @@ mod tests {
     use super::*;
     use crate::publish::{DeduplicationId, MessageGroupId};
     use proptest::prelude::*;
+
+    #[test]
+    fn a_group_never_has_two_messages_in_one_call() {
+        let message = |group: &str, key: &str| {
+            Message::fifo(
+                MessageGroupId::new(group).unwrap(),
+                DeduplicationId::from_key(key),
+                "{}",
+            )
+            .unwrap()
+        };
+        let messages = [
+            message("a", "1"),
+            message("a", "2"),
+            message("b", "3"),
+            message("b", "4"),
+        ];
+        assert_eq!(plan_batches(&messages), vec![vec![0, 2], vec![1, 3]]);
+    }
+
+    #[test]
+    fn by_size_alone_items_are_packed_in_order_within_one_mebibyte() {
+        assert_eq!(
+            plan_batches_by_size(&[600_000, 500_000, 10]),
+            vec![vec![0], vec![1, 2]]
+        );
+    }
 
     fn sized(n: usize) -> Message {
         Message::standard("x".repeat(n)).unwrap()

@@ -25,6 +25,8 @@
 //! - [`commit`] and [`record_failure`]: the transactional mode's two writes ([`Step`]).
 //! - [`classify`]: what a record that refused a write means for the caller ([`Blocked`]).
 
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod table;
 
 use crate::payload::PayloadHash;

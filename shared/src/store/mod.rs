@@ -28,6 +28,7 @@
 mod dynamodb;
 mod dynamodb_layout;
 mod inline_backend;
+#[cfg(any(test, feature = "test-util"))]
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -46,6 +47,8 @@ pub use dynamodb_layout::{
     inline_record_bytes, max_result_bytes,
 };
 pub use inline_backend::InlineBackend;
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};
 
