@@ -37,7 +37,10 @@ impl Guard {
     fn check(&self, operation: &str, input: &Input) -> Result<(), String> {
         let mut ledger = self.ledger();
         let mut wanted = Vec::new();
-        for (action, name) in authorizations(operation, input)? {
+        let authorizations = authorizations(operation, input).inspect_err(|refusal| {
+            ledger.refused.push(refusal.clone());
+        })?;
+        for (action, name) in authorizations {
             let Some(&resource) = ledger.resources.get(&name) else {
                 let refusal = format!("{operation}: {action} on {name}, not a resource of the run");
                 ledger.refused.push(refusal.clone());
