@@ -3,10 +3,11 @@
 //!
 //! The table below is complete for the library: it is every request the crate sends (every
 //! `send()` of its DynamoDB and SQS clients), as IAM authorizes it. The test
-//! `tests/iam_per_mode.rs` reads this table, runs each mode and option through the
-//! [`BatchProcessor`](crate::batch::BatchProcessor) on a local endpoint with clients that refuse
-//! any request the table does not grant for that run, and checks that the run passes and that
-//! the actions it used are exactly the table's: none missing, none granted and unused.
+//! `tests/iam_per_mode/` reads this table, runs each mode and option through the
+//! [`BatchProcessor`](crate::batch::BatchProcessor), and a [`Consumer`](crate::consumer::Consumer)
+//! of each mode with its defaults, on a local endpoint with clients that refuse any request the
+//! table does not grant for that run, and checks that the run passes and that the actions it used
+//! are exactly the table's: none missing, none granted and unused.
 //!
 //! # How IAM sees the requests
 //!
@@ -33,7 +34,12 @@
 //! # The modes and options
 //!
 //! The first column of the table names one of these; a function needs the rows of its mode and
-//! of each option it uses.
+//! of each option it uses. A [`Consumer`](crate::consumer::Consumer) is in the mode of its
+//! builder's [`idempotent`](crate::consumer::ConsumerBuilder::idempotent) (**lease**),
+//! [`transactional`](crate::consumer::ConsumerBuilder::transactional) (**transactional**, or
+//! **transactional, carried record** when the handler's transaction carries the record) or
+//! [`inline`](crate::consumer::ConsumerBuilder::inline) (**inline**), and has options by
+//! default: see [a consumer's rows](#a-consumers-rows) below.
 //!
 //! - **lease**: [`idempotent`](crate::batch::RecordHandlerExt::idempotent) (and the engine's
 //!   [`run`](crate::Idempotency::run), [`acquire`](crate::Idempotency::acquire),
@@ -75,6 +81,21 @@
 //! of the handler's writes), the **source queue** (the queue of the event), the **dead-letter
 //! queue** (the [`DeadLetter`](crate::dead_letter::DeadLetter)'s, which is also the one the
 //! source queue's redrive policy names when the queue check runs) and the **publisher's queue**.
+//!
+//! ## A consumer's rows
+//!
+//! A consumer of `Consumer::from_env` with `DEAD_LETTER_QUEUE_URL` set, with or without
+//! `SOURCE_QUEUE_URL` (or of `ConsumerBuilder::from_config` or `from_clients` with the same
+//! settings; feature `dynamodb`), needs the rows of its mode and of **attempt budget**,
+//! **backoff**, **dead-letter queue**, **table check**, **redrive check** and **queue check**.
+//!
+//! Each setting that turns a default off drops its option's rows: no `DEAD_LETTER_QUEUE_URL`
+//! (the queue check still reads the dead-letter queue that the source queue's redrive policy
+//! names), `BACKOFF_BASE_SECONDS=0` or
+//! [`without_backoff`](crate::consumer::ConsumerBuilder::without_backoff), `MAX_ATTEMPTS=0` or
+//! [`without_attempt_budget`](crate::consumer::ConsumerBuilder::without_attempt_budget) (rows of
+//! no action). A consumer of [`Consumer::builder`](crate::consumer::Consumer::builder) has none
+//! of these options until it is given an SQS client, and no table check.
 //!
 //! # The table
 //!
@@ -123,9 +144,12 @@
 //!
 //! # A policy for the common inline consumer
 //!
-//! An inline consumer with an attempt budget, a dead-letter queue, backoff and both cold-start
-//! checks, for a SAM function's `Policies` or an `AWS::IAM::Role`'s `PolicyDocument`. `my-consumer` is the key prefix (the
-//! function's name by default); `IdempotencyTable`, `ItemsTable` (the new items' table), `Queue`
+//! An inline [`Consumer`](crate::consumer::Consumer) of `Consumer::from_env` with
+//! `DEAD_LETTER_QUEUE_URL` set: the rows of **inline** and of [a consumer's
+//! rows](#a-consumers-rows) (an attempt budget, backoff, the dead-letter queue and both
+//! cold-start checks), for a SAM function's `Policies` or an `AWS::IAM::Role`'s
+//! `PolicyDocument`. `my-consumer` is the key prefix (`IDEMPOTENCY_KEY_PREFIX`, the function's
+//! name by default); `IdempotencyTable`, `ItemsTable` (the new items' table), `Queue`
 //! and `DeadLetterQueue` are the template's resources.
 //!
 //! ```yaml
@@ -170,8 +194,9 @@
 //!
 //! Each statement's comments say what needs it; drop what none of a function's options does.
 //! With [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), add
-//! `dynamodb:GetItem` to `IdempotencyRecords`. Without a dead-letter queue, `DeadLetters` keeps
-//! what the queue check reads (`sqs:GetQueueAttributes`, `sqs:GetQueueUrl`), and without the
-//! queue check either, it goes. Without backoff, `sqs:ChangeMessageVisibility` goes, and
+//! `dynamodb:GetItem` to `IdempotencyRecords`. Without a dead-letter queue (no
+//! `DEAD_LETTER_QUEUE_URL`), `DeadLetters` keeps what the queue check reads
+//! (`sqs:GetQueueAttributes`, `sqs:GetQueueUrl`), and without the queue check either, it goes.
+//! Without backoff (`BACKOFF_BASE_SECONDS=0`), `sqs:ChangeMessageVisibility` goes, and
 //! `sqs:GetQueueUrl` on the source queue unless the queue check is given the event source ARN.
 //! Without the table check, `dynamodb:DescribeTable` still explains a refused request.
