@@ -136,6 +136,13 @@ impl IdempotencyRecord {
         self.status == status && self.owner.as_deref() == Some(owner.as_str())
     }
 
+    /// True when this stored record is the failure of the attempt whose token is `owner`,
+    /// recorded already: an earlier try of the same [`record_failure`] whose answer was lost (an
+    /// SDK retry), which must not be counted twice.
+    pub fn shows_failure_of(&self, owner: Option<&str>) -> bool {
+        self.status == Status::Failed && owner.is_some() && self.owner.as_deref() == owner
+    }
+
     /// True while an in-progress attempt's lease holds the record at `now_ms`: until
     /// [`lease_until_ms`](Self::lease_until_ms), or, for a record without a lease, until it
     /// expires.
@@ -364,7 +371,9 @@ pub fn commit(
 
 /// The transactional mode's failed attempt: `failed` is written as a failed record, with one
 /// more attempt than `stored` when it [carries them](IdempotencyRecord::carries_attempts_to),
-/// else 1, unless `stored` is not replaceable.
+/// else 1, unless `stored` is not replaceable. Fenced by the attempt's owner token: when `stored`
+/// is this very attempt's failure ([`IdempotencyRecord::shows_failure_of`]: an earlier try whose
+/// answer was lost), it stays as it is and its count is the answer.
 ///
 /// DynamoDB: the `UpdateItem` of `record_failure` in `store/dynamodb/transact_write_items.rs`.
 pub fn record_failure(
@@ -380,6 +389,9 @@ pub fn record_failure(
         ..failed.clone()
     };
     if let Some(old) = stored {
+        if old.shows_failure_of(failed.owner.as_deref()) {
+            return Step::Write(old.clone());
+        }
         if !old.is_replaceable(now_ms) {
             return Step::Held(old.clone());
         }

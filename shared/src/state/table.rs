@@ -124,6 +124,9 @@ pub enum Event {
     RecordFailureSame,
     /// [`super::record_failure`] with another payload.
     RecordFailureOther,
+    /// [`super::record_failure`] by the attempt whose token the stored record carries: an SDK
+    /// retry of a failure whose first answer was lost.
+    RecordFailureOwn,
 }
 
 impl Event {
@@ -135,6 +138,7 @@ impl Event {
                 | Event::CommitOther
                 | Event::RecordFailureSame
                 | Event::RecordFailureOther
+                | Event::RecordFailureOwn
         )
     }
 
@@ -151,17 +155,21 @@ impl Event {
         let now_s = now_ms.div_euclid(1000);
         let (status, lease_until_ms, last_error) = match self {
             Event::CommitSame | Event::CommitOther => (Status::Completed, None, None),
-            Event::RecordFailureSame | Event::RecordFailureOther => {
+            Event::RecordFailureSame | Event::RecordFailureOther | Event::RecordFailureOwn => {
                 (Status::Failed, None, Some("failed again".to_owned()))
             }
             _ => (Status::InProgress, Some(now_ms + LEASE_MS), None),
+        };
+        let owner = match self {
+            Event::RecordFailureOwn => OWN,
+            _ => NEW,
         };
         IdempotencyRecord {
             key: key.to_owned(),
             status,
             expires_at: now_s + EXPIRY_SECONDS,
             lease_until_ms,
-            owner: Some(NEW.to_owned()),
+            owner: Some(owner.to_owned()),
             payload_hash: self.payload_hash().to_owned(),
             attempts: 0,
             last_error,
@@ -413,4 +421,13 @@ pub const TRANSITIONS: &[Row] = &[
     row(B::CompletedExpired, E::RecordFailureOther, failed(1)),
     row(B::Failed,           E::RecordFailureOther, failed(1)),
     row(B::FailedExpired,    E::RecordFailureOther, failed(1)),
+    // The same failure again (an SDK retry whose first answer was lost): a failed record that
+    // carries its token shows it recorded, and it is counted once.
+    row(B::Absent,           E::RecordFailureOwn,   failed(1)),
+    row(B::Held,             E::RecordFailureOwn,   A::Held),
+    row(B::LeaseEnded,       E::RecordFailureOwn,   failed(1)),
+    row(B::Completed,        E::RecordFailureOwn,   A::Duplicate),
+    row(B::CompletedExpired, E::RecordFailureOwn,   failed(1)),
+    row(B::Failed,           E::RecordFailureOwn,   failed(1)),
+    row(B::FailedExpired,    E::RecordFailureOwn,   failed(1)),
 ];

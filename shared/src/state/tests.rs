@@ -32,6 +32,7 @@ fn every_transition_from_every_state_is_in_the_table_once_and_the_functions_agre
             Event::CommitOther,
             Event::RecordFailureSame,
             Event::RecordFailureOther,
+            Event::RecordFailureOwn,
         ] {
             let rows: Vec<_> = TRANSITIONS
                 .iter()

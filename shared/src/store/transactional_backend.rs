@@ -169,6 +169,11 @@ pub trait TransactionalBackend: Backend {
     /// `record.last_error`, `record.payload_hash` and `record.expires_at`, and its attempts go
     /// up by one (they start again at 1 when the stored record had expired). Not applied while a
     /// record that is not replaceable holds the key ([`Failure::Exists`]).
+    ///
+    /// Fenced by `record.owner`, the attempt's token: a stored failed record that carries it is
+    /// this failure, recorded by an earlier try whose answer was lost (an SDK retry), and is
+    /// answered [`Failure::Recorded`] with its stored count, not counted again
+    /// ([`state::record_failure`](crate::state::record_failure)).
     fn record_failure(
         &self,
         record: &IdempotencyRecord,

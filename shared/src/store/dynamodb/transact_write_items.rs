@@ -190,6 +190,10 @@ impl DynamoDbBackend {
     /// attempts go up by one) and any other replaceable record, expired or of another payload
     /// (they start again at 1): the transition [`state::record_failure`](crate::state::record_failure)
     /// ([`IdempotencyRecord::is_replaceable`] and [`IdempotencyRecord::carries_attempts_to`]).
+    ///
+    /// Fenced by the attempt's owner token: a record this attempt's failure wrote already (an
+    /// SDK retry of this request, whose first answer was lost) refuses the update, and its
+    /// refusal ([`IdempotencyRecord::shows_failure_of`]) answers with the stored count.
     async fn fail_once(
         &self,
         record: &IdempotencyRecord,
@@ -208,7 +212,8 @@ impl DynamoDbBackend {
             (
                 format!(
                     "attribute_not_exists(#key) OR (NOT {HELD} AND #exp >= :now_s \
-                     AND #hash = :hash AND #status <> :completed)"
+                     AND #hash = :hash AND #status <> :completed \
+                     AND NOT (#status = :failed AND #owner = :owner))"
                 ),
                 "#attempts = if_not_exists(#attempts, :zero) + :one",
             )
@@ -275,8 +280,14 @@ impl DynamoDbBackend {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = e.err() else {
                     unreachable!()
                 };
-                match failed.item() {
-                    Some(item) => Ok(Some(Failure::Exists(self.record_from_item(item)?))),
+                match failed.item().map(|item| self.record_from_item(item)) {
+                    // This attempt's failure, recorded by an earlier try: counted once.
+                    Some(Ok(stored)) if stored.shows_failure_of(record.owner.as_deref()) => {
+                        Ok(Some(Failure::Recorded {
+                            attempts: stored.attempts,
+                        }))
+                    }
+                    Some(stored) => Ok(Some(Failure::Exists(stored?))),
                     // Deleted between the two requests.
                     None => Ok(None),
                 }
