@@ -6,11 +6,10 @@
 //! the item in an [`InlinePut`] instead of writing it, and
 //! [`Idempotency::put_inline`](crate::Idempotency::put_inline) writes it with the completed
 //! record's attributes on it (status, expiry, payload hash, owner token, and the result when there
-//! is one), on the condition that no record that is not
-//! [replaceable](crate::state::IdempotencyRecord::is_replaceable) rides on the item already: the
-//! transactional mode's commit ([`state::commit`](crate::state::commit)), stated on the item's
-//! own key. On DynamoDB that is one `PutItem` of a [`NewItem`](crate::store::NewItem) with
-//! `attribute_not_exists(key) OR <expired>` and `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
+//! is one), on the condition that the item does not exist yet: the transition
+//! [`state::commit_on_item`](crate::state::commit_on_item). On DynamoDB that is one `PutItem` of a
+//! [`NewItem`](crate::store::NewItem) with `attribute_not_exists(key)` and
+//! `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
 //!
 //! - **One request per fresh record**, and the write units of the item alone plus its record's
 //!   attributes (at most [`inline_record_bytes`](crate::store::inline_record_bytes), 184 bytes,
@@ -18,16 +17,18 @@
 //!   idempotency at all, where the lease mode adds 2 WCU of its own and a transaction bills 2
 //!   per item, its record one of them.
 //! - **One refused write per duplicate**, without a read: the refusal returns the stored item,
-//!   whose record is classified by the state machine ([`classify`](crate::state::classify)) as
-//!   the other modes' records are: the same payload is a duplicate (its stored result given
-//!   back), another payload under a live record a mismatch (permanent). None for a duplicate the
-//!   [local cache](crate::cache) knows. DynamoDB bills a refused write as a write: 1 WCU.
+//!   whose record answers ([`classify_on_item`](crate::state::classify_on_item)): the same
+//!   payload is a duplicate (its stored result given back), another payload a mismatch
+//!   (permanent). None for a duplicate the [local cache](crate::cache) knows. DynamoDB bills a
+//!   refused write as a write: 1 WCU.
 //! - **No in-progress state and no lease**: the item and its record are one write, so a crash at
 //!   any point leaves both or neither.
-//! - **Expiry** as in the other modes: an item whose record has expired is replaced by the next
-//!   attempt's (the same item, rewritten), as an expired record is. The expiry is an attribute
-//!   of the item; point the table's TTL at it only if the items may be deleted when their records
-//!   expire.
+//! - **An item is never rewritten.** The item is the work's effect and the user's data: a later
+//!   delivery never replaces it, whatever its record's expiry. Once the record has expired, the
+//!   same payload is still a duplicate and another payload still a mismatch, each for one refused
+//!   write; the expiry bounds only what the [local cache](crate::cache) keeps. The expiry is an
+//!   attribute of the item: point the table's TTL at it only if the items may be deleted when
+//!   their records expire (a deleted item is written again by the next delivery of its key).
 //!
 //! # Failures, attempts and fencing
 //!
@@ -44,11 +45,6 @@
 //! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
 //! size from the store).
 //!
-//! A handler moved here from the transactional mode finds its earlier records where that mode
-//! wrote them: the item written then carries no record and refuses the write, and the failure
-//! the engine would record finds the key's completed record in its table instead, and answers
-//! a duplicate with its stored result (two requests), until that record expires.
-//!
 //! The failed record stays in the engine's table after a later attempt succeeds (it expires
 //! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
 //! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
@@ -63,13 +59,32 @@
 //! off. An SDK retry of this attempt's own write, whose first answer was lost, finds the item
 //! carrying this attempt's owner token and answers as written.
 //!
+//! # Modes on one key
+//!
+//! A handler moved here from the transactional mode, or from the lease mode, finds its earlier
+//! records where that mode wrote them, in the engine's table: the item written then carries no
+//! record and refuses the write, and the failure the engine would record finds the key's completed
+//! record in its table instead, and answers a duplicate with its stored result (two requests),
+//! until that record expires. Where the earlier mode's handler left no such item, nothing refuses
+//! the write: the inline write reads nothing else, so it writes the item (with
+//! [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), a redelivery's read
+//! finds the completed record first). A lease that another mode's attempt holds is not seen either.
+//!
+//! The other way (a rollback, or a deployment where both run): the transactional mode's write of
+//! the item, refused by its own condition (`attribute_not_exists` of its key), returns the item,
+//! and a live record of the same payload on it is a duplicate, for the one cancelled transaction;
+//! an expired record, or another payload's, leaves the refusal to the write's own condition. The
+//! lease mode reads only the engine's table: it cannot see a record on an item, and takes the key
+//! again; its handler's own write must refuse the item.
+//!
 //! # What the inline mode cannot carry
 //!
-//! Only the write of one **new** item (or the rewrite of one whose record has expired) carries
-//! its record. A handler whose effect is several items, or an update of an item that exists
-//! (a balance, a status), keeps the [transactional mode](crate::transaction): its writes and the
-//! record in one transaction. The item's key must follow from the idempotency key (one key, one
-//! item): a second key that writes the same item is answered by the record the item carries.
+//! Only the write of one **new** item carries its record. A handler whose effect is several
+//! items, or an update of an item that exists (a balance, a status), keeps the
+//! [transactional mode](crate::transaction): its writes and the record in one transaction. The
+//! item's key must follow from the idempotency key (one key, one item): a second key that writes
+//! the same item is answered by the record the item carries (the record on an item does not name
+//! its key).
 //!
 //! The handler runs before the store is asked (the write needs its item), so it must make no
 //! effects of its own, as in the transactional mode; effects that are not the item (a message to
@@ -211,7 +226,11 @@ impl<B: InlineBackend> Idempotency<B> {
             });
         }
         match self.backend().put_inline(&record, &item, now_ms).await {
-            Ok(answer) => attempt.conclude(&record, output, answer, now_ms).await,
+            Ok(answer) => {
+                attempt
+                    .conclude(&record, output, answer, true, now_ms)
+                    .await
+            }
             Err(e) => Err(TransactError::Store(e)),
         }
     }

@@ -8,8 +8,8 @@
 //! of a row at a given instant, [`Event::apply`] runs the event through the pure functions.
 
 use super::{
-    Blocked, IdempotencyRecord, Put, Status, Step, Update, Updated, acquire, classify, commit,
-    record_failure, update,
+    Blocked, IdempotencyRecord, Put, Status, Step, Update, Updated, acquire, classify,
+    classify_on_item, commit, commit_on_item, record_failure, update,
 };
 use crate::payload::PayloadHash;
 
@@ -229,10 +229,11 @@ impl Event {
                 };
                 (after, t.write.or_else(kept))
             }
-            Event::CommitSame | Event::CommitOther => match commit(stored, &new, now_ms) {
-                Step::Write(completed) => (After::Completed, Some(completed)),
-                Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
-            },
+            Event::CommitSame | Event::CommitOther => {
+                committed(commit(stored, &new, now_ms), stored, |existing| {
+                    classify(existing, &hash, now_ms)
+                })
+            }
             _ => match record_failure(stored, &new, now_ms) {
                 Step::Write(failed) => (
                     After::Failed {
@@ -243,6 +244,35 @@ impl Event {
                 Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
             },
         }
+    }
+
+    /// What [`commit_on_item`] and [`classify_on_item`] make of a commit event on `stored`, the
+    /// record on an item, at `now_ms` (the rows of [`ON_ITEM`]), and the record the item carries
+    /// after it.
+    pub fn apply_on_item(
+        self,
+        stored: Option<&IdempotencyRecord>,
+        key: &str,
+        now_ms: i64,
+    ) -> (After, Option<IdempotencyRecord>) {
+        let hash = PayloadHash::stored(self.payload_hash());
+        let step = commit_on_item(stored, &self.new_record(key, now_ms));
+        committed(step, stored, |existing| {
+            classify_on_item(existing, &hash, now_ms)
+        })
+    }
+}
+
+/// A commit's row: completed when `step` writes, else the refusal `blocked` reads from the
+/// record that holds the key (and `stored` stays).
+fn committed(
+    step: Step,
+    stored: Option<&IdempotencyRecord>,
+    blocked: impl FnOnce(IdempotencyRecord) -> Blocked,
+) -> (After, Option<IdempotencyRecord>) {
+    match step {
+        Step::Write(completed) => (After::Completed, Some(completed)),
+        Step::Held(existing) => (After::refused(blocked(existing)), stored.cloned()),
     }
 }
 
@@ -430,4 +460,18 @@ pub const TRANSITIONS: &[Row] = &[
     row(B::CompletedExpired, E::RecordFailureOwn,   failed(1)),
     row(B::Failed,           E::RecordFailureOwn,   failed(1)),
     row(B::FailedExpired,    E::RecordFailureOwn,   failed(1)),
+];
+
+/// The commits of a record that rides on an item written whole (the inline mode's new item, a
+/// record carried by a `Put`: [`commit_on_item`]), from the states a record on an item can be
+/// in (an item carries only completed records). Unlike [`TRANSITIONS`]' commit rows, an expired
+/// record still holds the key: the item is the work's effect, and never rewritten.
+#[rustfmt::skip]
+pub const ON_ITEM: &[Row] = &[
+    row(B::Absent,           E::CommitSame,  A::Completed),
+    row(B::Absent,           E::CommitOther, A::Completed),
+    row(B::Completed,        E::CommitSame,  A::Duplicate),
+    row(B::Completed,        E::CommitOther, A::Mismatch),
+    row(B::CompletedExpired, E::CommitSame,  A::Duplicate),
+    row(B::CompletedExpired, E::CommitOther, A::Mismatch),
 ];
