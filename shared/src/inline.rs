@@ -34,9 +34,15 @@
 //!
 //! A failed attempt has no item to carry its record. It is recorded as in the transactional
 //! mode, in the engine's own table: a small *failed* record under the idempotency key, with the
-//! error and the attempt count ([`TransactionalBackend::record_failure`](crate::store::TransactionalBackend::record_failure):
-//! one `UpdateItem`, on the failure path only). So the attempt budget, the backoff and the
-//! dead-letter queue work as in the other modes, and a failed record never blocks anything: the
+//! error and the attempt count ([`TransactionalBackend::record_failure`](crate::store::TransactionalBackend::record_failure)),
+//! on the failure path only. On DynamoDB that costs one `UpdateItem` when the key has no record
+//! there or a live failed record of the same payload; two when the record there must be
+//! replaced (expired, or failed with another payload: the first, conditional, update is refused
+//! and a second one writes); three at most, when that record is deleted between the two. A
+//! failure found by the write (an item without a record) costs that refused write first; a
+//! failure that finds the key completed there instead answers a duplicate. So the attempt
+//! budget, the backoff and the dead-letter queue work as in the other modes, and a failed record
+//! never blocks anything: the
 //! next delivery of the same payload runs again with its attempts counted; a corrected payload
 //! after a failed one runs, its attempts starting again at 1 should it fail too (the failed
 //! record is replaceable by another payload, as everywhere). A handler whose item is refused
@@ -45,8 +51,17 @@
 //! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
 //! size from the store).
 //!
-//! The failed record stays in the engine's table after a later attempt succeeds (it expires
-//! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
+//! A success ends the count. The failed record blocks nothing, but the item's write does not
+//! overwrite it: left as it is, a later duplicate whose handler fails before it gives its item
+//! would continue its count, towards the dead-letter queue. So an attempt that succeeds after
+//! earlier attempts may have failed sets that record's attempts back to 0: one more conditional
+//! `UpdateItem` (the reset of [`Idempotency::reset_attempts`](crate::Idempotency::reset_attempts),
+//! which changes only a failed record), after the write, best effort (a failure is logged), and
+//! on that path only. The batch wrapper knows when: an attempt above 1 (a redelivery, without the
+//! attempts read; a key whose failed attempts the read found, with it). A first delivery that
+//! succeeds costs its one write, as before. [`Idempotency::put_inline`] called directly knows no
+//! attempt and never resets: a key of the body, failed by one message and completed by
+//! another's first delivery, keeps its count too. A redelivery
 //! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
 //! duplicate costs one refused write: the batch wrapper ([`Inline`](crate::batch::Inline)) tells
 //! its handler the receive count as its attempt, and the store counts the failed attempts that
@@ -57,7 +72,8 @@
 //!
 //! Fencing is the write's own condition: with no lease there is no late completion to fence
 //! off. An SDK retry of this attempt's own write, whose first answer was lost, finds the item
-//! carrying this attempt's owner token and answers as written.
+//! carrying this attempt's owner token and answers as written; an SDK retry of its failure's
+//! update finds the failed record carrying that token, and the failure is counted once.
 //!
 //! # Modes on one key
 //!
@@ -192,6 +208,27 @@ impl<B: InlineBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
     {
+        self.put_inline_retried(key, payload_hash, false, work)
+            .await
+    }
+
+    /// [`put_inline_hashed`](Self::put_inline_hashed) for an attempt that knows whether earlier
+    /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
+    /// attempt has written its item, the count of failed attempts they left in the engine's
+    /// table is ended ([`end_failure_count`](Self::end_failure_count)).
+    pub(crate) async fn put_inline_retried<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        retried: bool,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
+    {
         let Begun {
             attempt,
             mut record,
@@ -225,13 +262,16 @@ impl<B: InlineBackend> Idempotency<B> {
                 attempts: None,
             });
         }
-        match self.backend().put_inline(&record, &item, now_ms).await {
-            Ok(answer) => {
-                attempt
-                    .conclude(&record, output, answer, true, now_ms)
-                    .await
-            }
-            Err(e) => Err(TransactError::Store(e)),
+        let answer = match self.backend().put_inline(&record, &item, now_ms).await {
+            Ok(answer) => answer,
+            Err(e) => return Err(TransactError::Store(e)),
+        };
+        let concluded = attempt
+            .conclude(&record, output, answer, true, now_ms)
+            .await;
+        if retried && matches!(concluded, Ok(Transacted::Committed(_))) {
+            self.end_failure_count(key).await;
         }
+        concluded
     }
 }

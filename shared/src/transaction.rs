@@ -31,8 +31,11 @@
 //! [`RecordHandlerExt::and_then`](crate::batch::RecordHandlerExt::and_then).
 //!
 //! A failed attempt is recorded as before (a failed record with the error and the attempt
-//! count, one more request on the failure path only), so the attempt budget and the backoff work
-//! the same in both modes.
+//! count, on the failure path only: on DynamoDB one `UpdateItem`, two when the key's record must
+//! be replaced, expired or failed with another payload, three at most when it is deleted between
+//! them), so the attempt budget and the backoff work the same in both modes. The update is
+//! fenced by the attempt's owner token: an SDK retry of it, whose first answer was lost, counts
+//! the failure once.
 //!
 //! Only a [`TransactionalBackend`] offers this mode: [`DynamoDbBackend`](crate::store::DynamoDbBackend)
 //! (feature `dynamodb`), and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests
@@ -145,9 +148,12 @@ impl<T, W> Transaction<T, W> {
     ///   no longer `accepted`); when it refuses and the item carries this payload's expired
     ///   record, the answer is a duplicate.
     /// - **Failures are counted in the engine's table**: a failed attempt has no write to ride
-    ///   on. The failed record stays there after a later attempt commits (it blocks nothing), and
-    ///   a duplicate whose handler fails before it gives its writes is a failed attempt, since
-    ///   the engine's table does not know the key completed.
+    ///   on, and the commit does not overwrite its failed record. A success ends the count all
+    ///   the same: when the batch wrapper's read found failed attempts, the commit is followed by
+    ///   one conditional update that sets them back to 0 (best effort), so that a duplicate whose
+    ///   handler fails before it gives its writes (a failed attempt, since the engine's table
+    ///   does not know the key completed) starts a count of its own. A direct call of
+    ///   [`transact`](crate::Idempotency::transact) knows no attempt and leaves the count.
     /// - **Limits**: the store's checks before the request count the record as an action of its
     ///   own, and not in the carrier's item size.
     ///

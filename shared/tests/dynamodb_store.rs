@@ -119,6 +119,7 @@ const INLINE: InlineOps = InlineOps {
     record_failure: "UpdateItem",
     get: "GetItem",
     commit: "TransactWriteItems",
+    reset_attempts: "UpdateItem",
 };
 
 async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {

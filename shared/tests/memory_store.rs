@@ -156,6 +156,7 @@ const INLINE: InlineOps = InlineOps {
     record_failure: "record_failure",
     get: "get",
     commit: "commit",
+    reset_attempts: "reset_attempts",
 };
 
 async fn inline_fixture() -> (Suite<Counted>, Effects, InlineOps) {

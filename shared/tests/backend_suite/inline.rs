@@ -36,6 +36,8 @@ pub struct InlineOps {
     pub get: &'static str,
     /// A transaction (DynamoDB: `TransactWriteItems`).
     pub commit: &'static str,
+    /// The reset of a failed record's attempts (DynamoDB: `UpdateItem`).
+    pub reset_attempts: &'static str,
 }
 
 /// A table of the handler's items, as a backend builds and reads them.
@@ -75,6 +77,8 @@ macro_rules! inline_suite {
             a_key_completed_inline_is_not_seen_by_the_lease_mode,
             a_key_completed_inline_is_a_duplicate_of_a_transaction_refused_by_its_item,
             a_key_completed_by_the_transactional_mode_is_a_duplicate_inline,
+            inline_a_success_ends_the_count_of_failed_attempts,
+            a_carried_success_ends_the_count_of_failed_attempts,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {
