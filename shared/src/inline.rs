@@ -6,11 +6,10 @@
 //! the item in an [`InlinePut`] instead of writing it, and
 //! [`Idempotency::put_inline`](crate::Idempotency::put_inline) writes it with the completed
 //! record's attributes on it (status, expiry, payload hash, owner token, and the result when there
-//! is one), on the condition that no record that is not
-//! [replaceable](crate::state::IdempotencyRecord::is_replaceable) rides on the item already: the
-//! transactional mode's commit ([`state::commit`](crate::state::commit)), stated on the item's
-//! own key. On DynamoDB that is one `PutItem` of a [`NewItem`](crate::store::NewItem) with
-//! `attribute_not_exists(key) OR <expired>` and `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
+//! is one), on the condition that the item does not exist yet: the transition
+//! [`state::commit_on_item`](crate::state::commit_on_item). On DynamoDB that is one `PutItem` of a
+//! [`NewItem`](crate::store::NewItem) with `attribute_not_exists(key)` and
+//! `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
 //!
 //! - **One request per fresh record**, and the write units of the item alone plus its record's
 //!   attributes (at most [`inline_record_bytes`](crate::store::inline_record_bytes), 184 bytes,
@@ -18,24 +17,32 @@
 //!   idempotency at all, where the lease mode adds 2 WCU of its own and a transaction bills 2
 //!   per item, its record one of them.
 //! - **One refused write per duplicate**, without a read: the refusal returns the stored item,
-//!   whose record is classified by the state machine ([`classify`](crate::state::classify)) as
-//!   the other modes' records are: the same payload is a duplicate (its stored result given
-//!   back), another payload under a live record a mismatch (permanent). None for a duplicate the
-//!   [local cache](crate::cache) knows. DynamoDB bills a refused write as a write: 1 WCU.
+//!   whose record answers ([`classify_on_item`](crate::state::classify_on_item)): the same
+//!   payload is a duplicate (its stored result given back), another payload a mismatch
+//!   (permanent). None for a duplicate the [local cache](crate::cache) knows. DynamoDB bills a
+//!   refused write as a write: 1 WCU.
 //! - **No in-progress state and no lease**: the item and its record are one write, so a crash at
 //!   any point leaves both or neither.
-//! - **Expiry** as in the other modes: an item whose record has expired is replaced by the next
-//!   attempt's (the same item, rewritten), as an expired record is. The expiry is an attribute
-//!   of the item; point the table's TTL at it only if the items may be deleted when their records
-//!   expire.
+//! - **An item is never rewritten.** The item is the work's effect and the user's data: a later
+//!   delivery never replaces it, whatever its record's expiry. Once the record has expired, the
+//!   same payload is still a duplicate and another payload still a mismatch, each for one refused
+//!   write; the expiry bounds only what the [local cache](crate::cache) keeps. The expiry is an
+//!   attribute of the item: point the table's TTL at it only if the items may be deleted when
+//!   their records expire (a deleted item is written again by the next delivery of its key).
 //!
 //! # Failures, attempts and fencing
 //!
 //! A failed attempt has no item to carry its record. It is recorded as in the transactional
 //! mode, in the engine's own table: a small *failed* record under the idempotency key, with the
-//! error and the attempt count ([`TransactionalBackend::record_failure`](crate::store::TransactionalBackend::record_failure):
-//! one `UpdateItem`, on the failure path only). So the attempt budget, the backoff and the
-//! dead-letter queue work as in the other modes, and a failed record never blocks anything: the
+//! error and the attempt count ([`TransactionalBackend::record_failure`](crate::store::TransactionalBackend::record_failure)),
+//! on the failure path only. On DynamoDB that costs one `UpdateItem` when the key has no record
+//! there or a live failed record of the same payload; two when the record there must be
+//! replaced (expired, or failed with another payload: the first, conditional, update is refused
+//! and a second one writes); three at most, when that record is deleted between the two. A
+//! failure found by the write (an item without a record) costs that refused write first; a
+//! failure that finds the key completed there instead answers a duplicate. So the attempt
+//! budget, the backoff and the dead-letter queue work as in the other modes, and a failed record
+//! never blocks anything: the
 //! next delivery of the same payload runs again with its attempts counted; a corrected payload
 //! after a failed one runs, its attempts starting again at 1 should it fail too (the failed
 //! record is replaceable by another payload, as everywhere). A handler whose item is refused
@@ -44,13 +51,17 @@
 //! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
 //! size from the store).
 //!
-//! A handler moved here from the transactional mode finds its earlier records where that mode
-//! wrote them: the item written then carries no record and refuses the write, and the failure
-//! the engine would record finds the key's completed record in its table instead, and answers
-//! a duplicate with its stored result (two requests), until that record expires.
-//!
-//! The failed record stays in the engine's table after a later attempt succeeds (it expires
-//! there: removing it would cost a request on the success path); it blocks nothing. A redelivery
+//! A success ends the count. The failed record blocks nothing, but the item's write does not
+//! overwrite it: left as it is, a later duplicate whose handler fails before it gives its item
+//! would continue its count, towards the dead-letter queue. So an attempt that succeeds after
+//! earlier attempts may have failed sets that record's attempts back to 0: one more conditional
+//! `UpdateItem` (the reset of [`Idempotency::reset_attempts`](crate::Idempotency::reset_attempts),
+//! which changes only a failed record), after the write, best effort (a failure is logged), and
+//! on that path only. The batch wrapper knows when: an attempt above 1 (a redelivery, without the
+//! attempts read; a key whose failed attempts the read found, with it). A first delivery that
+//! succeeds costs its one write, as before. [`Idempotency::put_inline`] called directly knows no
+//! attempt and never resets: a key of the body, failed by one message and completed by
+//! another's first delivery, keeps its count too. A redelivery
 //! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
 //! duplicate costs one refused write: the batch wrapper ([`Inline`](crate::batch::Inline)) tells
 //! its handler the receive count as its attempt, and the store counts the failed attempts that
@@ -61,15 +72,35 @@
 //!
 //! Fencing is the write's own condition: with no lease there is no late completion to fence
 //! off. An SDK retry of this attempt's own write, whose first answer was lost, finds the item
-//! carrying this attempt's owner token and answers as written.
+//! carrying this attempt's owner token and answers as written; an SDK retry of its failure's
+//! update finds the failed record carrying that token, and the failure is counted once.
+//!
+//! # Modes on one key
+//!
+//! A handler moved here from the transactional mode, or from the lease mode, finds its earlier
+//! records where that mode wrote them, in the engine's table: the item written then carries no
+//! record and refuses the write, and the failure the engine would record finds the key's completed
+//! record in its table instead, and answers a duplicate with its stored result (two requests),
+//! until that record expires. Where the earlier mode's handler left no such item, nothing refuses
+//! the write: the inline write reads nothing else, so it writes the item (with
+//! [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), a redelivery's read
+//! finds the completed record first). A lease that another mode's attempt holds is not seen either.
+//!
+//! The other way (a rollback, or a deployment where both run): the transactional mode's write of
+//! the item, refused by its own condition (`attribute_not_exists` of its key), returns the item,
+//! and a live record of the same payload on it is a duplicate, for the one cancelled transaction;
+//! an expired record, or another payload's, leaves the refusal to the write's own condition. The
+//! lease mode reads only the engine's table: it cannot see a record on an item, and takes the key
+//! again; its handler's own write must refuse the item.
 //!
 //! # What the inline mode cannot carry
 //!
-//! Only the write of one **new** item (or the rewrite of one whose record has expired) carries
-//! its record. A handler whose effect is several items, or an update of an item that exists
-//! (a balance, a status), keeps the [transactional mode](crate::transaction): its writes and the
-//! record in one transaction. The item's key must follow from the idempotency key (one key, one
-//! item): a second key that writes the same item is answered by the record the item carries.
+//! Only the write of one **new** item carries its record. A handler whose effect is several
+//! items, or an update of an item that exists (a balance, a status), keeps the
+//! [transactional mode](crate::transaction): its writes and the record in one transaction. The
+//! item's key must follow from the idempotency key (one key, one item): a second key that writes
+//! the same item is answered by the record the item carries (the record on an item does not name
+//! its key).
 //!
 //! The handler runs before the store is asked (the write needs its item), so it must make no
 //! effects of its own, as in the transactional mode; effects that are not the item (a message to
@@ -177,6 +208,27 @@ impl<B: InlineBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
     {
+        self.put_inline_retried(key, payload_hash, false, work)
+            .await
+    }
+
+    /// [`put_inline_hashed`](Self::put_inline_hashed) for an attempt that knows whether earlier
+    /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
+    /// attempt has written its item, the count of failed attempts they left in the engine's
+    /// table is ended ([`end_failure_count`](Self::end_failure_count)).
+    pub(crate) async fn put_inline_retried<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        retried: bool,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
+    {
         let Begun {
             attempt,
             mut record,
@@ -210,9 +262,16 @@ impl<B: InlineBackend> Idempotency<B> {
                 attempts: None,
             });
         }
-        match self.backend().put_inline(&record, &item, now_ms).await {
-            Ok(answer) => attempt.conclude(&record, output, answer, now_ms).await,
-            Err(e) => Err(TransactError::Store(e)),
+        let answer = match self.backend().put_inline(&record, &item, now_ms).await {
+            Ok(answer) => answer,
+            Err(e) => return Err(TransactError::Store(e)),
+        };
+        let concluded = attempt
+            .conclude(&record, output, answer, true, now_ms)
+            .await;
+        if retried && matches!(concluded, Ok(Transacted::Committed(_))) {
+            self.end_failure_count(key).await;
         }
+        concluded
     }
 }

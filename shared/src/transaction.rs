@@ -13,7 +13,11 @@
 //!   any point leaves either all of it or none of it, and a redelivery after a crash cannot apply
 //!   the writes a second time;
 //! - the handler's own conditions are its business: a write refused by its condition fails the
-//!   record with [`TransactError::Rejected`], naming the write, and nothing is applied;
+//!   record with [`TransactError::Rejected`], naming the write, and nothing is applied; unless
+//!   the refused item carries a live record of the same payload (the key was completed on that
+//!   item by the [inline mode](crate::inline), or carried): then it is a duplicate, answered by
+//!   the same cancelled transaction (on DynamoDB every write asks for its item on a refusal,
+//!   `ALL_OLD`, which costs nothing);
 //! - only the message's own faults are permanent: an item over the store's size limit
 //!   ([`TransactError::Limit`] before the request, [`TransactError::TooLarge`] or a
 //!   [`Rejection`] for its size from the store). A request refused for a table (a key schema it
@@ -27,8 +31,11 @@
 //! [`RecordHandlerExt::and_then`](crate::batch::RecordHandlerExt::and_then).
 //!
 //! A failed attempt is recorded as before (a failed record with the error and the attempt
-//! count, one more request on the failure path only), so the attempt budget and the backoff work
-//! the same in both modes.
+//! count, on the failure path only: on DynamoDB one `UpdateItem`, two when the key's record must
+//! be replaced, expired or failed with another payload, three at most when it is deleted between
+//! them), so the attempt budget and the backoff work the same in both modes. The update is
+//! fenced by the attempt's owner token: an SDK retry of it, whose first answer was lost, counts
+//! the failure once.
 //!
 //! Only a [`TransactionalBackend`] offers this mode: [`DynamoDbBackend`](crate::store::DynamoDbBackend)
 //! (feature `dynamodb`), and [`InMemoryBackend`](crate::store::InMemoryBackend) for unit tests
@@ -86,7 +93,7 @@ use aws_sdk_dynamodb::types::{ConditionCheck, Delete, Put, TransactWriteItem, Up
 
 use crate::lease::{AcquireError, Acquired};
 use crate::payload::{PayloadHash, sha256_hex};
-use crate::state::{IdempotencyRecord, Status, classify};
+use crate::state::{IdempotencyRecord, Status, classify, classify_on_item};
 use crate::store::{Commit, Failure, LimitError, StoreError, TransactionalBackend};
 use crate::time::{Clock, Deadline, millis};
 
@@ -130,15 +137,23 @@ impl<T, W> Transaction<T, W> {
     ///
     /// - **One key, one item.** The carrier's item must follow from the idempotency key: a
     ///   record another key left on it would answer for this key.
-    /// - **The carrier's own condition refuses a second run.** The record covers the item while
-    ///   it lives; the engine's table does not know it. After a handler moves to a carried record
-    ///   (its earlier records are in the engine's table), and once a carried record expires, the
-    ///   carrier's condition is what stops the work running again (a payment that is no longer
-    ///   `accepted`).
+    /// - **A `Put` carrier never rewrites an item that carries a record**, whatever its expiry:
+    ///   the item is the work's effect, and its record answers (the same payload a duplicate,
+    ///   another a mismatch), as in the inline mode. An item without a record is for the put's
+    ///   own condition (`attribute_not_exists` of its key, for a new item).
+    /// - **An `Update` carrier's own condition refuses a second run.** The record covers the item
+    ///   while it lives; the engine's table does not know it. After a handler moves to a carried
+    ///   record (its earlier records are in the engine's table), and once a carried record
+    ///   expires, the carrier's condition is what stops the work running again (a payment that is
+    ///   no longer `accepted`); when it refuses and the item carries this payload's expired
+    ///   record, the answer is a duplicate.
     /// - **Failures are counted in the engine's table**: a failed attempt has no write to ride
-    ///   on. The failed record stays there after a later attempt commits (it blocks nothing), and
-    ///   a duplicate whose handler fails before it gives its writes is a failed attempt, since
-    ///   the engine's table does not know the key completed.
+    ///   on, and the commit does not overwrite its failed record. A success ends the count all
+    ///   the same: when the batch wrapper's read found failed attempts, the commit is followed by
+    ///   one conditional update that sets them back to 0 (best effort), so that a duplicate whose
+    ///   handler fails before it gives its writes (a failed attempt, since the engine's table
+    ///   does not know the key completed) starts a count of its own. A direct call of
+    ///   [`transact`](crate::Idempotency::transact) knows no attempt and leaves the count.
     /// - **Limits**: the store's checks before the request count the record as an action of its
     ///   own, and not in the carrier's item size.
     ///
@@ -453,7 +468,10 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
                 }
                 // The answer may be lost after a commit: the next try repeats the token.
                 Err(e) => TransactError::Store(e),
-                Ok(answer) => return self.conclude(record, output, answer, now_ms).await,
+                Ok(answer) => {
+                    let on_item = carrier.is_some();
+                    return self.conclude(record, output, answer, on_item, now_ms).await;
+                }
             };
             let room =
                 finish_by.is_none_or(|f| f.epoch_ms() - self.clock.now_ms() > 2 * millis(delay));
@@ -472,13 +490,15 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
     /// What the store's answer to a write of `record` means: the output when it was written
     /// (or found written by this attempt's own earlier try, whose answer was lost), the stored
     /// record's answer when it held the key, and a recorded failure when a write was refused.
-    /// [`Commit::Contended`] is an error after one try: [`commit`](Self::commit) tries again
-    /// before it comes here.
+    /// `on_item` when the record rides on an item (inline, carried): a record found there is
+    /// [`classify_on_item`]'s, whatever its expiry. [`Commit::Contended`] is an error after one
+    /// try: [`commit`](Self::commit) tries again before it comes here.
     pub(crate) async fn conclude<T, E>(
         &self,
         record: &IdempotencyRecord,
         output: T,
         answer: Commit,
+        on_item: bool,
         now_ms: i64,
     ) -> Result<Transacted<T>, TransactError<E>> {
         match answer {
@@ -487,10 +507,14 @@ impl<B: TransactionalBackend> Attempt<'_, B> {
             Commit::Exists(existing) if existing.owner == record.owner => {
                 Ok(Transacted::Committed(output))
             }
-            Commit::Exists(existing) => self::answer(Acquired::blocked(
-                self.key,
-                classify(existing, self.payload_hash, now_ms),
-            )),
+            Commit::Exists(existing) => {
+                let blocked = if on_item {
+                    classify_on_item(existing, self.payload_hash, now_ms)
+                } else {
+                    classify(existing, self.payload_hash, now_ms)
+                };
+                self::answer(Acquired::blocked(self.key, blocked))
+            }
             Commit::Rejected {
                 index,
                 write,

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::state::IdempotencyRecord;
@@ -65,10 +65,31 @@ impl Effects {
     }
 }
 
+impl Effects {
+    /// A `Put` of item `id` holding `value`, on `condition` if any.
+    fn put_write(&self, id: &str, value: &str, condition: Option<&str>) -> TransactWriteItem {
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(id.into()))
+            .item("value", AttributeValue::S(value.into()))
+            .set_condition_expression(condition.map(str::to_owned))
+            .build()
+            .unwrap();
+        TransactWriteItem::builder().put(put).build()
+    }
+}
+
 impl Items<NewItem> for Effects {
+    type Write = TransactWriteItem;
     fn item(&self, id: &str, value: &str) -> NewItem {
         NewItem::new(&self.table, "pk", AttributeValue::S(id.into()))
             .attribute("value", AttributeValue::S(value.into()))
+    }
+    fn put(&self, id: &str, value: &str) -> TransactWriteItem {
+        self.put_write(id, value, None)
+    }
+    fn put_if_absent(&self, id: &str, value: &str) -> TransactWriteItem {
+        self.put_write(id, value, Some("attribute_not_exists(pk)"))
     }
     async fn value(&self, id: &str) -> Option<String> {
         let item = self.item_of(id).await?;
@@ -97,6 +118,8 @@ const INLINE: InlineOps = InlineOps {
     put: "PutItem",
     record_failure: "UpdateItem",
     get: "GetItem",
+    commit: "TransactWriteItems",
+    reset_attempts: "UpdateItem",
 };
 
 async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {

@@ -77,6 +77,19 @@ impl TransactionalBackend for Counted {
         self.counter.add("commit");
         self.inner.commit(record, writes, token, now_ms).await
     }
+    async fn commit_carried(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: usize,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<Commit, StoreError> {
+        self.counter.add("commit");
+        self.inner
+            .commit_carried(record, writes, carrier, token, now_ms)
+            .await
+    }
     async fn record_failure(
         &self,
         record: &IdempotencyRecord,
@@ -110,8 +123,15 @@ struct Effects(Arc<InMemoryBackend>);
 const EFFECTS: &str = "effects";
 
 impl Items<MemoryWrite> for Effects {
+    type Write = MemoryWrite;
     fn item(&self, id: &str, value: &str) -> MemoryWrite {
         MemoryWrite::put(EFFECTS, id, value)
+    }
+    fn put(&self, id: &str, value: &str) -> MemoryWrite {
+        MemoryWrite::put(EFFECTS, id, value)
+    }
+    fn put_if_absent(&self, id: &str, value: &str) -> MemoryWrite {
+        MemoryWrite::put_if_absent(EFFECTS, id, value)
     }
     async fn value(&self, id: &str) -> Option<String> {
         self.0.item(EFFECTS, id)
@@ -135,6 +155,8 @@ const INLINE: InlineOps = InlineOps {
     put: "put_inline",
     record_failure: "record_failure",
     get: "get",
+    commit: "commit",
+    reset_attempts: "reset_attempts",
 };
 
 async fn inline_fixture() -> (Suite<Counted>, Effects, InlineOps) {

@@ -164,12 +164,16 @@ where
             inner_ctx.attempt = ctx.receive_count.max(1);
             inner_ctx
         };
+        let retried = inner_ctx.attempt > 1;
         let work = || async {
             let put = guarded(ctx, self.inner.handle(message, &inner_ctx)).await?;
             let (output, item) = put.into_parts();
             Ok(InlinePut::new(output, item.into()))
         };
-        let result = self.engine.put_inline_hashed(&key, &hash, work).await;
+        let result = self
+            .engine
+            .put_inline_retried(&key, &hash, retried, work)
+            .await;
         finish(result, ctx, &key)
     }
 

@@ -250,10 +250,11 @@ where
             Start::Run(inner_ctx) => inner_ctx,
             Start::Done(duplicate) => return Ok(duplicate),
         };
+        let retried = inner_ctx.attempt > 1;
         let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
         let result = self
             .engine
-            .transact_hashed(&key, &hash, ctx.finish_by, work)
+            .transact_retried(&key, &hash, ctx.finish_by, retried, work)
             .await;
         finish(result, ctx, &key)
     }

@@ -398,7 +398,17 @@ impl<B: Backend> Idempotency<B> {
         self.backend.get(&self.stored_key(key)).await
     }
 
-    /// Deletes the record of `key`, so the next attempt runs the work again.
+    /// Deletes the record of `key` in the engine's table (and its entry in the
+    /// [local cache](crate::cache), when the engine has one), so that the next attempt of the
+    /// lease or the transactional mode runs the work again. One request (`DeleteItem`).
+    ///
+    /// A record that lives on an item (the [inline mode](crate::inline), or
+    /// [carried](crate::transaction::Transaction::carry_record) by a write) is not in that table:
+    /// `forget` deletes only what the table holds for the key (a failed record, if any), and the
+    /// item and its record stay. The next attempt is answered by the item as before (a duplicate
+    /// of the same payload, a mismatch of another), and is never run again by `forget`: to run
+    /// such work again, delete the item, or (for an updated item) remove its record's attributes
+    /// ([`DynamoDbBackend::inline_attributes`](crate::store::DynamoDbBackend::inline_attributes)).
     pub async fn forget(&self, key: &str) -> Result<(), StoreError> {
         self.backend.delete(&self.stored_key(key)).await
     }

@@ -14,7 +14,7 @@ use crate::error::panic_message;
 use crate::lease::{AcquireError, Acquired};
 use crate::payload::PayloadHash;
 use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
-use crate::store::TransactionalBackend;
+use crate::store::{TransactionalBackend, Update};
 use crate::time::Deadline;
 use crate::transaction::{
     Attempt, Begun, Peeked, TransactError, Transacted, Transaction, answer, settle,
@@ -57,6 +57,30 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
     {
+        self.transact_retried(key, payload_hash, finish_by, false, work)
+            .await
+    }
+
+    /// [`transact_hashed`](Self::transact_hashed) for an attempt that knows whether earlier
+    /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
+    /// attempt has committed a [carried](Transaction::carry_record) record, the count of failed
+    /// attempts they left in the engine's table is ended
+    /// ([`end_failure_count`](Self::end_failure_count)); a record written beside the writes
+    /// replaces the failed record itself.
+    pub(crate) async fn transact_retried<T, E, F, Fut>(
+        &self,
+        key: &str,
+        payload_hash: &PayloadHash,
+        finish_by: Option<Deadline>,
+        retried: bool,
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
+    {
         let Begun {
             attempt,
             mut record,
@@ -75,9 +99,26 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 attempts: None,
             });
         }
-        attempt
+        let committed = attempt
             .commit(&record, output, &writes, carrier, finish_by, now_ms)
-            .await
+            .await;
+        if retried && carrier.is_some() && matches!(committed, Ok(Transacted::Committed(_))) {
+            self.end_failure_count(key).await;
+        }
+        committed
+    }
+
+    /// Ends the count of failed attempts of `key` after a commit whose record rides on an item
+    /// (inline, or carried by a write), which does not overwrite the failed record earlier
+    /// attempts left in the engine's table: its attempts go back to 0 ([`Update::ResetAttempts`],
+    /// one conditional update that changes only a failed record), so that a later duplicate's
+    /// transient failure starts a count of its own instead of continuing this one towards the
+    /// dead-letter queue. Best effort: a failure is logged, and the commit stands.
+    pub(crate) async fn end_failure_count(&self, key: &str) {
+        let stored = self.stored_key(key);
+        if let Err(e) = self.backend.update(&stored, &Update::ResetAttempts).await {
+            tracing::warn!(key, error = %e, "could not end the count of failed attempts after a success");
+        }
     }
 
     /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,

@@ -23,7 +23,10 @@
 //!   ([`Update`]); an update already applied by an earlier try answers as applied
 //!   ([`shows_applied`](IdempotencyRecord::shows_applied)).
 //! - [`commit`] and [`record_failure`]: the transactional mode's two writes ([`Step`]).
-//! - [`classify`]: what a record that refused a write means for the caller ([`Blocked`]).
+//! - [`commit_on_item`]: a write that carries its record on an item it writes whole (the inline
+//!   mode, a carried `Put`): an item that carries a record is never rewritten.
+//! - [`classify`]: what a record that refused a write means for the caller ([`Blocked`]);
+//!   [`classify_on_item`] for a record found on an item, whatever its expiry.
 
 #[cfg(any(test, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -136,6 +139,13 @@ impl IdempotencyRecord {
             Update::ResetAttempts => return false,
         };
         self.status == status && self.owner.as_deref() == Some(owner.as_str())
+    }
+
+    /// True when this stored record is the failure of the attempt whose token is `owner`,
+    /// recorded already: an earlier try of the same [`record_failure`] whose answer was lost (an
+    /// SDK retry), which must not be counted twice.
+    pub fn shows_failure_of(&self, owner: Option<&str>) -> bool {
+        self.status == Status::Failed && owner.is_some() && self.owner.as_deref() == owner
     }
 
     /// True while an in-progress attempt's lease holds the record at `now_ms`: until
@@ -364,9 +374,28 @@ pub fn commit(
     }
 }
 
+/// A write whose record rides on one of the handler's items, where the item is written whole: the
+/// inline mode's new item, and a record carried by a `Put`. `stored` is the record the item
+/// carries, if any. The item is the work's effect and the user's data: a later delivery never
+/// rewrites it, so any record on it holds the key, whatever its expiry (and its answer is
+/// [`classify_on_item`]'s); `completed` is written only where the item carries none.
+///
+/// DynamoDB: `attribute_not_exists` of the item's key in `store/dynamodb/new_item.rs` (an item
+/// without a record is refused too, as the handler's rejection), and of the record's status on
+/// a carried `Put` in `store/dynamodb/carried.rs`. A record carried by an `Update` is the
+/// transition [`commit`] instead: the update changes the item, it does not replace it.
+pub fn commit_on_item(stored: Option<&IdempotencyRecord>, completed: &IdempotencyRecord) -> Step {
+    match stored {
+        Some(old) => Step::Held(old.clone()),
+        None => Step::Write(completed.clone()),
+    }
+}
+
 /// The transactional mode's failed attempt: `failed` is written as a failed record, with one
 /// more attempt than `stored` when it [carries them](IdempotencyRecord::carries_attempts_to),
-/// else 1, unless `stored` is not replaceable.
+/// else 1, unless `stored` is not replaceable. Fenced by the attempt's owner token: when `stored`
+/// is this very attempt's failure ([`IdempotencyRecord::shows_failure_of`]: an earlier try whose
+/// answer was lost), it stays as it is and its count is the answer.
 ///
 /// DynamoDB: the `UpdateItem` of `record_failure` in `store/dynamodb/transact_write_items.rs`.
 pub fn record_failure(
@@ -382,6 +411,9 @@ pub fn record_failure(
         ..failed.clone()
     };
     if let Some(old) = stored {
+        if old.shows_failure_of(failed.owner.as_deref()) {
+            return Step::Write(old.clone());
+        }
         if !old.is_replaceable(now_ms) {
             return Step::Held(old.clone());
         }
@@ -438,6 +470,31 @@ pub fn classify(existing: IdempotencyRecord, payload_hash: &PayloadHash, now_ms:
         lease_until_ms: existing
             .lease_until_ms
             .unwrap_or(existing.expires_at.saturating_mul(1000)),
+    }
+}
+
+/// Interprets a record found on one of the handler's items (inline, or carried by a write of a
+/// transaction) for an attempt that carries `payload_hash`. The item is the work's effect and
+/// stays whatever the record's expiry, so a completed record on it answers whatever its expiry:
+/// the same payload is a duplicate (its stored result), another payload a mismatch. Anything
+/// else (a record no engine writes on an item) is [`classify`]'s.
+pub fn classify_on_item(
+    existing: IdempotencyRecord,
+    payload_hash: &PayloadHash,
+    now_ms: i64,
+) -> Blocked {
+    if existing.status != Status::Completed {
+        return classify(existing, payload_hash, now_ms);
+    }
+    if payload_hash.matches(&existing.payload_hash) {
+        Blocked::Duplicate {
+            result: existing.result,
+            result_omitted: existing.result_omitted,
+        }
+    } else {
+        Blocked::Mismatch {
+            stored: existing.status,
+        }
     }
 }
 

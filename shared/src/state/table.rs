@@ -8,8 +8,8 @@
 //! of a row at a given instant, [`Event::apply`] runs the event through the pure functions.
 
 use super::{
-    Blocked, IdempotencyRecord, Put, Status, Step, Update, Updated, acquire, classify, commit,
-    record_failure, update,
+    Blocked, IdempotencyRecord, Put, Status, Step, Update, Updated, acquire, classify,
+    classify_on_item, commit, commit_on_item, record_failure, update,
 };
 use crate::payload::PayloadHash;
 
@@ -124,6 +124,9 @@ pub enum Event {
     RecordFailureSame,
     /// [`super::record_failure`] with another payload.
     RecordFailureOther,
+    /// [`super::record_failure`] by the attempt whose token the stored record carries: an SDK
+    /// retry of a failure whose first answer was lost.
+    RecordFailureOwn,
 }
 
 impl Event {
@@ -135,6 +138,7 @@ impl Event {
                 | Event::CommitOther
                 | Event::RecordFailureSame
                 | Event::RecordFailureOther
+                | Event::RecordFailureOwn
         )
     }
 
@@ -151,17 +155,21 @@ impl Event {
         let now_s = now_ms.div_euclid(1000);
         let (status, lease_until_ms, last_error) = match self {
             Event::CommitSame | Event::CommitOther => (Status::Completed, None, None),
-            Event::RecordFailureSame | Event::RecordFailureOther => {
+            Event::RecordFailureSame | Event::RecordFailureOther | Event::RecordFailureOwn => {
                 (Status::Failed, None, Some("failed again".to_owned()))
             }
             _ => (Status::InProgress, Some(now_ms + LEASE_MS), None),
+        };
+        let owner = match self {
+            Event::RecordFailureOwn => OWN,
+            _ => NEW,
         };
         IdempotencyRecord {
             key: key.to_owned(),
             status,
             expires_at: now_s + EXPIRY_SECONDS,
             lease_until_ms,
-            owner: Some(NEW.to_owned()),
+            owner: Some(owner.to_owned()),
             payload_hash: self.payload_hash().to_owned(),
             attempts: 0,
             last_error,
@@ -221,10 +229,11 @@ impl Event {
                 };
                 (after, t.write.or_else(kept))
             }
-            Event::CommitSame | Event::CommitOther => match commit(stored, &new, now_ms) {
-                Step::Write(completed) => (After::Completed, Some(completed)),
-                Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
-            },
+            Event::CommitSame | Event::CommitOther => {
+                committed(commit(stored, &new, now_ms), stored, |existing| {
+                    classify(existing, &hash, now_ms)
+                })
+            }
             _ => match record_failure(stored, &new, now_ms) {
                 Step::Write(failed) => (
                     After::Failed {
@@ -235,6 +244,35 @@ impl Event {
                 Step::Held(existing) => (After::refused(classify(existing, &hash, now_ms)), kept()),
             },
         }
+    }
+
+    /// What [`commit_on_item`] and [`classify_on_item`] make of a commit event on `stored`, the
+    /// record on an item, at `now_ms` (the rows of [`ON_ITEM`]), and the record the item carries
+    /// after it.
+    pub fn apply_on_item(
+        self,
+        stored: Option<&IdempotencyRecord>,
+        key: &str,
+        now_ms: i64,
+    ) -> (After, Option<IdempotencyRecord>) {
+        let hash = PayloadHash::stored(self.payload_hash());
+        let step = commit_on_item(stored, &self.new_record(key, now_ms));
+        committed(step, stored, |existing| {
+            classify_on_item(existing, &hash, now_ms)
+        })
+    }
+}
+
+/// A commit's row: completed when `step` writes, else the refusal `blocked` reads from the
+/// record that holds the key (and `stored` stays).
+fn committed(
+    step: Step,
+    stored: Option<&IdempotencyRecord>,
+    blocked: impl FnOnce(IdempotencyRecord) -> Blocked,
+) -> (After, Option<IdempotencyRecord>) {
+    match step {
+        Step::Write(completed) => (After::Completed, Some(completed)),
+        Step::Held(existing) => (After::refused(blocked(existing)), stored.cloned()),
     }
 }
 
@@ -413,4 +451,27 @@ pub const TRANSITIONS: &[Row] = &[
     row(B::CompletedExpired, E::RecordFailureOther, failed(1)),
     row(B::Failed,           E::RecordFailureOther, failed(1)),
     row(B::FailedExpired,    E::RecordFailureOther, failed(1)),
+    // The same failure again (an SDK retry whose first answer was lost): a failed record that
+    // carries its token shows it recorded, and it is counted once.
+    row(B::Absent,           E::RecordFailureOwn,   failed(1)),
+    row(B::Held,             E::RecordFailureOwn,   A::Held),
+    row(B::LeaseEnded,       E::RecordFailureOwn,   failed(1)),
+    row(B::Completed,        E::RecordFailureOwn,   A::Duplicate),
+    row(B::CompletedExpired, E::RecordFailureOwn,   failed(1)),
+    row(B::Failed,           E::RecordFailureOwn,   failed(1)),
+    row(B::FailedExpired,    E::RecordFailureOwn,   failed(1)),
+];
+
+/// The commits of a record that rides on an item written whole (the inline mode's new item, a
+/// record carried by a `Put`: [`commit_on_item`]), from the states a record on an item can be
+/// in (an item carries only completed records). Unlike [`TRANSITIONS`]' commit rows, an expired
+/// record still holds the key: the item is the work's effect, and never rewritten.
+#[rustfmt::skip]
+pub const ON_ITEM: &[Row] = &[
+    row(B::Absent,           E::CommitSame,  A::Completed),
+    row(B::Absent,           E::CommitOther, A::Completed),
+    row(B::Completed,        E::CommitSame,  A::Duplicate),
+    row(B::Completed,        E::CommitOther, A::Mismatch),
+    row(B::CompletedExpired, E::CommitSame,  A::Duplicate),
+    row(B::CompletedExpired, E::CommitOther, A::Mismatch),
 ];

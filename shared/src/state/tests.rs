@@ -1,4 +1,4 @@
-use super::table::{Before, Event, TRANSITIONS};
+use super::table::{Before, Event, ON_ITEM, TRANSITIONS};
 use super::*;
 
 fn record(status: Status) -> IdempotencyRecord {
@@ -32,6 +32,7 @@ fn every_transition_from_every_state_is_in_the_table_once_and_the_functions_agre
             Event::CommitOther,
             Event::RecordFailureSame,
             Event::RecordFailureOther,
+            Event::RecordFailureOwn,
         ] {
             let rows: Vec<_> = TRANSITIONS
                 .iter()
@@ -43,6 +44,20 @@ fn every_transition_from_every_state_is_in_the_table_once_and_the_functions_agre
             assert_eq!(after, rows[0].after, "{before:?} x {event:?}");
         }
     }
+}
+
+#[test]
+fn a_record_on_an_item_holds_its_key_whatever_its_expiry() {
+    let now_ms = 1_800_000_000_000;
+    for row in ON_ITEM {
+        let stored = row.before.record("k", now_ms);
+        let (after, kept) = row.event.apply_on_item(stored.as_ref(), "k", now_ms);
+        assert_eq!(after, row.after, "{row:?}");
+        if stored.is_some() {
+            assert_eq!(kept, stored, "{row:?}: never rewritten");
+        }
+    }
+    assert_eq!(ON_ITEM.len(), 6);
 }
 
 #[test]

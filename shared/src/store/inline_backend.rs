@@ -9,10 +9,11 @@ use crate::state::IdempotencyRecord;
 /// A [`TransactionalBackend`] that can also write a completed idempotency record as attributes
 /// of the handler's one new item, in one conditional write, instead of beside it.
 ///
-/// The write is the transition [`state::commit`](crate::state::commit): the item (record
-/// included) is written unless a record that is not
-/// [replaceable](IdempotencyRecord::is_replaceable) rides on the item already; a refusal returns
-/// the stored record from the same request. The failure path is the transactional mode's
+/// The write is the transition [`state::commit_on_item`](crate::state::commit_on_item): the item
+/// (record included) is written only where it does not exist. An item that exists is never
+/// rewritten: the record it carries, whatever its expiry, is returned from the same request (and
+/// answers as [`state::classify_on_item`](crate::state::classify_on_item) says), and one without
+/// a record refuses the write as the handler's failure. The failure path is the transactional mode's
 /// ([`TransactionalBackend::record_failure`], in the idempotency table): a failed attempt has no
 /// item to carry its record.
 ///
@@ -26,12 +27,13 @@ pub trait InlineBackend: TransactionalBackend {
     /// [`LimitError::ItemTooLarge`] (index 0) when they do not fit in one item.
     fn check_item(&self, record: &IdempotencyRecord, item: &Self::Item) -> Result<(), LimitError>;
 
-    /// Writes `item` with `record` (completed) on it, unless the item exists and carries a
-    /// record that is not replaceable at `now_ms`. The answer, in [`Commit`]'s terms:
+    /// Writes `item` with `record` (completed) on it, unless the item exists. The answer, in
+    /// [`Commit`]'s terms:
     ///
     /// - [`Commit::Committed`] when it was written.
     /// - [`Commit::Exists`]: the item's stored record (its key set to `record.key`, the
-    ///   idempotency key), from the same request. Nothing was written.
+    ///   idempotency key), whatever its expiry at `now_ms`, from the same request. Nothing was
+    ///   written.
     /// - [`Commit::Rejected`] (index 0, code `ConditionalCheckFailed`): the item exists and
     ///   carries no record (it was written by something else); or (a code about size) the item
     ///   is over the store's limit.

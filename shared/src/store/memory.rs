@@ -119,15 +119,29 @@ impl InMemoryBackend {
     }
 }
 
-/// The first of `writes` whose condition (`if_absent`) fails on `items`, as a rejection.
+/// The first of `writes` whose condition (`if_absent`) fails on `items`: a rejection, or
+/// [`Commit::Exists`] when the refused item carries a live record of `record`'s payload (the
+/// work was done, by a write whose record rode on that item: the inline mode, a carried record).
 fn refused(
     items: &HashMap<(String, String), StoredItem>,
     writes: &[MemoryWrite],
+    record: &IdempotencyRecord,
+    now_ms: i64,
 ) -> Option<Commit> {
-    let (index, w) = writes
-        .iter()
-        .enumerate()
-        .find(|(_, w)| w.if_absent && items.contains_key(&(w.table.clone(), w.key.clone())))?;
+    let (index, w, item) = writes.iter().enumerate().find_map(|(index, w)| {
+        let item = items.get(&(w.table.clone(), w.key.clone()))?;
+        w.if_absent.then_some((index, w, item))
+    })?;
+    if let Some(done) = item
+        .record
+        .as_ref()
+        .filter(|r| !r.is_expired(now_ms) && r.payload_hash == record.payload_hash)
+    {
+        return Some(Commit::Exists(IdempotencyRecord {
+            key: record.key.clone(),
+            ..done.clone()
+        }));
+    }
     Some(Commit::Rejected {
         index,
         write: format!("Put on table `{}` ({})", w.table, w.key),
@@ -202,7 +216,7 @@ impl TransactionalBackend for InMemoryBackend {
             return Ok(Commit::Exists(held));
         }
         let mut items = self.items();
-        if let Some(rejected) = refused(&items, writes) {
+        if let Some(rejected) = refused(&items, writes, record, now_ms) {
             return Ok(rejected);
         }
         for w in writes {
@@ -216,10 +230,11 @@ impl TransactionalBackend for InMemoryBackend {
         Ok(Commit::Committed)
     }
 
-    /// The record on `writes[carrier]`'s item: refused ([`Commit::Exists`]) when the item
-    /// carries a record that is not replaceable; else the writes' own conditions (`if_absent`)
-    /// as in [`commit`](TransactionalBackend::commit); else every write, the carrier's item with
-    /// the record on it (and nothing in the engine's records).
+    /// The record on `writes[carrier]`'s item, a put that writes the item whole: refused
+    /// ([`Commit::Exists`]) when the item carries a record, whatever its expiry
+    /// ([`state::commit_on_item`]: the item is never rewritten); else the writes' own conditions
+    /// (`if_absent`) as in [`commit`](TransactionalBackend::commit); else every write, the
+    /// carrier's item with the record on it (and nothing in the engine's records).
     async fn commit_carried(
         &self,
         record: &IdempotencyRecord,
@@ -240,7 +255,7 @@ impl TransactionalBackend for InMemoryBackend {
         let mut items = self.items();
         let at = (carried.table.clone(), carried.key.clone());
         let stored = items.get(&at).and_then(|item| item.record.as_ref());
-        let completed = match state::commit(stored, record, now_ms) {
+        let completed = match state::commit_on_item(stored, record) {
             Step::Held(held) => {
                 return Ok(Commit::Exists(IdempotencyRecord {
                     key: record.key.clone(),
@@ -249,7 +264,7 @@ impl TransactionalBackend for InMemoryBackend {
             }
             Step::Write(completed) => completed,
         };
-        if let Some(rejected) = refused(&items, writes) {
+        if let Some(rejected) = refused(&items, writes, record, now_ms) {
             return Ok(rejected);
         }
         for (index, w) in writes.iter().enumerate() {
@@ -291,11 +306,14 @@ impl InlineBackend for InMemoryBackend {
         Ok(())
     }
 
+    /// The item is written only where it does not exist: one that carries a record, whatever
+    /// its expiry, answers with it ([`state::commit_on_item`]); one without is the handler's
+    /// rejection.
     async fn put_inline(
         &self,
         record: &IdempotencyRecord,
         item: &MemoryWrite,
-        now_ms: i64,
+        _now_ms: i64,
     ) -> Result<Commit, StoreError> {
         let mut items = self.items();
         let at = (item.table.clone(), item.key.clone());
@@ -307,7 +325,7 @@ impl InlineBackend for InMemoryBackend {
                 code: "ConditionalCheckFailed".into(),
                 message: "the item exists and carries no idempotency record".into(),
             }),
-            stored => match state::commit(stored.and_then(|i| i.record.as_ref()), record, now_ms) {
+            stored => match state::commit_on_item(stored.and_then(|i| i.record.as_ref()), record) {
                 Step::Held(held) => Ok(Commit::Exists(IdempotencyRecord {
                     key: record.key.clone(),
                     ..held

@@ -115,7 +115,10 @@ pub trait TransactionalBackend: Backend {
 
     /// Writes `record` (completed) and `writes` in one atomic request, unless a record that is
     /// not replaceable holds the key ([`state::commit`](crate::state::commit) at `now_ms`); then returns
-    /// [`Commit::Exists`] with the stored record, from the same request.
+    /// [`Commit::Exists`] with the stored record, from the same request. A write refused by its
+    /// own condition whose item carries a live record of `record`'s payload (a record that rode
+    /// on that item: the key completed inline, or carried) is [`Commit::Exists`] with that
+    /// record too: the work was done.
     ///
     /// `token` is the same for every try of one attempt, and the request is the same: a store
     /// that keeps request tokens (DynamoDB's `ClientRequestToken`, for 10 minutes) applies a
@@ -138,14 +141,19 @@ pub trait TransactionalBackend: Backend {
     /// [`commit`](Self::commit) with the record on `writes[carrier]` instead of beside the
     /// writes ([`Transaction::carry_record`](crate::transaction::Transaction::carry_record)):
     /// the completed record's attributes are added to that write's item, and to its condition
-    /// the transition [`state::commit`](crate::state::commit) on the record the item carries
-    /// (none, or one that has expired). The answer, in [`Commit`]'s terms:
+    /// the record's own. A carrier that writes its item whole (DynamoDB's `Put`, every
+    /// [`MemoryWrite`](super::MemoryWrite)) never rewrites an item that carries a record,
+    /// whatever its expiry ([`state::commit_on_item`](crate::state::commit_on_item)); an `Update`
+    /// changes its item, and takes it while the record on it is replaceable (none, or one that
+    /// has expired: [`state::commit`](crate::state::commit)). The answer, in [`Commit`]'s terms:
     ///
     /// - [`Commit::Committed`]: the writes, the carrier with the record on it.
-    /// - [`Commit::Exists`]: the carrier's item carries a record that is not replaceable (its
-    ///   key set to `record.key`), from the same request. Nothing was applied.
+    /// - [`Commit::Exists`]: the carrier's item carries a record that answers for the key (its
+    ///   key set to `record.key`), from the same request: any record on a whole item; on an
+    ///   updated item, a live record, or an expired one of `record`'s payload when the carrier's
+    ///   own condition refused it (the work was done). Nothing was applied.
     /// - [`Commit::Rejected`]: a write's own condition failed (the carrier's too, when its item
-    ///   carries no live record), or its item is over the size limit, as in `commit`.
+    ///   carries no record that answers), or its item is over the size limit, as in `commit`.
     /// - [`Commit::TooLarge`], [`Commit::Contended`] and the errors: as in `commit`.
     ///
     /// A carrier the store cannot add a record to (DynamoDB: a `Delete` or a `ConditionCheck`;
@@ -169,6 +177,11 @@ pub trait TransactionalBackend: Backend {
     /// `record.last_error`, `record.payload_hash` and `record.expires_at`, and its attempts go
     /// up by one (they start again at 1 when the stored record had expired). Not applied while a
     /// record that is not replaceable holds the key ([`Failure::Exists`]).
+    ///
+    /// Fenced by `record.owner`, the attempt's token: a stored failed record that carries it is
+    /// this failure, recorded by an earlier try whose answer was lost (an SDK retry), and is
+    /// answered [`Failure::Recorded`] with its stored count, not counted again
+    /// ([`state::record_failure`](crate::state::record_failure)).
     fn record_failure(
         &self,
         record: &IdempotencyRecord,

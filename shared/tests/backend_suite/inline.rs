@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, message};
-use lambda_idempotency::cache::LocalCache;
+use lambda_idempotency::cache::{CachedBackend, LocalCache};
 use lambda_idempotency::error::RecordError;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::payload::PayloadHash;
-use lambda_idempotency::state::table::{After, Before, Event, OWN, SAME, TRANSITIONS};
-use lambda_idempotency::state::{IdempotencyRecord, Status, classify};
+use lambda_idempotency::state::table::{Before, OWN, SAME};
+use lambda_idempotency::state::{IdempotencyRecord, Status};
 use lambda_idempotency::store::{Commit, InlineBackend};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::{Peeked, TransactError, Transacted};
@@ -33,12 +34,22 @@ pub struct InlineOps {
     pub record_failure: &'static str,
     /// A read of the engine's table (DynamoDB: `GetItem`).
     pub get: &'static str,
+    /// A transaction (DynamoDB: `TransactWriteItems`).
+    pub commit: &'static str,
+    /// The reset of a failed record's attempts (DynamoDB: `UpdateItem`).
+    pub reset_attempts: &'static str,
 }
 
 /// A table of the handler's items, as a backend builds and reads them.
 pub trait Items<I>: Sync {
+    /// A write of the backend's transactions.
+    type Write;
     /// A new item `id` holding `value`.
     fn item(&self, id: &str, value: &str) -> I;
+    /// A transaction's write of item `id` holding `value`, unconditional (a `Put`).
+    fn put(&self, id: &str, value: &str) -> Self::Write;
+    /// A transaction's write of item `id` holding `value`, only where the item does not exist.
+    fn put_if_absent(&self, id: &str, value: &str) -> Self::Write;
     /// The value item `id` holds, if it exists.
     fn value(&self, id: &str) -> impl Future<Output = Option<String>> + Send;
     /// The idempotency record on item `id`, if it carries one.
@@ -54,14 +65,20 @@ macro_rules! inline_suite {
         inline_suite!(@checks $fixture;
             inline_a_fresh_item_is_one_write_and_a_duplicate_one_refused_write,
             inline_failures_are_counted_beside_the_item_and_a_corrected_payload_runs,
-            inline_an_expired_record_on_the_item_is_replaced,
             inline_an_item_without_a_record_is_refused_as_the_handlers_failure,
-            inline_a_key_completed_by_the_transactional_mode_is_a_duplicate,
             inline_a_retried_write_finds_its_own_record,
             inline_ten_concurrent_writes_of_one_item_write_it_once,
             inline_the_local_cache_answers_a_duplicate_without_a_request,
             inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate,
-            inline_follows_the_commit_rows_of_the_table,
+            inline_follows_the_on_item_rows_of_the_table,
+            inline_an_item_is_never_rewritten_after_its_record_expires,
+            a_carried_put_never_rewrites_an_item_that_carries_a_record,
+            a_key_completed_in_lease_mode_is_a_duplicate_where_its_item_exists,
+            a_key_completed_inline_is_not_seen_by_the_lease_mode,
+            a_key_completed_inline_is_a_duplicate_of_a_transaction_refused_by_its_item,
+            a_key_completed_by_the_transactional_mode_is_a_duplicate_inline,
+            inline_a_success_ends_the_count_of_failed_attempts,
+            a_carried_success_ends_the_count_of_failed_attempts,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {
@@ -75,8 +92,17 @@ macro_rules! inline_suite {
     };
 }
 
-/// A handler's work: `item` holding `value`, with output `output`.
-fn work<B: InlineBackend, X: Items<B::Item>>(
+/// The suite's engine with a local cache whose entries live `ttl`, and the cache.
+pub(super) fn cached<B: InlineBackend + Clone + 'static>(
+    s: &Suite<B>,
+    ttl: Duration,
+) -> (Idempotency<CachedBackend<B>>, LocalCache) {
+    let cache = LocalCache::new(std::num::NonZeroUsize::new(100).unwrap(), ttl);
+    (s.engine.clone().with_local_cache(cache.clone()), cache)
+}
+
+/// A handler's work: `item` holding `value`, with output `out-{value}`.
+pub(super) fn work<B: InlineBackend, X: Items<B::Item>>(
     items: &X,
     id: &str,
     value: &str,
@@ -216,40 +242,6 @@ pub async fn inline_failures_are_counted_beside_the_item_and_a_corrected_payload
     );
 }
 
-pub async fn inline_an_expired_record_on_the_item_is_replaced<B, X>(
-    s: &Suite<B>,
-    items: &X,
-    ops: InlineOps,
-) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
-{
-    let e = &s.engine;
-    e.put_inline("x", b"1", work::<B, X>(items, "item-x", "old"))
-        .await
-        .unwrap();
-    s.clock.advance(Duration::from_secs(3_600));
-    assert!(
-        matches!(
-            e.put_inline("x", b"2", work::<B, X>(items, "item-x", "new"))
-                .await,
-            Err(TransactError::PayloadMismatch { .. })
-        ),
-        "live through its last second"
-    );
-    s.clock.advance(Duration::from_secs(1));
-    s.counter.reset();
-    let replaced = e
-        .put_inline("x", b"2", work::<B, X>(items, "item-x", "new"))
-        .await
-        .unwrap();
-    assert_eq!(replaced, Transacted::Committed("out-new".to_owned()));
-    s.requests(&[(ops.put, 1)], "replacing an expired record: one write");
-    assert_eq!(items.value("item-x").await.as_deref(), Some("new"));
-    let r = items.record("item-x").await.unwrap();
-    assert_eq!(r.expires_at, s.clock.now_ms() / 1000 + 3600);
-}
-
 pub async fn inline_an_item_without_a_record_is_refused_as_the_handlers_failure<B, X>(
     s: &Suite<B>,
     items: &X,
@@ -277,47 +269,6 @@ pub async fn inline_an_item_without_a_record_is_refused_as_the_handlers_failure<
     );
     assert_eq!(items.value("item-o").await.as_deref(), Some("theirs"));
     assert_eq!(items.record("item-o").await, None);
-}
-
-/// A handler moved from the transactional mode: its items written before carry no record, and
-/// their records are in the engine's table. A duplicate of such a record is refused by the item,
-/// and the failure it would record finds the completed record instead: a duplicate, with its
-/// stored result.
-pub async fn inline_a_key_completed_by_the_transactional_mode_is_a_duplicate<B, X>(
-    s: &Suite<B>,
-    items: &X,
-    ops: InlineOps,
-) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
-{
-    let now_ms = s.clock.now_ms();
-    let mut record = Before::Completed.record("fn#moved", now_ms).unwrap();
-    record.payload_hash = PayloadHash::of_bytes(b"1").as_str().to_owned();
-    let backend = s.engine.backend();
-    let token = "0123456789abcdef0123456789abcdef";
-    assert_eq!(
-        backend.commit(&record, &[], token, now_ms).await.unwrap(),
-        Commit::Committed
-    );
-    items.put_foreign("item-moved", "before").await;
-    s.counter.reset();
-    let again = s
-        .engine
-        .put_inline("moved", b"1", work::<B, X>(items, "item-moved", "after"))
-        .await
-        .unwrap();
-    assert_eq!(
-        again,
-        Transacted::Duplicate {
-            stored: Some("42".into())
-        }
-    );
-    s.requests(
-        &[(ops.put, 1), (ops.record_failure, 1)],
-        "the refused write, then the failure that finds the record",
-    );
-    assert_eq!(items.value("item-moved").await.as_deref(), Some("before"));
 }
 
 pub async fn inline_a_retried_write_finds_its_own_record<B, X>(
@@ -393,11 +344,7 @@ pub async fn inline_the_local_cache_answers_a_duplicate_without_a_request<B, X>(
     B: InlineBackend + Clone + 'static,
     X: Items<B::Item>,
 {
-    let cache = LocalCache::new(
-        std::num::NonZeroUsize::new(100).unwrap(),
-        Duration::from_secs(60),
-    );
-    let e = s.engine.clone().with_local_cache(cache.clone());
+    let (e, cache) = cached(s, Duration::from_secs(60));
     e.put_inline("cached", b"1", work::<B, X>(items, "item-cached", "v"))
         .await
         .unwrap();
@@ -549,77 +496,4 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
         &[(ops.get, 1), (ops.record_failure, 1)],
         "with the attempts read: the read, then the failure",
     );
-}
-
-/// The rows of the table whose event is a commit, from the states a record on an item can be in
-/// (none, completed, completed and expired: an item carries only completed records). The inline
-/// write is the transition `state::commit`, on the item.
-pub async fn inline_follows_the_commit_rows_of_the_table<B, X>(
-    s: &Suite<B>,
-    items: &X,
-    _ops: InlineOps,
-) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
-{
-    let backend = s.engine.backend();
-    let start = s.clock.now_ms();
-    let mut checked = 0;
-    for (i, row) in TRANSITIONS.iter().enumerate() {
-        let reachable = matches!(
-            row.before,
-            Before::Absent | Before::Completed | Before::CompletedExpired
-        );
-        if !reachable || !matches!(row.event, Event::CommitSame | Event::CommitOther) {
-            continue;
-        }
-        let key = format!("fn#inline-transition-{i}");
-        let id = format!("inline-transition-{i}");
-        if row.before != Before::Absent {
-            // Written live, and the event sent after it expired (for the expired state).
-            let mut live = Before::Completed.record(&key, start).unwrap();
-            live.attempts = 0;
-            assert_eq!(
-                backend
-                    .put_inline(&live, &items.item(&id, "before"), start)
-                    .await
-                    .unwrap(),
-                Commit::Committed
-            );
-        }
-        let now_ms = match row.before {
-            Before::CompletedExpired => start + 2 * 3_600_000,
-            _ => start,
-        };
-        let stored = items.record(&id).await.map(|r| IdempotencyRecord {
-            key: key.clone(),
-            ..r
-        });
-        let (_, model) = row.event.apply(stored.as_ref(), &key, now_ms);
-        let new = row.event.new_record(&key, now_ms);
-        let after = match backend
-            .put_inline(&new, &items.item(&id, "event"), now_ms)
-            .await
-            .unwrap()
-        {
-            Commit::Committed => After::Completed,
-            Commit::Exists(existing) => After::refused(classify(
-                existing,
-                &PayloadHash::stored(row.event.payload_hash()),
-                now_ms,
-            )),
-            other => panic!("{row:?}: {other:?}"),
-        };
-        assert_eq!(after, row.after, "{row:?}: the backend's answer");
-        let decided = |r: Option<&IdempotencyRecord>| {
-            r.map(|r| (r.status, r.owner.clone(), r.payload_hash.clone()))
-        };
-        assert_eq!(
-            decided(items.record(&id).await.as_ref()),
-            decided(model.as_ref()),
-            "{row:?}: the record on the item"
-        );
-        checked += 1;
-    }
-    assert_eq!(checked, 6);
 }

@@ -12,10 +12,13 @@
 #[macro_use]
 #[allow(unused_macros)]
 mod inline;
+mod items;
 mod payloads;
 mod transitions;
 #[allow(unused_imports)]
 pub use inline::*;
+#[allow(unused_imports)]
+pub use items::*;
 pub use payloads::*;
 pub use transitions::*;
 

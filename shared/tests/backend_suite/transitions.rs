@@ -74,7 +74,7 @@ async fn send<B: TransactionalBackend>(backend: &B, event: Event, key: &str, now
                 other => panic!("{event:?}: {other:?}"),
             }
         }
-        Event::RecordFailureSame | Event::RecordFailureOther => {
+        Event::RecordFailureSame | Event::RecordFailureOther | Event::RecordFailureOwn => {
             match backend.record_failure(&new, now_ms).await.unwrap() {
                 Failure::Recorded { attempts } => After::Failed { attempts },
                 Failure::Exists(existing) => refused(existing),

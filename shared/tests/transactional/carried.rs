@@ -145,36 +145,68 @@ async fn the_carriers_own_condition_is_the_handlers_rejection_and_is_counted() {
     );
 }
 
+/// Order 2's shipment of `parcel`, by a message of order number `n` under key `o-2`.
+async fn ship_order_2(
+    f: &Fixture,
+    n: u32,
+    parcel: &str,
+) -> Result<Transacted<String>, TransactError<std::io::Error>> {
+    let body = format!("{{\"order\":{n}}}");
+    let work = shipment(&f.effects, "order-2", parcel);
+    f.engine.transact("o-2", body.as_bytes(), None, work).await
+}
+
+/// An `Update` changes its item rather than replacing it: once the record on it has expired,
+/// the carrier's own condition decides whether the work runs again. When that condition refuses
+/// and the item carries this payload's record, the work was done: a duplicate, answered by the
+/// one cancelled transaction. Another payload is the carrier's own rejection.
 #[tokio::test]
-async fn an_expired_record_on_the_item_leaves_the_answer_to_the_carriers_condition() {
+async fn an_expired_record_on_an_updated_item_leaves_the_answer_to_the_carriers_condition() {
     let f = fixture().await;
     open(&f, "order-2").await;
-    f.engine
-        .transact(
-            "o-2",
-            b"{\"order\":2}",
-            None,
-            shipment(&f.effects, "order-2", "parcel-a"),
-        )
-        .await
-        .unwrap();
+    ship_order_2(&f, 2, "parcel-a").await.unwrap();
     f.clock.advance(Duration::from_secs(2 * 3600));
-    // The record has expired: the order's own condition (it is shipped already) refuses.
-    let error = f
-        .engine
-        .transact(
-            "o-2",
-            b"{\"order\":2}",
-            None,
-            shipment(&f.effects, "order-2", "parcel-b"),
-        )
-        .await
-        .unwrap_err();
+    f.counter.reset();
+    // The record has expired, and the order's own condition (it is shipped already) refuses.
+    let again = ship_order_2(&f, 2, "parcel-b").await.unwrap();
+    assert_eq!(
+        again,
+        Transacted::Duplicate {
+            stored: Some("\"parcel-a\"".into())
+        }
+    );
+    assert_eq!(f.counter.total(), 1, "{:?}", f.counter.snapshot());
+    let error = ship_order_2(&f, 3, "parcel-c").await.unwrap_err();
     assert!(
         matches!(&error, TransactError::Rejected { rejection, .. } if rejection.index == 1),
         "{error:?}"
     );
     assert!(item(&f, "parcel-b").await.is_none());
+    assert!(item(&f, "parcel-c").await.is_none());
+    // Reopened (its expired record still on it), the order takes the work again, and the
+    // record on it is rewritten.
+    f.client
+        .update_item()
+        .table_name(&f.effects)
+        .key("pk", s("order-2"))
+        .update_expression("SET #state = :open")
+        .expression_attribute_names("#state", "state")
+        .expression_attribute_values(":open", s("open"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        item(&f, "order-2")
+            .await
+            .unwrap()
+            .contains_key("idem_status")
+    );
+    let reopened = ship_order_2(&f, 3, "parcel-c").await.unwrap();
+    assert_eq!(reopened, Transacted::Committed("parcel-c".to_owned()));
+    assert_eq!(
+        item(&f, "order-2").await.unwrap()["idem_data"],
+        s("\"parcel-c\"")
+    );
 }
 
 #[tokio::test]

@@ -13,10 +13,20 @@ use super::{DynamoDbBackend, n, record_from};
 use crate::state::IdempotencyRecord;
 use crate::store::StoreError;
 
-/// What the record adds to its carrier's condition: the item carries no record, or one that has
-/// expired. Only completed records ride on items, and a completed record is replaceable once it
-/// has expired: the transition [`state::commit`](crate::state::commit).
+/// What the record adds to an `Update` carrier's condition: the item carries no record, or one
+/// that has expired. Only completed records ride on items, and a completed record is replaceable
+/// once it has expired: the transition [`state::commit`](crate::state::commit). An update changes
+/// its item, it does not replace it: past the record's expiry, the carrier's own condition
+/// decides whether the work runs again.
 const NO_LIVE_RECORD: &str = "(attribute_not_exists(#idem_status) OR #idem_exp < :idem_now_s)";
+
+/// What the record adds to a `Put` carrier's condition: the item carries no record at all. A put
+/// writes its item whole, and an item that carries a record (the work's effect) is never
+/// rewritten, whatever the record's expiry: the transition
+/// [`state::commit_on_item`](crate::state::commit_on_item). An item without a record is for the
+/// put's own condition (`attribute_not_exists` of its key, for a new item): a `Put` does not say
+/// which of its attributes are the key.
+const NO_RECORD: &str = "attribute_not_exists(#idem_status)";
 
 impl DynamoDbBackend {
     /// The actions of a commit whose record rides on `writes[carrier]`: the writes, the
@@ -51,7 +61,7 @@ impl DynamoDbBackend {
                 .build()
         } else if let Some(put) = write.put() {
             TransactWriteItem::builder()
-                .put(self.carrying_put(record, put, now_ms).map_err(|e| {
+                .put(self.carrying_put(record, put).map_err(|e| {
                     misconfigured(format!("write {carrier} cannot carry the record: {e}"))
                 })?)
                 .build()
@@ -102,7 +112,7 @@ impl DynamoDbBackend {
             .table_name(update.table_name())
             .set_key(Some(update.key().clone()))
             .update_expression(expression)
-            .condition_expression(joined(update.condition_expression()))
+            .condition_expression(joined(update.condition_expression(), NO_LIVE_RECORD))
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -111,12 +121,7 @@ impl DynamoDbBackend {
     }
 
     /// `put` with the record's attributes on its item and its condition added.
-    fn carrying_put(
-        &self,
-        record: &IdempotencyRecord,
-        put: &Put,
-        now_ms: i64,
-    ) -> Result<Put, String> {
+    fn carrying_put(&self, record: &IdempotencyRecord, put: &Put) -> Result<Put, String> {
         let a = self.inline_attributes();
         let mut item = put.item().clone();
         for (_, name, value) in self.record_attributes(record) {
@@ -129,43 +134,60 @@ impl DynamoDbBackend {
             .expression_attribute_names()
             .cloned()
             .unwrap_or_default();
-        let mut values = put
+        let values = put
             .expression_attribute_values()
             .cloned()
             .unwrap_or_default();
         reserved(names.keys().chain(values.keys()))?;
         names.insert("#idem_status".into(), a.status.clone());
-        names.insert("#idem_exp".into(), a.expiry.clone());
-        values.insert(":idem_now_s".into(), n(now_ms.div_euclid(1000)));
         Put::builder()
             .table_name(put.table_name())
             .set_item(Some(item))
-            .condition_expression(joined(put.condition_expression()))
+            .condition_expression(joined(put.condition_expression(), NO_RECORD))
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
+            // DynamoDB refuses an empty map of values.
+            .set_expression_attribute_values((!values.is_empty()).then_some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| e.to_string())
     }
 
-    /// The record a refused carrier's item holds, when it is not replaceable at `now_ms` (its key
-    /// set to `record.key`, the idempotency key); `None` when the item carries none, or one that
-    /// has expired: then the carrier's own condition refused it.
+    /// The record a refused carrier's item holds (its key set to `record.key`, the idempotency
+    /// key), when it answers for the key: on the item of a `Put` (`whole`), any record, whatever
+    /// its expiry ([`state::commit_on_item`](crate::state::commit_on_item)); on an updated item,
+    /// a record that is not replaceable at `now_ms`, or an expired one of `record`'s payload (the
+    /// carrier's own condition refused the work, done before). `None` when the item carries
+    /// none, or an expired record of another payload: then the carrier's own condition refused
+    /// it.
     pub(super) fn carried_record(
         &self,
         record: &IdempotencyRecord,
         item: Option<&HashMap<String, AttributeValue>>,
+        whole: bool,
         now_ms: i64,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let Some(held) = self.record_on(record, item)? else {
+            return Ok(None);
+        };
+        let answers =
+            whole || !held.is_replaceable(now_ms) || held.payload_hash == record.payload_hash;
+        Ok(answers.then_some(held))
+    }
+
+    /// The record `item` carries, if any, its key set to `record.key` (the idempotency key).
+    pub(super) fn record_on(
+        &self,
+        record: &IdempotencyRecord,
+        item: Option<&HashMap<String, AttributeValue>>,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let a = self.inline_attributes();
         let Some(item) = item.filter(|item| item.contains_key(&a.status)) else {
             return Ok(None);
         };
-        let held = IdempotencyRecord {
+        Ok(Some(IdempotencyRecord {
             key: record.key.clone(),
             ..record_from(a, item)?
-        };
-        Ok((!held.is_replaceable(now_ms)).then_some(held))
+        }))
     }
 }
 
@@ -180,12 +202,10 @@ fn reserved<'a>(mut placeholders: impl Iterator<Item = &'a String>) -> Result<()
 }
 
 /// The carrier's own condition, if any, and the record's.
-fn joined(condition: Option<&str>) -> String {
+fn joined(condition: Option<&str>, record: &str) -> String {
     match condition {
-        Some(condition) if !condition.trim().is_empty() => {
-            format!("({condition}) AND {NO_LIVE_RECORD}")
-        }
-        _ => NO_LIVE_RECORD.to_owned(),
+        Some(condition) if !condition.trim().is_empty() => format!("({condition}) AND {record}"),
+        _ => record.to_owned(),
     }
 }
 

@@ -8,15 +8,16 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::table::{is_refusal, is_size_limit};
-use super::transact_write_items::{item_bytes, replaceable};
+use super::transact_write_items::item_bytes;
 use super::{DynamoDbBackend, n, record_from, request_error, s};
-use crate::state::{IdempotencyRecord, Status};
+use crate::state::IdempotencyRecord;
 use crate::store::{Commit, InlineBackend, LimitError, MAX_ITEM_BYTES, StoreError};
 
 /// A new item of one of the handler's tables: what a handler returns in the
 /// [inline mode](crate::inline) on DynamoDB. The engine adds the idempotency record's attributes
 /// (named by [`DynamoDbBackend::inline_attributes`]) and writes it with one conditional
-/// `PutItem`: only where the item does not exist, or carries an expired record.
+/// `PutItem`: only where the item does not exist. An item that exists is never rewritten: the
+/// record it carries answers, whatever its expiry, and one without a record refuses the write.
 ///
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
@@ -174,28 +175,17 @@ impl InlineBackend for DynamoDbBackend {
         &self,
         record: &IdempotencyRecord,
         item: &NewItem,
-        now_ms: i64,
+        _now_ms: i64,
     ) -> Result<Commit, StoreError> {
-        let a = self.inline_attributes();
-        // The transition `state::commit`, as the transactional mode's record states it, on the
-        // item's own key.
-        let names = HashMap::from([
-            ("#key".to_owned(), item.key_attribute.clone()),
-            ("#status".to_owned(), a.status.clone()),
-            ("#lease".to_owned(), a.lease.clone()),
-            ("#exp".to_owned(), a.expiry.clone()),
-        ]);
+        // The transition `state::commit_on_item`: the item is written only where it does not
+        // exist; the refusal returns it, and the record it carries (if any) answers.
         let result = self
             .client
             .put_item()
             .table_name(&item.table)
             .set_item(Some(self.inline_item(record, item)))
-            .condition_expression(replaceable())
-            .set_expression_attribute_names(Some(names))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
-            .expression_attribute_values(":now_ms", n(now_ms))
-            .expression_attribute_values(":now_s", n(now_ms.div_euclid(1000)))
+            .condition_expression("attribute_not_exists(#key)")
+            .expression_attribute_names("#key", &item.key_attribute)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;

@@ -96,8 +96,13 @@ impl DynamoDbBackend {
     ///
     /// With the record carried by a write ([`RecordAt::On`]), the writes are the actions from
     /// index 0, and the carrier's refusal is [`Commit::Exists`] when the item it returns carries
-    /// a record that is not replaceable at `now_ms`, a [`Commit::Rejected`] of the carrier
-    /// otherwise (its own condition).
+    /// a record that answers for the key ([`carried_record`](Self::carried_record): any record
+    /// on a `Put`'s item), a [`Commit::Rejected`] of the carrier otherwise (its own condition).
+    ///
+    /// Before the rest, a write refused by its own condition whose item (returned with
+    /// `ALL_OLD`, which every write asks for) carries a live record of `record`'s payload is
+    /// [`Commit::Exists`]: the work was done by a write whose record rode on that item (the key
+    /// completed inline, or carried, before this mode took it over).
     pub(super) async fn cancelled(
         &self,
         record: &IdempotencyRecord,
@@ -115,15 +120,26 @@ impl DynamoDbBackend {
         let first_write = match at {
             RecordAt::First => 1,
             RecordAt::On(carrier) => {
+                let whole = writes.get(carrier).is_some_and(|w| w.put().is_some());
                 if let Some(refused) = reasons.get(carrier)
                     && refused.code() == Some("ConditionalCheckFailed")
-                    && let Some(held) = self.carried_record(record, refused.item(), now_ms)?
+                    && let Some(held) =
+                        self.carried_record(record, refused.item(), whole, now_ms)?
                 {
                     return Ok(Commit::Exists(held));
                 }
                 0
             }
         };
+        for refused in reasons.iter().skip(first_write) {
+            if refused.code() == Some("ConditionalCheckFailed")
+                && let Some(done) = self.record_on(record, refused.item())?
+                && !done.is_expired(now_ms)
+                && done.payload_hash == record.payload_hash
+            {
+                return Ok(Commit::Exists(done));
+            }
+        }
         if first_write == 1
             && let Some(first) = reasons.first()
             && first.code() == Some("ConditionalCheckFailed")
@@ -190,6 +206,10 @@ impl DynamoDbBackend {
     /// attempts go up by one) and any other replaceable record, expired or of another payload
     /// (they start again at 1): the transition [`state::record_failure`](crate::state::record_failure)
     /// ([`IdempotencyRecord::is_replaceable`] and [`IdempotencyRecord::carries_attempts_to`]).
+    ///
+    /// Fenced by the attempt's owner token: a record this attempt's failure wrote already (an
+    /// SDK retry of this request, whose first answer was lost) refuses the update, and its
+    /// refusal ([`IdempotencyRecord::shows_failure_of`]) answers with the stored count.
     async fn fail_once(
         &self,
         record: &IdempotencyRecord,
@@ -208,7 +228,8 @@ impl DynamoDbBackend {
             (
                 format!(
                     "attribute_not_exists(#key) OR (NOT {HELD} AND #exp >= :now_s \
-                     AND #hash = :hash AND #status <> :completed)"
+                     AND #hash = :hash AND #status <> :completed \
+                     AND NOT (#status = :failed AND #owner = :owner))"
                 ),
                 "#attempts = if_not_exists(#attempts, :zero) + :one",
             )
@@ -275,8 +296,14 @@ impl DynamoDbBackend {
                 let UpdateItemError::ConditionalCheckFailedException(failed) = e.err() else {
                     unreachable!()
                 };
-                match failed.item() {
-                    Some(item) => Ok(Some(Failure::Exists(self.record_from_item(item)?))),
+                match failed.item().map(|item| self.record_from_item(item)) {
+                    // This attempt's failure, recorded by an earlier try: counted once.
+                    Some(Ok(stored)) if stored.shows_failure_of(record.owner.as_deref()) => {
+                        Ok(Some(Failure::Recorded {
+                            attempts: stored.attempts,
+                        }))
+                    }
+                    Some(stored) => Ok(Some(Failure::Exists(stored?))),
                     // Deleted between the two requests.
                     None => Ok(None),
                 }
@@ -332,7 +359,7 @@ impl TransactionalBackend for DynamoDbBackend {
     ) -> Result<Commit, StoreError> {
         let mut items = Vec::with_capacity(writes.len() + 1);
         items.push(self.record_put(record, now_ms));
-        items.extend_from_slice(writes);
+        items.extend(writes.iter().map(returning_old_item));
         self.transact(record, writes, items, RecordAt::First, token, now_ms)
             .await
     }
@@ -346,6 +373,7 @@ impl TransactionalBackend for DynamoDbBackend {
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
         let items = self.carrying(record, writes, carrier, now_ms)?;
+        let items = items.iter().map(returning_old_item).collect();
         self.transact(record, writes, items, RecordAt::On(carrier), token, now_ms)
             .await
     }
@@ -437,6 +465,23 @@ impl DynamoDbBackend {
             Err(e) => Err(request_error("TransactWriteItems", e)),
         }
     }
+}
+
+/// `write`, its refusal by its own condition returning the item (`ALL_OLD`, at no cost): an item
+/// that carries a record of this work answers the commit ([`DynamoDbBackend::cancelled`]).
+fn returning_old_item(write: &TransactWriteItem) -> TransactWriteItem {
+    let old = Some(ReturnValuesOnConditionCheckFailure::AllOld);
+    let mut write = write.clone();
+    if let Some(put) = &mut write.put {
+        put.return_values_on_condition_check_failure = old;
+    } else if let Some(update) = &mut write.update {
+        update.return_values_on_condition_check_failure = old;
+    } else if let Some(delete) = &mut write.delete {
+        delete.return_values_on_condition_check_failure = old;
+    } else if let Some(check) = &mut write.condition_check {
+        check.return_values_on_condition_check_failure = old;
+    }
+    write
 }
 
 /// A write as an error names it: operation, table and the names (never the values) of its key or
