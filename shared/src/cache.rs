@@ -165,7 +165,7 @@ impl LocalCache {
 /// let engine = Idempotency::new(backend);
 /// let work = || async { Ok::<_, std::io::Error>(7) };
 /// assert_eq!(engine.run("k", b"body", None, work).await.unwrap(), Outcome::Ran(7));
-/// assert_eq!(engine.run("k", b"body", None, work).await.unwrap(), Outcome::Replayed(Some(7)));
+/// assert_eq!(engine.run("k", b"body", None, work).await.unwrap(), Outcome::Duplicate(Some(7)));
 /// assert_eq!(cache.hits(), 1, "the duplicate was answered from the cache");
 /// # });
 /// ```

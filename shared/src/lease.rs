@@ -13,7 +13,7 @@ pub enum Acquired {
     /// [`complete`](crate::Idempotency::complete) or [`fail`](crate::Idempotency::fail).
     Started(Lease),
     /// The work was done already: skip it.
-    Completed {
+    Duplicate {
         /// The stored result (JSON), if one was stored.
         result: Option<String>,
         /// True when there was a result but it was too large to store.
@@ -92,7 +92,7 @@ pub enum Outcome<T> {
     Ran(T),
     /// The work had run before; this is the stored result (`None` when none was stored or it was
     /// too large to store).
-    Replayed(Option<T>),
+    Duplicate(Option<T>),
     /// The work ran now, but marking its record completed failed, even after retries (the error is
     /// logged). Its effects happened: do not run it again. A duplicate arriving after the lease
     /// ends would run it again, as after a crash.
@@ -177,7 +177,7 @@ impl Acquired {
             Blocked::Duplicate {
                 result,
                 result_omitted,
-            } => Ok(Acquired::Completed {
+            } => Ok(Acquired::Duplicate {
                 result,
                 result_omitted,
             }),

@@ -270,7 +270,7 @@ pub enum Transacted<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peeked {
     /// The key is completed: a duplicate, with the stored result (JSON), if one was stored.
-    Completed {
+    Duplicate {
         /// The stored result.
         result: Option<String>,
     },
@@ -573,7 +573,7 @@ pub(crate) fn answer<T, E>(
     found: Result<Acquired, AcquireError>,
 ) -> Result<Transacted<T>, TransactError<E>> {
     match found {
-        Ok(Acquired::Completed { result, .. }) => Ok(Transacted::Duplicate { stored: result }),
+        Ok(Acquired::Duplicate { result, .. }) => Ok(Transacted::Duplicate { stored: result }),
         Ok(Acquired::InProgress { lease_until_ms }) => {
             Err(TransactError::InProgress { lease_until_ms })
         }

@@ -287,7 +287,7 @@ async fn a_result_at_the_size_limit_is_stored_beside_the_longest_last_error() {
     ));
     assert_eq!(
         e.acquire("boundary", b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some(result),
             result_omitted: false
         },
@@ -298,7 +298,7 @@ async fn a_result_at_the_size_limit_is_stored_beside_the_longest_last_error() {
     e.complete(&lease, Some(&over)).await.unwrap();
     assert_eq!(
         e.acquire("boundary-2", b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: None,
             result_omitted: true
         },

@@ -55,7 +55,7 @@ async fn lifecycle() {
     assert_eq!(record.last_error.as_deref(), Some("boom"));
     assert_eq!(
         e.acquire("k", b"p", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some("7".into()),
             result_omitted: false
         }
@@ -119,7 +119,7 @@ async fn oversized_result_is_omitted_not_an_error() {
     e.complete(&lease, Some(&big)).await.unwrap();
     assert_eq!(
         e.acquire("k", b"p", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: None,
             result_omitted: true
         }

@@ -64,7 +64,7 @@ async fn a_duplicate_after_completion_in_the_same_process_makes_no_request() {
 
     assert_eq!(
         run(&f.engine, "k", b"body").await,
-        Outcome::Replayed(Some(7))
+        Outcome::Duplicate(Some(7))
     );
     assert_eq!(f.counter.total(), 0, "{:?}", f.counter.snapshot());
     // The same key with another payload is still a mismatch, from the cache too.
@@ -78,7 +78,7 @@ async fn a_duplicate_after_completion_in_the_same_process_makes_no_request() {
     // Without the cache (another environment), the duplicate costs its request.
     assert_eq!(
         run(&f.other, "k", b"body").await,
-        Outcome::Replayed(Some(7))
+        Outcome::Duplicate(Some(7))
     );
     assert_eq!(f.counter.total(), 1);
 }
@@ -90,12 +90,12 @@ async fn a_key_completed_elsewhere_is_cached_once_seen() {
     f.counter.reset();
     assert_eq!(
         run(&f.engine, "k", b"body").await,
-        Outcome::Replayed(Some(7))
+        Outcome::Duplicate(Some(7))
     );
     assert_eq!(f.counter.total(), 1, "the first duplicate asks the store");
     assert_eq!(
         run(&f.engine, "k", b"body").await,
-        Outcome::Replayed(Some(7))
+        Outcome::Duplicate(Some(7))
     );
     assert_eq!(f.counter.total(), 1, "the second does not");
 }
@@ -142,7 +142,7 @@ async fn an_entry_past_its_ttl_asks_the_store_again() {
     f.clock.advance(Duration::from_secs(2));
     assert_eq!(
         run(&f.engine, "k", b"body").await,
-        Outcome::Replayed(Some(7))
+        Outcome::Duplicate(Some(7))
     );
     assert_eq!(f.counter.total(), 1, "past the TTL: the store answers");
 }
@@ -212,6 +212,6 @@ async fn engines_over_two_tables_share_a_cache_without_answering_for_each_other(
         Outcome::Ran(7),
         "the first table's entry does not answer for the second table"
     );
-    assert_eq!(run(&second, "k", b"{}").await, Outcome::Replayed(Some(7)));
+    assert_eq!(run(&second, "k", b"{}").await, Outcome::Duplicate(Some(7)));
     assert_eq!(f.cache.hits(), 1);
 }

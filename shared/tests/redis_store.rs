@@ -139,7 +139,7 @@ async fn keys_live_under_the_namespace() {
     eb.forget(&key).await.unwrap();
     assert!(matches!(
         ea.acquire(&key, b"body", None).await,
-        Ok(Acquired::Completed { .. })
+        Ok(Acquired::Duplicate { .. })
     ));
 }
 
@@ -160,7 +160,7 @@ async fn a_script_the_server_forgot_is_sent_again_whole() {
     counter.reset();
     assert!(matches!(
         e.acquire("flushed", b"body", None).await,
-        Ok(Acquired::Completed { .. })
+        Ok(Acquired::Duplicate { .. })
     ));
     assert_eq!(
         counter.snapshot(),
@@ -189,7 +189,7 @@ async fn works_on_a_multiplexed_connection() {
     ));
     assert_eq!(
         e.acquire(key, b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some("7".into()),
             result_omitted: false
         }
@@ -347,7 +347,7 @@ async fn results_over_the_configured_limit_are_omitted() {
         .unwrap();
     assert!(matches!(
         e.acquire("limited", b"body", None).await,
-        Ok(Acquired::Completed { result: Some(r), result_omitted: false }) if r.len() == 100
+        Ok(Acquired::Duplicate { result: Some(r), result_omitted: false }) if r.len() == 100
     ));
     let lease = started(&e, "over").await;
     e.complete(&lease, Some(&format!("\"{}\"", "x".repeat(99))))
@@ -355,7 +355,7 @@ async fn results_over_the_configured_limit_are_omitted() {
         .unwrap();
     assert_eq!(
         e.acquire("over", b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: None,
             result_omitted: true
         }

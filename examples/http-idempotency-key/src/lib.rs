@@ -139,8 +139,8 @@ impl App {
             .await;
         Ok(match outcome {
             Ok(Outcome::Ran(stored) | Outcome::RanNotRecorded(stored)) => stored.response(false),
-            Ok(Outcome::Replayed(Some(stored))) => stored.response(true),
-            Ok(Outcome::Replayed(None)) | Err(RunError::StoredResult { .. }) => {
+            Ok(Outcome::Duplicate(Some(stored))) => stored.response(true),
+            Ok(Outcome::Duplicate(None)) | Err(RunError::StoredResult { .. }) => {
                 tracing::error!(key, "the key's stored response is missing or unreadable");
                 problem(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -297,7 +297,7 @@ impl App {
                 self.first(&lease, &scoped_key, &hash, &payment, caller)
                     .await
             }
-            Ok(Acquired::Completed { result, .. }) => {
+            Ok(Acquired::Duplicate { result, .. }) => {
                 let stored = match result
                     .as_deref()
                     .map(serde_json::from_str::<StoredResponse>)

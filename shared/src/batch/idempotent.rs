@@ -184,7 +184,7 @@ where
         }
         let lease = match self.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
             Ok(Acquired::Started(lease)) => lease,
-            Ok(Acquired::Completed { result, .. }) => {
+            Ok(Acquired::Duplicate { result, .. }) => {
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
                 return Ok(Deduplicated::Duplicate { stored: result });
             }

@@ -133,7 +133,7 @@ pub(super) async fn start<B: TransactionalBackend, T>(
     inner_ctx.attempt = 1;
     if ctx.receive_count > 1 {
         match engine.peek(key, hash).await {
-            Ok(Peeked::Completed { result }) => {
+            Ok(Peeked::Duplicate { result }) => {
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
                 return Ok(Start::Done(Deduplicated::Duplicate { stored: result }));
             }

@@ -71,7 +71,7 @@ pub const COMPLETE_ATTEMPTS: u32 = 4;
 /// // The same JSON written otherwise is the same payload.
 /// let again = store.run("payment-1", b"{ \"amount\": 42 }", None, charge).await.unwrap();
 /// assert_eq!(first, Outcome::Ran(42));
-/// assert_eq!(again, Outcome::Replayed(Some(42)));
+/// assert_eq!(again, Outcome::Duplicate(Some(42)));
 /// # });
 /// ```
 #[derive(Clone)]
@@ -435,7 +435,7 @@ impl<B: Backend> Idempotency<B> {
     {
         let lease = match self.acquire(key, payload, deadline).await? {
             Acquired::Started(lease) => lease,
-            Acquired::Completed { result, .. } => {
+            Acquired::Duplicate { result, .. } => {
                 let value = result
                     .map(|r| serde_json::from_str(&r))
                     .transpose()
@@ -443,7 +443,7 @@ impl<B: Backend> Idempotency<B> {
                         key: key.to_owned(),
                         source,
                     })?;
-                return Ok(Outcome::Replayed(value));
+                return Ok(Outcome::Duplicate(value));
             }
             Acquired::InProgress { lease_until_ms } => {
                 return Err(RunError::InProgress { lease_until_ms });

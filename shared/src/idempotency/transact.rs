@@ -151,7 +151,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
             },
         };
         Ok(match found {
-            Acquired::Completed { result, .. } => Peeked::Completed { result },
+            Acquired::Duplicate { result, .. } => Peeked::Duplicate { result },
             Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
             Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
         })

@@ -57,7 +57,7 @@ impl MemoryWrite {
 /// let store = Idempotency::new(InMemoryBackend::default());
 /// let Acquired::Started(lease) = store.acquire("k", b"body", None).await.unwrap() else { panic!() };
 /// store.complete(&lease, None).await.unwrap();
-/// assert!(matches!(store.acquire("k", b"body", None).await, Ok(Acquired::Completed { .. })));
+/// assert!(matches!(store.acquire("k", b"body", None).await, Ok(Acquired::Duplicate { .. })));
 /// # });
 /// # fn tokio_test_block_on(f: impl std::future::Future) { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f); }
 /// ```

@@ -186,7 +186,7 @@ pub async fn a_duplicate_after_completion_gets_the_stored_result_in_one_request<
     s.counter.reset();
     assert_eq!(
         s.engine.acquire("done", b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some(r#"{"charged":true}"#.into()),
             result_omitted: false
         }
@@ -504,7 +504,7 @@ pub async fn results_are_stored_and_replayed<B: Backend + Clone + 'static>(s: &S
         .unwrap();
     assert_eq!(
         again,
-        Outcome::Replayed(Some(Charge {
+        Outcome::Duplicate(Some(Charge {
             id: "ch_1".into(),
             cents: 500
         }))
@@ -519,11 +519,11 @@ pub async fn results_are_stored_and_replayed<B: Backend + Clone + 'static>(s: &S
         .await
         .expect("a too-large result never fails the completion");
     let stored = match s.engine.backend().max_result_bytes(lease.stored_key()) {
-        Some(max) if big.len() > max => Acquired::Completed {
+        Some(max) if big.len() > max => Acquired::Duplicate {
             result: None,
             result_omitted: true,
         },
-        _ => Acquired::Completed {
+        _ => Acquired::Duplicate {
             result: Some(big),
             result_omitted: false,
         },
@@ -541,7 +541,7 @@ pub async fn keys_over_the_dynamodb_limit_are_hashed<B: Backend + Clone + 'stati
     s.engine.complete(&lease, None).await.unwrap();
     assert!(matches!(
         s.engine.acquire(&key, b"body", None).await,
-        Ok(Acquired::Completed { .. })
+        Ok(Acquired::Duplicate { .. })
     ));
     let mut other = key.clone();
     other.push('!');

@@ -29,7 +29,7 @@ pub async fn a_reserialized_resend_is_a_duplicate<B: Backend + Clone + 'static>(
     s.counter.reset();
     assert_eq!(
         s.engine.acquire("p-1", python, None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some("\"charged\"".into()),
             result_omitted: false
         },
@@ -161,7 +161,7 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
     assert!(
         matches!(
             s.engine.acquire("o-1", body, None).await,
-            Ok(Acquired::Completed { .. })
+            Ok(Acquired::Duplicate { .. })
         ),
         "a stored duplicate stays a duplicate"
     );
@@ -222,7 +222,7 @@ pub async fn retried_writes_find_their_own_record<B: Backend + Clone + 'static>(
     );
     assert_eq!(
         engine.acquire("retried", b"body", None).await.unwrap(),
-        Acquired::Completed {
+        Acquired::Duplicate {
             result: Some("7".into()),
             result_omitted: false
         }
@@ -277,14 +277,14 @@ pub async fn two_engines_sharing_a_store_and_a_cache_never_answer_for_each_other
     );
     assert_eq!(
         orders.run("o-1", body, None, work("order")).await.unwrap(),
-        Outcome::Replayed(Some("order".to_owned()))
+        Outcome::Duplicate(Some("order".to_owned()))
     );
     assert_eq!(
         refunds
             .run("o-1", body, None, work("refund"))
             .await
             .unwrap(),
-        Outcome::Replayed(Some("refund".to_owned()))
+        Outcome::Duplicate(Some("refund".to_owned()))
     );
     assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(cache.hits(), 2, "each replay from its own cache entry");
