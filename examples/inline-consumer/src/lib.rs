@@ -29,14 +29,23 @@ pub struct OrderPlaced {
 
 /// The effect: the order's item in `table`. An order of no value can never succeed: a permanent
 /// failure, dead-lettered at once with its reason.
-pub async fn record_order(table: String, order: OrderPlaced) -> Result<InlinePut<(), NewItem>, Error> {
+pub async fn record_order(
+    table: String,
+    order: OrderPlaced,
+) -> Result<InlinePut<(), NewItem>, Error> {
     if order.total_cents <= 0 {
-        let reason = format!("order {} has a total of {} cents", order.order_id, order.total_cents);
+        let reason = format!(
+            "order {} has a total of {} cents",
+            order.order_id, order.total_cents
+        );
         return Err(PermanentError::new(reason).into());
     }
     let item = NewItem::new(table, "orderId", AttributeValue::S(order.order_id))
         .attribute("customerId", AttributeValue::S(order.customer_id))
-        .attribute("totalCents", AttributeValue::N(order.total_cents.to_string()));
+        .attribute(
+            "totalCents",
+            AttributeValue::N(order.total_cents.to_string()),
+        );
     Ok(InlinePut::new((), item))
 }
 
@@ -48,5 +57,7 @@ where
     NewItem: Into<B::Item>,
 {
     let handler = json(move |order, _ctx: RecordContext| record_order(table.clone(), order));
-    builder.with_keys(KeyConfig::json_pointer("/orderId")).inline(handler)
+    builder
+        .with_keys(KeyConfig::json_pointer("/orderId"))
+        .inline(handler)
 }

@@ -16,7 +16,7 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     /// Deduplicates this handler with `engine` (keyed on the message id; see
     /// [`Idempotent::with_keys`]).
     fn idempotent<B: Backend>(self, engine: Idempotency<B>) -> Idempotent<Self, B> {
-        Idempotent::new(self, engine)
+        Idempotent::new(self, engine, super::LeaseMode)
     }
 
     /// Commits this handler's writes with its idempotency record in one transaction (see
@@ -28,7 +28,7 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
         self,
         engine: Idempotency<B>,
     ) -> Transactional<Self, B> {
-        Transactional::new(self, engine)
+        Idempotent::new(self, engine, super::TransactionalMode)
     }
 
     /// Writes this handler's one new item with its idempotency record on it, in one conditional
@@ -37,7 +37,7 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     /// id; see [`Inline::with_keys`]. Only over an [`InlineBackend`]; for several writes or
     /// updates of existing items, use [`transactional`](Self::transactional).
     fn inline<B: InlineBackend>(self, engine: Idempotency<B>) -> Inline<Self, B> {
-        Inline::new(self, engine)
+        Idempotent::new(self, engine, super::InlineMode::default())
     }
 
     /// Runs `f` on each successful output of this handler: for effects that come after a

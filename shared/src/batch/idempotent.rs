@@ -1,6 +1,7 @@
 //! The [`Idempotent`] wrapper: a handler that runs its inner handler at most once per
 //! idempotency key, in effect.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -66,20 +67,27 @@ impl<T> Deduplicated<T> {
 ///     .idempotent(Idempotency::new(InMemoryBackend::default()))
 ///     .with_keys(KeyConfig::json_pointer("/payment_id"));
 /// ```
+///
+/// The same wrapper, with another [`Mode`], commits the handler's writes with the record
+/// ([`Transactional`](super::Transactional)) or writes its one new item with the record on it
+/// ([`Inline`](super::Inline)): they share its keys, its attempts and what it does once a record
+/// is dead-lettered, and differ in how the record is written.
 #[derive(Debug, Clone)]
-pub struct Idempotent<H, B> {
-    inner: H,
-    engine: Idempotency<B>,
-    keys: KeyConfig,
+pub struct Idempotent<H, B, M = LeaseMode> {
+    pub(super) inner: H,
+    pub(super) engine: Idempotency<B>,
+    pub(super) keys: KeyConfig,
+    pub(super) mode: M,
 }
 
-impl<H, B> Idempotent<H, B> {
-    /// Deduplicates `inner` with `engine`, keyed on the message id.
-    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
+impl<H, B, M> Idempotent<H, B, M> {
+    /// `inner` in `mode` with `engine`, keyed on the message id.
+    pub(super) fn new(inner: H, engine: Idempotency<B>, mode: M) -> Self {
         Self {
             inner,
             engine,
             keys: KeyConfig::default(),
+            mode,
         }
     }
 
@@ -95,10 +103,73 @@ impl<H, B> Idempotent<H, B> {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::LeaseMode {}
+    impl Sealed for super::super::transactional::TransactionalMode {}
+    impl Sealed for super::super::inline::InlineMode {}
+}
+
+/// How an [`Idempotent`] handler writes its record: [`LeaseMode`],
+/// [`TransactionalMode`](super::TransactionalMode) or [`InlineMode`](super::InlineMode). Only
+/// these three.
+pub trait Mode<H, B>: sealed::Sealed + Send + Sync + Sized {
+    /// What a record gives.
+    type Output: Send;
+
+    /// Runs `wrapper`'s inner handler on `message` at most once per key, in effect.
+    fn handle(
+        wrapper: &Idempotent<H, B, Self>,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> impl Future<Output = Result<Self::Output, RecordError>> + Send;
+}
+
+impl<H, B, M> RecordHandler for Idempotent<H, B, M>
+where
+    H: RecordHandler,
+    B: Backend,
+    M: Mode<H, B>,
+{
+    type Output = M::Output;
+
+    fn handle(
+        &self,
+        message: &SqsMessage,
+        ctx: &RecordContext,
+    ) -> impl Future<Output = Result<Self::Output, RecordError>> + Send {
+        M::handle(self, message, ctx)
+    }
+
+    fn key(&self, message: &SqsMessage) -> Option<String> {
+        self.keys.key(message).ok()
+    }
+
+    fn counts_attempts(&self) -> bool {
+        true
+    }
+
+    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+        // The application first: it is told within the time the processor reserved for it.
+        self.inner.dead_lettered(message, ctx, error).await;
+        if error.attempts().is_some()
+            && let Ok(key) = self.keys.key(message)
+            && let Some(Err(e)) = bounded(ctx, self.engine.reset_attempts(&key)).await
+        {
+            tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
+        }
+    }
+}
+
+/// The lease mode (see [`Idempotent`]): an in-progress record with a lease to the deadline,
+/// then the handler, then the record completed or failed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseMode;
+
 /// Time kept between the end of the bookkeeping and [`RecordContext::finish_by`].
 const WRITE_SLACK: Duration = Duration::from_millis(50);
 
-impl<H, B> Idempotent<H, B>
+impl<H, B> Idempotent<H, B, LeaseMode>
 where
     H: RecordHandler,
     B: Backend,
@@ -157,7 +228,7 @@ async fn bounded<T>(ctx: &RecordContext, write: impl Future<Output = T>) -> Opti
     }
 }
 
-impl<H, B> RecordHandler for Idempotent<H, B>
+impl<H, B> Mode<H, B> for LeaseMode
 where
     H: RecordHandler,
     H::Output: Serialize,
@@ -165,24 +236,16 @@ where
 {
     type Output = Deduplicated<H::Output>;
 
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.keys.key(message).ok()
-    }
-
-    fn counts_attempts(&self) -> bool {
-        true
-    }
-
     async fn handle(
-        &self,
+        this: &Idempotent<H, B, Self>,
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let (key, hash) = key_and_hash(&self.keys, message, ctx)?;
+        let (key, hash) = key_and_hash(&this.keys, message, ctx)?;
         if let Some(error) = too_late_to_start(ctx) {
             return Err(error);
         }
-        let lease = match self.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
+        let lease = match this.engine.acquire_hashed(&key, &hash, ctx.deadline).await {
             Ok(Acquired::Started(lease)) => lease,
             Ok(Acquired::Duplicate { result, .. }) => {
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
@@ -198,12 +261,12 @@ where
         };
         let mut inner_ctx = ctx.clone();
         inner_ctx.attempt = lease.attempts() + 1;
-        let work = ctx.cancellable(self.inner.handle(message, &inner_ctx));
+        let work = ctx.cancellable(this.inner.handle(message, &inner_ctx));
         match AssertUnwindSafe(work).catch_unwind().await {
             Ok(Ok(output)) => {
                 let json = serde_json::to_string(&output).ok().filter(|j| j != "null");
                 let write =
-                    self.engine
+                    this.engine
                         .complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
                 let problem = match bounded(ctx, write).await {
                     Some(Ok(Updated::Applied { .. })) => None,
@@ -227,18 +290,12 @@ where
             // Cut by the deadline before it started: no attempt to record. The lease ends at the
             // deadline, and the next delivery takes the key over with its attempts as they were.
             Ok(Err(error @ RecordError::DeadlineNear { .. })) => Err(error),
-            Ok(Err(error)) => Err(self.record_failure(&lease, ctx, error).await),
+            Ok(Err(error)) => Err(this.record_failure(&lease, ctx, error).await),
             Err(panic) => {
                 let error = RecordError::Panicked(panic_message(&panic));
-                Err(self.record_failure(&lease, ctx, error).await)
+                Err(this.record_failure(&lease, ctx, error).await)
             }
         }
-    }
-
-    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        // The application first: it is told within the time the processor reserved for it.
-        self.inner.dead_lettered(message, ctx, error).await;
-        reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
     }
 }
 
@@ -264,21 +321,4 @@ pub(super) fn key_and_hash(
             message_id: ctx.message_id.clone(),
             source,
         })
-}
-
-/// After a record whose failures the store counted went to the dead-letter queue: its record's
-/// attempts start again, so that a redriven message has a new budget.
-pub(super) async fn reset_attempts<B: Backend>(
-    engine: &Idempotency<B>,
-    keys: &KeyConfig,
-    message: &SqsMessage,
-    ctx: &RecordContext,
-    error: &RecordError,
-) {
-    if error.attempts().is_some()
-        && let Ok(key) = keys.key(message)
-        && let Some(Err(e)) = bounded(ctx, engine.reset_attempts(&key)).await
-    {
-        tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
-    }
 }

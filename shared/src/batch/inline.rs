@@ -1,16 +1,14 @@
-//! The [`Inline`] wrapper: a handler whose one new item carries its idempotency record, written
+//! The inline mode of the [`Idempotent`] wrapper ([`Inline`]): a handler whose one new item carries its idempotency record, written
 //! in one conditional request (see [`crate::inline`]).
 
 use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
-use super::idempotent::Deduplicated;
+use super::idempotent::{Deduplicated, Idempotent, Mode};
 use super::transactional::{Start, finish, guarded, start};
 use super::{RecordContext, RecordHandler};
-use crate::Idempotency;
 use crate::error::RecordError;
 use crate::inline::InlinePut;
-use crate::key::KeyConfig;
 use crate::store::InlineBackend;
 
 /// A handler whose effect is one new item, written with its idempotency record on it: the inner
@@ -42,7 +40,7 @@ use crate::store::InlineBackend;
 /// with a key from the body, another message of the same key has its own receive count). The
 /// attempt budget is counted by the store all the same, from the failure it records, and a
 /// handler that needs the key's count uses [`with_attempts_read`](Inline::with_attempts_read),
-/// which makes a redelivery read the engine's table first ([`Idempotency::peek`]), as the
+/// which makes a redelivery read the engine's table first ([`Idempotency::peek`](crate::Idempotency::peek)), as the
 /// transactional mode does, so that its handler is told the store's failed attempts plus one,
 /// for one more request. See [`crate::inline`] for where failures are counted and what the mode
 /// cannot carry.
@@ -87,48 +85,28 @@ use crate::store::InlineBackend;
 /// assert_eq!(backend.item("receipts", "p-1").as_deref(), Some("500"));
 /// # });
 /// ```
-#[derive(Debug, Clone)]
-pub struct Inline<H, B> {
-    inner: H,
-    engine: Idempotency<B>,
-    keys: KeyConfig,
+pub type Inline<H, B> = Idempotent<H, B, InlineMode>;
+
+/// The inline mode (see [`Inline`]): the handler's one new item carries the record, in one
+/// conditional write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InlineMode {
     read_attempts: bool,
 }
 
 impl<H, B> Inline<H, B> {
-    /// Writes `inner`'s item with its record through `engine`, keyed on the message id.
-    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
-        Self {
-            inner,
-            engine,
-            keys: KeyConfig::default(),
-            read_attempts: false,
-        }
-    }
-
     /// A redelivery (receive count above 1) reads the engine's table before the handler runs,
     /// so that the handler is told its attempt as the store counts it: one more request per
     /// redelivery. The read cannot see the item, so a redelivered duplicate then costs the read
     /// and the refused write (the read answers it alone only for a key completed earlier by the
     /// transactional mode, whose record is in the engine's table).
     pub fn with_attempts_read(mut self) -> Self {
-        self.read_attempts = true;
+        self.mode.read_attempts = true;
         self
-    }
-
-    /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
-    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
-        self.keys = keys;
-        self
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &Idempotency<B> {
-        &self.engine
     }
 }
 
-impl<H, B, T, I> RecordHandler for Inline<H, B>
+impl<H, B, T, I> Mode<H, B> for InlineMode
 where
     H: RecordHandler<Output = InlinePut<T, I>>,
     T: Serialize + Send,
@@ -137,22 +115,14 @@ where
 {
     type Output = Deduplicated<T>;
 
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.keys.key(message).ok()
-    }
-
-    fn counts_attempts(&self) -> bool {
-        true
-    }
-
     async fn handle(
-        &self,
+        this: &Inline<H, B>,
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
-        let inner_ctx = if self.read_attempts {
-            match start(&self.engine, &key, &hash, ctx).await? {
+        let (key, hash) = super::idempotent::key_and_hash(&this.keys, message, ctx)?;
+        let inner_ctx = if this.mode.read_attempts {
+            match start(&this.engine, &key, &hash, ctx).await? {
                 Start::Run(inner_ctx) => inner_ctx,
                 Start::Done(duplicate) => return Ok(duplicate),
             }
@@ -166,19 +136,14 @@ where
         };
         let retried = inner_ctx.attempt > 1;
         let work = || async {
-            let put = guarded(ctx, self.inner.handle(message, &inner_ctx)).await?;
+            let put = guarded(ctx, this.inner.handle(message, &inner_ctx)).await?;
             let (output, item) = put.into_parts();
             Ok(InlinePut::new(output, item.into()))
         };
-        let result = self
+        let result = this
             .engine
             .put_inline_retried(&key, &hash, retried, work)
             .await;
         finish(result, ctx, &key)
-    }
-
-    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        self.inner.dead_lettered(message, ctx, error).await;
-        super::idempotent::reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
     }
 }

@@ -43,11 +43,11 @@ pub use handler::{
     DeadLettered, JsonHandler, MessageHandler, OnDeadLetter, RecordContext, RecordHandler, json,
     message,
 };
-pub use idempotent::{Deduplicated, Idempotent};
-pub use inline::Inline;
+pub use idempotent::{Deduplicated, Idempotent, LeaseMode, Mode};
+pub use inline::{Inline, InlineMode};
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use then::AndThen;
-pub use transactional::Transactional;
+pub use transactional::{Transactional, TransactionalMode};
 
 pub use crate::error::{PermanentError, RecordError, panic_message};

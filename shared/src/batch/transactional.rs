@@ -1,4 +1,4 @@
-//! The [`Transactional`] wrapper: a handler whose DynamoDB writes commit with its idempotency
+//! The transactional mode of the [`Idempotent`] wrapper ([`Transactional`]): a handler whose DynamoDB writes commit with its idempotency
 //! record, in one request (see [`crate::transaction`]).
 
 use std::future::Future;
@@ -8,11 +8,10 @@ use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
 use serde::Serialize;
 
-use super::idempotent::Deduplicated;
+use super::idempotent::{Deduplicated, Idempotent, Mode};
 use super::{RecordContext, RecordHandler};
 use crate::Idempotency;
 use crate::error::{RecordError, panic_message};
-use crate::key::KeyConfig;
 use crate::lease::AcquireError;
 use crate::payload::PayloadHash;
 use crate::store::{StoreError, TransactionalBackend};
@@ -80,34 +79,12 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// # }
 /// # }
 /// ```
-#[derive(Debug, Clone)]
-pub struct Transactional<H, B> {
-    inner: H,
-    engine: Idempotency<B>,
-    keys: KeyConfig,
-}
+pub type Transactional<H, B> = Idempotent<H, B, TransactionalMode>;
 
-impl<H, B> Transactional<H, B> {
-    /// Commits `inner`'s writes with `engine`, keyed on the message id.
-    pub fn new(inner: H, engine: Idempotency<B>) -> Self {
-        Self {
-            inner,
-            engine,
-            keys: KeyConfig::default(),
-        }
-    }
-
-    /// Takes keys and payload hashes from elsewhere (a business key in the body, say).
-    pub fn with_keys(mut self, keys: KeyConfig) -> Self {
-        self.keys = keys;
-        self
-    }
-
-    /// The engine.
-    pub fn engine(&self) -> &Idempotency<B> {
-        &self.engine
-    }
-}
+/// The transactional mode (see [`Transactional`]): the handler's writes commit with the record
+/// in one transaction; a redelivery reads the record first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TransactionalMode;
 
 /// Where a record that commits with its idempotency record starts.
 pub(super) enum Start<T> {
@@ -224,7 +201,7 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
     }
 }
 
-impl<H, B, T> RecordHandler for Transactional<H, B>
+impl<H, B, T> Mode<H, B> for TransactionalMode
 where
     H: RecordHandler<Output = Transaction<T, B::Write>>,
     T: Serialize + Send,
@@ -232,35 +209,22 @@ where
 {
     type Output = Deduplicated<T>;
 
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.keys.key(message).ok()
-    }
-
-    fn counts_attempts(&self) -> bool {
-        true
-    }
-
     async fn handle(
-        &self,
+        this: &Transactional<H, B>,
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let (key, hash) = super::idempotent::key_and_hash(&self.keys, message, ctx)?;
-        let inner_ctx = match start(&self.engine, &key, &hash, ctx).await? {
+        let (key, hash) = super::idempotent::key_and_hash(&this.keys, message, ctx)?;
+        let inner_ctx = match start(&this.engine, &key, &hash, ctx).await? {
             Start::Run(inner_ctx) => inner_ctx,
             Start::Done(duplicate) => return Ok(duplicate),
         };
         let retried = inner_ctx.attempt > 1;
-        let work = || guarded(ctx, self.inner.handle(message, &inner_ctx));
-        let result = self
+        let work = || guarded(ctx, this.inner.handle(message, &inner_ctx));
+        let result = this
             .engine
             .transact_retried(&key, &hash, ctx.finish_by, retried, work)
             .await;
         finish(result, ctx, &key)
-    }
-
-    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        self.inner.dead_lettered(message, ctx, error).await;
-        super::idempotent::reset_attempts(&self.engine, &self.keys, message, ctx, error).await;
     }
 }
