@@ -63,7 +63,7 @@ pub async fn run_consumer(mode: Mode) {
         Mode::InlineRead => panic!("a consumer's inline mode reads no attempts"),
     };
 
-    batches(&run, &consumer, Some(DEFAULT_MAX_ATTEMPTS)).await;
+    batches(&run, &consumer, mode, Some(DEFAULT_MAX_ATTEMPTS)).await;
 
     // The queue's check was started by the first batch, on its event source ARN: the report
     // is given none.
