@@ -1,4 +1,5 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`.
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint package-check test demo
+# bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
@@ -9,6 +10,8 @@
 #                          as listed in shared/api/public-api.txt (make api-update rewrites it)
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
 #                          without warnings, cargo-deny licenses and bans
+#   make package-check     the packaged lambda-idempotency (cargo package), unpacked outside the
+#                          workspace: its unit, integration and doc tests on a fresh local AWS
 #   make template-lint     sam validate --lint and cfn-lint on template.yaml
 #   make sam-build         sam build (cargo-lambda + zig, no Docker) into .aws-sam/build
 #   make local-aws-start   start a long-running moto server (LOCAL_AWS_PORT, default 4566)
@@ -28,7 +31,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -82,6 +85,42 @@ publish-check: ensure-cargo-deny
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p lambda-idempotency --no-deps --all-features
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 	cd $(ROOT) && $(CARGO) deny check licenses bans
+
+# The packaged crate tested on its own, as a user of crates.io gets it: `cargo package` (which
+# also builds it), the `.crate` unpacked into a temporary directory outside the workspace, and
+# there its unit and integration tests (nextest, as `make test` runs them) and its doc tests, with
+# every feature, against a fresh local AWS and Redis (local-aws run). `test-util` is turned on by
+# --all-features: cargo package drops the crate's dev-dependency on itself, which turns it on in
+# the workspace. The dependencies are those of the Cargo.lock packaged with the crate (cargo
+# package writes it from the workspace's), --locked, each of them checked to be in the
+# workspace's Cargo.lock; they build in the workspace's target directory. The files are unpacked
+# with the time of the unpacking (tar -m), so that the crate builds again from the new directory
+# (its tests read files under CARGO_MANIFEST_DIR). Two tests are skipped: they read AWS's sample
+# events from `../../shared/aws-events` beside the crate's directory, which a packaged crate
+# does not have. PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
+PACKAGE_SKIP := sample_events_go_through_the_processor sample_batch_response_matches_the_wire_format
+package-check: ensure-nextest
+	cd $(ROOT) && $(CARGO) package -p lambda-idempotency $(PUBLISH_FLAGS)
+	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test
+
+# Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`).
+# Doc tests run even if nextest failed; the target fails if either did.
+package-test: ensure-nextest
+	@set -euo pipefail; \
+	version=$$(cd $(ROOT) && $(CARGO) pkgid -p lambda-idempotency | sed 's/.*[@#]//'); \
+	crate=$(TARGET_DIR)/package/lambda-idempotency-$$version.crate; \
+	dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	tar -xzmf "$$crate" -C "$$dir"; \
+	cd "$$dir/lambda-idempotency-$$version"; \
+	python3 -c 'import sys, tomllib; \
+	  lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
+	  extra = sorted(lock("Cargo.lock") - lock(sys.argv[1])); \
+	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' $(ROOT)/Cargo.lock; \
+	echo "testing $$crate in $$PWD"; \
+	export CARGO_TARGET_DIR=$(TARGET_DIR); rc=0; \
+	$(CARGO) nextest run --locked --all-features --all-targets --no-fail-fast -- $(addprefix --skip ,$(PACKAGE_SKIP)) || rc=$$?; \
+	$(CARGO) test --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
+	exit $$rc
 
 ensure-cargo-deny:
 	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install cargo-deny --locked

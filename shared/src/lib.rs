@@ -119,13 +119,23 @@
 //! # Features
 //!
 //! - `dynamodb` (default): [`store::DynamoDbBackend`], the DynamoDB actions of
-//!   [`transaction::Transaction`] (`put`, `update`, `delete`, `condition_check`), and the
-//!   `aws-sdk-dynamodb` dependency. Without it the engine, the transactional mode,
-//!   the batch processor, the publisher, the dead-letter queue and the request counter all work,
-//!   over [`store::InMemoryBackend`] or a [`store::Backend`] of your own:
+//!   [`transaction::Transaction`] (`put`, `update`, `delete`, `condition_check`), the inline
+//!   mode's [`store::NewItem`], `Consumer::from_env`, and the `aws-sdk-dynamodb` dependency.
+//!   Without it the engine, the transactional mode, the batch processor, the publisher, the
+//!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
+//!   (or the in-memory backend of `test-util`, in tests):
 //!   `lambda-idempotency = { version = "0.1", default-features = false }`.
+//! - `redis`: [`store::RedisBackend`] (Redis or Valkey) for the lease mode, and the `redis`
+//!   dependency.
+//! - `test-util`: what unit tests run on: [`store::InMemoryBackend`] (which takes the inline
+//!   mode's DynamoDB `NewItem` too) and [`store::MemoryWrite`], [`time::ManualClock`], and the
+//!   state machine's table of transitions, [`state::table`], which a backend of your own is
+//!   tested against. No dependency; in `[dev-dependencies]`:
+//!   `lambda-idempotency = { version = "0.1", features = ["test-util"] }`.
 //!
 //! SQS support (batch processing, the publisher, the dead-letter queue) is always on.
+//!
+//! The minimum supported Rust version (MSRV) is 1.95.
 //!
 //! # Examples
 //!
