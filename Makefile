@@ -100,7 +100,7 @@ publish-check: ensure-cargo-deny
 # does not have. PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
 PACKAGE_SKIP := sample_events_go_through_the_processor sample_batch_response_matches_the_wire_format
 package-check: ensure-nextest
-	cd $(ROOT) && $(CARGO) package -p lambda-idempotency $(PUBLISH_FLAGS)
+	cd $(ROOT) && $(CARGO) package -p lambda-idempotency --no-verify $(PUBLISH_FLAGS)
 	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test
 
 # Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`).

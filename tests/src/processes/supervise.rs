@@ -40,7 +40,7 @@ impl Observed {
     }
 
     /// The last lines `function` printed that were not metrics (at most a few dozen; a replaced
-    /// process's go with it into [`replaced`](Self::replaced)).
+    /// process's go with it into the `replaced` field).
     pub fn printed(&self, function: &str) -> impl Iterator<Item = &str> {
         self.last_lines
             .get(function)
