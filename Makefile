@@ -1,4 +1,4 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint package-check test demo
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test package-check demo
 # bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
