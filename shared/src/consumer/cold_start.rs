@@ -207,21 +207,12 @@ impl ColdStartChecks {
             return;
         }
         let spec = spec.clone();
+        // Without a budget the queue's redrive policy is the only bound: any count is safe (one
+        // attempt in batches of one needs a maxReceiveCount of 1).
+        let (batch_size, attempts) = spec.max_attempts.map_or((1, 1), |n| (spec.batch_size, n));
         let task = runtime.spawn(async move {
-            match spec.max_attempts {
-                Some(attempts) => {
-                    redrive_policy::warn_if_unsafe(
-                        &spec.sqs,
-                        &queue,
-                        spec.batch_size,
-                        attempts,
-                        spec.expiry,
-                    )
-                    .await
-                }
-                // Without a budget the queue's redrive policy is the only bound: any count is safe.
-                None => redrive_policy::warn_if_unsafe(&spec.sqs, &queue, 1, 1, spec.expiry).await,
-            }
+            redrive_policy::warn_if_unsafe(&spec.sqs, &queue, batch_size, attempts, spec.expiry)
+                .await
         });
         *self
             .queue_task
