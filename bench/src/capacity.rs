@@ -135,12 +135,12 @@ impl<B: Backend> Backend for HotItem<B> {
         self.inner.put(record, now_ms).await
     }
 
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.inner.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.inner.get(key, now_ms).await
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
-        self.inner.update(key, update).await
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
+        self.inner.update(key, update, now_ms).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
@@ -151,8 +151,13 @@ impl<B: Backend> Backend for HotItem<B> {
 impl<B: TransactionalBackend<Write = MemoryWrite>> TransactionalBackend for HotItem<B> {
     type Write = MemoryWrite;
 
-    fn check(&self, record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
-        self.inner.check(record, writes)
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        self.inner.check(record, writes, carrier)
     }
 
     async fn commit(

@@ -1,11 +1,13 @@
 //! A warm-container cache of completed keys, as a layer over a backend: a duplicate seen again
 //! by the same execution environment is answered without a request to the store.
 //!
-//! [`CachedBackend`] wraps any [`Backend`] (tower-style: a backend that wraps a backend). It
-//! answers [`Backend::completed_locally`] from a [`LocalCache`], which the engine asks before it
-//! acquires or commits a key, and delegates every call to the backend it wraps, keeping in the
-//! cache each completed record it sees go by: a completion it applied, a commit or an inline
-//! write, a record that refused a write, a read.
+//! [`CachedBackend`] wraps any [`Backend`] (tower-style: a backend that wraps a backend), and
+//! the engine above it does not know it is there. A write or a read of a key its [`LocalCache`]
+//! holds as completed is answered from the cache, as the store would answer it (the completed
+//! record: [`Put::Exists`], [`Commit::Exists`], [`Failure::Exists`], or the record read), with
+//! no request; every other call goes to the backend it wraps, and each completed record it sees
+//! go by is kept: a completion it applied, a commit (an inline write included), a record that
+//! refused a write, a read.
 //!
 //! A Lambda execution environment handles invocation after invocation, and a redelivered message
 //! often comes back to the one that processed it. [`LocalCache`] keeps the last completed keys of
@@ -43,10 +45,7 @@ use std::time::Duration;
 use lru::LruCache;
 
 use crate::state::{IdempotencyRecord, Put, Status, Update, Updated};
-use crate::store::{
-    Backend, Commit, Failure, InlineBackend, LimitError, StoreError, TransactionalBackend,
-};
-use crate::time::{Clock, SystemClock};
+use crate::store::{Backend, Commit, Failure, LimitError, StoreError, TransactionalBackend};
 
 /// A completed key, as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,31 +172,20 @@ impl LocalCache {
 pub struct CachedBackend<B> {
     inner: B,
     cache: LocalCache,
-    /// The inner backend's identity: part of every entry's key, so that backends over different
-    /// stores never answer for each other from one cache.
-    scope: String,
-    /// What `get` and `update`, which are not told the time, read it from.
-    clock: Arc<dyn Clock>,
+    /// This layer's part of every entry's key (clones share it): layers over different stores
+    /// never answer for each other from one cache.
+    scope: u64,
 }
 
 impl<B: Backend> CachedBackend<B> {
     /// `inner`, with `cache` in front of it.
     pub fn new(inner: B, cache: LocalCache) -> Self {
-        let scope = inner.identity();
+        static SCOPES: AtomicU64 = AtomicU64::new(0);
         Self {
             inner,
             cache,
-            scope,
-            clock: Arc::new(SystemClock),
+            scope: SCOPES.fetch_add(1, Ordering::Relaxed),
         }
-    }
-
-    /// Reads the time from `clock` (the engine's: [`Idempotency::with_local_cache`] passes it).
-    ///
-    /// [`Idempotency::with_local_cache`]: crate::Idempotency::with_local_cache
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
     }
 }
 
@@ -212,10 +200,29 @@ impl<B> CachedBackend<B> {
         &self.cache
     }
 
-    /// The cache's key for the record stored under `key`: the backend's identity and the full
+    /// The cache's key for the record stored under `key`: this layer's scope and the full
     /// stored key.
     fn entry_key(&self, key: &str) -> String {
         format!("{}\n{key}", self.scope)
+    }
+
+    /// The completed record of `key` the cache holds, live at `now_ms`: what the store would
+    /// answer for it, with no request.
+    fn cached(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
+        let hit = self.cache.get(&self.entry_key(key), now_ms)?;
+        Some(IdempotencyRecord {
+            key: key.to_owned(),
+            status: Status::Completed,
+            // Never past the entry's own end (itself never past the record's expiry).
+            expires_at: hit.until_ms.div_euclid(1000),
+            lease_until_ms: None,
+            owner: None,
+            payload_hash: hit.payload_hash,
+            attempts: 0,
+            last_error: None,
+            result: hit.result,
+            result_omitted: false,
+        })
     }
 
     /// Keeps `record` when it is completed, live, and carries its result.
@@ -246,6 +253,9 @@ impl<B> CachedBackend<B> {
 
 impl<B: Backend> Backend for CachedBackend<B> {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
+        if let Some(completed) = self.cached(&record.key, now_ms) {
+            return Ok(Put::Exists(completed));
+        }
         let put = self.inner.put(record, now_ms).await?;
         if let Put::Exists(existing) = &put {
             self.remember(existing, now_ms);
@@ -253,16 +263,19 @@ impl<B: Backend> Backend for CachedBackend<B> {
         Ok(put)
     }
 
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let record = self.inner.get(key).await?;
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        if let Some(completed) = self.cached(key, now_ms) {
+            return Ok(Some(completed));
+        }
+        let record = self.inner.get(key, now_ms).await?;
         if let Some(record) = &record {
-            self.remember(record, self.clock.now_ms());
+            self.remember(record, now_ms);
         }
         Ok(record)
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
-        let updated = self.inner.update(key, update).await?;
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
+        let updated = self.inner.update(key, update, now_ms).await?;
         if let (
             Updated::Applied { .. },
             Update::Complete {
@@ -276,7 +289,6 @@ impl<B: Backend> Backend for CachedBackend<B> {
         {
             // A result too large to store is not cached either: the cache answers as the store
             // would.
-            let now_ms = self.clock.now_ms();
             self.cache.insert(
                 &self.entry_key(key),
                 payload_hash,
@@ -296,39 +308,18 @@ impl<B: Backend> Backend for CachedBackend<B> {
         self.cache.remove(&self.entry_key(key));
         self.inner.delete(key).await
     }
-
-    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
-        let hit = self.cache.get(&self.entry_key(key), now_ms)?;
-        Some(IdempotencyRecord {
-            key: key.to_owned(),
-            status: Status::Completed,
-            // Never past the entry's own end (itself never past the record's expiry).
-            expires_at: hit.until_ms.div_euclid(1000),
-            lease_until_ms: None,
-            owner: None,
-            payload_hash: hit.payload_hash,
-            attempts: 0,
-            last_error: None,
-            result: hit.result,
-            result_omitted: false,
-        })
-    }
-
-    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
-        self.clock = clock.clone();
-        self.inner.use_clock(clock);
-    }
-
-    fn identity(&self) -> String {
-        self.scope.clone()
-    }
 }
 
 impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
     type Write = B::Write;
 
-    fn check(&self, record: &IdempotencyRecord, writes: &[B::Write]) -> Result<(), LimitError> {
-        self.inner.check(record, writes)
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[B::Write],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        self.inner.check(record, writes, carrier)
     }
 
     async fn commit(
@@ -338,6 +329,9 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
         token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
+        if let Some(completed) = self.cached(&record.key, now_ms) {
+            return Ok(Commit::Exists(completed));
+        }
         let commit = self.inner.commit(record, writes, token, now_ms).await?;
         self.remember_commit(record, &commit, now_ms);
         Ok(commit)
@@ -351,6 +345,9 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
         token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
+        if let Some(completed) = self.cached(&record.key, now_ms) {
+            return Ok(Commit::Exists(completed));
+        }
         let commit = self
             .inner
             .commit_carried(record, writes, carrier, token, now_ms)
@@ -364,35 +361,13 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
         record: &IdempotencyRecord,
         now_ms: i64,
     ) -> Result<Failure, StoreError> {
+        if let Some(completed) = self.cached(&record.key, now_ms) {
+            return Ok(Failure::Exists(completed));
+        }
         let failure = self.inner.record_failure(record, now_ms).await?;
         if let Failure::Exists(existing) = &failure {
             self.remember(existing, now_ms);
         }
         Ok(failure)
-    }
-}
-
-impl<B: InlineBackend> InlineBackend for CachedBackend<B> {
-    type Item = B::Item;
-
-    fn check_item(&self, record: &IdempotencyRecord, item: &B::Item) -> Result<(), LimitError> {
-        self.inner.check_item(record, item)
-    }
-
-    async fn put_inline(
-        &self,
-        record: &IdempotencyRecord,
-        item: &B::Item,
-        now_ms: i64,
-    ) -> Result<Commit, StoreError> {
-        let commit = self.inner.put_inline(record, item, now_ms).await?;
-        // Under the idempotency key (`record.key`): a duplicate is answered before its handler
-        // builds the item.
-        match &commit {
-            Commit::Committed => self.remember(record, now_ms),
-            Commit::Exists(existing) => self.remember(existing, now_ms),
-            _ => {}
-        }
-        Ok(commit)
     }
 }

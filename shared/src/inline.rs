@@ -9,7 +9,14 @@
 //! is one), on the condition that the item does not exist yet: the transition
 //! [`state::commit_on_item`](crate::state::commit_on_item). On DynamoDB that is one `PutItem` of a
 //! [`NewItem`](crate::store::NewItem) with `attribute_not_exists(key)` and
-//! `ReturnValuesOnConditionCheckFailure=ALL_OLD`:
+//! `ReturnValuesOnConditionCheckFailure=ALL_OLD`.
+//!
+//! It is not a mechanism of its own: an [`InlinePut`] is the
+//! [`Transaction`] of its one write, which [carries](Transaction::carry_record) the record, and
+//! the engine commits it as the transactional mode commits any transaction
+//! ([`TransactionalBackend::commit_carried`](crate::store::TransactionalBackend::commit_carried)).
+//! A commit of one write is atomic by itself, so the backend sends it as one conditional write
+//! instead of a transaction:
 //!
 //! - **One request per fresh record**, and the write units of the item alone plus its record's
 //!   attributes (at most [`inline_record_bytes`](crate::store::inline_record_bytes), 184 bytes,
@@ -47,8 +54,8 @@
 //! after a failed one runs, its attempts starting again at 1 should it fail too (the failed
 //! record is replaceable by another payload, as everywhere). A handler whose item is refused
 //! because the item exists *without* a record (written by something else) fails the same way
-//! ([`TransactError::Rejected`]): retried under the attempt budget. An item over DynamoDB's size
-//! limit is permanent ([`TransactError::Limit`] found before the request, or a rejection for its
+//! ([`TransactError::Rejected`](crate::transaction::TransactError::Rejected)): retried under the attempt budget. An item over DynamoDB's size
+//! limit is permanent ([`TransactError::Limit`](crate::transaction::TransactError::Limit) found before the request, or a rejection for its
 //! size from the store).
 //!
 //! A success ends the count. The failed record blocks nothing, but the item's write does not
@@ -59,7 +66,7 @@
 //! which changes only a failed record), after the write, best effort (a failure is logged), and
 //! on that path only. The batch wrapper knows when: an attempt above 1 (a redelivery, without the
 //! attempts read; a key whose failed attempts the read found, with it). A first delivery that
-//! succeeds costs its one write, as before. [`Idempotency::put_inline`] called directly knows no
+//! succeeds costs its one write, as before. [`Idempotency::put_inline`](crate::Idempotency::put_inline) called directly knows no
 //! attempt and never resets: a key of the body, failed by one message and completed by
 //! another's first delivery, keeps its count too. A redelivery
 //! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
@@ -130,15 +137,7 @@
 //! # });
 //! ```
 
-use std::fmt;
-use std::future::Future;
-
-use serde::Serialize;
-
-use crate::Idempotency;
-use crate::payload::PayloadHash;
-use crate::store::{InlineBackend, LimitError};
-use crate::transaction::{Begun, TransactError, Transacted};
+use crate::transaction::Transaction;
 
 /// What a handler returns in inline mode: its output (stored as the record's result, on the
 /// item) and its one new item.
@@ -149,10 +148,11 @@ pub struct InlinePut<T, I> {
 }
 
 impl<T, I> InlinePut<T, I> {
-    /// `item`, written with the record, and `output`. The item is the backend's own
-    /// ([`InlineBackend::Item`]), or one it converts: a DynamoDB
-    /// [`NewItem`](crate::store::NewItem) is written by the in-memory backend too, so that a
-    /// handler's unit test runs it unchanged.
+    /// `item`, written with the record, and `output`. The item is a write of the backend
+    /// ([`TransactionalBackend::Write`](crate::store::TransactionalBackend::Write)) on the
+    /// condition that its item does not exist, or one it converts: a DynamoDB
+    /// [`NewItem`](crate::store::NewItem) is such a `Put`, and is written by the in-memory backend
+    /// too, so that a handler's unit test runs it unchanged.
     pub fn new(output: T, item: I) -> Self {
         Self { output, item }
     }
@@ -173,105 +173,13 @@ impl<T, I> InlinePut<T, I> {
     }
 }
 
-impl<B: InlineBackend> Idempotency<B> {
-    /// Runs `work` at most once per `key` (in effect) in inline mode: `work` returns one new
-    /// item, and it is written with the idempotency record on it, in one conditional write (see
-    /// the [module](crate::inline)). Answers as the transactional mode does.
-    pub async fn put_inline<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload: &[u8],
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
-    {
-        self.put_inline_hashed(key, &PayloadHash::of_bytes(payload), work)
-            .await
-    }
-
-    /// [`put_inline`](Self::put_inline) with a payload hash computed by the caller.
-    ///
-    /// A panic in `work` is recorded as a failed attempt and then resumed.
-    pub async fn put_inline_hashed<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
-    {
-        self.put_inline_retried(key, payload_hash, false, work)
-            .await
-    }
-
-    /// [`put_inline_hashed`](Self::put_inline_hashed) for an attempt that knows whether earlier
-    /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
-    /// attempt has written its item, the count of failed attempts they left in the engine's
-    /// table is ended ([`end_failure_count`](Self::end_failure_count)).
-    pub(crate) async fn put_inline_retried<T, E, F, Fut>(
-        &self,
-        key: &str,
-        payload_hash: &PayloadHash,
-        retried: bool,
-        work: F,
-    ) -> Result<Transacted<T>, TransactError<E>>
-    where
-        T: Serialize,
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<InlinePut<T, B::Item>, E>>,
-    {
-        let Begun {
-            attempt,
-            mut record,
-            output: put,
-            now_ms,
-        } = match self.begin(key, payload_hash, work).await {
-            Ok(begun) => begun,
-            Err(answered) => return answered,
-        };
-        let (output, item) = put.into_parts();
-        self.set_result(&mut record, &output);
-        // The result shares the item with the effect: dropped when the two do not fit, so that
-        // the effect is still written.
-        if record.result.is_some()
-            && let Err(LimitError::ItemTooLarge { bytes, max, .. }) =
-                self.backend().check_item(&record, &item)
-        {
-            tracing::warn!(
-                key,
-                item_bytes = bytes,
-                max_bytes = max,
-                "the item and its result do not fit in one item: the result is not stored"
-            );
-            record.result = None;
-            record.result_omitted = true;
-        }
-        // Found before any request, and permanent: not counted as an attempt.
-        if let Err(error) = self.backend().check_item(&record, &item) {
-            return Err(TransactError::Limit {
-                error,
-                attempts: None,
-            });
-        }
-        let answer = match self.backend().put_inline(&record, &item, now_ms).await {
-            Ok(answer) => answer,
-            Err(e) => return Err(TransactError::Store(e)),
-        };
-        let concluded = attempt
-            .conclude(&record, output, answer, true, now_ms)
-            .await;
-        if retried && matches!(concluded, Ok(Transacted::Committed(_))) {
-            self.end_failure_count(key).await;
-        }
-        concluded
+/// The inline mode is the one-write case of a commit that carries its record: the item, its
+/// record on it ([`Transaction::carry_record`]).
+impl<T, I, W> From<InlinePut<T, I>> for Transaction<T, W>
+where
+    I: Into<W>,
+{
+    fn from(put: InlinePut<T, I>) -> Self {
+        Transaction::new(put.output).write(put.item).carry_record()
     }
 }

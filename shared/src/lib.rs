@@ -35,8 +35,8 @@
 //! /// backend in tests.
 //! fn consumer<B>(builder: ConsumerBuilder<B>) -> Consumer<Deduplicated<()>>
 //! where
-//!     B: lambda_idempotency::store::InlineBackend + 'static,
-//!     NewItem: Into<B::Item>,
+//!     B: TransactionalBackend + 'static,
+//!     NewItem: Into<B::Write>,
 //! {
 //!     builder.with_keys(KeyConfig::json_pointer("/orderId")).inline(json(record_order))
 //! }

@@ -7,7 +7,8 @@
 //! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`]),
 //! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
 //! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
-//! ([`KeyConfig`]); and on DynamoDB the backend, the inline mode's item and the SDK's
+//! ([`KeyConfig`]); the bound of a consumer generic over its backend ([`TransactionalBackend`]);
+//! and on DynamoDB the backend, the inline mode's item and the SDK's
 //! `AttributeValue`. `Error` is Lambda's boxed error.
 
 pub use crate::Idempotency;
@@ -18,6 +19,7 @@ pub use crate::batch::{
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;
 pub use crate::key::KeyConfig;
+pub use crate::store::TransactionalBackend;
 pub use crate::transaction::Transaction;
 pub use lambda_runtime::Error;
 

@@ -338,10 +338,10 @@ impl Backend for Unreachable {
     async fn put(&self, _: &IdempotencyRecord, _: i64) -> Result<Put, StoreError> {
         Err(unreachable())
     }
-    async fn get(&self, _: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    async fn get(&self, _: &str, _: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
         Err(unreachable())
     }
-    async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, _: &str, _: &Update, _: i64) -> Result<Updated, StoreError> {
         Err(unreachable())
     }
     async fn delete(&self, _: &str) -> Result<(), StoreError> {

@@ -79,11 +79,12 @@ impl Effects {
     }
 }
 
-impl Items<NewItem> for Effects {
+impl Items<TransactWriteItem> for Effects {
     type Write = TransactWriteItem;
-    fn item(&self, id: &str, value: &str) -> NewItem {
+    fn item(&self, id: &str, value: &str) -> TransactWriteItem {
         NewItem::new(&self.table, "pk", AttributeValue::S(id.into()))
             .attribute("value", AttributeValue::S(value.into()))
+            .into()
     }
     fn put(&self, id: &str, value: &str) -> TransactWriteItem {
         self.put_write(id, value, None)

@@ -287,12 +287,12 @@ impl Backend for SlowUpdates {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.inner.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.inner.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.inner.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
         tokio::time::sleep(self.delay).await;
-        self.inner.update(key, update).await
+        self.inner.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.inner.delete(key).await

@@ -11,8 +11,8 @@ use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{
-    Backend, Commit, Failure, InMemoryBackend, InlineBackend, LimitError, MemoryWrite, Put,
-    StoreError, TransactionalBackend, Update, Updated,
+    Backend, Commit, Failure, InMemoryBackend, LimitError, MemoryWrite, Put, StoreError,
+    TransactionalBackend, Update, Updated,
 };
 
 /// What each engine operation costs: one call per operation, and one `put` for any replacement.
@@ -38,17 +38,17 @@ impl Backend for Counted {
         self.counter.add("put");
         self.inner.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.counter.add("get");
-        self.inner.get(key).await
+        self.inner.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
         self.counter.add(match update {
             Update::Complete { .. } => "complete",
             Update::Fail { .. } => "fail",
             Update::ResetAttempts => "reset_attempts",
         });
-        self.inner.update(key, update).await
+        self.inner.update(key, update, now_ms).await
     }
     fn max_result_bytes(&self, key: &str) -> Option<usize> {
         self.inner.max_result_bytes(key)
@@ -57,15 +57,17 @@ impl Backend for Counted {
         self.counter.add("delete");
         self.inner.delete(key).await
     }
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
 }
 
 impl TransactionalBackend for Counted {
     type Write = MemoryWrite;
-    fn check(&self, record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
-        self.inner.check(record, writes)
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        self.inner.check(record, writes, carrier)
     }
     async fn commit(
         &self,
@@ -100,22 +102,6 @@ impl TransactionalBackend for Counted {
     }
 }
 
-impl InlineBackend for Counted {
-    type Item = MemoryWrite;
-    fn check_item(&self, record: &IdempotencyRecord, item: &MemoryWrite) -> Result<(), LimitError> {
-        self.inner.check_item(record, item)
-    }
-    async fn put_inline(
-        &self,
-        record: &IdempotencyRecord,
-        item: &MemoryWrite,
-        now_ms: i64,
-    ) -> Result<Commit, StoreError> {
-        self.counter.add("put_inline");
-        self.inner.put_inline(record, item, now_ms).await
-    }
-}
-
 /// The inline mode's items: values under the table `effects`.
 #[derive(Clone)]
 struct Effects(Arc<InMemoryBackend>);
@@ -125,7 +111,7 @@ const EFFECTS: &str = "effects";
 impl Items<MemoryWrite> for Effects {
     type Write = MemoryWrite;
     fn item(&self, id: &str, value: &str) -> MemoryWrite {
-        MemoryWrite::put(EFFECTS, id, value)
+        MemoryWrite::put_if_absent(EFFECTS, id, value)
     }
     fn put(&self, id: &str, value: &str) -> MemoryWrite {
         MemoryWrite::put(EFFECTS, id, value)
@@ -152,7 +138,7 @@ impl Items<MemoryWrite> for Effects {
 }
 
 const INLINE: InlineOps = InlineOps {
-    put: "put_inline",
+    put: "commit",
     record_failure: "record_failure",
     get: "get",
     commit: "commit",

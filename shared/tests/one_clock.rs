@@ -47,12 +47,12 @@ impl Backend for Remote {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.0.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.0.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.0.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        self.0.update(key, update).await
+        self.0.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.0.delete(key).await
@@ -182,11 +182,11 @@ impl Backend for Busy {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         self.inner.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.inner.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.inner.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
-        self.inner.update(key, update).await
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
+        self.inner.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.inner.delete(key).await
@@ -196,8 +196,13 @@ impl Backend for Busy {
 impl TransactionalBackend for Busy {
     type Write = MemoryWrite;
 
-    fn check(&self, record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
-        self.inner.check(record, writes)
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        self.inner.check(record, writes, carrier)
     }
     async fn commit(
         &self,

@@ -131,7 +131,7 @@ async fn keys_live_under_the_namespace() {
     .await;
     assert_eq!(exists, 1);
     assert!(
-        bare.get(&format!("fn#{key}")).await.unwrap().is_none(),
+        bare.get(&format!("fn#{key}"), 0).await.unwrap().is_none(),
         "not outside the namespace"
     );
     let lease = started(&eb, &key).await;

@@ -417,7 +417,7 @@ async fn a_transaction_over_the_limits_is_refused_before_any_request() {
     );
     assert_eq!(
         error.to_string(),
-        "a transaction holds at most 100 actions; this one has 101 (the idempotency record and 100 writes)"
+        "a transaction holds at most 100 actions; this one has 101"
     );
 
     // Eleven items of 390 KB: each fits in an item, together not in 4 MB.

@@ -13,7 +13,6 @@
 //! [`consumer`] builds it over any backend, so that the tests run it on the in-memory one.
 
 use lambda_idempotency::prelude::*;
-use lambda_idempotency::store::InlineBackend;
 
 /// A message of the queue: an order was placed.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -53,8 +52,8 @@ pub async fn record_order(
 /// tests), writing orders to `table`, keyed on the body's `/orderId`.
 pub fn consumer<B>(builder: ConsumerBuilder<B>, table: String) -> Consumer<Deduplicated<()>>
 where
-    B: InlineBackend + 'static,
-    NewItem: Into<B::Item>,
+    B: TransactionalBackend + 'static,
+    NewItem: Into<B::Write>,
 {
     let handler = json(move |order, _ctx: RecordContext| record_order(table.clone(), order));
     builder

@@ -9,7 +9,7 @@ use super::inline::Inline;
 use super::then::AndThen;
 use super::transactional::Transactional;
 use crate::Idempotency;
-use crate::store::{Backend, BoxError, InlineBackend, TransactionalBackend};
+use crate::store::{Backend, BoxError, TransactionalBackend};
 
 /// Composition helpers for every [`RecordHandler`].
 pub trait RecordHandlerExt: RecordHandler + Sized {
@@ -34,9 +34,9 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     /// Writes this handler's one new item with its idempotency record on it, in one conditional
     /// write (see [`crate::inline`]): the handler returns an
     /// [`InlinePut`](crate::inline::InlinePut) instead of writing its item. Keyed on the message
-    /// id; see [`Inline::with_keys`]. Only over an [`InlineBackend`]; for several writes or
+    /// id; see [`Inline::with_keys`]. Only over a [`TransactionalBackend`]; for several writes or
     /// updates of existing items, use [`transactional`](Self::transactional).
-    fn inline<B: InlineBackend>(self, engine: Idempotency<B>) -> Inline<Self, B> {
+    fn inline<B: TransactionalBackend>(self, engine: Idempotency<B>) -> Inline<Self, B> {
         Idempotent::new(self, engine, super::InlineMode::default())
     }
 

@@ -9,7 +9,8 @@ use super::transactional::{Start, finish, guarded, start};
 use super::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::inline::InlinePut;
-use crate::store::InlineBackend;
+use crate::store::TransactionalBackend;
+use crate::transaction::Transaction;
 
 /// A handler whose effect is one new item, written with its idempotency record on it: the inner
 /// handler returns an [`InlinePut`] (its output and its item) instead of writing the item.
@@ -110,8 +111,8 @@ impl<H, B, T, I> Mode<H, B> for InlineMode
 where
     H: RecordHandler<Output = InlinePut<T, I>>,
     T: Serialize + Send,
-    I: Into<B::Item> + Send,
-    B: InlineBackend,
+    I: Into<B::Write> + Send,
+    B: TransactionalBackend,
 {
     type Output = Deduplicated<T>;
 
@@ -137,12 +138,11 @@ where
         let retried = inner_ctx.attempt > 1;
         let work = || async {
             let put = guarded(ctx, this.inner.handle(message, &inner_ctx)).await?;
-            let (output, item) = put.into_parts();
-            Ok(InlinePut::new(output, item.into()))
+            Ok(Transaction::from(put))
         };
         let result = this
             .engine
-            .put_inline_retried(&key, &hash, retried, work)
+            .transact_retried(&key, &hash, ctx.finish_by, retried, work)
             .await;
         finish(result, ctx, &key)
     }

@@ -66,7 +66,7 @@ use crate::dead_letter::DeadLetter;
 use crate::inline::InlinePut;
 use crate::key::KeyConfig;
 use crate::redrive_policy::QueueRef;
-use crate::store::{Backend, InlineBackend, StoreError, TransactionalBackend};
+use crate::store::{Backend, StoreError, TransactionalBackend};
 use crate::transaction::Transaction;
 
 /// Why a batch could not be processed at all (each record's own failure is in its report).
@@ -337,8 +337,8 @@ impl<B: Backend> ConsumerBuilder<B> {
     where
         H: RecordHandler<Output = InlinePut<T, I>> + 'static,
         T: Serialize + Send + 'static,
-        I: Into<B::Item> + Send + 'static,
-        B: InlineBackend + 'static,
+        I: Into<B::Write> + Send + 'static,
+        B: TransactionalBackend + 'static,
     {
         self.compose(|engine, keys| handler.inline(engine).with_keys(keys))
     }

@@ -9,10 +9,10 @@
 //!   [`TransactionalBackend`](crate::store::TransactionalBackend)): the work returns its writes,
 //!   and they commit with the record, written completed at once (see [`crate::transaction`]; the
 //!   engine's side is in `transact.rs`).
-//! - **Inline mode** ([`Idempotency::put_inline`], over an
-//!   [`InlineBackend`](crate::store::InlineBackend)): the work returns one new item, and the
-//!   record rides on it, in one conditional write (see [`crate::inline`], where the engine's
-//!   method lives).
+//! - **Inline mode** ([`Idempotency::put_inline`], over the same backends): the work returns one
+//!   new item, and the record rides on it, in one conditional write: a transactional commit of
+//!   one write that [carries](crate::transaction::Transaction::carry_record) the record (see
+//!   [`crate::inline`]).
 //!
 //! What each write does to a record is the [state machine](crate::state)'s; the engine builds
 //! the records, asks the backend, and reads its answers ([`crate::lease`]).
@@ -120,10 +120,10 @@ impl<B: Backend> Idempotency<B> {
     }
 
     /// Answers duplicates of keys completed in this process from `cache`, without a request:
-    /// the backend, wrapped in a [`CachedBackend`] that reads this engine's clock. See [`crate::cache`] for when an entry can be stale, and an example. Off by
-    /// default.
+    /// the backend, wrapped in a [`CachedBackend`]. See [`crate::cache`] for when an entry can be
+    /// stale, and an example. Off by default.
     pub fn with_local_cache(self, cache: LocalCache) -> Idempotency<CachedBackend<B>> {
-        let backend = CachedBackend::new(self.backend, cache).with_clock(self.clock.clone());
+        let backend = CachedBackend::new(self.backend, cache);
         Idempotency {
             backend,
             expiry: self.expiry,
@@ -209,7 +209,6 @@ impl<B: Backend> Idempotency<B> {
 
     /// Uses another clock (for tests of expiry and leases).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.backend.use_clock(&clock);
         self.clock = clock;
         self
     }
@@ -252,9 +251,6 @@ impl<B: Backend> Idempotency<B> {
     ) -> Result<Acquired, AcquireError> {
         let now_ms = self.clock.now_ms();
         let stored = self.stored_key(key);
-        if let Some(answer) = self.answered_locally(key, &stored, payload_hash, now_ms) {
-            return answer;
-        }
         let lease_until_ms = self.lease_end(now_ms, deadline);
         let owner = new_owner_token();
         let record = IdempotencyRecord {
@@ -342,7 +338,9 @@ impl<B: Backend> Idempotency<B> {
             result,
             result_omitted,
         };
-        self.backend.update(lease.stored_key(), &update).await
+        self.backend
+            .update(lease.stored_key(), &update, self.clock.now_ms())
+            .await
     }
 
     /// [`complete`](Self::complete), retried with backoff (50 ms doubling, at most
@@ -382,20 +380,30 @@ impl<B: Backend> Idempotency<B> {
             owner: lease.owner().to_owned(),
             error: error.to_owned(),
         };
-        self.backend.update(lease.stored_key(), &update).await
+        self.backend
+            .update(lease.stored_key(), &update, self.clock.now_ms())
+            .await
     }
 
     /// Sets the failed attempts of `key`'s record back to 0, when it is failed: its message went
     /// to the dead-letter queue, and a redrive starts a new attempt budget.
     pub async fn reset_attempts(&self, key: &str) -> Result<Updated, StoreError> {
         self.backend
-            .update(&self.stored_key(key), &Update::ResetAttempts)
+            .update(
+                &self.stored_key(key),
+                &Update::ResetAttempts,
+                self.clock.now_ms(),
+            )
             .await
     }
 
-    /// Reads the record of `key` (expired or not).
+    /// Reads the record of `key` (expired or not). With a [local cache](crate::cache), a key it
+    /// holds as completed is answered from it: the completed record as the cache keeps it (its
+    /// payload hash, result and expiry).
     pub async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.backend.get(&self.stored_key(key)).await
+        self.backend
+            .get(&self.stored_key(key), self.clock.now_ms())
+            .await
     }
 
     /// Deletes the record of `key` in the engine's table (and its entry in the
@@ -501,21 +509,5 @@ impl<B: Backend> Idempotency<B> {
     /// True when `finish_by` (if any) leaves time for a pause of `delay` and another try.
     fn room_for(&self, finish_by: Option<Deadline>, delay: Duration) -> bool {
         finish_by.is_none_or(|f| f.epoch_ms() - self.clock.now_ms() > 2 * millis(delay))
-    }
-
-    /// The answer for `key` (stored as `stored`) when the backend knows it completed without a
-    /// request ([`Backend::completed_locally`]: the local cache).
-    pub(crate) fn answered_locally(
-        &self,
-        key: &str,
-        stored: &str,
-        payload_hash: &PayloadHash,
-        now_ms: i64,
-    ) -> Option<Result<Acquired, AcquireError>> {
-        let record = self.backend.completed_locally(stored, now_ms)?;
-        Some(Acquired::blocked(
-            key,
-            classify(record, payload_hash, now_ms),
-        ))
     }
 }

@@ -1,6 +1,7 @@
 //! The engine in the modes that write their record completed at once, with the handler's
 //! effect: the transactional mode's [`transact`](Idempotency::transact) and
-//! [`peek`](Idempotency::peek), and what the inline mode ([`crate::inline`]) shares with it.
+//! [`peek`](Idempotency::peek), and the inline mode's [`put_inline`](Idempotency::put_inline),
+//! a commit of one write that carries the record ([`crate::inline`]).
 
 use std::fmt;
 use std::future::Future;
@@ -11,14 +12,13 @@ use serde::Serialize;
 
 use super::Idempotency;
 use crate::error::panic_message;
+use crate::inline::InlinePut;
 use crate::lease::{AcquireError, Acquired};
 use crate::payload::PayloadHash;
 use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
-use crate::store::{TransactionalBackend, Update};
+use crate::store::{LimitError, TransactionalBackend, Update};
 use crate::time::Deadline;
-use crate::transaction::{
-    Attempt, Begun, Peeked, TransactError, Transacted, Transaction, answer, settle,
-};
+use crate::transaction::{Attempt, Begun, Peeked, TransactError, Transacted, Transaction, settle};
 
 impl<B: TransactionalBackend> Idempotency<B> {
     /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
@@ -61,6 +61,27 @@ impl<B: TransactionalBackend> Idempotency<B> {
             .await
     }
 
+    /// Runs `work` at most once per `key` (in effect) in inline mode: `work` returns one new
+    /// item, and it is written with the idempotency record on it, in one conditional write: the
+    /// commit of a [`Transaction`] of that one write, which carries the record (see
+    /// [`crate::inline`]). Answers as [`transact`](Self::transact) does.
+    pub async fn put_inline<T, I, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &[u8],
+        work: F,
+    ) -> Result<Transacted<T>, TransactError<E>>
+    where
+        T: Serialize,
+        I: Into<B::Write>,
+        E: fmt::Display,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<InlinePut<T, I>, E>>,
+    {
+        let work = || async { work().await.map(Transaction::from) };
+        self.transact(key, payload, None, work).await
+    }
+
     /// [`transact_hashed`](Self::transact_hashed) for an attempt that knows whether earlier
     /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
     /// attempt has committed a [carried](Transaction::carry_record) record, the count of failed
@@ -92,8 +113,27 @@ impl<B: TransactionalBackend> Idempotency<B> {
         };
         let (output, writes, carrier) = transaction.into_carried_parts();
         self.set_result(&mut record, &output);
+        let mut checked = self.backend.check(&record, &writes, carrier);
+        // A carried result shares its item with the effect: dropped when the two do not fit, so
+        // that the effect is still written.
+        if let Err(LimitError::ItemTooLarge {
+            index, bytes, max, ..
+        }) = checked
+            && carrier == Some(index)
+            && record.result.is_some()
+        {
+            tracing::warn!(
+                key,
+                item_bytes = bytes,
+                max_bytes = max,
+                "the item and its result do not fit in one item: the result is not stored"
+            );
+            record.result = None;
+            record.result_omitted = true;
+            checked = self.backend.check(&record, &writes, carrier);
+        }
         // Found before any request, and permanent: not counted as an attempt.
-        if let Err(error) = self.backend.check(&record, &writes) {
+        if let Err(error) = checked {
             return Err(TransactError::Limit {
                 error,
                 attempts: None,
@@ -116,7 +156,12 @@ impl<B: TransactionalBackend> Idempotency<B> {
     /// dead-letter queue. Best effort: a failure is logged, and the commit stands.
     pub(crate) async fn end_failure_count(&self, key: &str) {
         let stored = self.stored_key(key);
-        if let Err(e) = self.backend.update(&stored, &Update::ResetAttempts).await {
+        let now_ms = self.clock.now_ms();
+        if let Err(e) = self
+            .backend
+            .update(&stored, &Update::ResetAttempts, now_ms)
+            .await
+        {
             tracing::warn!(key, error = %e, "could not end the count of failed attempts after a success");
         }
     }
@@ -135,20 +180,17 @@ impl<B: TransactionalBackend> Idempotency<B> {
     ) -> Result<Peeked, AcquireError> {
         let stored = self.stored_key(key);
         let now_ms = self.clock.now_ms();
-        let found = match self.answered_locally(key, &stored, payload_hash, now_ms) {
-            Some(found) => found?,
-            None => match self.backend.get(&stored).await? {
-                None => return Ok(Peeked::Attempts(0)),
-                Some(record) if record.is_replaceable(now_ms) => {
-                    let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
-                        record.attempts
-                    } else {
-                        0
-                    };
-                    return Ok(Peeked::Attempts(attempts));
-                }
-                Some(record) => Acquired::blocked(key, classify(record, payload_hash, now_ms))?,
-            },
+        let found = match self.backend.get(&stored, now_ms).await? {
+            None => return Ok(Peeked::Attempts(0)),
+            Some(record) if record.is_replaceable(now_ms) => {
+                let attempts = if record.carries_attempts_to(payload_hash.as_str(), now_ms) {
+                    record.attempts
+                } else {
+                    0
+                };
+                return Ok(Peeked::Attempts(attempts));
+            }
+            Some(record) => Acquired::blocked(key, classify(record, payload_hash, now_ms))?,
         };
         Ok(match found {
             Acquired::Duplicate { result, .. } => Peeked::Duplicate { result },
@@ -172,12 +214,8 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
-        let stored = self.stored_key(key);
         let now_ms = self.clock.now_ms();
-        if let Some(found) = self.answered_locally(key, &stored, payload_hash, now_ms) {
-            return Err(answer(found));
-        }
-        let record = self.completed_record(stored, payload_hash, now_ms);
+        let record = self.completed_record(self.stored_key(key), payload_hash, now_ms);
         let attempt = Attempt {
             backend: &self.backend,
             clock: self.clock.as_ref(),

@@ -2,15 +2,15 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{
-    Backend, Commit, Failure, InlineBackend, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
+    Backend, Commit, Failure, LimitError, MAX_TRANSACTION_ACTIONS, Put, StoreError,
     TransactionalBackend, Update, Updated,
 };
 use crate::state::{self, IdempotencyRecord, Step};
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
-/// put under a table and a key, unconditionally or only where there is none. It is also the
-/// backend's new item in the [inline mode](crate::inline), where `if_absent` is not read: the
-/// record's own condition decides.
+/// put under a table and a key, unconditionally or only where there is none. In the
+/// [inline mode](crate::inline), the handler's one new item is a [`put_if_absent`](Self::put_if_absent)
+/// (a DynamoDB [`NewItem`](crate::store::NewItem) converts to one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryWrite {
     /// The table.
@@ -61,24 +61,11 @@ impl MemoryWrite {
 /// # });
 /// # fn tokio_test_block_on(f: impl std::future::Future) { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f); }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct InMemoryBackend {
     records: Mutex<HashMap<String, IdempotencyRecord>>,
     /// Each item's value, and the record it carries when the inline mode wrote it.
     items: Mutex<HashMap<(String, String), StoredItem>>,
-    /// Distinguishes this backend from every other in the process ([`Backend::identity`]).
-    instance: u64,
-}
-
-impl Default for InMemoryBackend {
-    fn default() -> Self {
-        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        Self {
-            records: Mutex::default(),
-            items: Mutex::default(),
-            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
 }
 
 /// An item's value, and the idempotency record on it (inline mode).
@@ -160,11 +147,16 @@ impl Backend for InMemoryBackend {
         Ok(t.answer)
     }
 
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    async fn get(&self, key: &str, _now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
         Ok(self.lock().get(key).cloned())
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(
+        &self,
+        key: &str,
+        update: &Update,
+        _now_ms: i64,
+    ) -> Result<Updated, StoreError> {
         let mut records = self.lock();
         let t = state::update(records.get(key), update);
         if let Some(written) = t.write {
@@ -183,17 +175,18 @@ impl Backend for InMemoryBackend {
         self.lock().remove(key);
         Ok(())
     }
-
-    fn identity(&self) -> String {
-        format!("memory:{}", self.instance)
-    }
 }
 
 impl TransactionalBackend for InMemoryBackend {
     type Write = MemoryWrite;
 
-    fn check(&self, _record: &IdempotencyRecord, writes: &[MemoryWrite]) -> Result<(), LimitError> {
-        let actions = writes.len() + 1;
+    fn check(
+        &self,
+        _record: &IdempotencyRecord,
+        writes: &[MemoryWrite],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        let actions = writes.len() + usize::from(carrier.is_none());
         if actions > MAX_TRANSACTION_ACTIONS {
             return Err(LimitError::TooManyActions {
                 actions,
@@ -290,58 +283,6 @@ impl TransactionalBackend for InMemoryBackend {
                 Ok(Failure::Recorded { attempts })
             }
             Step::Held(held) => Ok(Failure::Exists(held)),
-        }
-    }
-}
-
-impl InlineBackend for InMemoryBackend {
-    type Item = MemoryWrite;
-
-    /// No size limit in memory.
-    fn check_item(
-        &self,
-        _record: &IdempotencyRecord,
-        _item: &MemoryWrite,
-    ) -> Result<(), LimitError> {
-        Ok(())
-    }
-
-    /// The item is written only where it does not exist: one that carries a record, whatever
-    /// its expiry, answers with it ([`state::commit_on_item`]); one without is the handler's
-    /// rejection.
-    async fn put_inline(
-        &self,
-        record: &IdempotencyRecord,
-        item: &MemoryWrite,
-        _now_ms: i64,
-    ) -> Result<Commit, StoreError> {
-        let mut items = self.items();
-        let at = (item.table.clone(), item.key.clone());
-        match items.get(&at) {
-            // Written by something else: it carries no record.
-            Some(StoredItem { record: None, .. }) => Ok(Commit::Rejected {
-                index: 0,
-                write: format!("Put on table `{}` ({})", item.table, item.key),
-                code: "ConditionalCheckFailed".into(),
-                message: "the item exists and carries no idempotency record".into(),
-            }),
-            stored => match state::commit_on_item(stored.and_then(|i| i.record.as_ref()), record) {
-                Step::Held(held) => Ok(Commit::Exists(IdempotencyRecord {
-                    key: record.key.clone(),
-                    ..held
-                })),
-                Step::Write(completed) => {
-                    let value = item.value.clone();
-                    items.insert(
-                        at,
-                        StoredItem {
-                            value,
-                            record: Some(completed),
-                        },
-                    );
-                    Ok(Commit::Committed)
-                }
-            },
         }
     }
 }

@@ -8,7 +8,8 @@
 //! [table](crate::state::table::TRANSITIONS) every backend is tested against.
 //!
 //! A layer is a backend that wraps another: [`CachedBackend`](crate::cache::CachedBackend)
-//! answers keys completed in this process from a local cache and delegates the rest.
+//! answers keys completed in this process from a local cache and delegates the rest. The engine
+//! does not know it is there: it asks the layer as it asks any backend.
 //!
 //! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
 //!   conditional write per acquire, the existing record returned with
@@ -20,14 +21,12 @@
 //!
 //! A backend that can also commit the record together with the handler's own writes, in one
 //! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
-//! that cannot does not implement it, and the transactional mode does not compile over it. One
-//! that can also write the record *on* the handler's one new item implements
-//! [`InlineBackend`] (see [`crate::inline`]).
+//! that cannot does not implement it, and the transactional and inline modes do not compile over
+//! it (the inline mode, [`crate::inline`], is a commit of one write that carries its record).
 
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod dynamodb_layout;
-mod inline_backend;
 #[cfg(any(test, feature = "test-util"))]
 mod memory;
 #[cfg(feature = "redis")]
@@ -46,7 +45,6 @@ pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES,
     inline_record_bytes, max_result_bytes,
 };
-pub use inline_backend::InlineBackend;
 #[cfg(any(test, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use memory::{InMemoryBackend, MemoryWrite};
@@ -54,8 +52,6 @@ pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBacken
 
 use crate::state::IdempotencyRecord;
 pub use crate::state::{Put, Update, Updated};
-use crate::time::Clock;
-use std::sync::Arc;
 
 /// A boxed error from a backend's client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -133,17 +129,21 @@ pub trait Backend: Send + Sync {
         now_ms: i64,
     ) -> impl Future<Output = Result<Put, StoreError>> + Send;
 
-    /// Reads the record of `key`, expired or not.
+    /// Reads the record of `key`, expired or not, at `now_ms` (a layer such as the
+    /// [local cache](crate::cache)'s reads the time from it; a store does not).
     fn get(
         &self,
         key: &str,
+        now_ms: i64,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send;
 
-    /// Applies `update` to the record of `key`, in one request, under the update's condition.
+    /// Applies `update` to the record of `key`, in one request, under the update's condition, at
+    /// `now_ms` (as for [`get`](Self::get)).
     fn update(
         &self,
         key: &str,
         update: &Update,
+        now_ms: i64,
     ) -> impl Future<Output = Result<Updated, StoreError>> + Send;
 
     /// The largest stored result (bytes of JSON) a record of `key` can carry, with every other
@@ -156,31 +156,6 @@ pub trait Backend: Send + Sync {
 
     /// Deletes the record of `key`, if there is one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// A completed record of `key` that this process knows without a request, live at `now_ms`:
-    /// the engine asks before it acquires or commits, and answers a duplicate with it at no
-    /// cost. `None` (the default) sends every call to the store; the local cache's layer
-    /// ([`CachedBackend`](crate::cache::CachedBackend)) answers from its entries.
-    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
-        let _ = (key, now_ms);
-        None
-    }
-
-    /// Reads the time from `clock` where the backend reads it itself: a layer such as the local
-    /// cache's, whose `get` and `update` are not told the time. The engine passes its clock on
-    /// ([`Idempotency::with_clock`](crate::Idempotency::with_clock)). The default reads none.
-    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
-        let _ = clock;
-    }
-
-    /// Where this backend keeps its records (`dynamodb:TABLE`, `redis:NAMESPACE`): two backends
-    /// with one identity share records. The [local cache](crate::cache) keys its entries by it,
-    /// so that engines over different stores never answer for each other from one cache. The
-    /// default is the backend's type name: a backend of your own that can point at several
-    /// stores should name the one it uses.
-    fn identity(&self) -> String {
-        std::any::type_name::<Self>().to_owned()
-    }
 }
 
 impl<B: Backend> Backend for std::sync::Arc<B> {
@@ -194,32 +169,22 @@ impl<B: Backend> Backend for std::sync::Arc<B> {
     fn get(
         &self,
         key: &str,
+        now_ms: i64,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
-        (**self).get(key)
+        (**self).get(key, now_ms)
     }
     fn update(
         &self,
         key: &str,
         update: &Update,
+        now_ms: i64,
     ) -> impl Future<Output = Result<Updated, StoreError>> + Send {
-        (**self).update(key, update)
+        (**self).update(key, update, now_ms)
     }
     fn max_result_bytes(&self, key: &str) -> Option<usize> {
         (**self).max_result_bytes(key)
     }
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).delete(key)
-    }
-    fn completed_locally(&self, key: &str, now_ms: i64) -> Option<IdempotencyRecord> {
-        (**self).completed_locally(key, now_ms)
-    }
-    /// Passed on while this is the only handle on the backend (it is when the engine is built).
-    fn use_clock(&mut self, clock: &Arc<dyn Clock>) {
-        if let Some(backend) = Arc::get_mut(self) {
-            backend.use_clock(clock);
-        }
-    }
-    fn identity(&self) -> String {
-        (**self).identity()
     }
 }

@@ -63,12 +63,9 @@ pub enum Failure {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
     /// More actions than one transaction holds.
-    #[error(
-        "a transaction holds at most {max} actions; this one has {actions} \
-         (the idempotency record and {} writes)", actions - 1
-    )]
+    #[error("a transaction holds at most {max} actions; this one has {actions}")]
     TooManyActions {
-        /// Actions of this transaction, the record included.
+        /// Actions of this transaction, the record's own included when it is not carried.
         actions: usize,
         /// The most one transaction holds.
         max: usize,
@@ -110,8 +107,15 @@ pub trait TransactionalBackend: Backend {
     type Write: Clone + Send + Sync + std::fmt::Debug;
 
     /// Checks `record` and `writes` against the store's limits (actions and bytes per
-    /// transaction, bytes per item), without a request.
-    fn check(&self, record: &IdempotencyRecord, writes: &[Self::Write]) -> Result<(), LimitError>;
+    /// transaction, bytes per item), without a request: the record as an action of its own, or,
+    /// `carrier` given, its attributes in the item of `writes[carrier]`
+    /// ([`commit_carried`](Self::commit_carried)).
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[Self::Write],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError>;
 
     /// Writes `record` (completed) and `writes` in one atomic request, unless a record that is
     /// not replaceable holds the key ([`state::commit`](crate::state::commit) at `now_ms`); then returns
@@ -159,6 +163,11 @@ pub trait TransactionalBackend: Backend {
     /// A carrier the store cannot add a record to (DynamoDB: a `Delete` or a `ConditionCheck`;
     /// an index past the writes) is the code's error: [`StoreError::Misconfigured`].
     ///
+    /// A commit of one write alone is the [inline mode](crate::inline): the record rides on the
+    /// handler's one new item. A single write is atomic by itself, so a store may send it as
+    /// one conditional write instead of a transaction (DynamoDB: one `PutItem` or `UpdateItem`,
+    /// billed as the item alone, where a transaction bills each item twice).
+    ///
     /// The default writes the record beside the writes, as [`commit`](Self::commit) does: a
     /// backend that cannot carry it is still exactly once, for the record's own action.
     fn commit_carried(
@@ -192,8 +201,13 @@ pub trait TransactionalBackend: Backend {
 impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
     type Write = B::Write;
 
-    fn check(&self, record: &IdempotencyRecord, writes: &[Self::Write]) -> Result<(), LimitError> {
-        (**self).check(record, writes)
+    fn check(
+        &self,
+        record: &IdempotencyRecord,
+        writes: &[Self::Write],
+        carrier: Option<usize>,
+    ) -> Result<(), LimitError> {
+        (**self).check(record, writes, carrier)
     }
 
     fn commit(

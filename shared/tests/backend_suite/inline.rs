@@ -1,4 +1,4 @@
-//! The inline mode's checks (`lambda_idempotency::inline`), for every [`InlineBackend`]:
+//! The inline mode's checks (`lambda_idempotency::inline`), for every `TransactionalBackend`:
 //! `memory_store.rs` runs them on the in-memory backend, `dynamodb_store.rs` on DynamoDB (moto).
 //!
 //! Each check takes the suite's engine, an [`Items`] table (how the backend's new items are
@@ -18,7 +18,7 @@ use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::state::table::{Before, OWN, SAME};
 use lambda_idempotency::state::{IdempotencyRecord, Status};
-use lambda_idempotency::store::{Commit, InlineBackend};
+use lambda_idempotency::store::{Commit, TransactionalBackend};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::{Peeked, TransactError, Transacted};
 use lambda_runtime::{Context, LambdaEvent};
@@ -93,7 +93,7 @@ macro_rules! inline_suite {
 }
 
 /// The suite's engine with a local cache whose entries live `ttl`, and the cache.
-pub(super) fn cached<B: InlineBackend + Clone + 'static>(
+pub(super) fn cached<B: TransactionalBackend + Clone + 'static>(
     s: &Suite<B>,
     ttl: Duration,
 ) -> (Idempotency<CachedBackend<B>>, LocalCache) {
@@ -102,11 +102,11 @@ pub(super) fn cached<B: InlineBackend + Clone + 'static>(
 }
 
 /// A handler's work: `item` holding `value`, with output `out-{value}`.
-pub(super) fn work<B: InlineBackend, X: Items<B::Item>>(
+pub(super) fn work<B: TransactionalBackend, X: Items<B::Write>>(
     items: &X,
     id: &str,
     value: &str,
-) -> impl FnOnce() -> std::future::Ready<Result<InlinePut<String, B::Item>, std::io::Error>> {
+) -> impl FnOnce() -> std::future::Ready<Result<InlinePut<String, B::Write>, std::io::Error>> {
     let put = InlinePut::new(format!("out-{value}"), items.item(id, value));
     move || std::future::ready(Ok(put))
 }
@@ -121,8 +121,8 @@ pub async fn inline_a_fresh_item_is_one_write_and_a_duplicate_one_refused_write<
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let e = &s.engine;
     let first = e
@@ -178,13 +178,13 @@ pub async fn inline_failures_are_counted_beside_the_item_and_a_corrected_payload
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let e = &s.engine;
     let hash = PayloadHash::of_bytes(b"{\"n\":1}");
     for attempt in 1..=2 {
-        let failed = e.put_inline("f", b"{\"n\":1}", failing()).await;
+        let failed = e.put_inline("f", b"{\"n\":1}", failing::<B::Write>()).await;
         assert!(
             matches!(failed, Err(TransactError::Failed { attempts: Some(a), .. }) if a == attempt),
             "{failed:?}"
@@ -211,10 +211,12 @@ pub async fn inline_failures_are_counted_beside_the_item_and_a_corrected_payload
     assert!(items.record("item-f").await.is_some());
 
     // A corrected payload after a failed one runs; its attempts start again.
-    e.put_inline("c", b"{\"bad\":1}", failing::<B::Item>())
+    e.put_inline("c", b"{\"bad\":1}", failing::<B::Write>())
         .await
         .unwrap_err();
-    let failed = e.put_inline("c", b"{\"good\":1}", failing()).await;
+    let failed = e
+        .put_inline("c", b"{\"good\":1}", failing::<B::Write>())
+        .await;
     assert!(
         matches!(
             failed,
@@ -232,7 +234,7 @@ pub async fn inline_failures_are_counted_beside_the_item_and_a_corrected_payload
     assert_eq!(corrected, Transacted::Committed("out-good".to_owned()));
     assert_eq!(items.value("item-c").await.as_deref(), Some("good"));
     // Reset for a redrive: the failed record's attempts, in the engine's table.
-    e.put_inline("d", b"1", failing::<B::Item>())
+    e.put_inline("d", b"1", failing::<B::Write>())
         .await
         .unwrap_err();
     e.reset_attempts("d").await.unwrap();
@@ -247,8 +249,8 @@ pub async fn inline_an_item_without_a_record_is_refused_as_the_handlers_failure<
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     items.put_foreign("item-o", "theirs").await;
     s.counter.reset();
@@ -276,8 +278,8 @@ pub async fn inline_a_retried_write_finds_its_own_record<B, X>(
     items: &X,
     _ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let now_ms = s.clock.now_ms();
     let mut record = Before::Completed.record("fn#own", now_ms).unwrap();
@@ -286,11 +288,18 @@ pub async fn inline_a_retried_write_finds_its_own_record<B, X>(
     let item = items.item("item-own", "v");
     let backend = s.engine.backend();
     assert_eq!(
-        backend.put_inline(&record, &item, now_ms).await.unwrap(),
+        backend
+            .commit_carried(&record, std::slice::from_ref(&item), 0, "token", now_ms)
+            .await
+            .unwrap(),
         Commit::Committed
     );
     // An SDK retry of the same write, whose first answer was lost.
-    match backend.put_inline(&record, &item, now_ms).await.unwrap() {
+    match backend
+        .commit_carried(&record, std::slice::from_ref(&item), 0, "token", now_ms)
+        .await
+        .unwrap()
+    {
         Commit::Exists(found) => {
             assert_eq!(found.owner.as_deref(), Some(OWN), "its own owner token");
             assert_eq!(found.key, "fn#own", "under the idempotency key");
@@ -305,8 +314,8 @@ pub async fn inline_ten_concurrent_writes_of_one_item_write_it_once<B, X>(
     items: &X,
     _ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let engine = Arc::new(s.engine.clone());
     for round in 0..10 {
@@ -341,8 +350,8 @@ pub async fn inline_the_local_cache_answers_a_duplicate_without_a_request<B, X>(
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let (e, cache) = cached(s, Duration::from_secs(60));
     e.put_inline("cached", b"1", work::<B, X>(items, "item-cached", "v"))
@@ -374,8 +383,8 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item> + Clone + Send + 'static,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write> + Clone + Send + 'static,
 {
     let table = items.clone();
     let handler = message(move |m: SqsMessage, ctx: RecordContext| {
@@ -472,7 +481,10 @@ pub async fn inline_a_batch_costs_one_request_per_fresh_record_and_per_duplicate
 
     // With the attempts read, a redelivery reads the engine's table first.
     let reading = message(|_: SqsMessage, ctx: RecordContext| async move {
-        Err::<InlinePut<u32, B::Item>, _>(std::io::Error::other(format!("attempt {}", ctx.attempt)))
+        Err::<InlinePut<u32, B::Write>, _>(std::io::Error::other(format!(
+            "attempt {}",
+            ctx.attempt
+        )))
     })
     .inline(s.engine.clone())
     .with_attempts_read();

@@ -1,4 +1,4 @@
-//! What lives on the handler's items, for every [`InlineBackend`]: an item that carries a record
+//! What lives on the handler's items, for every `TransactionalBackend`: an item that carries a record
 //! is never rewritten (the inline mode's item, a record carried by a `Put`), whatever the
 //! record's expiry; and a key that one mode completed, as another mode on the same key sees it
 //! (a rollback, or a mixed deployment). Declared with the inline checks (`inline_suite!`).
@@ -15,7 +15,7 @@ use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::state::table::{After, Before, ON_ITEM};
 use lambda_idempotency::state::{IdempotencyRecord, Status, classify_on_item};
-use lambda_idempotency::store::{Commit, InlineBackend};
+use lambda_idempotency::store::{Commit, TransactionalBackend};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::{TransactError, Transacted, Transaction};
 use lambda_runtime::{Context, LambdaEvent};
@@ -65,7 +65,7 @@ async fn failed_attempts<H: RecordHandler>(handler: &H, receives: u32) -> Option
 /// one. The successful redelivery costs its write and one update that ends the count.
 async fn a_success_ends_the_count<B, H>(s: &Suite<B>, handler: &H, success: &[(&str, u64)])
 where
-    B: InlineBackend + Clone + 'static,
+    B: TransactionalBackend + Clone + 'static,
     H: RecordHandler,
 {
     assert_eq!(failed_attempts(handler, 1).await, Some(1));
@@ -88,8 +88,8 @@ pub async fn inline_a_success_ends_the_count_of_failed_attempts<B, X>(
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item> + Clone + Send + 'static,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write> + Clone + Send + 'static,
 {
     let table = items.clone();
     let handler = message(move |_: SqsMessage, ctx: RecordContext| {
@@ -113,8 +113,8 @@ pub async fn a_carried_success_ends_the_count_of_failed_attempts<B, X>(
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item, Write = B::Write> + Clone + Send + 'static,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write, Write = B::Write> + Clone + Send + 'static,
 {
     let table = items.clone();
     let handler = message(move |_: SqsMessage, ctx: RecordContext| {
@@ -129,7 +129,8 @@ pub async fn a_carried_success_ends_the_count_of_failed_attempts<B, X>(
         }
     })
     .transactional(s.engine.clone());
-    let success = [(ops.get, 1), (ops.commit, 1), (ops.reset_attempts, 1)];
+    // A commit of one write is one conditional write (the inline mode's), not a transaction.
+    let success = [(ops.get, 1), (ops.put, 1), (ops.reset_attempts, 1)];
     a_success_ends_the_count(s, &handler, &success).await;
 }
 
@@ -142,8 +143,8 @@ pub async fn inline_an_item_is_never_rewritten_after_its_record_expires<B, X>(
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let (e, cache) = super::cached(s, Duration::from_secs(7_200));
     e.put_inline("x", b"1", work::<B, X>(items, "item-x", "old"))
@@ -207,8 +208,8 @@ pub async fn inline_follows_the_on_item_rows_of_the_table<B, X>(
     items: &X,
     _ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let backend = s.engine.backend();
     let start = s.clock.now_ms();
@@ -221,7 +222,7 @@ pub async fn inline_follows_the_on_item_rows_of_the_table<B, X>(
             live.attempts = 0;
             assert_eq!(
                 backend
-                    .put_inline(&live, &items.item(&id, "before"), start)
+                    .commit_carried(&live, &[items.item(&id, "before")], 0, "token", start)
                     .await
                     .unwrap(),
                 Commit::Committed
@@ -238,7 +239,7 @@ pub async fn inline_follows_the_on_item_rows_of_the_table<B, X>(
         let (_, model) = row.event.apply_on_item(stored.as_ref(), &key, now_ms);
         let new = row.event.new_record(&key, now_ms);
         let after = match backend
-            .put_inline(&new, &items.item(&id, "event"), now_ms)
+            .commit_carried(&new, &[items.item(&id, "event")], 0, "token", now_ms)
             .await
             .unwrap()
         {
@@ -276,8 +277,8 @@ pub async fn a_carried_put_never_rewrites_an_item_that_carries_a_record<B, X>(
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item, Write = B::Write>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write, Write = B::Write>,
 {
     let e = &s.engine;
     let put = |value: &str, carried| transaction(items.put("item-p", value), value, carried);
@@ -292,7 +293,7 @@ pub async fn a_carried_put_never_rewrites_an_item_that_carries_a_record<B, X>(
             stored: Some("\"out-old\"".into())
         }
     );
-    s.requests(&[(ops.commit, 1)], "one refused transaction");
+    s.requests(&[(ops.put, 1)], "one refused write (a commit of one write)");
     let other = e.transact("p", b"2", None, put("other", true)).await;
     assert!(
         matches!(other, Err(TransactError::PayloadMismatch { .. })),
@@ -312,8 +313,8 @@ pub async fn a_key_completed_in_lease_mode_is_a_duplicate_where_its_item_exists<
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let lease = s.started("leased", b"1", None).await;
     s.engine.complete(&lease, Some("\"leased\"")).await.unwrap();
@@ -331,8 +332,8 @@ async fn refused_by_the_item_and_answered_by_the_table<B, X>(
     key: &str,
     stored: &str,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let id = format!("item-{key}");
     items.put_foreign(&id, "before").await;
@@ -363,8 +364,8 @@ pub async fn a_key_completed_inline_is_not_seen_by_the_lease_mode<B, X>(
     items: &X,
     _ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     s.engine
         .put_inline(
@@ -389,8 +390,8 @@ pub async fn a_key_completed_inline_is_a_duplicate_of_a_transaction_refused_by_i
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item, Write = B::Write>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write, Write = B::Write>,
 {
     let e = &s.engine;
     e.put_inline("mixed", b"1", work::<B, X>(items, "item-m", "inline"))
@@ -427,8 +428,8 @@ pub async fn a_key_completed_by_the_transactional_mode_is_a_duplicate_inline<B, 
     items: &X,
     ops: InlineOps,
 ) where
-    B: InlineBackend + Clone + 'static,
-    X: Items<B::Item>,
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write>,
 {
     let now_ms = s.clock.now_ms();
     let mut record = Before::Completed.record("fn#moved", now_ms).unwrap();

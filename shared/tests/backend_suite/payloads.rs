@@ -157,7 +157,10 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
         result: None,
         result_omitted: false,
     };
-    backend.update(&legacy.key, &complete).await.unwrap();
+    backend
+        .update(&legacy.key, &complete, now_ms)
+        .await
+        .unwrap();
     assert!(
         matches!(
             s.engine.acquire("o-1", body, None).await,
@@ -186,18 +189,15 @@ impl<B: Backend> Backend for AnswerLost<B> {
         self.0.put(record, now_ms).await?;
         self.0.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.0.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.0.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
-        self.0.update(key, update).await?;
-        self.0.update(key, update).await
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
+        self.0.update(key, update, now_ms).await?;
+        self.0.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.0.delete(key).await
-    }
-    fn identity(&self) -> String {
-        self.0.identity()
     }
 }
 

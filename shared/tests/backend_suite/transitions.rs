@@ -52,7 +52,7 @@ async fn write_state<B: Backend>(backend: &B, before: Before, key: &str, now_ms:
         },
         _ => return,
     };
-    backend.update(key, &settle).await.unwrap();
+    backend.update(key, &settle, now_ms).await.unwrap();
 }
 
 /// What the backend answered, as a row of the table says it.
@@ -86,8 +86,8 @@ async fn send<B: TransactionalBackend>(backend: &B, event: Event, key: &str, now
 
 async fn send_lease_mode<B: Backend>(backend: &B, event: Event, key: &str, now_ms: i64) -> After {
     if let Some(update) = event.update(now_ms) {
-        let updated = backend.update(key, &update).await.unwrap();
-        let after = backend.get(key).await.unwrap();
+        let updated = backend.update(key, &update, now_ms).await.unwrap();
+        let after = backend.get(key, now_ms).await.unwrap();
         return After::of_update(&updated, after.as_ref());
     }
     match backend
@@ -135,12 +135,12 @@ where
         let key = format!("transition-{i}");
         write_state(backend, row.before, &key, start).await;
         let now_ms = start + event_delay_ms(row.before);
-        let stored = backend.get(&key).await.unwrap();
+        let stored = backend.get(&key, now_ms).await.unwrap();
         let (_, model) = row.event.apply(stored.as_ref(), &key, now_ms);
         let after = send(backend, row.event, &key, now_ms).await;
         let what = format!("{:?} x {:?}", row.before, row.event);
         assert_eq!(after, row.after, "{what}: the backend's answer");
-        let now_stored = backend.get(&key).await.unwrap();
+        let now_stored = backend.get(&key, now_ms).await.unwrap();
         assert_eq!(
             decided(now_stored.as_ref()),
             decided(model.as_ref()),

@@ -189,10 +189,11 @@ impl lambda_idempotency::store::Backend for FailingCompletions {
     async fn get(
         &self,
         key: &str,
+        now_ms: i64,
     ) -> Result<Option<lambda_idempotency::state::IdempotencyRecord>, StoreError> {
-        self.inner.get(key).await
+        self.inner.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
         if matches!(update, Update::Complete { .. })
             && self.tried.fetch_add(1, Ordering::SeqCst) < self.failures
         {
@@ -201,7 +202,7 @@ impl lambda_idempotency::store::Backend for FailingCompletions {
                 reason: "generated outage".into(),
             });
         }
-        self.inner.update(key, update).await
+        self.inner.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.inner.delete(key).await

@@ -51,12 +51,12 @@ impl Backend for Flaky {
         down(&record.key)?;
         self.0.put(record, now_ms).await
     }
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.0.get(key).await
+    async fn get(&self, key: &str, now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.0.get(key, now_ms).await
     }
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(&self, key: &str, update: &Update, now_ms: i64) -> Result<Updated, StoreError> {
         down(key)?;
-        self.0.update(key, update).await
+        self.0.update(key, update, now_ms).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.0.delete(key).await

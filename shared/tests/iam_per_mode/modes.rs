@@ -21,7 +21,7 @@ use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::redrive_policy::{self, QueueRef, RedriveCheck};
-use lambda_idempotency::store::{Backend, InlineBackend, NewItem, TransactionalBackend};
+use lambda_idempotency::store::{Backend, NewItem, TransactionalBackend};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
@@ -227,7 +227,7 @@ async fn deliveries<B>(
     engine: Idempotency<B>,
     budget: Option<u32>,
 ) where
-    B: Backend + TransactionalBackend<Write = TransactWriteItem> + InlineBackend<Item = NewItem>,
+    B: Backend + TransactionalBackend<Write = TransactWriteItem>,
 {
     let keys = KeyConfig::json_pointer("/id");
     let effects = run.effects.clone();

@@ -45,7 +45,9 @@ use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::store::{Backend, DynamoDbBackend, InlineBackend, NewItem, RedisBackend};
+use lambda_idempotency::store::{
+    Backend, DynamoDbBackend, NewItem, RedisBackend, TransactionalBackend,
+};
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -323,7 +325,7 @@ impl DynamoDbSide<'_> {
         store: Idempotency<B>,
     ) -> Result<Seen, BoxError>
     where
-        B: InlineBackend<Write = TransactWriteItem, Item = NewItem> + Clone + 'static,
+        B: TransactionalBackend<Write = TransactWriteItem> + Clone + 'static,
     {
         if self.mode == Mode::Inline {
             // The handler's item, returned: the engine writes it with the record on it.

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 
-use super::{DynamoDbBackend, n, record_from};
+use super::{DynamoDbBackend, n, record_from, s};
 use crate::state::IdempotencyRecord;
 use crate::store::StoreError;
 
@@ -29,6 +29,29 @@ const NO_LIVE_RECORD: &str = "(attribute_not_exists(#idem_status) OR #idem_exp <
 const NO_RECORD: &str = "attribute_not_exists(#idem_status)";
 
 impl DynamoDbBackend {
+    /// The completed record's attributes on an item (an inline record, or one carried by a
+    /// write of a transaction): each with the placeholder a carried update names it by, its name
+    /// ([`DynamoDbBackend::inline_attributes`]) and its value, `None` where the record has none
+    /// (no owner, no result, a result not omitted).
+    pub(super) fn record_attributes(
+        &self,
+        record: &IdempotencyRecord,
+    ) -> [(&'static str, &str, Option<AttributeValue>); 6] {
+        let a = self.inline_attributes();
+        [
+            ("idem_status", &a.status, Some(s(record.status.as_str()))),
+            ("idem_exp", &a.expiry, Some(n(record.expires_at))),
+            ("idem_hash", &a.payload_hash, Some(s(&record.payload_hash))),
+            ("idem_owner", &a.owner, record.owner.as_deref().map(s)),
+            ("idem_data", &a.result, record.result.as_deref().map(s)),
+            (
+                "idem_omitted",
+                &a.result_omitted,
+                record.result_omitted.then_some(AttributeValue::Bool(true)),
+            ),
+        ]
+    }
+
     /// The actions of a commit whose record rides on `writes[carrier]`: the writes, the
     /// carrier's with the record's attributes and condition added, and its refusal returning
     /// the item (`ALL_OLD`). Only a `Put` or an `Update` can carry it.

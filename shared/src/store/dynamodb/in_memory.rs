@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::NewItem;
 use crate::store::MemoryWrite;
 
-/// The item under its table and the text of its partition key (a string as it is, a number as
-/// written), its value the item's attributes as one JSON object with sorted keys (strings and
+/// A put, only where there is no item yet (a new item), under the item's table and the text of
+/// its partition key (a string as it is, a number as written), its value the item's attributes as one JSON object with sorted keys (strings and
 /// numbers as JSON strings and numbers, sets and lists as arrays, maps as objects, binary as an
 /// array of bytes), so that a test reads it with
 /// [`InMemoryBackend::item`](crate::store::InMemoryBackend::item).
@@ -25,6 +25,7 @@ use crate::store::MemoryWrite;
 /// let write = MemoryWrite::from(order);
 /// assert_eq!((write.table.as_str(), write.key.as_str()), ("orders", "o-1"));
 /// assert_eq!(write.value, r#"{"orderId":"o-1","totalCents":500}"#);
+/// assert!(write.if_absent, "a new item");
 /// # });
 /// ```
 impl From<NewItem> for MemoryWrite {
@@ -40,7 +41,7 @@ impl From<NewItem> for MemoryWrite {
             .map(|(name, value)| (name.as_str(), json(value)))
             .collect();
         let value = serde_json::to_string(&value).expect("a map of JSON values serializes");
-        MemoryWrite::put(item.table(), &key, &value)
+        MemoryWrite::put_if_absent(item.table(), &key, &value)
     }
 }
 

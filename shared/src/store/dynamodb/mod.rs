@@ -12,6 +12,7 @@ mod carried;
 #[cfg(any(test, feature = "test-util"))]
 mod in_memory;
 mod new_item;
+mod single_write;
 mod table;
 mod transact_write_items;
 
@@ -360,7 +361,7 @@ impl Backend for DynamoDbBackend {
         }
     }
 
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    async fn get(&self, key: &str, _now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
         let output = match self
             .client
             .get_item()
@@ -379,7 +380,12 @@ impl Backend for DynamoDbBackend {
             .transpose()
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(
+        &self,
+        key: &str,
+        update: &Update,
+        _now_ms: i64,
+    ) -> Result<Updated, StoreError> {
         let request = self
             .client
             .update_item()
@@ -475,10 +481,6 @@ impl Backend for DynamoDbBackend {
 
     fn max_result_bytes(&self, key: &str) -> Option<usize> {
         Some(max_result_bytes(&self.attributes, key))
-    }
-
-    fn identity(&self) -> String {
-        format!("dynamodb:{}", self.table)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

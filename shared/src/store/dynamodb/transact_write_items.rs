@@ -65,6 +65,14 @@ impl DynamoDbBackend {
         item
     }
 
+    /// The bytes `record`'s attributes add to the item that carries it.
+    fn carried_bytes(&self, record: &IdempotencyRecord) -> usize {
+        self.record_attributes(record)
+            .iter()
+            .filter_map(|(_, name, value)| Some(name.len() + value_bytes(value.as_ref()?)))
+            .sum()
+    }
+
     /// The conditional put of a commit's record.
     fn record_put(&self, record: &IdempotencyRecord, now_ms: i64) -> TransactWriteItem {
         let put = PutAction::builder()
@@ -320,17 +328,24 @@ impl TransactionalBackend for DynamoDbBackend {
         &self,
         record: &IdempotencyRecord,
         writes: &[TransactWriteItem],
+        carrier: Option<usize>,
     ) -> Result<(), LimitError> {
-        let actions = writes.len() + 1;
+        let actions = writes.len() + usize::from(carrier.is_none());
         if actions > MAX_TRANSACTION_ACTIONS {
             return Err(LimitError::TooManyActions {
                 actions,
                 max: MAX_TRANSACTION_ACTIONS,
             });
         }
-        let mut bytes = item_bytes(&self.record_item(record));
+        let mut bytes = match carrier {
+            None => item_bytes(&self.record_item(record)),
+            Some(_) => 0,
+        };
         for (index, write) in writes.iter().enumerate() {
-            let item = write_bytes(write);
+            let mut item = write_bytes(write);
+            if carrier == Some(index) {
+                item += self.carried_bytes(record);
+            }
             if item > MAX_ITEM_BYTES {
                 return Err(LimitError::ItemTooLarge {
                     index,
@@ -372,7 +387,12 @@ impl TransactionalBackend for DynamoDbBackend {
         token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
-        let items = self.carrying(record, writes, carrier, now_ms)?;
+        let mut items = self.carrying(record, writes, carrier, now_ms)?;
+        if items.len() == 1 {
+            // The inline mode: one write, atomic by itself, for the item's write units alone.
+            let carried = items.pop().expect("one write");
+            return self.write_one(record, writes, carried, now_ms).await;
+        }
         let items = items.iter().map(returning_old_item).collect();
         self.transact(record, writes, items, RecordAt::On(carrier), token, now_ms)
             .await

@@ -301,7 +301,7 @@ where
         }
     }
 
-    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+    async fn get(&self, key: &str, _now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.count("HGETALL");
         let value: Value = ::redis::cmd("HGETALL")
             .arg(self.redis_key(key))
@@ -322,7 +322,12 @@ where
         record_from_fields(key, &fields).map(Some)
     }
 
-    async fn update(&self, key: &str, update: &Update) -> Result<Updated, StoreError> {
+    async fn update(
+        &self,
+        key: &str,
+        update: &Update,
+        _now_ms: i64,
+    ) -> Result<Updated, StoreError> {
         let reply = match update {
             Update::Complete {
                 owner,
@@ -365,10 +370,6 @@ where
 
     fn max_result_bytes(&self, _key: &str) -> Option<usize> {
         self.max_result_bytes
-    }
-
-    fn identity(&self) -> String {
-        format!("redis:{}", self.namespace)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
