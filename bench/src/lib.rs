@@ -328,6 +328,8 @@ impl Scenario {
             Side::TransactionalCache => self.transactional_cache.as_ref(),
             Side::Inline => self.inline.as_ref(),
             Side::Redis => self.redis.as_ref(),
+            // Counted by callgrind only.
+            Side::InlineBoxed => None,
         };
         result.filter(|r| r.records > 0)
     }
@@ -342,6 +344,7 @@ impl Scenario {
             Side::TransactionalCache => self.transactional_cache = Some(result),
             Side::Inline => self.inline = Some(result),
             Side::Redis => self.redis = Some(result),
+            Side::InlineBoxed => {}
         }
     }
 

@@ -31,6 +31,9 @@ pub enum Side {
     TransactionalCache,
     /// The inline mode: the record on the handler's new item, in its one conditional `PutItem`.
     Inline,
+    /// The same handler held as a `BoxRecordHandler` (`.boxed()`, as an app struct holds it):
+    /// what naming a built handler costs. Measured by callgrind only.
+    InlineBoxed,
     /// The lease mode over Redis/Valkey (`RedisBackend`); the handler still writes its item to
     /// DynamoDB.
     Redis,
@@ -40,12 +43,13 @@ pub enum Side {
 
 impl Side {
     /// Every side, in the order of the tables.
-    pub const ALL: [Side; 7] = [
+    pub const ALL: [Side; 8] = [
         Side::Floor,
         Side::Lease,
         Side::Transactional,
         Side::TransactionalCache,
         Side::Inline,
+        Side::InlineBoxed,
         Side::Redis,
         Side::Powertools,
     ];
@@ -68,6 +72,7 @@ impl Side {
             Side::Transactional => "transactional",
             Side::TransactionalCache => "transactional-cache",
             Side::Inline => "inline",
+            Side::InlineBoxed => "inline-boxed",
             Side::Redis => "redis",
             Side::Powertools => "powertools",
         }
@@ -86,6 +91,7 @@ impl Side {
             Side::Transactional => "this project, transactional",
             Side::TransactionalCache => "this project, transactional + cache",
             Side::Inline => "this project, inline",
+            Side::InlineBoxed => "this project, inline, boxed handler",
             Side::Redis => "this project, Redis",
             Side::Powertools => "Powertools",
         }
@@ -99,6 +105,7 @@ impl Side {
             Side::Transactional => &["--mode", "transactional"],
             Side::TransactionalCache => &["--mode", "transactional", "--cache"],
             Side::Inline => &["--mode", "inline"],
+            Side::InlineBoxed => &["--mode", "inline", "--boxed"],
             Side::Redis => &["--mode", "lease", "--store", "redis"],
             Side::Powertools => &[],
         }

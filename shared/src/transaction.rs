@@ -392,18 +392,6 @@ impl<E> TransactError<E> {
     }
 }
 
-/// An attempt that writes its record completed at once, once its handler has given its work.
-pub(crate) struct Begun<'a, B, O> {
-    /// The attempt, to write the record or record its failure.
-    pub(crate) attempt: Attempt<'a, B>,
-    /// The record to write (completed, without a result yet).
-    pub(crate) record: IdempotencyRecord,
-    /// What the handler gave.
-    pub(crate) output: O,
-    /// The instant the record's expiry and the write's condition are reckoned from.
-    pub(crate) now_ms: i64,
-}
-
 /// What recording a failure found.
 pub(crate) enum Noted {
     /// Recorded, or not (then logged): the key's failed attempts when known.

@@ -18,7 +18,7 @@ use crate::payload::PayloadHash;
 use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
 use crate::store::{LimitError, TransactionalBackend, Update};
 use crate::time::Deadline;
-use crate::transaction::{Attempt, Begun, Peeked, TransactError, Transacted, Transaction, settle};
+use crate::transaction::{Attempt, Peeked, TransactError, Transacted, Transaction, settle};
 
 impl<B: TransactionalBackend> Idempotency<B> {
     /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
@@ -102,14 +102,26 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
     {
-        let Begun {
-            attempt,
-            mut record,
-            output: transaction,
-            now_ms,
-        } = match self.begin(key, payload_hash, work).await {
-            Ok(begun) => begun,
-            Err(answered) => return answered,
+        let now_ms = self.clock.now_ms();
+        let mut record = self.completed_record(self.stored_key(key), payload_hash, now_ms);
+        let attempt = Attempt {
+            backend: &self.backend,
+            clock: self.clock.as_ref(),
+            key,
+            payload_hash,
+        };
+        // A panic in `work` is recorded as a failed attempt and then resumed.
+        let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
+            Ok(Ok(transaction)) => transaction,
+            Ok(Err(error)) => {
+                let noted = attempt.note_failure(&record, &error.to_string()).await;
+                return settle(noted, |attempts| TransactError::Failed { error, attempts });
+            }
+            Err(panic) => {
+                let message = format!("panicked: {}", panic_message(&panic));
+                attempt.note_failure(&record, &message).await;
+                std::panic::resume_unwind(panic)
+            }
         };
         let (output, writes, carrier) = transaction.into_carried_parts();
         self.set_result(&mut record, &output);
@@ -197,51 +209,6 @@ impl<B: TransactionalBackend> Idempotency<B> {
             Acquired::InProgress { lease_until_ms } => Peeked::InProgress { lease_until_ms },
             Acquired::Started(_) => unreachable!("a stored record never starts an attempt"),
         })
-    }
-
-    /// The start of an attempt that writes its record completed at once (transactional and
-    /// inline modes): the answer when the local cache knows the key; else the record to write
-    /// and `work`'s output, or the answer once its failure is recorded. A panic in `work` is
-    /// recorded as a failed attempt and then resumed.
-    pub(crate) async fn begin<'a, O, T, E, F, Fut>(
-        &'a self,
-        key: &'a str,
-        payload_hash: &'a PayloadHash,
-        work: F,
-    ) -> Result<Begun<'a, B, O>, Result<Transacted<T>, TransactError<E>>>
-    where
-        E: fmt::Display,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<O, E>>,
-    {
-        let now_ms = self.clock.now_ms();
-        let record = self.completed_record(self.stored_key(key), payload_hash, now_ms);
-        let attempt = Attempt {
-            backend: &self.backend,
-            clock: self.clock.as_ref(),
-            key,
-            payload_hash,
-        };
-        match AssertUnwindSafe(work()).catch_unwind().await {
-            Ok(Ok(output)) => Ok(Begun {
-                attempt,
-                record,
-                output,
-                now_ms,
-            }),
-            Ok(Err(error)) => {
-                let noted = attempt.note_failure(&record, &error.to_string()).await;
-                Err(settle(noted, |attempts| TransactError::Failed {
-                    error,
-                    attempts,
-                }))
-            }
-            Err(panic) => {
-                let message = format!("panicked: {}", panic_message(&panic));
-                attempt.note_failure(&record, &message).await;
-                std::panic::resume_unwind(panic)
-            }
-        }
     }
 
     /// The record a new attempt writes completed at once (transactional and inline modes), under

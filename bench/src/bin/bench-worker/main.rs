@@ -138,6 +138,9 @@ struct Cli {
     /// A local cache of 10,000 completed keys for 15 minutes.
     #[arg(long)]
     cache: bool,
+    /// The inline handler held as a `BoxRecordHandler` (`.boxed()`), as an app struct holds it.
+    #[arg(long)]
+    boxed: bool,
     /// Each invocation's deadline, from its start (the Lambda function's timeout).
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     lambda_timeout_ms: u64,
@@ -171,6 +174,9 @@ async fn main() -> Result<(), BoxError> {
     }
     if cli.mode == Mode::None && cli.cache {
         return Err("--mode none --cache: without idempotency there is nothing to cache".into());
+    }
+    if cli.boxed && cli.mode != Mode::Inline {
+        return Err("--boxed: only the inline mode's handler is measured boxed".into());
     }
     let timeout = Duration::from_millis(cli.lambda_timeout_ms);
     let events_path = cli
@@ -271,6 +277,7 @@ async fn main() -> Result<(), BoxError> {
                 dynamodb: &dynamodb,
                 effects_table: &effects_table,
                 mode: cli.mode,
+                boxed: cli.boxed,
             };
             match &cache {
                 Some(cache) => {
@@ -316,6 +323,8 @@ struct DynamoDbSide<'a> {
     dynamodb: &'a aws_sdk_dynamodb::Client,
     effects_table: &'a str,
     mode: Mode,
+    /// The inline handler as a `BoxRecordHandler`.
+    boxed: bool,
 }
 
 impl DynamoDbSide<'_> {
@@ -345,6 +354,9 @@ impl DynamoDbSide<'_> {
                 .inline(store)
                 .with_keys(KeyConfig::json_pointer("/paymentId")),
             );
+            if self.boxed {
+                return invocations.run(&handler.boxed()).await;
+            }
             invocations.run(&handler).await
         } else if self.mode == Mode::Transactional {
             // The handler's PutItem becomes the Put of the transaction: no request of its own.
