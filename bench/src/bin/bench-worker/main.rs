@@ -337,10 +337,13 @@ impl DynamoDbSide<'_> {
         B: TransactionalBackend<Write = TransactWriteItem> + Clone + 'static,
     {
         if self.mode == Mode::Inline {
+            // The table for the life of the process: a boxed handler owns what it uses, and both
+            // inline sides run this same handler.
+            let effects_table: &'static str = Box::leak(self.effects_table.into());
             // The handler's item, returned: the engine writes it with the record on it.
             let handler = Counted(
-                json(|p: Payment, ctx: RecordContext| {
-                    let table = self.effects_table;
+                json(move |p: Payment, ctx: RecordContext| {
+                    let table = effects_table;
                     async move {
                         let item = NewItem::new(table, "id", AttributeValue::S(p.payment_id))
                             .attribute("messageId", AttributeValue::S(ctx.message_id))
