@@ -99,6 +99,10 @@ publish-check: ensure-cargo-deny
 # events from `../../shared/aws-events` beside the crate's directory, which a packaged crate
 # does not have. PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
 PACKAGE_SKIP := sample_events_go_through_the_processor sample_batch_response_matches_the_wire_format
+# The workspace's dev profile (Cargo.toml), which the unpacked crate does not have: with it, the
+# dependencies the tests compiled are reused instead of built again.
+PACKAGE_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
+
 package-check: ensure-nextest
 	cd $(ROOT) && $(CARGO) package -p lambda-idempotency --no-verify $(PUBLISH_FLAGS)
 	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test
@@ -118,8 +122,8 @@ package-test: ensure-nextest
 	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' $(ROOT)/Cargo.lock; \
 	echo "testing $$crate in $$PWD"; \
 	export CARGO_TARGET_DIR=$(TARGET_DIR); rc=0; \
-	$(CARGO) nextest run --locked --all-features --all-targets --no-fail-fast -- $(addprefix --skip ,$(PACKAGE_SKIP)) || rc=$$?; \
-	$(CARGO) test --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
+	$(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-fail-fast -- $(addprefix --skip ,$(PACKAGE_SKIP)) || rc=$$?; \
+	$(CARGO) test $(PACKAGE_PROFILE) --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
 ensure-cargo-deny:
