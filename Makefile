@@ -6,6 +6,9 @@
 #   make up-localstack     the same on LocalStack (needs Docker)
 #   make up-ministack      template.yaml deployed with sam deploy on MiniStack (no Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied + api-check
+#                          + link-check
+#   make link-check        the Markdown's relative links and anchors resolve, and every code block
+#                          that rustdoc compiles names its language (docs/check-links.py)
 #   make api-check         the library's docs without warnings, and its public modules and items
 #                          as listed in shared/api/public-api.txt (make api-update rewrites it)
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
@@ -31,7 +34,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -57,9 +60,15 @@ ensure-nextest:
 
 # --- lint --------------------------------------------------------------------
 
-lint: template-lint api-check
+lint: template-lint api-check link-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# README.md, docs/ and the crates' READMEs: every relative link and #anchor resolves (a file that
+# exists, a heading as GitHub slugs it); README.md and docs/*.md are doc tests of the library
+# (shared/src/lib.rs), so their code blocks name their language.
+link-check:
+	python3 $(ROOT)/docs/check-links.py
 
 # The public API of lambda-idempotency: every module and item rustdoc renders (every feature, as
 # docs.rs builds it), against the committed listing, so that none appears or disappears unlisted.
@@ -222,7 +231,7 @@ up-localstack: tools-install
 # free port: the workspace's binaries built once and run by it as the functions' processes, the
 # HTTP API's routes and JWT authorizer wired (MiniStack leaves them out), tokens from a local
 # issuer; prints the same exports as `make up` (and writes them to .local/up.env), until Ctrl-C.
-# Not for testing stream failure handling: see the README, "make up-ministack".
+# Not for testing stream failure handling: see docs/local-development.md, "make up-ministack".
 up-ministack:
 	@mkdir -p $(ROOT)/.local
 	$(ROOT)/infra/ministack/up --env-file $(ROOT)/.local/up.env \

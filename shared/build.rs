@@ -1,6 +1,7 @@
 //! Sets `cfg(workspace_readme)` when the crate is built inside its workspace, where
-//! `../README.md` is the workspace's README: `src/lib.rs` then compiles that README's examples as
-//! doc tests. A packaged crate (crates.io, `cargo package`) has no such file, and no such cfg.
+//! `../README.md` is the workspace's README: `src/lib.rs` then compiles that README's examples, and
+//! those of the pages in `../docs/` beside it, as doc tests. A packaged crate (crates.io, `cargo
+//! package`) has no such file, and no such cfg.
 
 use std::path::Path;
 

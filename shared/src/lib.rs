@@ -160,6 +160,7 @@
 //!   the idempotency record in one `TransactWriteItems` ([`transaction`]).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
 
 pub mod backoff;
 pub mod batch;
@@ -193,3 +194,35 @@ pub use lease::{AcquireError, Acquired, Lease, Outcome, RunError};
 #[doc = include_str!("../../README.md")]
 #[cfg(all(doctest, workspace_readme, feature = "dynamodb"))]
 pub struct ReadmeDoctests;
+
+/// The examples of the workspace's `docs/` pages, compiled as doc tests as the README's are: one
+/// item per page (a code block that is not Rust names its language, and rustdoc leaves it alone).
+#[cfg(all(doctest, workspace_readme, feature = "dynamodb"))]
+pub mod docs_doctests {
+    #[doc = include_str!("../../docs/modes.md")]
+    pub struct Modes;
+    #[doc = include_str!("../../docs/costs.md")]
+    pub struct Costs;
+    #[doc = include_str!("../../docs/guarantees.md")]
+    pub struct Guarantees;
+    #[doc = include_str!("../../docs/pipeline.md")]
+    pub struct Pipeline;
+    #[doc = include_str!("../../docs/local-development.md")]
+    pub struct LocalDevelopment;
+    #[doc = include_str!("../../docs/deployment.md")]
+    pub struct Deployment;
+    #[doc = include_str!("../../docs/operations.md")]
+    pub struct Operations;
+    #[doc = include_str!("../../docs/contributing.md")]
+    pub struct Contributing;
+    #[doc = include_str!("../../docs/benchmarks.md")]
+    pub struct Benchmarks;
+    #[doc = include_str!("../../docs/capacity.md")]
+    pub struct Capacity;
+    #[doc = include_str!("../../docs/benchmarks-figures.md")]
+    pub struct BenchmarksFigures;
+    /// The Redis backend's page: its example needs the feature `redis`.
+    #[doc = include_str!("../../docs/redis.md")]
+    #[cfg(feature = "redis")]
+    pub struct Redis;
+}

@@ -363,7 +363,7 @@ async fn results_over_the_configured_limit_are_omitted() {
 }
 
 /// What a record costs in the server's memory (`MEMORY USAGE`, key and hash included), with an
-/// engine key prefix and a key of the length of an SQS message id. The README quotes these.
+/// engine key prefix and a key of the length of an SQS message id. docs/costs.md quotes these.
 #[tokio::test]
 async fn memory_per_record() {
     let backend = backend().await.with_namespace("idempotency:");

@@ -9,8 +9,9 @@ after `source .local/up.env`):
 
 The probes on the deployed payments stack (stage throttling, reserved concurrency, log format,
 routes) read the stack `payments` when it is there. Takes about 90 s. Exits 0 whatever it
-finds: it measures, the README's table says what follows. The stream probe leaves a function that
-MiniStack retries forever (that is one finding): restart `make up-ministack` after probing.
+finds: it measures, the table in docs/local-development.md says what follows. The stream probe
+leaves a function that MiniStack retries forever (that is one finding): restart
+`make up-ministack` after probing.
 """
 
 import argparse

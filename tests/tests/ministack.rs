@@ -7,7 +7,7 @@
 //! issuer's is refused (MiniStack's authorizer checks signatures). Ctrl-C stops everything.
 //!
 //! What MiniStack does not do as AWS does is measured by `tests/ministack/probes.py` and listed in
-//! the README ("make up-ministack"); this test proves the path works, not those gaps.
+//! docs/local-development.md ("make up-ministack"); this test proves the path works, not those gaps.
 
 mod stack_process;
 

@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, requires = "watch")]
     no_build: bool,
     /// Make payments fail on purpose, to watch retries and the dead-letter queue
-    /// (`MARKER:N[:ACTION]`, see the README's FAIL_PAYMENTS).
+    /// (`MARKER:N[:ACTION]`, see FAIL_PAYMENTS in docs/pipeline.md).
     #[arg(long, default_value = "")]
     fail_payments: String,
     /// Also write the exports to this file (`source` it in another shell).
