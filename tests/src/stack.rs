@@ -3,7 +3,7 @@
 //! injection tests build on this directly; [`Pipeline`](crate::Pipeline) adds the HTTP gateway and
 //! the event source runner.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -233,6 +233,44 @@ impl Stack {
             .await?
             .messages
             .unwrap_or_default())
+    }
+
+    /// The `DeadLetterReason` of every message of a dead-letter queue, by the id of the message
+    /// it copies (`DeadLetterSourceMessageId`): receives until nothing is visible, hiding what it
+    /// received for 10 minutes so that each message is read once.
+    pub async fn dead_letter_reasons(
+        &self,
+        logical_id: &str,
+    ) -> Result<BTreeMap<String, String>, BoxError> {
+        use lambda_idempotency::dead_letter::{REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+        let mut reasons = BTreeMap::new();
+        loop {
+            let received = self
+                .clients
+                .sqs
+                .receive_message()
+                .queue_url(self.queue_url(logical_id))
+                .max_number_of_messages(10)
+                .visibility_timeout(600)
+                .message_attribute_names("All")
+                .send()
+                .await?
+                .messages
+                .unwrap_or_default();
+            if received.is_empty() {
+                return Ok(reasons);
+            }
+            for m in received {
+                let a = m.message_attributes.unwrap_or_default();
+                let text = |name: &str| {
+                    a.get(name)
+                        .and_then(|v| v.string_value())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                reasons.insert(text(SOURCE_MESSAGE_ID_ATTRIBUTE), text(REASON_ATTRIBUTE));
+            }
+        }
     }
 
     /// Every item of a table.

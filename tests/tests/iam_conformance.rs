@@ -303,7 +303,22 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .await
         .unwrap();
     // receipt-sender: a receipt whose key is in progress elsewhere (visibility set to the lease's
-    // end), and a body that does not parse (dead-lettered).
+    // end), a body that does not parse, and an event for a payment that does not exist (both
+    // dead-lettered). Each event's payment is read first: the first one's is charged.
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(stack.table("PaymentsTable"))
+        .item("paymentId", s("pay_elsewhere"))
+        .item("accountId", s("acct-1"))
+        .item("amountCents", n(1))
+        .item("currency", s("EUR"))
+        .item("status", s("charged"))
+        .item("ledgerEntryId", s("entry"))
+        .send()
+        .await
+        .unwrap();
     let charged = PaymentCharged {
         payment_id: "pay_elsewhere".into(),
         account_id: "acct-1".into(),
@@ -330,7 +345,12 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         )
         .await
         .unwrap();
-    for body in [charged_body.as_str(), "not json"] {
+    let never_charged = serde_json::to_string(&PaymentCharged {
+        payment_id: "pay_never_charged".into(),
+        ..charged.clone()
+    })
+    .unwrap();
+    for body in [charged_body.as_str(), "not json", never_charged.as_str()] {
         stack
             .clients
             .sqs
@@ -447,99 +467,178 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
     assert!(report.audit.mismatches.is_empty(), "{report}");
 }
 
-/// `payments.fifo` takes messages from payments-publisher's role and payments-reconciler's (which
-/// sends again what was left accepted) only, and the operators' role: its queue policy denies
-/// `sqs:SendMessage` to every other principal, which no identity policy can override, and the
-/// other functions' roles are neither excepted nor granted the send.
+/// Every queue names who may send to it: one queue policy whose one statement denies
+/// `sqs:SendMessage` to every principal but its producers' roles (and, on the two work queues,
+/// the operators' role, which redrives and reopens), a Deny that no identity policy can
+/// override. The roles excepted are exactly those whose own policies grant the send. On a
+/// dead-letter queue that SQS moves messages to, the Deny applies to principals' requests only
+/// (`aws:PrincipalArn` present), so that it can never stop SQS's own move.
 #[test]
-fn only_the_relay_and_the_reconciler_may_send_to_the_payments_queue() {
+fn every_queue_lets_only_its_producers_send() {
+    use std::collections::BTreeSet;
+
     use serde_yaml_ng::Value;
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml")).unwrap();
     let template: Value = serde_yaml_ng::from_str(&text).unwrap();
-    let resources = &template["Resources"];
+    let resources = template["Resources"].as_mapping().unwrap();
     let tagged = |v: &Value| match v {
         Value::Tagged(t) => Some((t.tag.to_string(), t.value.as_str().map(str::to_owned))),
         _ => None,
     };
-    let policy = &resources["PaymentsQueuePolicy"];
-    assert_eq!(policy["Type"].as_str(), Some("AWS::SQS::QueuePolicy"));
-    assert_eq!(
-        tagged(&policy["Properties"]["Queues"][0]),
-        Some(("!Ref".to_owned(), Some("PaymentsQueue".to_owned())))
+    let get_att = |s: &str| Some(("!GetAtt".to_owned(), Some(s.to_owned())));
+    let operators = (
+        "!Sub".to_owned(),
+        Some(
+            "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${PaymentsQueueOperatorRoleName}"
+                .to_owned(),
+        ),
     );
-    let statements = policy["Properties"]["PolicyDocument"]["Statement"]
-        .as_sequence()
-        .unwrap();
-    let deny = statements
+    // Each queue: its name (the template's default), its producers' roles, and whether the
+    // operators' role may send to it too.
+    let expected: [(&str, &str, &[&str], bool); 5] = [
+        (
+            "PaymentsQueue",
+            "payments.fifo",
+            &["PaymentsPublisherRole", "PaymentsReconcilerRole"],
+            true,
+        ),
+        ("ReceiptsQueue", "receipts", &["PaymentProcessorRole"], true),
+        (
+            "PaymentsDeadLetterQueue",
+            "payments-dlq.fifo",
+            &["PaymentProcessorRole"],
+            false,
+        ),
+        (
+            "ReceiptsDeadLetterQueue",
+            "receipts-dlq",
+            &["ReceiptSenderRole"],
+            false,
+        ),
+        (
+            "PaymentsOutboxDeadLetterQueue",
+            "payments-outbox-dlq",
+            &["PaymentsPublisherRole"],
+            false,
+        ),
+    ];
+    let queues: BTreeSet<&str> = resources
         .iter()
-        .find(|s| s["Effect"].as_str() == Some("Deny"))
-        .expect("a Deny statement");
-    assert_eq!(deny["Principal"].as_str(), Some("*"));
-    assert_eq!(deny["Action"].as_str(), Some("sqs:SendMessage"));
-    assert_eq!(
-        tagged(&deny["Resource"]),
-        Some(("!GetAtt".to_owned(), Some("PaymentsQueue.Arn".to_owned())))
-    );
-    let excepted: Vec<(String, Option<String>)> =
-        deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
-            .as_sequence()
-            .expect("ArnNotEquals aws:PrincipalArn, a list")
-            .iter()
-            .map(|v| tagged(v).expect("a resolved ARN"))
-            .collect();
-    assert_eq!(
-        excepted[0],
-        (
-            "!GetAtt".to_owned(),
-            Some("PaymentsPublisherRole.Arn".to_owned())
-        )
-    );
-    assert_eq!(
-        excepted[1],
-        (
-            "!GetAtt".to_owned(),
-            Some("PaymentsReconcilerRole.Arn".to_owned())
-        )
-    );
-    assert_eq!(
-        excepted.len(),
-        3,
-        "the relay, the reconciler and the operators' role only"
-    );
-    assert!(
-        excepted[2]
-            .1
-            .as_deref()
-            .is_some_and(|arn| arn.ends_with(":role/${PaymentsQueueOperatorRoleName}")),
-        "{excepted:?}"
-    );
-    assert!(
-        statements
-            .iter()
-            .all(|s| s["Effect"].as_str() != Some("Allow")),
-        "the policy grants nothing"
-    );
-
-    // No function's role but the relay's is granted the send by its own policy either.
-    let env = Environment::new("us-east-1", "123456789012").reference(
-        "PaymentsQueue",
-        "https://sqs.us-east-1.amazonaws.com/123456789012/payments.fifo",
-    );
-    let roles = TemplateRoles::load_project(&env).unwrap();
-    let queue_arn = "arn:aws:sqs:us-east-1:123456789012:payments.fifo";
-    let senders: Vec<&str> = roles
-        .functions
-        .values()
-        .filter(|f| {
-            roles.roles[&f.role]
-                .evaluate("sqs:SendMessage", queue_arn, None)
-                .is_allowed()
-        })
-        .map(|f| f.role.as_str())
+        .filter(|(_, r)| r["Type"].as_str() == Some("AWS::SQS::Queue"))
+        .map(|(id, _)| id.as_str().unwrap())
         .collect();
     assert_eq!(
-        senders,
-        vec!["PaymentsPublisherRole", "PaymentsReconcilerRole"]
+        queues,
+        expected.iter().map(|e| e.0).collect(),
+        "every queue of the template, and only they, with their senders"
     );
+
+    let mut env = Environment::new("us-east-1", "123456789012");
+    for (queue, name, ..) in &expected {
+        env = env.reference(
+            *queue,
+            format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}"),
+        );
+    }
+    let roles = TemplateRoles::load_project(&env).unwrap();
+
+    for (queue, name, producers, operators_send) in expected {
+        let policies: Vec<&Value> = resources
+            .values()
+            .filter(|r| r["Type"].as_str() == Some("AWS::SQS::QueuePolicy"))
+            .filter(|r| {
+                r["Properties"]["Queues"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .any(|q| tagged(q) == Some(("!Ref".to_owned(), Some(queue.to_owned()))))
+            })
+            .collect();
+        assert_eq!(policies.len(), 1, "{queue}: one queue policy");
+        assert_eq!(
+            policies[0]["Properties"]["Queues"]
+                .as_sequence()
+                .unwrap()
+                .len(),
+            1,
+            "{queue}: a policy of its own"
+        );
+        let statements = policies[0]["Properties"]["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .unwrap();
+        assert_eq!(
+            statements.len(),
+            1,
+            "{queue}: its Deny, and nothing granted"
+        );
+        let deny = &statements[0];
+        assert_eq!(deny["Effect"].as_str(), Some("Deny"), "{queue}");
+        assert_eq!(deny["Principal"].as_str(), Some("*"), "{queue}");
+        assert_eq!(deny["Action"].as_str(), Some("sqs:SendMessage"), "{queue}");
+        assert_eq!(
+            tagged(&deny["Resource"]),
+            get_att(&format!("{queue}.Arn")),
+            "{queue}"
+        );
+        let excepted: Vec<(String, Option<String>)> =
+            deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+                .as_sequence()
+                .unwrap_or_else(|| panic!("{queue}: ArnNotEquals aws:PrincipalArn, a list"))
+                .iter()
+                .map(|v| tagged(v).expect("a resolved ARN"))
+                .collect();
+        let mut want: Vec<(String, Option<String>)> = producers
+            .iter()
+            .map(|role| get_att(&format!("{role}.Arn")).unwrap())
+            .collect();
+        if operators_send {
+            want.push(operators.clone());
+        }
+        assert_eq!(excepted, want, "{queue}: who may send");
+
+        // SQS's own move: to the queues some queue's redrive policy names.
+        let moved_to = resources.values().any(|r| {
+            tagged(&r["Properties"]["RedrivePolicy"]["deadLetterTargetArn"])
+                == get_att(&format!("{queue}.Arn"))
+        });
+        let conditions: BTreeSet<&str> = deny["Condition"]
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        if moved_to {
+            assert_eq!(
+                conditions,
+                BTreeSet::from(["ArnNotEquals", "Null"]),
+                "{queue}"
+            );
+            assert_eq!(
+                deny["Condition"]["Null"]["aws:PrincipalArn"].as_str(),
+                Some("false"),
+                "{queue}: principals' requests only"
+            );
+        } else {
+            assert_eq!(conditions, BTreeSet::from(["ArnNotEquals"]), "{queue}");
+        }
+
+        // The roles whose own policies grant the send are the producers: no more, no fewer.
+        let arn = format!("arn:aws:sqs:us-east-1:123456789012:{name}");
+        let senders: BTreeSet<&str> = roles
+            .functions
+            .values()
+            .filter(|f| {
+                roles.roles[&f.role]
+                    .evaluate("sqs:SendMessage", &arn, None)
+                    .is_allowed()
+            })
+            .map(|f| f.role.as_str())
+            .collect();
+        assert_eq!(
+            senders,
+            producers.iter().copied().collect(),
+            "{queue}: the roles granted the send"
+        );
+    }
 }

@@ -33,35 +33,10 @@ async fn deliver(stack: &Stack, records: Vec<(&str, String, &str)>) -> Vec<Strin
 
 /// The reasons of the messages in the payments dead-letter queue, by source message id.
 async fn dead_letters(stack: &Stack) -> BTreeMap<String, String> {
-    let mut reasons = BTreeMap::new();
-    loop {
-        let received = stack
-            .clients
-            .sqs
-            .receive_message()
-            .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
-            .max_number_of_messages(10)
-            .visibility_timeout(600)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap()
-            .messages
-            .unwrap_or_default();
-        if received.is_empty() {
-            return reasons;
-        }
-        for m in received {
-            let a = m.message_attributes.unwrap_or_default();
-            let text = |name: &str| {
-                a.get(name)
-                    .and_then(|v| v.string_value())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            reasons.insert(text("DeadLetterSourceMessageId"), text("DeadLetterReason"));
-        }
-    }
+    stack
+        .dead_letter_reasons("PaymentsDeadLetterQueue")
+        .await
+        .unwrap()
 }
 
 async fn payment(stack: &Stack, id: &str) -> Option<Item> {

@@ -5,10 +5,7 @@
 //! charge that goes through costs no read. Only a refused one reads: the payment, and for an
 //! early message its account ([`payments_model::order`]).
 
-use std::collections::HashMap;
-
 use aws_lambda_events::sqs::SqsMessage;
-use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
 use lambda_idempotency::state::Status;
 use lambda_idempotency::transaction::Rejection;
@@ -98,57 +95,7 @@ impl Refusal {
 }
 
 /// A payment as the payments table holds it, read for a refused charge.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredPayment {
-    /// The payment.
-    pub payment_id: String,
-    /// Its account.
-    pub account_id: Option<String>,
-    /// Its amount.
-    pub amount_cents: Option<i64>,
-    /// Its currency.
-    pub currency: Option<String>,
-    /// Its status, as stored.
-    pub status: Option<String>,
-    /// Its place in its account's order.
-    pub sequence: Option<u64>,
-    /// Why it failed, when it did.
-    pub last_error: Option<String>,
-}
-
-impl StoredPayment {
-    /// Reads an item of the payments table.
-    pub fn of_item(payment_id: &str, item: &HashMap<String, AttributeValue>) -> Self {
-        let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let n = |name: &str| item.get(name).and_then(|v| v.as_n().ok());
-        Self {
-            payment_id: payment_id.to_owned(),
-            account_id: s("accountId"),
-            amount_cents: n("amountCents").and_then(|v| v.parse().ok()),
-            currency: s("currency"),
-            status: s("status"),
-            sequence: n("sequence").and_then(|v| v.parse().ok()),
-            last_error: s("lastError"),
-        }
-    }
-
-    /// The message the payment's own producer would send for it.
-    pub fn requested(&self) -> PaymentRequested {
-        PaymentRequested {
-            payment_id: self.payment_id.clone(),
-            account_id: self.account_id.clone().unwrap_or_default(),
-            amount_cents: self.amount_cents.unwrap_or_default(),
-            currency: self.currency.clone().unwrap_or_default(),
-            description: None,
-            sequence: self.sequence,
-            unknown: serde_json::Map::new(),
-        }
-    }
-
-    fn is(&self, status: PaymentStatus) -> bool {
-        self.status.as_deref() == Some(status.as_str())
-    }
-}
+pub use payments_model::stored::StoredPayment;
 
 /// What the payments table says of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +129,7 @@ pub enum Verdict {
 ///     status: Some("accepted".into()),
 ///     sequence: Some(1),
 ///     last_error: None,
+///     ledger_entry_id: None,
 /// };
 /// assert_eq!(verdict(&message, Some(&stored)), Verdict::Disagrees(vec!["amountCents"]));
 /// assert_eq!(verdict(&message, None), Verdict::Unknown);
@@ -252,17 +200,7 @@ impl App {
         &self,
         payment_id: &str,
     ) -> Result<Option<StoredPayment>, aws_sdk_dynamodb::Error> {
-        let output = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.config.payments_table)
-            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await?;
-        Ok(output
-            .item()
-            .map(|item| StoredPayment::of_item(payment_id, item)))
+        StoredPayment::read(&self.dynamodb, &self.config.payments_table, payment_id).await
     }
 
     /// A refused charge: the payments table says why, and what follows.

@@ -1,5 +1,6 @@
-//! The payments pipeline's model: the payment as the payments table stores it, the messages on
-//! its queues, its lifecycle and its ordering, and the names of the metrics its functions emit.
+//! The payments pipeline's model: the payment as the payments table stores it (and as its
+//! consumers read it back, [`stored`]), the messages on its queues, its lifecycle and its
+//! ordering, and the names of the metrics its functions emit.
 //! The functions' configuration is `payments-config`.
 
 use serde::{Deserialize, Serialize};
@@ -7,6 +8,7 @@ use serde::{Deserialize, Serialize};
 pub mod lifecycle;
 pub mod metrics;
 pub mod order;
+pub mod stored;
 
 /// Metric namespace of the pipeline ([`metrics::NAMESPACE`]).
 pub const METRICS_NAMESPACE: &str = metrics::NAMESPACE;

@@ -1,5 +1,24 @@
-//! receipt-sender: consumes the `receipts` queue and sends one receipt per `PaymentCharged`
-//! event.
+//! receipt-sender: consumes the `receipts` queue and sends one receipt per charged payment.
+//!
+//! The queue is not the source of truth: any principal allowed to send to it could write a
+//! `PaymentCharged` event. Each event is verified against its payment in the payments table,
+//! read strongly consistent ([`verify`]), before anything is written:
+//!
+//! - no such payment: a permanent failure ([`verify::Refusal::Unknown`]), so the event goes to the
+//!   dead-letter queue with its reason, and no receipt is sent;
+//! - the payment is not `charged` (accepted, failed): permanent too
+//!   ([`verify::Refusal::NotCharged`]). payment-processor sends the event only once the charge's
+//!   transaction is committed, and the read is consistent, so the payment's own event never finds
+//!   it uncharged: the event is someone else's, and waiting for the charge would only keep it;
+//! - the event disagrees with the charged payment on its account, amount, currency or ledger
+//!   entry: permanent ([`verify::Refusal::Disagrees`]), naming the fields that differ;
+//! - it agrees: the receipt is written with the payment's values, never the event's.
+//!
+//! A refused event writes nothing, not even an idempotency record, so it never keeps the
+//! payment's own event from sending the receipt, whichever comes first. An event that passes
+//! reaches its idempotency record rebuilt from the table: every event of one payment has the
+//! same payload there, so no event can hold the payment's key with another payload, and one that
+//! passes writes exactly the true receipt.
 //!
 //! Deduplication is keyed on the event's `paymentId`, which catches both a redelivery of one
 //! message and a second `PaymentCharged` for the same charge: payment-processor publishes the
@@ -17,15 +36,17 @@
 //!   it was sent before, by an attempt that did not complete its record. A success, logged at
 //!   info as "receipt already sent", with the same receipt id;
 //! - the condition fails and the stored receipt is for another account, amount or currency (the
-//!   write returns it: `ReturnValuesOnConditionCheckFailure=ALL_OLD`): a permanent failure
+//!   write returns it: `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a version that did not
+//!   verify its events could have written it from a forged one): a permanent failure
 //!   ([`PermanentError`]) naming the attributes that differ, so the event goes to the
 //!   dead-letter queue and the stored receipt is left as it was.
 //!
 //! An event whose `paymentId` is not 1 to [`MAX_PAYMENT_ID_CHARS`] characters (payment-processor
-//! charges no other) is a permanent failure too: its receipt id would not be a valid key.
+//! charges no other) is a permanent failure too, refused before the payment is read: its receipt
+//! id would not be a valid key.
 //!
-//! So a payment has at most one receipt, whatever the deliveries, crashes and resends; a second
-//! item for the same payment would be a bug.
+//! So a payment has at most one receipt, with its charged values, whatever the deliveries,
+//! crashes, resends and forged events; a second item for the same payment would be a bug.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -46,7 +67,10 @@ use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_runtime::{Error, LambdaEvent};
 use payments_config::{ConfigError, Settings};
+use payments_model::stored::StoredPayment;
 use payments_model::{METRICS_NAMESPACE, PaymentCharged};
+
+pub mod verify;
 
 /// Settings of receipt-sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +81,8 @@ pub struct Config {
     pub idempotency_ttl: Duration,
     /// `RECEIPTS_TABLE`.
     pub receipts_table: String,
+    /// `PAYMENTS_TABLE`: each event is verified against its payment there.
+    pub payments_table: String,
 }
 
 impl Config {
@@ -69,6 +95,7 @@ impl Config {
                 payments_config::DEFAULT_IDEMPOTENCY_TTL,
             )?,
             receipts_table: settings.required("RECEIPTS_TABLE")?,
+            payments_table: settings.required("PAYMENTS_TABLE")?,
         })
     }
 }
@@ -80,6 +107,7 @@ pub struct App {
     dynamodb: aws_sdk_dynamodb::Client,
     processor: BatchProcessor,
     receipts_table: String,
+    payments_table: String,
 }
 
 impl App {
@@ -96,6 +124,7 @@ impl App {
             dynamodb,
             processor: BatchProcessor::new(),
             receipts_table: config.receipts_table,
+            payments_table: config.payments_table,
         }
     }
 
@@ -145,10 +174,11 @@ impl App {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
-        let handler =
+        let receipt =
             json(|charged: PaymentCharged, ctx: RecordContext| self.send_receipt(charged, ctx))
                 .idempotent(self.idempotency.clone())
                 .with_keys(KeyConfig::json_pointer("/paymentId"));
+        let handler = verify::Verified::new(self, receipt);
         let report = self.processor.process(&event, &handler).await?;
         let counts = BatchCounts::of(&report);
         counts
@@ -160,6 +190,30 @@ impl App {
         Ok((report.response(), counts))
     }
 
+    /// The receipt `event` may send, from its payment as the payments table holds it
+    /// ([`verify::verify`]): a refusal is permanent, a failed read is retried.
+    pub(crate) async fn verified(
+        &self,
+        event: &PaymentCharged,
+    ) -> Result<PaymentCharged, lambda_idempotency::batch::RecordError> {
+        use lambda_idempotency::batch::RecordError;
+        let id_len = event.payment_id.chars().count();
+        if !(1..=MAX_PAYMENT_ID_CHARS).contains(&id_len) {
+            return Err(RecordError::permanent(ReceiptError::InvalidPaymentId(
+                id_len,
+            )));
+        }
+        let stored = StoredPayment::read(&self.dynamodb, &self.payments_table, &event.payment_id)
+            .await
+            .map_err(|e| {
+                RecordError::Handler(
+                    ReceiptError::Verify(safe_reason(&DisplayErrorContext(&e).to_string())).into(),
+                )
+            })?;
+        verify::verify(event, stored.as_ref()).map_err(RecordError::permanent)
+    }
+
+    /// Sends the receipt of a verified event (its values are the payment's).
     async fn send_receipt(
         &self,
         charged: PaymentCharged,
@@ -167,9 +221,7 @@ impl App {
     ) -> Result<String, Error> {
         match self.put_receipt(&charged, &ctx).await {
             Ok(receipt_id) => Ok(receipt_id),
-            Err(e @ (ReceiptError::InvalidPaymentId(_) | ReceiptError::Mismatch { .. })) => {
-                Err(PermanentError::new(e).into())
-            }
+            Err(e @ ReceiptError::Mismatch { .. }) => Err(PermanentError::new(e).into()),
             Err(e) => Err(e.into()),
         }
     }
@@ -181,10 +233,6 @@ impl App {
         charged: &PaymentCharged,
         ctx: &RecordContext,
     ) -> Result<String, ReceiptError> {
-        let id_len = charged.payment_id.chars().count();
-        if !(1..=MAX_PAYMENT_ID_CHARS).contains(&id_len) {
-            return Err(ReceiptError::InvalidPaymentId(id_len));
-        }
         let receipt_id = receipt_id(&charged.payment_id);
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let put = self
@@ -199,6 +247,7 @@ impl App {
                 AttributeValue::N(charged.amount_cents.to_string()),
             )
             .item("currency", s(&charged.currency))
+            .item("ledgerEntryId", s(&charged.ledger_entry_id))
             .item("messageId", s(&ctx.message_id))
             .item(
                 "sentAt",
@@ -289,6 +338,9 @@ pub enum ReceiptError {
     /// The receipts table did not answer, or refused the write (retried).
     #[error("could not write the receipt: {0}")]
     Store(String),
+    /// The payments table did not answer the event's verification (retried).
+    #[error("could not read the payment to verify the event: {0}")]
+    Verify(String),
 }
 
 /// `amountCents differs`, `accountId and amountCents differ`, `accountId, amountCents and
@@ -301,8 +353,9 @@ fn differ(names: &[&str]) -> String {
     }
 }
 
-/// The attributes of a stored receipt that do not match the event: `accountId`, `amountCents`,
-/// `currency` (and `paymentId`, which the receipt id already fixes).
+/// The attributes of a stored receipt that do not match the verified event: `accountId`,
+/// `amountCents`, `currency` (and `paymentId`, which the receipt id already fixes). Not
+/// `ledgerEntryId`, which receipts written by earlier versions lack.
 fn differing_attributes(
     charged: &PaymentCharged,
     stored: &HashMap<String, AttributeValue>,
@@ -339,7 +392,8 @@ fn differing_attributes(
 mod tests {
     use super::*;
 
-    fn charged() -> PaymentCharged {
+    /// An event of payment `pay_1` (500 EUR, account `acct-1`, entry `entry-1`).
+    pub(crate) fn charged() -> PaymentCharged {
         PaymentCharged {
             payment_id: "pay_1".into(),
             account_id: "acct-1".into(),
