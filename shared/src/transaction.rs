@@ -403,6 +403,12 @@ pub(crate) enum Noted {
 /// The `ClientRequestToken` of one try: the same for every try of one attempt with the same
 /// request, different for every attempt and after a definite cancellation.
 pub(crate) fn request_token(stored_key: &str, owner: &str, round: u32) -> String {
+    // The attempt's owner token (32 random hex digits) names the attempt alone, and the round
+    // follows it; a token that would not fit DynamoDB's 36 characters is hashed instead.
+    let token = format!("{owner}-{round}");
+    if !owner.is_empty() && token.len() <= 36 {
+        return token;
+    }
     sha256_hex(format!("{stored_key}\n{owner}\n{round}").as_bytes())[..32].to_owned()
 }
 

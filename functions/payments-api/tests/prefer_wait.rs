@@ -117,7 +117,10 @@ async fn a_wait_is_capped_at_20_seconds_and_reads_24_times() {
     let (response, reads) = get(&["handling=lenient", "wait=600"], &["accepted"]).await;
     assert_eq!(applied(&response), Some("wait=20"));
     assert_eq!(body(&response)["status"], "accepted");
-    assert_eq!(reads, 24, "the count docs/pipeline.md gives for a full wait");
+    assert_eq!(
+        reads, 24,
+        "the count docs/pipeline.md gives for a full wait"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -28,6 +28,18 @@ const NO_LIVE_RECORD: &str = "(attribute_not_exists(#idem_status) OR #idem_exp <
 /// which of its attributes are the key.
 const NO_RECORD: &str = "attribute_not_exists(#idem_status)";
 
+/// A `Put` that carries the record, in parts: what a `PutItem` or a transaction's `Put` sends.
+pub(super) struct CarriedPut {
+    /// The item, the record's attributes on it.
+    pub(super) item: HashMap<String, AttributeValue>,
+    /// The put's condition and the record's.
+    pub(super) condition: String,
+    /// The put's names and the record's.
+    pub(super) names: HashMap<String, String>,
+    /// The put's values, if any.
+    pub(super) values: Option<HashMap<String, AttributeValue>>,
+}
+
 impl DynamoDbBackend {
     /// The completed record's attributes on an item (an inline record, or one carried by a
     /// write of a transaction): each with the placeholder a carried update names it by, its name
@@ -50,6 +62,32 @@ impl DynamoDbBackend {
                 record.result_omitted.then_some(AttributeValue::Bool(true)),
             ),
         ]
+    }
+
+    /// The bytes `record`'s attributes add to the item that carries it.
+    pub(super) fn carried_bytes(&self, record: &IdempotencyRecord) -> usize {
+        // `record_attributes`' names and values, counted without building them.
+        let a = self.inline_attributes();
+        let digits = |n: i64| {
+            n.unsigned_abs()
+                .checked_ilog10()
+                .map_or(1, |d| d as usize + 1)
+        };
+        let optional = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
+        a.status.len()
+            + record.status.as_str().len()
+            + a.expiry.len()
+            + digits(record.expires_at)
+            + usize::from(record.expires_at < 0)
+            + a.payload_hash.len()
+            + record.payload_hash.len()
+            + optional(&a.owner, record.owner.as_deref())
+            + optional(&a.result, record.result.as_deref())
+            + if record.result_omitted {
+                a.result_omitted.len() + 1
+            } else {
+                0
+            }
     }
 
     /// The actions of a commit whose record rides on `writes[carrier]`: the writes, the
@@ -94,9 +132,15 @@ impl DynamoDbBackend {
                 super::table::operation_of(write)
             )));
         };
-        let mut items = writes.to_vec();
-        items[carrier] = carried;
-        Ok(items)
+        let mut carried = Some(carried);
+        Ok(writes
+            .iter()
+            .enumerate()
+            .map(|(i, write)| match carried.take_if(|_| i == carrier) {
+                Some(carried) => carried,
+                None => write.clone(),
+            })
+            .collect())
     }
 
     /// `update` with the record's attributes set (its result removed when it has none) and its
@@ -145,7 +189,33 @@ impl DynamoDbBackend {
 
     /// `put` with the record's attributes on its item and its condition added.
     fn carrying_put(&self, record: &IdempotencyRecord, put: &Put) -> Result<Put, String> {
-        let a = self.inline_attributes();
+        let carried = self.carried_put(record, put)?;
+        Put::builder()
+            .table_name(put.table_name())
+            .set_item(Some(carried.item))
+            .condition_expression(carried.condition)
+            .set_expression_attribute_names(Some(carried.names))
+            .set_expression_attribute_values(carried.values)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    /// What a `Put` that carries `record` writes: its item with the record's attributes, and its
+    /// condition with the record's ([`NO_RECORD`]).
+    pub(super) fn carried_put(
+        &self,
+        record: &IdempotencyRecord,
+        put: &Put,
+    ) -> Result<CarriedPut, String> {
+        let names = put.expression_attribute_names();
+        let values = put.expression_attribute_values();
+        reserved(
+            names
+                .into_iter()
+                .flat_map(HashMap::keys)
+                .chain(values.into_iter().flat_map(HashMap::keys)),
+        )?;
         let mut item = put.item().clone();
         for (_, name, value) in self.record_attributes(record) {
             match value {
@@ -153,26 +223,18 @@ impl DynamoDbBackend {
                 None => item.remove(name),
             };
         }
-        let mut names = put
-            .expression_attribute_names()
-            .cloned()
-            .unwrap_or_default();
-        let values = put
-            .expression_attribute_values()
-            .cloned()
-            .unwrap_or_default();
-        reserved(names.keys().chain(values.keys()))?;
-        names.insert("#idem_status".into(), a.status.clone());
-        Put::builder()
-            .table_name(put.table_name())
-            .set_item(Some(item))
-            .condition_expression(joined(put.condition_expression(), NO_RECORD))
-            .set_expression_attribute_names(Some(names))
+        let mut names = names.cloned().unwrap_or_default();
+        names.insert(
+            "#idem_status".into(),
+            self.inline_attributes().status.clone(),
+        );
+        Ok(CarriedPut {
+            item,
+            condition: joined(put.condition_expression(), NO_RECORD),
+            names,
             // DynamoDB refuses an empty map of values.
-            .set_expression_attribute_values((!values.is_empty()).then_some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| e.to_string())
+            values: values.filter(|v| !v.is_empty()).cloned(),
+        })
     }
 
     /// The record a refused carrier's item holds (its key set to `record.key`, the idempotency
@@ -264,6 +326,50 @@ fn with_clause(expression: &str, keyword: &str, items: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::with_clause;
+    use crate::state::{IdempotencyRecord, Status};
+    use crate::store::dynamodb::transact_write_items::value_bytes;
+
+    #[tokio::test]
+    async fn the_carried_bytes_are_the_record_attributes_bytes() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let backend = super::DynamoDbBackend::new(aws_sdk_dynamodb::Client::from_conf(config), "t");
+        let base = IdempotencyRecord {
+            key: "k".into(),
+            status: Status::Completed,
+            expires_at: 1_700_000_000,
+            lease_until_ms: None,
+            owner: Some("0123456789abcdef0123456789abcdef".into()),
+            payload_hash: "sha256:abc".into(),
+            attempts: 0,
+            last_error: None,
+            result: Some("{\"a\":1}".into()),
+            result_omitted: false,
+        };
+        let records = [
+            base.clone(),
+            IdempotencyRecord {
+                owner: None,
+                result: None,
+                result_omitted: true,
+                expires_at: 0,
+                ..base.clone()
+            },
+            IdempotencyRecord {
+                expires_at: -5,
+                ..base
+            },
+        ];
+        for record in records {
+            let built: usize = backend
+                .record_attributes(&record)
+                .iter()
+                .filter_map(|(_, name, value)| Some(name.len() + value_bytes(value.as_ref()?)))
+                .sum();
+            assert_eq!(backend.carried_bytes(&record), built, "{record:?}");
+        }
+    }
 
     #[test]
     fn a_clause_gains_the_items_or_is_added() {

@@ -8,10 +8,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
 };
 
+use super::carried::CarriedPut;
 use super::table::is_refusal;
 use super::transact_write_items::RecordAt;
 use super::{DynamoDbBackend, request_error};
@@ -28,22 +29,38 @@ enum Refusal {
 }
 
 impl DynamoDbBackend {
-    /// Sends `carried` (the one write of a commit, with `record` on it: [`Self::carrying`]) as
-    /// one `PutItem` or `UpdateItem`, and reads the answer as [`commit_carried`] does.
+    /// Sends `write`, the one write of a commit, with `record` on it (`writes[carrier]`, which
+    /// must be 0), as one `PutItem` or `UpdateItem`, and reads the answer as [`commit_carried`]
+    /// does.
     ///
     /// [`commit_carried`]: crate::store::TransactionalBackend::commit_carried
     pub(super) async fn write_one(
         &self,
         record: &IdempotencyRecord,
-        writes: &[TransactWriteItem],
-        carried: TransactWriteItem,
+        write: &TransactWriteItem,
+        carrier: usize,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
-        let refusal = match (carried.put, carried.update) {
-            (Some(put), _) => self.put_one(put).await?,
-            (None, Some(update)) => self.update_one(update).await?,
-            // `carrying` lets only a `Put` or an `Update` carry the record.
-            (None, None) => unreachable!("only a Put or an Update carries the record"),
+        let writes = std::slice::from_ref(write);
+        let refusal = match write.put() {
+            // A put's parts go straight into the request.
+            Some(put) if carrier == 0 => {
+                let carried =
+                    self.carried_put(record, put)
+                        .map_err(|e| StoreError::Misconfigured {
+                            table: put.table_name().to_owned(),
+                            problem: format!("write 0 cannot carry the record: {e}"),
+                        })?;
+                self.put_one(put.table_name(), carried).await?
+            }
+            // An update (or a carrier the store cannot take: its error) as a transaction's.
+            _ => {
+                let mut carrying = self.carrying(record, writes, carrier, now_ms)?;
+                let Some(update) = carrying.pop().and_then(|w| w.update) else {
+                    unreachable!("`carrying` lets only a Put or an Update carry the record")
+                };
+                self.update_one(update).await?
+            }
         };
         match refusal {
             None => Ok(Commit::Committed),
@@ -55,23 +72,19 @@ impl DynamoDbBackend {
         }
     }
 
-    async fn put_one(&self, put: Put) -> Result<Option<Refusal>, StoreError> {
-        let Put {
-            item,
-            table_name,
-            condition_expression,
-            expression_attribute_names,
-            expression_attribute_values,
-            ..
-        } = put;
+    async fn put_one(
+        &self,
+        table: &str,
+        carried: CarriedPut,
+    ) -> Result<Option<Refusal>, StoreError> {
         let result = self
             .client
             .put_item()
-            .table_name(table_name)
-            .set_item(Some(item))
-            .set_condition_expression(condition_expression)
-            .set_expression_attribute_names(expression_attribute_names)
-            .set_expression_attribute_values(expression_attribute_values)
+            .table_name(table)
+            .set_item(Some(carried.item))
+            .condition_expression(carried.condition)
+            .set_expression_attribute_names(Some(carried.names))
+            .set_expression_attribute_values(carried.values)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;

@@ -65,14 +65,6 @@ impl DynamoDbBackend {
         item
     }
 
-    /// The bytes `record`'s attributes add to the item that carries it.
-    fn carried_bytes(&self, record: &IdempotencyRecord) -> usize {
-        self.record_attributes(record)
-            .iter()
-            .filter_map(|(_, name, value)| Some(name.len() + value_bytes(value.as_ref()?)))
-            .sum()
-    }
-
     /// The conditional put of a commit's record.
     fn record_put(&self, record: &IdempotencyRecord, now_ms: i64) -> TransactWriteItem {
         let put = PutAction::builder()
@@ -387,12 +379,11 @@ impl TransactionalBackend for DynamoDbBackend {
         token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
-        let mut items = self.carrying(record, writes, carrier, now_ms)?;
-        if items.len() == 1 {
+        if let [only] = writes {
             // The inline mode: one write, atomic by itself, for the item's write units alone.
-            let carried = items.pop().expect("one write");
-            return self.write_one(record, writes, carried, now_ms).await;
+            return self.write_one(record, only, carrier, now_ms).await;
         }
+        let items = self.carrying(record, writes, carrier, now_ms)?;
         let items = items.iter().map(returning_old_item).collect();
         self.transact(record, writes, items, RecordAt::On(carrier), token, now_ms)
             .await
@@ -577,7 +568,7 @@ fn values_bytes(values: &HashMap<String, AttributeValue>) -> usize {
 }
 
 /// A value's size as DynamoDB counts it (numbers at their text length, an upper bound).
-fn value_bytes(value: &AttributeValue) -> usize {
+pub(super) fn value_bytes(value: &AttributeValue) -> usize {
     match value {
         AttributeValue::S(v) | AttributeValue::N(v) => v.len(),
         AttributeValue::B(v) => v.as_ref().len(),
