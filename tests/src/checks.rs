@@ -48,7 +48,8 @@ pub struct Stored {
 
 type Item = HashMap<String, AttributeValue>;
 
-async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>, String> {
+/// Every item of `table`, read consistently, page after page.
+pub async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>, String> {
     let mut items = Vec::new();
     let mut start: Option<Item> = None;
     loop {

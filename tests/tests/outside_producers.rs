@@ -488,3 +488,105 @@ async fn any_delivery_order_charges_in_acceptance_order() {
         }
     }
 }
+
+/// A number whose payment is not written (payments-api stopped between taking the number and
+/// writing the payment, or the write failed) holds up none of the account's later payments:
+/// payment-processor voids it and passes over it. A payment write that comes after the void is
+/// refused, and the payment takes another number: nothing is ever written under a number that is
+/// voided or settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_number_without_a_payment_is_voided_and_holds_up_nothing() {
+    use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+    use payments_model::order::{self, Holder};
+
+    let stack = Stack::provision(&[]).await.unwrap();
+    let mut all = payments(2, 1, "gap", |_| String::new());
+    let group = all[0].account_id.clone();
+    let accounts = stack.table("AccountsTable");
+    let dynamodb = &stack.clients.dynamodb;
+    // A request takes number 1, and has not written its payment yet.
+    assert_eq!(
+        order::take_number(dynamodb, accounts, &group)
+            .await
+            .unwrap(),
+        1
+    );
+    // Another payment of the account is accepted meanwhile (number 2), and delivered.
+    let later = stack.accept(vec![all.remove(1)]).await.unwrap().remove(0);
+    assert_eq!(later.sequence, Some(2));
+    let failed = deliver(&stack, vec![("later", body(&later), group.as_str())]).await;
+    assert_eq!(failed, Vec::<String>::new());
+    assert_eq!(
+        ledger_of(&stack, &[&later.payment_id]).await.len(),
+        1,
+        "charged, not held up by number 1"
+    );
+    assert_eq!(
+        Holder::read(dynamodb, accounts, &group, 1).await.unwrap(),
+        Holder::Voided
+    );
+    assert_eq!(
+        Holder::read(dynamodb, accounts, &group, 2).await.unwrap(),
+        Holder::Payment(later.payment_id.clone())
+    );
+    // A void comes second to a payment written first: the number stays the payment's.
+    assert_eq!(
+        order::void(dynamodb, accounts, &group, 2, 0).await.unwrap(),
+        Holder::Payment(later.payment_id.clone())
+    );
+    let account = Account::read(dynamodb, accounts, &group).await.unwrap();
+    assert_eq!((account.next, account.settled), (2, 2));
+
+    // The first request's write comes now, with number 1: refused, nothing is written.
+    let first = all.remove(0);
+    let put = Put::builder()
+        .table_name(stack.table("PaymentsTable"))
+        .item("paymentId", AttributeValue::S(first.payment_id.clone()))
+        .item("accountId", AttributeValue::S(group.clone()))
+        .item("status", AttributeValue::S("accepted".into()))
+        .item("sequence", AttributeValue::N("1".into()))
+        .condition_expression("attribute_not_exists(paymentId)")
+        .build()
+        .unwrap();
+    let written = dynamodb
+        .transact_write_items()
+        .transact_items(TransactWriteItem::builder().put(put).build())
+        .transact_items(
+            TransactWriteItem::builder()
+                .put(order::claim(accounts, &group, 1, &first.payment_id))
+                .build(),
+        )
+        .send()
+        .await;
+    assert!(written.is_err(), "number 1 is voided");
+    assert_eq!(payment(&stack, &first.payment_id).await, None);
+    // Written as payments-api writes it, the payment takes another number; one voided before
+    // its write (number 3 here) makes it take the next (number 4). It is charged after the
+    // later payment, the numbers between passed over.
+    assert_eq!(
+        order::void(dynamodb, accounts, &group, 3, 0).await.unwrap(),
+        Holder::Voided
+    );
+    let first = stack.accept(vec![first]).await.unwrap().remove(0);
+    assert_eq!(first.sequence, Some(4));
+    let failed = deliver(&stack, vec![("first", body(&first), group.as_str())]).await;
+    assert_eq!(failed, Vec::<String>::new());
+    let ledger = ledger_of(&stack, &[&first.payment_id, &later.payment_id]).await;
+    let order: Vec<(&str, Option<u64>)> = ledger.iter().map(|e| (e.0.as_str(), e.2)).collect();
+    assert_eq!(
+        order,
+        vec![
+            (later.payment_id.as_str(), Some(2)),
+            (first.payment_id.as_str(), Some(4))
+        ]
+    );
+    let account = Account::read(dynamodb, accounts, &group).await.unwrap();
+    assert_eq!((account.next, account.settled), (4, 4));
+    assert!(
+        stack
+            .charged_exactly_once(&[later, first])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

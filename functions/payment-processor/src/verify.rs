@@ -8,8 +8,9 @@
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
 use lambda_idempotency::state::Status;
+use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::transaction::Rejection;
-use payments_model::order::{self, Account};
+use payments_model::order::{self, Account, Holder};
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
 
 use crate::App;
@@ -271,9 +272,10 @@ impl App {
         }
     }
 
-    /// Settles the payments of `payment`'s account before `sequence`, oldest first: an accepted
-    /// one is charged from the table (its own message, when it comes, is a duplicate); a failed
-    /// one, or one reopened under another number, is passed over.
+    /// Settles the numbers of `payment`'s account before `sequence`, lowest first: an accepted
+    /// payment is charged from the table (its own message, when it comes, is a duplicate); a
+    /// failed one, one reopened under another number, or a number no payment holds, is passed
+    /// over.
     async fn catch_up(
         &self,
         payment: &StoredPayment,
@@ -290,12 +292,16 @@ impl App {
                 return Ok(());
             }
             let next = account.settled + 1;
-            let earlier = match account.pending.get(&next) {
-                Some(id) => self
-                    .read_payment(id)
+            let holder = match account.pending.get(&next) {
+                Some(id) => Holder::Payment(id.clone()),
+                None => self.holder_or_void(account_id, next).await?,
+            };
+            let earlier = match holder {
+                Holder::Payment(id) => self
+                    .read_payment(&id)
                     .await
                     .map_err(|e| store_error("GetItem", e))?,
-                None => None,
+                Holder::Voided | Holder::Nobody => None,
             };
             match earlier {
                 Some(earlier)
@@ -338,8 +344,40 @@ impl App {
         ))
     }
 
-    /// Settles number `sequence` of an account without a charge (its payment failed, or was
-    /// reopened under another number). A refusal means another delivery settled it.
+    /// Who holds number `sequence` of an account, from the number's item; a number without one
+    /// (its payment is being written, or never will be) is voided first ([`order::void`]): a
+    /// payment written with it after this is refused, and takes another number. So an
+    /// account's later payments never wait on a number whose payment never comes.
+    async fn holder_or_void(&self, account_id: &str, sequence: u64) -> Result<Holder, RecordError> {
+        let table = &self.config.accounts_table;
+        let holder = Holder::read(&self.dynamodb, table, account_id, sequence)
+            .await
+            .map_err(|e| store_error("GetItem", e))?;
+        if holder != Holder::Nobody {
+            return Ok(holder);
+        }
+        let holder = order::void(
+            &self.dynamodb,
+            table,
+            account_id,
+            sequence,
+            SystemClock.now_ms(),
+        )
+        .await
+        .map_err(|e| store_error("PutItem", e))?;
+        if holder == Holder::Voided {
+            tracing::info!(
+                account_id,
+                sequence,
+                "a number of the account has no payment: voided, and passed over"
+            );
+        }
+        Ok(holder)
+    }
+
+    /// Settles number `sequence` of an account without a charge (its payment failed, was
+    /// reopened under another number, or it has none). A refusal means another delivery settled
+    /// it.
     async fn pass_over(&self, account_id: &str, sequence: u64) -> Result<(), RecordError> {
         let update = order::settle(&self.config.accounts_table, account_id, sequence);
         let result = self
@@ -358,7 +396,7 @@ impl App {
                 tracing::info!(
                     account_id,
                     sequence,
-                    "settled without a charge (failed or reopened)"
+                    "settled without a charge (failed, reopened, or no payment)"
                 );
                 Ok(())
             }

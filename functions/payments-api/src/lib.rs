@@ -393,11 +393,11 @@ impl App {
     }
 
     /// The payment's write, with its number in its account's order ([`payments_model::order`]):
-    /// one read of the account's last number, then one transaction of the payment (on condition
-    /// that no payment has its id) and the account (on condition that its last number is still
-    /// the one read). On a conflict over the id, the stored payment's fingerprint tells a retry
-    /// from a reuse; a conflict over the number (another payment of the account accepted
-    /// meanwhile) reads again.
+    /// one update taking the account's next number (an `ADD`, which concurrent payments of the
+    /// account never refuse), then one transaction of the payment (on condition that no payment
+    /// has its id) and the number's item (on condition that the number has none: payment-processor
+    /// may have voided it). On a conflict over the id, the stored payment's fingerprint tells a
+    /// retry from a reuse; a voided number takes another.
     async fn write(
         &self,
         payment_id: &str,

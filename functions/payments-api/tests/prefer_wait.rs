@@ -226,11 +226,13 @@ async fn post(prefer: &[&str], statuses: &[&'static str]) -> (Response<Body>, Ve
         UpdateItemOutput::builder().build()
     });
     let c = calls.clone();
-    let account = mock!(aws_sdk_dynamodb::Client::get_item)
+    let account = mock!(aws_sdk_dynamodb::Client::update_item)
         .match_requests(|r| r.table_name() == Some("payments-accounts"))
         .then_compute_output(move |_| {
-            c.push("read account");
-            GetItemOutput::builder().build()
+            c.push("take a number");
+            UpdateItemOutput::builder()
+                .attributes(payments_model::order::NEXT, AttributeValue::N("1".into()))
+                .build()
         });
     let c = calls.clone();
     let write =
@@ -239,7 +241,7 @@ async fn post(prefer: &[&str], statuses: &[&'static str]) -> (Response<Body>, Ve
             TransactWriteItemsOutput::builder().build()
         });
     let reads = payment_reads(statuses);
-    let response = app(&[&record, &account, &write, &reads])
+    let response = app(&[&account, &record, &write, &reads])
         .handle(with_prefer(request("POST", "/payments", PAYMENT), prefer))
         .await
         .unwrap();
@@ -263,7 +265,7 @@ async fn a_post_waits_after_its_key_is_completed_and_answers_the_outcome() {
         calls,
         [
             "update_item",
-            "read account",
+            "take a number",
             "transact",
             "complete with the creation answer",
             "read payment",

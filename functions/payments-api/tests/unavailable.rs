@@ -3,7 +3,7 @@
 //! `503` is counted as the outcome `unavailable`, the metric its alarm watches (a `503` is a
 //! successful invocation to Lambda, so the function's `Errors` never sees it).
 
-use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::InternalServerError;
@@ -56,19 +56,19 @@ async fn the_idempotency_store_down_is_a_503_without_sdk_text() {
 
 #[tokio::test]
 async fn the_payments_table_down_is_a_503_and_the_key_stays_retryable() {
-    // The key is taken (UpdateItem succeeds), the account's last number read (a fresh account),
-    // the payment's write fails: the key's record is marked failed (a second UpdateItem), so a
-    // retry with the same key runs again.
+    // The key is taken (UpdateItem succeeds), the account's next number taken (an UpdateItem of
+    // the accounts table), the payment's write fails: the key's record is marked failed (a
+    // second UpdateItem of the idempotency table), so a retry with the same key runs again.
+    let account = common::account_numbers();
     let store = mock!(aws_sdk_dynamodb::Client::update_item)
         .then_output(|| UpdateItemOutput::builder().build());
-    let account =
-        mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| GetItemOutput::builder().build());
     let payments = mock!(aws_sdk_dynamodb::Client::transact_write_items)
         .then_error(|| TransactWriteItemsError::InternalServerError(internal()));
-    let app = app(&[&store, &account, &payments]);
+    let app = app(&[&account, &store, &payments]);
     let (status, problem) = answer(&app, request("POST", "/payments", PAYMENT)).await;
     assert_eq!(status, 503);
     assert_eq!(problem["detail"], "the payments table is unavailable");
+    assert_eq!(account.num_calls(), 1, "one number taken");
     assert!(payments.num_calls() >= 1);
     assert!(
         store.num_calls() >= 2,

@@ -145,8 +145,8 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
                 table("payments-idempotency")
             ),
             ("dynamodb:GetItem".to_owned(), table("payments")),
-            ("dynamodb:GetItem".to_owned(), table("payments-accounts")),
-            ("dynamodb:UpdateItem".to_owned(), table("payments-accounts"))
+            ("dynamodb:UpdateItem".to_owned(), table("payments-accounts")),
+            ("dynamodb:PutItem".to_owned(), table("payments-accounts"))
         ]
     );
     assert_eq!(
@@ -186,16 +186,17 @@ fn a_granted_action_never_called_is_reported_and_the_platform_s_apart() {
         "DynamoDB_20120810.DeleteItem",
         &serde_json::json!({"TableName": "payments-idempotency", "Key": {"id": {"S": "payments-api#k1"}}}),
     );
-    // And the account's order: its last number read, then updated with the payment.
-    record(
-        &r,
-        "DynamoDB_20120810.GetItem",
-        &serde_json::json!({"TableName": "payments-accounts", "Key": {"accountId": {"S": "acct-1"}}}),
-    );
+    // And the account's order: its next number taken, then the number's item put with the
+    // payment.
     record(
         &r,
         "DynamoDB_20120810.UpdateItem",
         &serde_json::json!({"TableName": "payments-accounts", "Key": {"accountId": {"S": "acct-1"}}}),
+    );
+    record(
+        &r,
+        "DynamoDB_20120810.PutItem",
+        &serde_json::json!({"TableName": "payments-accounts", "Item": {"accountId": {"S": "number #1 of acct-1"}}}),
     );
     // And the cold start's check of the idempotency table.
     for action in ["DescribeTable", "DescribeTimeToLive"] {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_smithy_mocks::{Rule, RuleMode, mock_client};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use lambda_http::aws_lambda_events::apigw::{
     ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
     ApiGatewayV2httpRequestContext,
@@ -27,6 +27,24 @@ pub fn app(rules: &[&Rule]) -> App {
             max_payment_amount: payments_api::validate::DEFAULT_MAX_PAYMENT_AMOUNT,
         },
     )
+}
+
+/// The accounts table's counter: each `UpdateItem` of it (payments-api taking a payment's
+/// number) answers the next number, from 1.
+#[allow(dead_code)] // not every test binary takes a number
+pub fn account_numbers() -> Rule {
+    let taken = std::sync::atomic::AtomicU64::new(0);
+    mock!(aws_sdk_dynamodb::Client::update_item)
+        .match_requests(|r| r.table_name() == Some("payments-accounts"))
+        .then_compute_output(move |_| {
+            let n = taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder()
+                .attributes(
+                    payments_model::order::NEXT,
+                    aws_sdk_dynamodb::types::AttributeValue::N(n.to_string()),
+                )
+                .build()
+        })
 }
 
 /// A request of the caller `acct-1`, with an Idempotency-Key.
