@@ -317,9 +317,15 @@ async fn payments_the_relay_gave_up_on_are_sent_again_by_the_reconciler_in_order
             Mismatch::LedgerEntries { payment_id, found, .. } if *payment_id == lost && found.is_empty())),
         "{audit:?}"
     );
-    // Incremental: a second pass has nothing new to audit.
+    // Incremental: a second pass has nothing new to audit (it may compare acct-0's balance
+    // again, when a charge of it was too recent to conclude on in the first pass).
     let again = reconciler.audit(now_ms() + 1).await.unwrap();
-    assert_eq!(again, Default::default(), "each charge is audited once");
+    assert_eq!(again.audited, 0, "each charge is audited once: {again:?}");
+    assert!(
+        again.mismatches.iter().all(|m| matches!(m,
+            Mismatch::Balance { account_id, .. } if account_id == "acct-0")),
+        "{again:?}"
+    );
     // The faults repaired, for what follows.
     dynamodb
         .put_item()

@@ -1,14 +1,20 @@
 //! payments-reconciler against a provisioned stack: payments left `accepted` whose message SQS
 //! moved to the dead-letter queue are marked failed (the queue keeps the message), the others
 //! are sent again through the relay's path, those waiting too long are counted stuck, and a
-//! dead-letter copy that disagrees with its payment marks nothing.
+//! dead-letter copy that disagrees with its payment marks nothing; the audit reports a balance
+//! that its charges do not explain (an over-charge too), but not one with charges not yet
+//! audited.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
+use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::{self, Stack};
 use payments_model::PaymentRequested;
+use payments_operations::reconcile::audit::{Mismatch, WRITER_CLOCK_SKEW};
 use payments_operations::reconcile::waiting::MOVED_BY_SQS;
 use payments_publisher::now_ms;
 
@@ -26,8 +32,8 @@ async fn dead_letter(stack: &Stack, payment: &PaymentRequested) {
     publisher.send_all(vec![message]).await.remove(0).unwrap();
 }
 
-async fn status(stack: &Stack, payment_id: &str) -> (String, Option<String>) {
-    let item = stack
+async fn payment(stack: &Stack, payment_id: &str) -> HashMap<String, AttributeValue> {
+    stack
         .clients
         .dynamodb
         .get_item()
@@ -38,7 +44,11 @@ async fn status(stack: &Stack, payment_id: &str) -> (String, Option<String>) {
         .await
         .unwrap()
         .item
-        .unwrap();
+        .unwrap()
+}
+
+async fn status(stack: &Stack, payment_id: &str) -> (String, Option<String>) {
+    let item = payment(stack, payment_id).await;
     let s = |k: &str| match item.get(k) {
         Some(AttributeValue::S(v)) => Some(v.clone()),
         _ => None,
@@ -106,4 +116,114 @@ async fn payments_left_accepted_are_marked_from_the_dead_letter_queue_or_sent_ag
     let again = reconciler.waiting(now_ms()).await.unwrap();
     assert_eq!(again.resent.len(), 2, "{again:?}");
     assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 2);
+}
+
+/// Charges `payment` through payment-processor, as its message would.
+async fn charge(app: &payment_processor::App, payment: &PaymentRequested) {
+    let body = serde_json::to_string(payment).unwrap();
+    let record = fifo_record(
+        &format!("m-{}", payment.payment_id),
+        &body,
+        &payment.account_id,
+        1,
+    );
+    let response = app
+        .handle(event(vec![record], Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(failed_ids(&response).is_empty(), "{response:?}");
+}
+
+/// Adds to a balance outside the pipeline: as a bug applying a charge twice, or an adversary,
+/// would.
+async fn add_to_balance(stack: &Stack, account_id: &str, cents: i64) {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    stack
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(stack.table("BalancesTable"))
+        .key("accountId", s(account_id))
+        .key("currency", s("EUR"))
+        .update_expression("ADD balanceCents :cents, charges :one")
+        .expression_attribute_values(":cents", AttributeValue::N(cents.to_string()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn charged_at(stack: &Stack, payment_id: &str) -> i64 {
+    payment(stack, payment_id).await["chargedAt"]
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn over_charge(account_id: &str, charged: &[&PaymentRequested], extra_cents: i64) -> Mismatch {
+    let cents: i64 = charged.iter().map(|p| p.amount_cents).sum();
+    let count = charged.len() as i64;
+    Mismatch::Balance {
+        account_id: account_id.to_owned(),
+        currency: "EUR".into(),
+        balance_cents: cents + extra_cents,
+        charges: count + 1,
+        audited_cents: cents,
+        audited_charges: count,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reports_an_over_charge_once_past_the_last_charge_and_not_charges_in_flight() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let app = stack.payment_processor().unwrap();
+    let reconciler = stack.reconciler(&[("AUDIT_LAG_SECONDS", "0")]).unwrap();
+    let skew = WRITER_CLOCK_SKEW.as_millis() as i64;
+    // acct-000: payments 0, 2, 4; acct-001: payments 1, 3.
+    let accepted = stack
+        .accept(stack::payments(5, 2, "audit", |_| String::new()))
+        .await
+        .unwrap();
+    let (a, b) = ("acct-000", "acct-001");
+    let of = |account: &str| -> Vec<&PaymentRequested> {
+        accepted
+            .iter()
+            .filter(|p| p.account_id == account)
+            .collect()
+    };
+    let (in_a, in_b) = (of(a), of(b));
+    for p in in_a.iter().chain(&in_b[..1]) {
+        charge(&app, p).await;
+    }
+    let first_charges_done = now_ms();
+    // acct-001's second payment is charged after the audit's horizon below: in flight for it.
+    tokio::time::sleep(WRITER_CLOCK_SKEW + Duration::from_millis(200)).await;
+    charge(&app, in_b[1]).await;
+    // acct-000, all of whose charges the audit is past, gets an increment that no payment
+    // explains.
+    add_to_balance(&stack, a, 500).await;
+
+    let audit = reconciler.audit(first_charges_done + skew).await.unwrap();
+    assert_eq!(audit.audited, 4, "{audit:?}");
+    assert_eq!(
+        audit.mismatches,
+        vec![over_charge(a, &in_a, 500)],
+        "acct-000's over-charge, not acct-001's charge in flight"
+    );
+
+    // acct-001's last charge applied twice: not concluded while the audit is within the margin
+    // of that charge, reported once past it.
+    let last_b = charged_at(&stack, &in_b[1].payment_id).await;
+    add_to_balance(&stack, b, in_b[1].amount_cents).await;
+    let audit = reconciler.audit(last_b + 1).await.unwrap();
+    assert_eq!(audit.audited, 1, "{audit:?}");
+    assert_eq!(audit.mismatches, vec![], "within the margin: {audit:?}");
+    let audit = reconciler.audit(last_b + skew).await.unwrap();
+    assert_eq!(audit.audited, 0, "{audit:?}");
+    assert_eq!(
+        audit.mismatches,
+        vec![over_charge(b, &in_b, in_b[1].amount_cents)],
+        "acct-001's charge applied twice"
+    );
 }

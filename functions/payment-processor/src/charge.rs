@@ -23,7 +23,8 @@ pub(crate) mod write {
 /// The four writes of a charge, verified against the payments table in the same request:
 ///
 /// 0. the ledger entry (a fresh id);
-/// 1. the balance of the account in the payment's currency (an increment);
+/// 1. the balance of the account in the payment's currency (an increment, and `lastChargedAt`,
+///    the charge's time: the reconciler's audit compares the balance once it is past it);
 /// 2. the payment marked `charged` (and moved from the reconciler's accepted index to its
 ///    charged index), carrying the charge's idempotency record
 ///    ([`Transaction::carry_record`](lambda_idempotency::transaction::Transaction::carry_record)),
@@ -67,9 +68,10 @@ pub fn charge(
         .table_name(&config.balances_table)
         .key("accountId", s(&payment.account_id))
         .key("currency", s(&payment.currency))
-        .update_expression("ADD balanceCents :amount, charges :one")
+        .update_expression("ADD balanceCents :amount, charges :one SET lastChargedAt = :now")
         .expression_attribute_values(":amount", amount.clone())
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .expression_attribute_values(":now", now.clone())
         .build()
         .expect("table, key and expression are set");
     let (names, values) = lifecycle::agreement(payment);

@@ -4,12 +4,22 @@
 //! amounts to their balances, so no charge is counted twice or skipped.
 //!
 //! For a balance, `charges` (added by every charge) and `auditedCharges` (added by the audit)
-//! count the same charges once the audit has caught up: then `balanceCents` must equal
-//! `auditedCents`. While charges are still unaudited, `auditedCharges` is lower and nothing is
-//! concluded; it is never higher.
+//! count the same charges once the audit has audited every charge of the balance: then
+//! `balanceCents` must equal `auditedCents`. Each charge also sets the balance's
+//! `lastChargedAt` (its `chargedAt`); once every shard's audit is past that instant (with
+//! [`WRITER_CLOCK_SKEW`]), `charges` must equal `auditedCharges`: more is a charge that no
+//! charged payment explains (an over-charge), and is reported like any other difference. Before
+//! that instant, fewer audited charges are charges in flight and nothing is concluded; more is
+//! always wrong.
+//!
+//! The balances compared in a run are those of the charges it audited, and those of the
+//! charges up to [`WRITER_CLOCK_SKEW`] before where the audit stands that no run compared after
+//! it (`checkedThrough`, a second cursor per shard): a balance whose last charge was too recent
+//! when audited is compared in a later run.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use payments_model::lifecycle::{self, CHARGED_INDEX, CHARGED_SHARD, LEDGER_BY_PAYMENT_INDEX};
@@ -18,6 +28,12 @@ use super::{ReconcileError, Reconciler};
 
 /// The accounts table's key of the audit's cursor of each shard: this prefix and the shard.
 pub const CURSOR_PREFIX: &str = "reconciler#charged-";
+
+/// How far apart the clocks of two writers of one balance may be: charges of one account are
+/// made one after the other (its message group), each stamping `lastChargedAt` with its own
+/// clock, so the last one written is the latest up to this. A balance is compared with its
+/// audited charges only once the audit is this far past its `lastChargedAt`.
+pub const WRITER_CLOCK_SKEW: Duration = Duration::from_secs(5);
 
 /// At most this many balances per transaction (DynamoDB's limit is 100 items, one is the cursor).
 const BALANCES_PER_TRANSACTION: usize = 99;
@@ -131,45 +147,73 @@ impl Charged {
     }
 }
 
+/// A balance: its account and currency.
+type BalanceKey = (String, String);
+
+/// A shard's cursors, in its item of the accounts table ([`CURSOR_PREFIX`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cursors {
+    /// `chargedThrough`: every charge of the shard up to this instant is audited.
+    charged: i64,
+    /// `checkedThrough`: the balance of every charge of the shard up to this instant was
+    /// compared with the audit past it.
+    checked: i64,
+}
+
 impl Reconciler {
     /// Audits the charges older than [`Config::audit_lag`](super::Config) that no run audited
-    /// yet, at most `max_per_run` of them.
+    /// yet, at most `max_per_run` of them; then compares with their audited sums the balances
+    /// charged since the last run (see the module).
     pub async fn audit(&self, now_ms: i64) -> Result<Audit, ReconcileError> {
         let until = now_ms - i64::try_from(self.config.audit_lag.as_millis()).unwrap_or(i64::MAX);
         let mut audit = Audit::default();
+        let mut touched = BTreeSet::new();
+        let mut shards = Vec::new();
         for shard in lifecycle::shards() {
+            let cursors = self.cursors(&shard).await?;
             let budget = self
                 .config
                 .max_per_run
                 .saturating_sub(audit.audited as usize);
-            if budget == 0 {
-                break;
-            }
-            self.audit_shard(&shard, until, budget, &mut audit).await?;
+            let through = if budget == 0 {
+                cursors.charged
+            } else {
+                self.audit_shard(
+                    &shard,
+                    cursors.charged,
+                    until,
+                    budget,
+                    &mut audit,
+                    &mut touched,
+                )
+                .await?
+            };
+            shards.push((shard, cursors, through));
         }
+        // Every charge of every shard up to here is audited.
+        let audited_through = shards.iter().map(|(.., through)| *through).min();
+        self.check_balances(&shards, audited_through.unwrap_or(0), touched, &mut audit)
+            .await?;
         Ok(audit)
     }
 
+    /// Audits the charges of `shard` after `cursor` up to `until`, at most `budget` of them;
+    /// returns the instant up to which every charge of the shard is audited, and adds the
+    /// balances it audited charges of to `touched`.
     async fn audit_shard(
         &self,
         shard: &str,
+        cursor: i64,
         until: i64,
         budget: usize,
         audit: &mut Audit,
-    ) -> Result<(), ReconcileError> {
-        let cursor = self.cursor(shard).await?;
+        touched: &mut BTreeSet<BalanceKey>,
+    ) -> Result<i64, ReconcileError> {
         if cursor >= until {
-            return Ok(());
+            return Ok(cursor);
         }
         let mut charges = self.charged(shard, cursor, until, budget + 1).await?;
-        if charges.len() > budget {
-            // Keep whole instants: the cursor moves past every charge of the last one kept.
-            let cut = charges[budget].charged_at;
-            charges.truncate(budget);
-            while charges.last().is_some_and(|c| c.charged_at == cut) {
-                charges.pop();
-            }
-        }
+        let whole = !keep_whole_instants(&mut charges, budget);
         let mut start = 0;
         while start < charges.len() {
             let end = chunk_end(&charges[start..]) + start;
@@ -179,50 +223,118 @@ impl Reconciler {
                 entries.extend(self.check_entry(charge).await?);
             }
             let through = chunk.last().expect("a chunk is not empty").charged_at;
+            let from = cursor_value(start, cursor, &charges);
             let groups = sums(chunk);
-            if !self
-                .commit(
-                    shard,
-                    cursor_value(start, cursor, &charges),
-                    through,
-                    &groups,
-                )
-                .await?
-            {
+            if !self.commit(shard, from, through, &groups).await? {
                 // Another run moved the cursor: it audits these.
-                return Ok(());
+                return Ok(from);
             }
             audit.audited += chunk.len() as u64;
             audit.mismatches.extend(entries);
-            for (account_id, currency) in groups.keys() {
-                audit
-                    .mismatches
-                    .extend(self.check_balance(account_id, currency).await?);
-            }
+            touched.extend(groups.into_keys());
             start = end;
+        }
+        // Every charge up to `until` was read (the charged index has them all by then: the
+        // audit's lag), unless the budget cut them.
+        Ok(if whole {
+            until
+        } else {
+            charges.last().map_or(cursor, |c| c.charged_at)
+        })
+    }
+
+    /// Compares the balances with their audited sums, every charge up to `audited_through`
+    /// being audited: those `touched` by this run's audit, and those of every charge up to
+    /// [`WRITER_CLOCK_SKEW`] before `audited_through` that no run compared after it (a balance
+    /// whose last charge the audit was not yet far enough past when it audited it), at most
+    /// `max_per_run` charges of them. Moves the shards' `checkedThrough` after.
+    async fn check_balances(
+        &self,
+        shards: &[(String, Cursors, i64)],
+        audited_through: i64,
+        mut balances: BTreeSet<BalanceKey>,
+        audit: &mut Audit,
+    ) -> Result<(), ReconcileError> {
+        let horizon = audited_through.saturating_sub(skew_ms());
+        let mut budget = self.config.max_per_run;
+        let mut checked = Vec::new();
+        for (shard, cursors, _) in shards {
+            if cursors.checked >= horizon || budget == 0 {
+                continue;
+            }
+            let mut charges = self
+                .charged(shard, cursors.checked, horizon, budget + 1)
+                .await?;
+            let through = if keep_whole_instants(&mut charges, budget) {
+                charges.last().map(|c| c.charged_at)
+            } else {
+                Some(horizon)
+            };
+            budget -= charges.len();
+            if let Some(through) = through.filter(|_| !charges.is_empty()) {
+                checked.push((shard, through));
+            }
+            balances.extend(charges.into_iter().map(|c| (c.account_id, c.currency)));
+        }
+        for (account_id, currency) in &balances {
+            audit.mismatches.extend(
+                self.check_balance(account_id, currency, audited_through)
+                    .await?,
+            );
+        }
+        for (shard, through) in checked {
+            self.move_checked(shard, through).await?;
         }
         Ok(())
     }
 
-    async fn cursor(&self, shard: &str) -> Result<i64, ReconcileError> {
+    async fn cursors(&self, shard: &str) -> Result<Cursors, ReconcileError> {
         let table = &self.config.accounts_table;
         let item = self
             .dynamodb
             .get_item()
             .table_name(table)
-            .key(
-                "accountId",
-                AttributeValue::S(format!("{CURSOR_PREFIX}{shard}")),
-            )
+            .key("accountId", cursor_key(shard))
             .consistent_read(true)
             .send()
             .await
             .map_err(ReconcileError::dynamodb("GetItem", table))?
-            .item;
-        Ok(match item.as_ref().and_then(|i| i.get("chargedThrough")) {
+            .item
+            .unwrap_or_default();
+        let n = |k: &str| match item.get(k) {
             Some(AttributeValue::N(n)) => n.parse().unwrap_or(0),
             _ => 0,
+        };
+        Ok(Cursors {
+            charged: n("chargedThrough"),
+            checked: n("checkedThrough"),
         })
+    }
+
+    /// Moves the shard's `checkedThrough` forward to `through` (never back: a concurrent run
+    /// may have moved it further).
+    async fn move_checked(&self, shard: &str, through: i64) -> Result<(), ReconcileError> {
+        let table = &self.config.accounts_table;
+        let moved = self
+            .dynamodb
+            .update_item()
+            .table_name(table)
+            .key("accountId", cursor_key(shard))
+            .update_expression("SET checkedThrough = :through")
+            .condition_expression(
+                "attribute_not_exists(checkedThrough) OR checkedThrough < :through",
+            )
+            .expression_attribute_values(":through", AttributeValue::N(through.to_string()))
+            .send()
+            .await;
+        match moved.map_err(aws_sdk_dynamodb::Error::from) {
+            Ok(_) | Err(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_)) => Ok(()),
+            Err(e) => Err(ReconcileError::DynamoDb {
+                operation: "UpdateItem",
+                table: table.clone(),
+                source: Box::new(e),
+            }),
+        }
     }
 
     /// The charges of `shard` after `after` up to `until`, in `chargedAt` order, at most `limit`.
@@ -343,7 +455,7 @@ impl Reconciler {
             .collect();
         let cursor = Update::builder()
             .table_name(&self.config.accounts_table)
-            .key("accountId", s(&format!("{CURSOR_PREFIX}{shard}")))
+            .key("accountId", cursor_key(shard))
             .update_expression("SET chargedThrough = :through")
             .condition_expression(if from == 0 {
                 "attribute_not_exists(chargedThrough) OR chargedThrough = :from"
@@ -383,11 +495,13 @@ impl Reconciler {
         }
     }
 
-    /// The balance against its audited charges (read consistently, after the audit's commit).
+    /// The balance against its audited charges (read consistently, after the audit's commits),
+    /// every charge up to `audited_through` being audited.
     async fn check_balance(
         &self,
         account_id: &str,
         currency: &str,
+        audited_through: i64,
     ) -> Result<Option<Mismatch>, ReconcileError> {
         let table = &self.config.balances_table;
         let item = self
@@ -402,22 +516,71 @@ impl Reconciler {
             .map_err(ReconcileError::dynamodb("GetItem", table))?
             .item
             .unwrap_or_default();
+        let balance = Balance::of(&item);
+        Ok(balance
+            .disagrees(audited_through)
+            .then(|| balance.mismatch(account_id, currency)))
+    }
+}
+
+/// A balance item, as the audit reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Balance {
+    /// `balanceCents`: what the charges added.
+    balance_cents: i64,
+    /// `charges`: how many charges added to it.
+    charges: i64,
+    /// `auditedCents`: what the audited charges add up to.
+    audited_cents: i64,
+    /// `auditedCharges`: how many charges were audited.
+    audited_charges: i64,
+    /// `lastChargedAt`: the `chargedAt` of the last charge that added to it; none on a balance
+    /// last charged before charges wrote it.
+    last_charged_at: Option<i64>,
+}
+
+impl Balance {
+    fn of(item: &HashMap<String, AttributeValue>) -> Self {
         let n = |k: &str| match item.get(k) {
-            Some(AttributeValue::N(v)) => v.parse::<i64>().unwrap_or(0),
-            _ => 0,
+            Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
+            _ => None,
         };
-        let (balance_cents, charges) = (n("balanceCents"), n("charges"));
-        let (audited_cents, audited_charges) = (n("auditedCents"), n("auditedCharges"));
-        let caught_up = audited_charges == charges;
-        let wrong = audited_charges > charges || (caught_up && audited_cents != balance_cents);
-        Ok(wrong.then(|| Mismatch::Balance {
+        Self {
+            balance_cents: n("balanceCents").unwrap_or(0),
+            charges: n("charges").unwrap_or(0),
+            audited_cents: n("auditedCents").unwrap_or(0),
+            audited_charges: n("auditedCharges").unwrap_or(0),
+            last_charged_at: n("lastChargedAt"),
+        }
+    }
+
+    /// Whether the balance disagrees with its audited charges, every charge up to
+    /// `audited_through` (epoch ms) being audited:
+    ///
+    /// - more charges audited than it counted: always;
+    /// - as many: when the sums differ;
+    /// - fewer: once the audit is past its last charge (`lastChargedAt`, with
+    ///   [`WRITER_CLOCK_SKEW`]), since every charge that could explain the difference is then
+    ///   audited. The difference is a charge that no charged payment explains: an increment
+    ///   written outside a charge, or a charge applied twice. A balance last charged before
+    ///   `lastChargedAt` was written counts as charged at the epoch.
+    fn disagrees(&self, audited_through: i64) -> bool {
+        if self.audited_charges >= self.charges {
+            return self.audited_charges > self.charges || self.audited_cents != self.balance_cents;
+        }
+        let last_charged_at = self.last_charged_at.unwrap_or(0);
+        last_charged_at.saturating_add(skew_ms()) <= audited_through
+    }
+
+    fn mismatch(&self, account_id: &str, currency: &str) -> Mismatch {
+        Mismatch::Balance {
             account_id: account_id.to_owned(),
             currency: currency.to_owned(),
-            balance_cents,
-            charges,
-            audited_cents,
-            audited_charges,
-        }))
+            balance_cents: self.balance_cents,
+            charges: self.charges,
+            audited_cents: self.audited_cents,
+            audited_charges: self.audited_charges,
+        }
     }
 }
 
@@ -444,6 +607,30 @@ fn chunk_end(charges: &[Charged]) -> usize {
         }
     }
     charges.len()
+}
+
+/// Cuts `charges` (in `chargedAt` order) to at most `budget`, keeping whole instants (a cursor
+/// moves past every charge of its instant); true when it cut some.
+fn keep_whole_instants(charges: &mut Vec<Charged>, budget: usize) -> bool {
+    if charges.len() <= budget {
+        return false;
+    }
+    let cut = charges[budget].charged_at;
+    charges.truncate(budget);
+    while charges.last().is_some_and(|c| c.charged_at == cut) {
+        charges.pop();
+    }
+    true
+}
+
+/// The key of a shard's cursors in the accounts table.
+fn cursor_key(shard: &str) -> AttributeValue {
+    AttributeValue::S(format!("{CURSOR_PREFIX}{shard}"))
+}
+
+/// [`WRITER_CLOCK_SKEW`] in milliseconds.
+fn skew_ms() -> i64 {
+    i64::try_from(WRITER_CLOCK_SKEW.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The cursor before the chunk starting at `start`.
@@ -497,6 +684,43 @@ mod tests {
             .map(|i| charge(if i < 110 { 1 } else { 2 }, &format!("a{i}")))
             .collect();
         assert_eq!(chunk_end(&crowd), 110);
+    }
+
+    fn balance(charges: i64, audited_charges: i64, extra_cents: i64, last: Option<i64>) -> Balance {
+        Balance {
+            balance_cents: charges * 10 + extra_cents,
+            charges,
+            audited_cents: audited_charges * 10,
+            audited_charges,
+            last_charged_at: last,
+        }
+    }
+
+    #[test]
+    fn a_balance_is_compared_once_the_audit_is_past_its_last_charge() {
+        let skew = WRITER_CLOCK_SKEW.as_millis() as i64;
+        let last = 1_000_000;
+        // Every charge audited: the sums must agree, whenever.
+        assert!(!balance(3, 3, 0, Some(last)).disagrees(0));
+        assert!(balance(3, 3, 1, Some(last)).disagrees(0));
+        // More audited than charged: always wrong.
+        assert!(balance(2, 3, 0, Some(last)).disagrees(0));
+        // Charges not audited yet, the audit not past the last one (with the margin): nothing
+        // concluded.
+        for through in [0, last - 1, last, last + skew - 1] {
+            assert!(
+                !balance(4, 3, 0, Some(last)).disagrees(through),
+                "{through}"
+            );
+        }
+        // The audit past the last charge: a charge too many (an increment no charged payment
+        // explains, or one applied twice) is an over-charge.
+        assert!(balance(4, 3, 0, Some(last)).disagrees(last + skew));
+        assert!(balance(4, 3, -10, Some(last)).disagrees(last + skew + 60_000));
+        // A balance last charged before `lastChargedAt` was written: as if at the epoch.
+        assert!(!balance(3, 3, 0, None).disagrees(skew));
+        assert!(balance(4, 3, 0, None).disagrees(skew));
+        assert!(!balance(4, 3, 0, None).disagrees(skew - 1));
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //!    from a cursor kept in the accounts table, the reconciler checks that each payment has
 //!    exactly one ledger entry, the one it names, agreeing on account, amount and currency; and
 //!    adds the audited amounts to the balance item (`auditedCents`, `auditedCharges`) in the
-//!    same transaction that moves the cursor. A balance whose charges are all audited must equal
-//!    their sum; a difference is a `ledgerMismatches` metric with an alarm.
+//!    same transaction that moves the cursor. A balance whose charges are all audited (the audit
+//!    past its `lastChargedAt`) must count as many charges and equal their sum; a difference,
+//!    an over-charge as well as a charge missing, is a `ledgerMismatches` metric with an alarm.
 //!
 //! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
 //! heartbeat whose absence alarms), `resent`, `markedFailed`, `stuck`, `audited`,
