@@ -1,5 +1,5 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test package-check demo
-# bench-smoke`.
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test package-check
+# examples-check demo bench-smoke`.
 #
 #   make test              all tests against a fresh local AWS (moto) server
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
@@ -15,7 +15,11 @@
 #                          without warnings, cargo-deny licenses and bans
 #   make package-check     the packaged lambda-idempotency (cargo package), unpacked outside the
 #                          workspace: its unit, integration and doc tests on a fresh local AWS
-#   make template-lint     sam validate --lint and cfn-lint on template.yaml
+#   make examples-check    each example of examples/ copied out of the repository and built and
+#                          tested there, against this repository's lambda-idempotency
+#   make examples-lint     clippy with warnings denied on each example
+#   make template-lint     sam validate --lint and cfn-lint on template.yaml and the examples'
+#                          templates
 #   make sam-build         sam build (cargo-lambda + zig, no Docker) into .aws-sam/build
 #   make local-aws-start   start a long-running moto server (LOCAL_AWS_PORT, default 4566)
 #   make local-aws-stop    stop it
@@ -34,7 +38,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update link-check bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -138,6 +142,59 @@ package-test: ensure-nextest
 ensure-cargo-deny:
 	@$(CARGO) deny --version >/dev/null 2>&1 || $(CARGO) install cargo-deny --locked
 
+# --- examples ------------------------------------------------------------------
+
+# Each example as a user gets it: its folder copied out of the repository into a temporary
+# directory (so that neither the workspace nor examples/.cargo/config.toml applies), its
+# `lambda-idempotency = "0.1"` patched to this repository's shared/ (--config patch.crates-io),
+# and there rustfmt's check and its tests, with its own Cargo.lock (--locked), on a fresh local
+# AWS (the examples whose effects are in DynamoDB or SQS test against it; inline-consumer's tests
+# need none). Each lock may only hold crates of the workspace's Cargo.lock (make examples-lock
+# writes them from it), and all build in the workspace's target directory with its dev profile
+# (PACKAGE_PROFILE), so that the dependencies compile once across the examples (their features
+# are not the workspace's, so few of the tests' compiled crates are reused).
+EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard $(ROOT)/examples/*/)))
+EXAMPLE_FLAGS = $(PACKAGE_PROFILE) --config 'patch.crates-io.lambda-idempotency.path="$(ROOT)/shared"' --locked
+
+examples-check:
+	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) examples-test
+
+# Expects the AWS_* variables of a local endpoint (use `make examples-check`).
+examples-test:
+	@set -euo pipefail; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	export CARGO_TARGET_DIR=$(TARGET_DIR); \
+	for example in $(EXAMPLES); do \
+	  python3 -c 'import sys, tomllib; \
+	    lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
+	    extra = sorted(lock(sys.argv[1]) - lock(sys.argv[2])); \
+	    sys.exit("%s: not in the workspace'"'"'s Cargo.lock: %s (make examples-lock)" % (sys.argv[1], extra) if extra else 0)' \
+	    $(ROOT)/examples/$$example/Cargo.lock $(ROOT)/Cargo.lock; \
+	  cp -R $(ROOT)/examples/$$example "$$tmp/"; rm -rf "$$tmp/$$example/target"; \
+	  echo "== $$example, in $$tmp/$$example"; \
+	  (cd "$$tmp/$$example" && $(CARGO) fmt --check && $(CARGO) test $(EXAMPLE_FLAGS)); \
+	done
+
+# Clippy with warnings denied on each example, where it is (examples/.cargo/config.toml patches
+# lambda-idempotency to shared/). Not part of examples-check: its dependencies would compile a
+# second time, in check mode, for about a third more of that target's time.
+examples-lint:
+	@set -euo pipefail; export CARGO_TARGET_DIR=$(TARGET_DIR); \
+	for example in $(EXAMPLES); do \
+	  echo "== $$example"; \
+	  (cd $(ROOT)/examples/$$example && \
+	   $(CARGO) clippy $(PACKAGE_PROFILE) --locked --all-targets -- -D warnings); \
+	done
+
+# Each example's Cargo.lock written anew from the workspace's: the same versions, only the crates
+# the example uses (run it after a change of the workspace's Cargo.lock or an example's
+# dependencies).
+examples-lock:
+	@set -euo pipefail; for example in $(EXAMPLES); do \
+	  cp $(ROOT)/Cargo.lock $(ROOT)/examples/$$example/Cargo.lock; \
+	  (cd $(ROOT)/examples/$$example && $(CARGO) metadata --format-version 1 --offline >/dev/null); \
+	done
+
 # --- template: lint and build -----------------------------------------------
 
 # The pinned tools, SAM's translator among them: local-aws reads template.yaml through it.
@@ -147,10 +204,14 @@ tools-install:
 # Both linters must report nothing (cfn-lint exits non-zero on warnings too).
 # Offline: no AWS call is made; the dummy credentials only keep the SDK from
 # looking for real ones.
+EXAMPLE_TEMPLATES := $(wildcard $(ROOT)/examples/*/template.yaml)
 template-lint: tools-install
-	$(TOOLS) exec -- cfn-lint -- $(TEMPLATE)
-	AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true \
-	  $(TOOLS) exec -- sam validate --lint --region us-east-1 --template-file $(TEMPLATE)
+	$(TOOLS) exec -- cfn-lint -- $(TEMPLATE) $(EXAMPLE_TEMPLATES)
+	@for template in $(TEMPLATE) $(EXAMPLE_TEMPLATES); do \
+	  echo "sam validate --lint $$template"; \
+	  AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_EC2_METADATA_DISABLED=true \
+	    $(TOOLS) exec -- sam validate --lint --region us-east-1 --template-file $$template || exit 1; \
+	done
 
 # `sam build` with the rust-cargolambda build method: cargo-lambda cross-compiles
 # each function (--release, the template's architecture) with zig as the linker,

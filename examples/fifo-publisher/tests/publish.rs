@@ -1,9 +1,11 @@
-//! The publisher on its sample request, against the local SQS (`make test` starts it).
+//! The publisher on its sample request, against the local SQS (README.md, "Test it").
 
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use fifo_publisher::{App, PublishRequest, RequestError};
 use lambda_idempotency::publish::{DeduplicationId, InvalidMessage};
 use lambda_runtime::{Context, LambdaEvent};
+
+mod local;
 
 const REQUEST: &str = include_str!("../events/publish.json");
 
@@ -16,8 +18,8 @@ fn event(request: PublishRequest) -> LambdaEvent<PublishRequest> {
 }
 
 async fn fixture() -> (App, aws_sdk_sqs::Client, String) {
-    let sqs = examples_support::sqs().await;
-    let queue_url = examples_support::create_fifo_queue(&sqs, "payments").await;
+    let sqs = aws_sdk_sqs::Client::new(&local::sdk_config().await);
+    let queue_url = local::create_fifo_queue(&sqs, "payments").await;
     (App::new(sqs.clone(), &queue_url), sqs, queue_url)
 }
 

@@ -1,9 +1,11 @@
-//! The endpoint on its sample request, against the local DynamoDB (`make test` starts it).
+//! The endpoint on its sample request, against the local DynamoDB (README.md, "Test it").
 
-use examples_support::{count, create_idempotency_table, create_table, dynamodb};
+mod local;
+
 use http_idempotency_key::{App, Config, NewOrder, REPLAYED_HEADER};
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
+use local::{count, create_table, sdk_config};
 
 const REQUEST: &str = include_str!("../events/create-order.json");
 /// The sample request's key, unquoted.
@@ -16,13 +18,14 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dynamodb = dynamodb().await;
+    let sdk = sdk_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let config = Config {
-        idempotency_table: create_idempotency_table(&dynamodb).await,
-        orders_table: create_table(&dynamodb, "orders", "orderId", None).await,
+        idempotency_table: create_table(&dynamodb, "idempotency", "id").await,
+        orders_table: create_table(&dynamodb, "orders", "orderId").await,
     };
     let orders_table = config.orders_table.clone();
-    let app = App::new(&examples_support::sdk_config().await, config);
+    let app = App::new(&sdk, config);
     Fixture {
         app,
         dynamodb,

@@ -1,8 +1,8 @@
-//! The consumer on its sample event, against the local DynamoDB (`make test` starts it).
+//! The consumer on its sample event, against the local DynamoDB (README.md, "Test it").
 
-use examples_support::{
-    create_idempotency_table, create_table, dynamodb, failed_ids, number, sqs_event,
-};
+mod local;
+
+use local::{create_table, failed_ids, number, sdk_config, sqs_event};
 use sqs_consumer::{App, Config};
 
 const EVENT: &str = include_str!("../events/order-placed.json");
@@ -14,13 +14,14 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dynamodb = dynamodb().await;
+    let sdk = sdk_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let config = Config {
-        idempotency_table: create_idempotency_table(&dynamodb).await,
-        points_table: create_table(&dynamodb, "points", "customerId", None).await,
+        idempotency_table: create_table(&dynamodb, "idempotency", "id").await,
+        points_table: create_table(&dynamodb, "points", "customerId").await,
     };
     let points_table = config.points_table.clone();
-    let app = App::new(&examples_support::sdk_config().await, config);
+    let app = App::new(&sdk, config);
     Fixture {
         app,
         dynamodb,

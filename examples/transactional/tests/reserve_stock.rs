@@ -1,9 +1,10 @@
-//! The transactional consumer on its sample event, against the local DynamoDB (`make test`
-//! starts it).
+//! The transactional consumer on its sample event, against the local DynamoDB (README.md,
+//! "Test it").
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use examples_support::{count, create_idempotency_table, create_table, dynamodb, item, number};
-use examples_support::{failed_ids, sqs_event};
+mod local;
+
+use local::{count, create_table, failed_ids, item, number, sdk_config, sqs_event};
 use transactional::{App, Config};
 
 const EVENT: &str = include_str!("../events/reserve-stock.json");
@@ -16,14 +17,15 @@ struct Fixture {
 
 /// Tables with `red-mug` and `blue-bowl` in stock.
 async fn fixture(red_mugs: i64) -> Fixture {
-    let dynamodb = dynamodb().await;
+    let sdk = sdk_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let config = Config {
-        idempotency_table: create_idempotency_table(&dynamodb).await,
-        inventory_table: create_table(&dynamodb, "inventory", "sku", None).await,
-        reservations_table: create_table(&dynamodb, "reservations", "orderId", None).await,
+        idempotency_table: create_table(&dynamodb, "idempotency", "id").await,
+        inventory_table: create_table(&dynamodb, "inventory", "sku").await,
+        reservations_table: create_table(&dynamodb, "reservations", "orderId").await,
     };
     let f = Fixture {
-        app: App::new(&examples_support::sdk_config().await, config.clone()),
+        app: App::new(&sdk, config.clone()),
         dynamodb,
         config,
     };
