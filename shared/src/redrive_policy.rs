@@ -96,11 +96,11 @@ pub enum RedriveCheck {
 }
 
 /// How long [`check`] may take: a cold start never waits longer on an unreachable endpoint.
-pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+pub(crate) const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Reads the `RedrivePolicy` of `queue` and compares its `maxReceiveCount` with
 /// [`min_max_receive_count`]`(batch_size, max_attempts)`. Needs `sqs:GetQueueAttributes` (and
-/// `sqs:GetQueueUrl` for an ARN) on the queue. Gives up after [`CHECK_TIMEOUT`]
+/// `sqs:GetQueueUrl` for an ARN) on the queue. Gives up after 3 seconds
 /// ([`RedriveCheck::Unreadable`]).
 pub async fn check(
     sqs: &aws_sdk_sqs::Client,
@@ -309,7 +309,7 @@ pub enum Finding {
 /// queue's, and `expiry`, the idempotency engine's (the records' lifetime), is at least the
 /// queue's `MessageRetentionPeriod` plus the dead-letter queue's (the queue's alone when it has no
 /// redrive policy). Two `GetQueueAttributes` (and a `GetQueueUrl` for the dead-letter queue, and
-/// for `queue` when given by ARN), all within [`CHECK_TIMEOUT`].
+/// for `queue` when given by ARN), all within 3 seconds.
 pub async fn check_queue(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueueRef,

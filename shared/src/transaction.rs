@@ -101,7 +101,7 @@ use crate::time::{Clock, Deadline, millis};
 pub const COMMIT_TRIES: u32 = 5;
 
 /// First pause between two tries of a commit; it doubles after each.
-pub const COMMIT_BACKOFF: Duration = Duration::from_millis(25);
+pub(crate) const COMMIT_BACKOFF: Duration = Duration::from_millis(25);
 
 /// What a handler returns in transactional mode: its output (stored as the record's result) and
 /// the writes to commit with the record.

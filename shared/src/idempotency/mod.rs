@@ -47,7 +47,7 @@ pub use crate::store::MAX_ITEM_BYTES;
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(18 * 24 * 60 * 60);
 
 /// The environment variable Lambda sets to the function's name: the default key prefix.
-pub const FUNCTION_NAME_VARIABLE: &str = "AWS_LAMBDA_FUNCTION_NAME";
+pub(crate) const FUNCTION_NAME_VARIABLE: &str = "AWS_LAMBDA_FUNCTION_NAME";
 
 /// Default lease when the caller knows no deadline: 60 seconds.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -96,7 +96,7 @@ impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
 
 impl<B: Backend> Idempotency<B> {
     /// An engine over `backend`: expiry [`DEFAULT_EXPIRY`] (18 days), default lease 60 s, and
-    /// keys prefixed with the function's name ([`FUNCTION_NAME_VARIABLE`], which Lambda sets), as
+    /// keys prefixed with the function's name (`AWS_LAMBDA_FUNCTION_NAME`, which Lambda sets), as
     /// Powertools does, so that two functions sharing a table never answer for each other. Outside
     /// Lambda (the variable unset) there is no prefix. [`with_key_prefix`](Self::with_key_prefix)
     /// sets another, [`without_key_prefix`](Self::without_key_prefix) none.

@@ -511,7 +511,7 @@ pub fn new_owner_token() -> String {
 }
 
 /// Length of the tokens made by [`new_owner_token`].
-pub const OWNER_TOKEN_LEN: usize = 32;
+pub(crate) const OWNER_TOKEN_LEN: usize = 32;
 
 /// Truncates an error message to at most [`MAX_ERROR_LEN`] bytes, on a character boundary.
 pub fn truncate_error(message: &str) -> String {
