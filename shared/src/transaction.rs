@@ -52,8 +52,8 @@
 //!
 //! impl Backend for LeaseOnly {
 //!     async fn put(&self, _: &IdempotencyRecord, _: i64) -> Result<Put, StoreError> { unimplemented!() }
-//!     async fn get(&self, _: &str) -> Result<Option<IdempotencyRecord>, StoreError> { unimplemented!() }
-//!     async fn update(&self, _: &str, _: &Update) -> Result<Updated, StoreError> { unimplemented!() }
+//!     async fn get(&self, _: &str, _: i64) -> Result<Option<IdempotencyRecord>, StoreError> { unimplemented!() }
+//!     async fn update(&self, _: &str, _: &Update, _: i64) -> Result<Updated, StoreError> { unimplemented!() }
 //!     async fn delete(&self, _: &str) -> Result<(), StoreError> { unimplemented!() }
 //! }
 //!
