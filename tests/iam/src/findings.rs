@@ -268,3 +268,30 @@ pub(crate) fn statement_findings(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{needed_key_pattern, value_within};
+
+    #[test]
+    fn keys_of_one_prefix_need_that_prefix() {
+        let keys = |k: &[&str]| k.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let needed = |k: &[&str]| needed_key_pattern(&keys(k));
+        assert_eq!(
+            needed(&["number #1 of a", "number #12 of b"]).as_deref(),
+            Some("number #*")
+        );
+        assert_eq!(
+            needed(&["reconciler#audit"]).as_deref(),
+            Some("reconciler#*")
+        );
+        assert_eq!(needed(&["acct-1", "number #1 of acct-1"]), None);
+        assert_eq!(needed(&["a#1", "b#1"]), None);
+        assert_eq!(needed(&[]), None);
+        assert!(value_within("number #*", "number #*"));
+        assert!(value_within("number #1*", "number #*"));
+        assert!(!value_within("number *", "number #*"));
+        assert!(!value_within("*", "reconciler#*"));
+        assert!(!value_within("reconciler*", "reconciler#*"));
+    }
+}

@@ -224,7 +224,11 @@ fn the_template_as_written_conforms() {
         .unattached_managed_policies()
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(operators, ["PaymentsRedrivePolicy", "PaymentsReopenPolicy"]);
+    assert!(
+        operators.contains(&&"PaymentsRedrivePolicy".to_owned())
+            && operators.contains(&&"PaymentsReopenPolicy".to_owned()),
+        "{operators:?}"
+    );
     for policy in operators {
         let recording = operators_recording(policy);
         assert_eq!(
