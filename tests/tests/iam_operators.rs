@@ -2,11 +2,14 @@
 //! enforces no IAM): each tool runs against the provisioned stack with a recorder on its clients,
 //! doing what its binary does (`redrive`: the route, then the redrive; `reopen`: the reopening),
 //! and every recorded call is checked against the tool's `AWS::IAM::ManagedPolicy` in
-//! template.yaml; every action the policy grants must be used by some run.
+//! template.yaml; every action the policy grants must be used by some run. The distinct calls
+//! are kept in `tests/iam/tests/fixtures/operators/POLICY.json` for the mutation test, as
+//! iam_conformance keeps the functions': the test fails when a run makes a call the committed
+//! recording lacks (`IAM_RECORDING=write` rewrites it).
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::Client;
-use iam_conformance::{CallRecorder, Environment, Report, Role, TemplateRoles, conformance};
+use iam_conformance::{CallRecorder, Environment, Recording, Report, TemplateRoles, conformance};
 use payments_e2e::Stack;
 use payments_e2e::stack::payments;
 use payments_operations::redrive::{self, RedriveOptions};
@@ -22,13 +25,35 @@ async fn template_roles(stack: &Stack) -> (Environment, TemplateRoles) {
     (env, roles)
 }
 
-/// The calls `recorder` saw, checked against `policy`; fails with the report unless they
-/// conform both ways.
-fn assert_conforms(tool: &str, recorder: &CallRecorder, policy: &Role) {
+/// The calls `recorder` saw, checked against the managed policy `policy`; fails with the report
+/// unless they conform both ways, or when the committed recording of the policy's calls lacks
+/// one of them.
+fn assert_conforms(stack: &Stack, roles: &TemplateRoles, policy: &str, recorder: &CallRecorder) {
     assert!(recorder.problems().is_empty(), "{:?}", recorder.problems());
-    let report = conformance(tool, &recorder.take(), policy);
+    let calls = recorder.take();
+    let report = conformance(policy, &calls, roles.managed_policy(policy).unwrap());
     println!("{}\n{}", Report::markdown_header(), report.markdown_row());
     assert!(report.is_conformant(), "{report}");
+
+    let recording = Recording::from_run(
+        &stack.resources,
+        stack.template.naming.prefix_str(),
+        [(policy.to_owned(), calls)],
+    );
+    let path = format!(
+        "{}/iam/tests/fixtures/operators/{policy}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    if std::env::var("IAM_RECORDING").as_deref() == Ok("write") {
+        recording.save(&path).unwrap();
+    }
+    let committed = Recording::load(&path).unwrap();
+    let missing = recording.missing_from(&committed);
+    assert!(
+        missing.is_empty(),
+        "{path} lacks calls of this run (rerun with IAM_RECORDING=write and commit it):\n{}",
+        missing.join("\n")
+    );
 }
 
 /// Puts two messages in the queue `url` (FIFO: one group).
@@ -84,11 +109,7 @@ async fn redrive_calls_what_its_policy_grants_and_uses_all_of_it() {
         assert!(report.is_success() && report.moved == 2, "{report}");
         assert_eq!(stack.depth(source).await.unwrap(), 2);
     }
-    assert_conforms(
-        "redrive",
-        &recorder,
-        roles.managed_policy("PaymentsRedrivePolicy").unwrap(),
-    );
+    assert_conforms(&stack, &roles, "PaymentsRedrivePolicy", &recorder);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,11 +155,7 @@ async fn reopen_calls_what_its_policy_grants_and_uses_all_of_it() {
         .unwrap();
     assert_eq!(reopened.reopens, 1);
     assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 1);
-    assert_conforms(
-        "reopen",
-        &recorder,
-        roles.managed_policy("PaymentsReopenPolicy").unwrap(),
-    );
+    assert_conforms(&stack, &roles, "PaymentsReopenPolicy", &recorder);
 }
 
 /// Each operators' policy is a managed policy attached to nothing, whose description names the

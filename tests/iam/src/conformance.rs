@@ -6,7 +6,9 @@ use std::fmt;
 use crate::actions::authorizations;
 use crate::call::{Call, LeadingKeys};
 use crate::error::PolicyError;
-use crate::findings::{Finding, FindingKind, LEADING_KEYS_TABLES, statement_findings};
+use crate::findings::{
+    Finding, FindingKind, LEADING_KEYS_TABLES, needed_key_pattern, statement_findings, value_within,
+};
 use crate::policy::{Decision, Grant, Role};
 use crate::reference;
 use crate::requirement::{Requirement, Requirer};
@@ -271,6 +273,8 @@ struct Use {
     by_event_source: bool,
     /// (action, resource) of the requests it allowed.
     requests: BTreeSet<(String, String)>,
+    /// The leading keys of the requests it allowed.
+    keys: BTreeSet<String>,
 }
 
 fn check(
@@ -301,6 +305,7 @@ fn check(
                             Some(_) => u.by_event_source = true,
                         }
                         u.requests.insert((action.to_owned(), resource.to_owned()));
+                        u.keys.extend(keys.unwrap_or_default().iter().cloned());
                     }
                 }
             }
@@ -376,6 +381,7 @@ fn check(
             });
         }
     }
+    findings.extend(broader_keys(role, &granted, &uses));
     findings.sort();
     findings.dedup();
     let pick = |keep: &dyn Fn(&Use) -> bool| -> Vec<Grant> {
@@ -398,6 +404,40 @@ fn check(
         findings,
         problems: problems.into_iter().collect(),
     }
+}
+
+/// The grants whose requests' leading keys all start with one key prefix, and whose statement
+/// does not hold them to it.
+fn broader_keys(role: &Role, granted: &[Grant], uses: &[Use]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (g, u) in granted.iter().zip(uses) {
+        let Some(needed) = needed_key_pattern(&u.keys) else {
+            continue;
+        };
+        let values: Vec<Option<String>> = if g.conditions.is_empty() {
+            vec![None]
+        } else {
+            g.conditions
+                .iter()
+                .flat_map(|c| &c.values)
+                .filter(|v| !value_within(v, &needed))
+                .map(|v| Some(v.clone()))
+                .collect()
+        };
+        for value in values {
+            out.push(Finding {
+                role: role.logical_id.clone(),
+                statement: g.statement.clone(),
+                kind: FindingKind::BroaderKeys {
+                    action: g.action.clone(),
+                    resource: g.resource.clone(),
+                    value,
+                    needed: needed.clone(),
+                },
+            });
+        }
+    }
+    out
 }
 
 /// Adds a denied request to `denied`, merged with the others of its kind.

@@ -82,6 +82,19 @@ pub enum FindingKind {
         /// The table's logical id.
         table: String,
     },
+    /// Leading keys broader than the requests it allows need: they all start with one key
+    /// prefix (`NAME#`, up to the first `#`), and the statement has no `dynamodb:LeadingKeys`
+    /// condition (`value` `None`) or a value not within `needed`.
+    BroaderKeys {
+        /// The action pattern.
+        action: String,
+        /// The resource written.
+        resource: String,
+        /// The condition value not within `needed`; `None`: no condition.
+        value: Option<String>,
+        /// The narrowest condition value covering the requests' keys (`NAME#*`).
+        needed: String,
+    },
     /// A `dynamodb:LeadingKeys` value that is not the role's functions' key prefix.
     LooseCondition {
         /// The value.
@@ -125,6 +138,21 @@ impl fmt::Display for Finding {
                 f,
                 "{action} on {resource} is broader than the requests it allows need: they are on {requested:?}, the narrowest resources covering them {narrowest:?}"
             ),
+            FindingKind::BroaderKeys {
+                action,
+                resource,
+                value,
+                needed,
+            } => match value {
+                None => write!(
+                    f,
+                    "{action} on {resource} allows any leading key, and the requests it allows have keys {needed:?} only: condition it on dynamodb:LeadingKeys"
+                ),
+                Some(value) => write!(
+                    f,
+                    "{action} on {resource}: the dynamodb:LeadingKeys value {value:?} is broader than the requests' keys need ({needed:?})"
+                ),
+            },
             FindingKind::MissingCondition { table } => write!(
                 f,
                 "grants items of {table} without a dynamodb:LeadingKeys condition"
@@ -139,6 +167,23 @@ impl fmt::Display for Finding {
             ),
         }
     }
+}
+
+/// The narrowest `dynamodb:LeadingKeys` value covering `keys` when they all start with one key
+/// prefix (up to and including the first `#`): `NAME#*`.
+pub(crate) fn needed_key_pattern<'k>(keys: impl IntoIterator<Item = &'k String>) -> Option<String> {
+    let mut prefixes = keys.into_iter().map(|k| k.find('#').map(|i| &k[..=i]));
+    let first = prefixes.next()??;
+    prefixes
+        .all(|p| p == Some(first))
+        .then(|| format!("{first}*"))
+}
+
+/// Whether the condition value `value` allows only keys `needed` (`NAME#*`) allows: its literal
+/// start (before any wildcard) begins with `needed`'s.
+pub(crate) fn value_within(value: &str, needed: &str) -> bool {
+    let literal = |s: &str| s.split(['*', '?']).next().unwrap_or_default().to_owned();
+    literal(value).starts_with(&literal(needed))
 }
 
 /// The statement-level findings of `role`: `tables` the ARNs (with logical ids) of the
@@ -222,4 +267,31 @@ pub(crate) fn statement_findings(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{needed_key_pattern, value_within};
+
+    #[test]
+    fn keys_of_one_prefix_need_that_prefix() {
+        let keys = |k: &[&str]| k.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let needed = |k: &[&str]| needed_key_pattern(&keys(k));
+        assert_eq!(
+            needed(&["number #1 of a", "number #12 of b"]).as_deref(),
+            Some("number #*")
+        );
+        assert_eq!(
+            needed(&["reconciler#audit"]).as_deref(),
+            Some("reconciler#*")
+        );
+        assert_eq!(needed(&["acct-1", "number #1 of acct-1"]), None);
+        assert_eq!(needed(&["a#1", "b#1"]), None);
+        assert_eq!(needed(&[]), None);
+        assert!(value_within("number #*", "number #*"));
+        assert!(value_within("number #1*", "number #*"));
+        assert!(!value_within("number *", "number #*"));
+        assert!(!value_within("*", "reconciler#*"));
+        assert!(!value_within("reconciler*", "reconciler#*"));
+    }
 }

@@ -27,6 +27,12 @@
 //!   `dynamodb:LeadingKeys` conditions). [`conformance`] is the same for a bare role and calls.
 //! - A [`Recording`] keeps the distinct calls of a run in the repository, for checks of the
 //!   template without an endpoint.
+//! - [`ResourceAccess`] holds the template's resource policies ([`ResourcePolicy`]: each queue
+//!   policy, key policy and role trust policy, evaluated for a [`Caller`]), and
+//!   [`TemplateRoles::resource_policy_findings`] checks them caller by caller against what the
+//!   roles need: a queue's senders are exactly the principals granted the send, a key's users
+//!   the services publishing to the topic it encrypts, a role's only truster Lambda
+//!   ([`AccessFinding`]s).
 //!
 //! ```
 //! use iam_conformance::{CallRecorder, Environment, TemplateRoles};
@@ -60,6 +66,8 @@ mod policy;
 mod record;
 pub mod reference;
 mod requirement;
+mod resource_access;
+mod resource_policy;
 mod roles;
 mod wildcard;
 
@@ -77,4 +85,9 @@ pub use policy::{
 pub use record::CallRecorder;
 pub use reference::{ResourceType, names_no_resource, narrowest, resource_types};
 pub use requirement::{Requirement, Requirer};
+pub use resource_access::{AccessFinding, OutsidePrincipal, QueueTarget, ResourceAccess};
+pub use resource_policy::{
+    Attachment, Caller, Principal, PrincipalCondition, PrincipalOperator, ResourceDecision,
+    ResourcePolicy, ResourceStatement,
+};
 pub use roles::{FunctionRole, TableKey, TemplateRoles};

@@ -16,6 +16,7 @@ use crate::policy::{
     Condition, ConditionOperator, Effect, LEADING_KEYS, Role, Statement, StatementRef,
 };
 use crate::requirement::{self, Requirement};
+use crate::resource_access::{self, ResourceAccess};
 
 /// A function and the role it runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +72,12 @@ pub struct TemplateRoles {
     /// The template's `AWS::IAM::ManagedPolicy`s by logical id, each as a [`Role`] of its own
     /// statements (attached to a role or not: an operator attaches the operators' policies).
     pub managed_policies: BTreeMap<String, Role>,
+    /// The roles each managed policy is attached to, by the policy's logical id.
+    pub managed_policy_roles: BTreeMap<String, Vec<String>>,
+    /// The template's parameter values (defaults, overridden by the environment's).
+    pub parameters: BTreeMap<String, String>,
+    /// The resource policies (queues', keys', roles' trust) and what they guard.
+    pub resource_access: ResourceAccess,
 }
 
 impl TemplateRoles {
@@ -175,7 +182,9 @@ impl TemplateRoles {
             }
         }
         let mut managed_policies = BTreeMap::new();
+        let mut managed_policy_roles = BTreeMap::new();
         for p in attached.iter().filter(|p| p.managed) {
+            managed_policy_roles.insert(p.logical_id.clone(), p.roles.clone());
             managed_policies.insert(
                 p.logical_id.clone(),
                 Role {
@@ -204,11 +213,19 @@ impl TemplateRoles {
                 ));
             }
         }
+        let parameters = template
+            .parameters
+            .keys()
+            .filter_map(|name| Some((name.clone(), template.parameter(name)?.to_owned())))
+            .collect();
         Ok(Self {
             roles,
             functions,
             tables,
             managed_policies,
+            managed_policy_roles,
+            parameters,
+            resource_access: resource_access::read(&resolver)?,
         })
     }
 
@@ -217,6 +234,16 @@ impl TemplateRoles {
         self.managed_policies
             .get(logical_id)
             .ok_or_else(|| PolicyError::NoSuchManagedPolicy(logical_id.to_owned()))
+    }
+
+    /// The template's managed policies attached to no role (an operator attaches them), by
+    /// logical id.
+    pub fn unattached_managed_policies(&self) -> impl Iterator<Item = (&String, &Role)> {
+        self.managed_policies.iter().filter(|(id, _)| {
+            self.managed_policy_roles
+                .get(*id)
+                .is_none_or(|roles| roles.is_empty())
+        })
     }
 
     /// The function named `function_name` (its `FunctionName`, or logical id).
@@ -251,13 +278,13 @@ impl TemplateRoles {
     }
 }
 
-fn mapping<'v>(v: Option<&'v Value>, at: &str) -> Result<&'v Mapping, PolicyError> {
+pub(crate) fn mapping<'v>(v: Option<&'v Value>, at: &str) -> Result<&'v Mapping, PolicyError> {
     v.and_then(Value::as_mapping)
         .ok_or_else(|| PolicyError::invalid(at, "missing or not a mapping"))
 }
 
 /// A list, or a single item as a list of one.
-fn items(v: &Value) -> Vec<&Value> {
+pub(crate) fn items(v: &Value) -> Vec<&Value> {
     match v {
         Value::Sequence(s) => s.iter().collect(),
         other => vec![other],
@@ -408,6 +435,17 @@ fn statements(
     resolver: &Resolver<'_>,
     at: &str,
 ) -> Result<Vec<Statement>, PolicyError> {
+    each_statement(document, at, |s, index, at| {
+        statement(s, name, index, resolver, at)
+    })
+}
+
+/// `parse` of each statement of the policy `document` (its mapping, its index, where it is).
+pub(crate) fn each_statement<T>(
+    document: &Value,
+    at: &str,
+    parse: impl Fn(&Mapping, usize, &str) -> Result<T, PolicyError>,
+) -> Result<Vec<T>, PolicyError> {
     let document = mapping(Some(document), at)?;
     let list = document
         .get("Statement")
@@ -416,45 +454,33 @@ fn statements(
         .into_iter()
         .enumerate()
         .map(|(index, s)| {
-            statement(
-                s,
-                name,
-                index,
-                resolver,
-                &format!("{at}.Statement[{index}]"),
-            )
+            let at = format!("{at}.Statement[{index}]");
+            parse(mapping(Some(s), &at)?, index, &at)
         })
         .collect()
 }
 
-fn statement(
-    s: &Value,
-    policy: &str,
-    index: usize,
+/// A statement's `Sid` and `Effect`, once its keys are checked against `supported`.
+pub(crate) fn sid_and_effect(
+    s: &Mapping,
+    supported: &[&str],
     resolver: &Resolver<'_>,
     at: &str,
-) -> Result<Statement, PolicyError> {
-    let s = s
-        .as_mapping()
-        .ok_or_else(|| PolicyError::invalid(at, "a statement is not a mapping"))?;
+) -> Result<(Option<String>, Effect), PolicyError> {
     for (k, _) in s {
         let k = key(k, at)?;
-        if !matches!(k, "Sid" | "Effect" | "Action" | "Resource" | "Condition") {
+        if !supported.contains(&k) {
             return Err(PolicyError::unsupported(&format!("{at}.{k}"), k));
         }
     }
-    let field = |name: &str| {
-        s.get(name)
-            .ok_or_else(|| PolicyError::invalid(at, format!("no {name}")))
-    };
     let sid = s
         .get("Sid")
         .map(|v| resolver.string(v, &format!("{at}.Sid")))
         .transpose()?;
-    let effect = match resolver
-        .string(field("Effect")?, &format!("{at}.Effect"))?
-        .as_str()
-    {
+    let effect = s
+        .get("Effect")
+        .ok_or_else(|| PolicyError::invalid(at, "no Effect"))?;
+    let effect = match resolver.string(effect, &format!("{at}.Effect"))?.as_str() {
         "Allow" => Effect::Allow,
         "Deny" => Effect::Deny,
         other => {
@@ -463,6 +489,22 @@ fn statement(
                 format!("{other:?} is neither Allow nor Deny"),
             ));
         }
+    };
+    Ok((sid, effect))
+}
+
+fn statement(
+    s: &Mapping,
+    policy: &str,
+    index: usize,
+    resolver: &Resolver<'_>,
+    at: &str,
+) -> Result<Statement, PolicyError> {
+    let supported = ["Sid", "Effect", "Action", "Resource", "Condition"];
+    let (sid, effect) = sid_and_effect(s, &supported, resolver, at)?;
+    let field = |name: &str| {
+        s.get(name)
+            .ok_or_else(|| PolicyError::invalid(at, format!("no {name}")))
     };
     let actions = resolver.strings(field("Action")?, &format!("{at}.Action"))?;
     let resources = resolver.strings(field("Resource")?, &format!("{at}.Resource"))?;

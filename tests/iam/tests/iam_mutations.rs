@@ -1,13 +1,18 @@
-//! The conformance check can fail: every statement of every role in template.yaml, mutated to
-//! grant more than it does, must be reported (by role and Sid). The check is fed the committed
-//! recording of what each function's code calls (`tests/fixtures/iam-recording.json`, which
-//! `tests/tests/iam_conformance.rs` checks against a run on the local endpoint and rewrites with
-//! `IAM_RECORDING=write`), so this runs without an endpoint.
+//! The conformance check can fail: every statement of every identity policy in template.yaml
+//! (each role's, and each managed policy's attached to no role, the operators'), mutated to
+//! grant more than it does, must be reported (by policy and Sid). The check is fed the
+//! committed recordings of what each function's code calls (`tests/fixtures/iam-recording.json`,
+//! which `tests/tests/iam_conformance.rs` checks against a run on the local endpoint and rewrites
+//! with `IAM_RECORDING=write`) and of what each operators' tool calls
+//! (`tests/fixtures/operators/POLICY.json`, from `tests/tests/iam_operators.rs`), so this runs
+//! without an endpoint. The resource policies' mutations are in iam_resource_mutations.rs.
+
+mod iam_common;
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use iam_conformance::{Effect, Recording, Role, StatementRef, TemplateRoles};
+use iam_conformance::{Effect, Recording, Role, StatementRef, TemplateRoles, conformance};
 use local_aws::arn::Arn;
 
 const RECORDING: &str = concat!(
@@ -15,33 +20,31 @@ const RECORDING: &str = concat!(
     "/tests/fixtures/iam-recording.json"
 );
 
+/// The recording of the calls made with the managed policy `policy` (an operators' tool's).
+fn operators_recording(policy: &str) -> Recording {
+    let path = format!(
+        "{}/tests/fixtures/operators/{policy}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    Recording::load(&path).unwrap_or_else(|e| {
+        panic!("{e}: every managed policy attached to no role has its tool's calls recorded")
+    })
+}
+
 /// Mutations the check may let through because they grant nothing more by AWS's reference:
-/// (role, Sid, mutation as displayed). Widening the resource of an action without
+/// (policy, Sid, mutation as displayed). Widening the resource of an action without
 /// resource-level permissions (`dynamodb:ListStreams`, `sqs:ListQueues`) would be one, but the
 /// template already grants those on `*`, so that mutation changes nothing and is not made.
 /// Every entry must name a mutation that is made and goes unnoticed.
-///
-/// Two entries are not harmless, and are listed so that the gap stays visible: the condition
-/// rule covers the shared idempotency table (`LEADING_KEYS_TABLES`), so the
-/// `dynamodb:LeadingKeys` conditions on the accounts table (the reconciler's audit cursors,
-/// `reconciler#*`; payment-processor's voided numbers, `number #*`) are not required by it, and
-/// removing either goes unnoticed.
-const HARMLESS: &[(&str, &str, &str)] = &[
-    (
-        "PaymentsReconcilerRole",
-        "AuditCursors",
-        "remove the Condition",
-    ),
-    (
-        "PaymentProcessorRole",
-        "VoidNumbers",
-        "remove the Condition",
-    ),
-];
+const HARMLESS: &[(&str, &str, &str)] = &[];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Mutation {
     RemoveCondition,
+    /// Condition `c`'s value `v` widened to `*`.
+    KeysToStar(usize, usize),
+    /// Condition `c`'s value `v` with its literal prefix one character shorter.
+    KeysShortened(usize, usize, String),
     ResourceToStar(usize),
     ResourceToWildcardName(usize, String),
     AddAction(&'static str),
@@ -53,6 +56,8 @@ impl fmt::Display for Mutation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::RemoveCondition => f.write_str("remove the Condition"),
+            Self::KeysToStar(c, v) => write!(f, "Condition[{c}] value[{v}] -> *"),
+            Self::KeysShortened(c, v, to) => write!(f, "Condition[{c}] value[{v}] -> {to}"),
             Self::ResourceToStar(i) => write!(f, "Resource[{i}] -> *"),
             Self::ResourceToWildcardName(i, r) => write!(f, "Resource[{i}] -> {r}"),
             Self::AddAction(a) => write!(f, "add the action {a}"),
@@ -83,11 +88,45 @@ fn wildcard_name(resource: &str) -> Option<String> {
     (out != resource).then_some(out)
 }
 
+impl Mutation {
+    /// The kind, for the counts.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::RemoveCondition => "remove a condition",
+            Self::KeysToStar(..) => "LeadingKeys value -> *",
+            Self::KeysShortened(..) => "LeadingKeys prefix shortened",
+            Self::ResourceToStar(_) => "resource -> *",
+            Self::ResourceToWildcardName(..) => "resource -> wildcard name",
+            Self::AddAction(_) => "add an unrelated action",
+            Self::ServiceWildcard(_) => "action -> service:*",
+            Self::ActionStar => "action -> *",
+        }
+    }
+}
+
+/// `value` with the last character of its literal prefix (before the first wildcard) removed.
+fn shortened(value: &str) -> Option<String> {
+    let literal = value.find(['*', '?']).unwrap_or(value.len());
+    let cut = value[..literal].char_indices().last()?.0;
+    Some(format!("{}{}", &value[..cut], &value[literal..]).replace("**", "*"))
+        .filter(|s| !s.is_empty() && s != value)
+}
+
 fn mutations(role: &Role, index: usize) -> Vec<Mutation> {
     let s = &role.statements[index];
     let mut out = Vec::new();
     if !s.conditions.is_empty() {
         out.push(Mutation::RemoveCondition);
+    }
+    for (c, condition) in s.conditions.iter().enumerate() {
+        for (v, value) in condition.values.iter().enumerate() {
+            if value != "*" {
+                out.push(Mutation::KeysToStar(c, v));
+            }
+            if let Some(to) = shortened(value).filter(|to| to != "*") {
+                out.push(Mutation::KeysShortened(c, v, to));
+            }
+        }
     }
     for (i, r) in s.resources.iter().enumerate() {
         if r != "*" {
@@ -116,6 +155,8 @@ fn apply(role: &mut Role, index: usize, m: &Mutation) {
     let s = &mut role.statements[index];
     match m {
         Mutation::RemoveCondition => s.conditions.clear(),
+        Mutation::KeysToStar(c, v) => s.conditions[*c].values[*v] = "*".into(),
+        Mutation::KeysShortened(c, v, to) => s.conditions[*c].values[*v] = to.clone(),
         Mutation::ResourceToStar(i) => s.resources[*i] = "*".into(),
         Mutation::ResourceToWildcardName(i, r) => s.resources[*i] = r.clone(),
         Mutation::AddAction(a) => s.actions.push((*a).to_owned()),
@@ -146,6 +187,25 @@ fn reported(roles: &TemplateRoles, role: &str, recording: &Recording) -> BTreeSe
     statements
 }
 
+/// Every statement of the managed policy `policy` attached to no role that the check of its
+/// tool's recorded calls reports (findings, grants never used).
+fn reported_managed(roles: &TemplateRoles, policy: &str) -> BTreeSet<StatementRef> {
+    let recording = operators_recording(policy);
+    let calls: Vec<_> = recording
+        .calls
+        .get(policy)
+        .map(|c| c.iter().cloned().collect())
+        .unwrap_or_default();
+    let report = conformance(policy, &calls, roles.managed_policy(policy).unwrap());
+    let mut statements: BTreeSet<_> = report
+        .findings
+        .iter()
+        .map(|f| f.statement.clone())
+        .collect();
+    statements.extend(report.unused.iter().map(|g| g.statement.clone()));
+    statements
+}
+
 fn project(recording: &Recording) -> TemplateRoles {
     TemplateRoles::load_project(&recording.environment).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -160,55 +220,85 @@ fn the_template_as_written_conforms() {
         assert!(report.is_conformant(), "{report}");
     }
     assert_eq!(roles.unattached_role_findings(), []);
+    let operators: Vec<&String> = roles
+        .unattached_managed_policies()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        operators.contains(&&"PaymentsRedrivePolicy".to_owned())
+            && operators.contains(&&"PaymentsReopenPolicy".to_owned()),
+        "{operators:?}"
+    );
+    for policy in operators {
+        let recording = operators_recording(policy);
+        assert_eq!(
+            recording.environment.account_id,
+            roles.resource_access.account_id
+        );
+        let calls: Vec<_> = recording.calls[policy].iter().cloned().collect();
+        let report = conformance(policy, &calls, roles.managed_policy(policy).unwrap());
+        assert!(report.is_conformant(), "{report}");
+    }
+}
+
+/// Where a mutated statement is: a role's, or a managed policy's attached to no role.
+#[derive(Clone, Copy)]
+enum Holder<'a> {
+    Role(&'a str),
+    Managed(&'a str),
 }
 
 #[test]
-fn every_mutation_that_grants_more_is_reported_by_role_and_sid() {
+fn every_mutation_that_grants_more_is_reported_by_policy_and_sid() {
     let recording = Recording::load(RECORDING).unwrap();
     let roles = project(&recording);
-    let mut unnoticed = Vec::new();
-    let mut made = 0;
-    for (role_id, role) in &roles.roles {
-        for (index, statement) in role.statements.iter().enumerate() {
+    let mut targets: Vec<(Holder<'_>, &Role)> = roles
+        .roles
+        .iter()
+        .map(|(id, r)| (Holder::Role(id), r))
+        .collect();
+    targets.extend(
+        roles
+            .unattached_managed_policies()
+            .map(|(id, p)| (Holder::Managed(id), p)),
+    );
+    let mut tally = iam_common::Tally::default();
+    for (holder, policy) in targets {
+        for (index, statement) in policy.statements.iter().enumerate() {
             if statement.effect != Effect::Allow {
                 continue;
             }
-            for m in mutations(role, index) {
-                made += 1;
+            for m in mutations(policy, index) {
                 let mut mutated = roles.clone();
-                let target = mutated.roles.get_mut(role_id).unwrap();
-                apply(target, index, &m);
-                let sid = statement.id.sid.as_deref().unwrap_or("(no Sid)");
-                if !reported(&mutated, role_id, &recording).contains(&statement.id) {
-                    unnoticed.push((role_id.clone(), sid.to_owned(), m.to_string()));
-                }
+                let (name, reported) = match holder {
+                    Holder::Role(id) => {
+                        apply(mutated.roles.get_mut(id).unwrap(), index, &m);
+                        (id, reported(&mutated, id, &recording))
+                    }
+                    Holder::Managed(id) => {
+                        apply(mutated.managed_policies.get_mut(id).unwrap(), index, &m);
+                        (id, reported_managed(&mutated, id))
+                    }
+                };
+                let sid = statement.id.sid.as_deref();
+                let noticed = reported.contains(&statement.id);
+                tally.record(m.kind(), noticed, name, sid, m.to_string());
             }
         }
     }
+    let made = tally.made();
     assert!(
         made > 50,
         "only {made} mutations: the template's roles were not read"
     );
-    let allowed: Vec<(String, String, String)> = HARMLESS
-        .iter()
-        .map(|(r, s, m)| ((*r).to_owned(), (*s).to_owned(), (*m).to_owned()))
-        .collect();
-    let failures: Vec<String> = unnoticed
-        .iter()
-        .filter(|u| !allowed.contains(u))
-        .map(|(r, s, m)| format!("role {r}, Sid {s}: {m}"))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {made} mutations not reported:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    let stale: Vec<_> = allowed.iter().filter(|a| !unnoticed.contains(a)).collect();
-    assert!(
-        stale.is_empty(),
-        "allow-listed but reported or not made: {stale:?}"
-    );
+    for kind in ["LeadingKeys value -> *", "LeadingKeys prefix shortened"] {
+        assert!(
+            tally.counts.get(kind).is_some_and(|c| c.0 >= 5),
+            "{kind}: {:?}",
+            tally.counts
+        );
+    }
+    tally.assert_reported_but("identity policies", HARMLESS);
 }
 
 #[test]

@@ -96,3 +96,71 @@ pub fn statement_mut<'r>(roles: &'r mut TemplateRoles, role: &str, sid: &str) ->
         .find(|s| s.id.sid.as_deref() == Some(sid))
         .unwrap_or_else(|| panic!("no {sid} in {role}"))
 }
+
+/// The mutations of a mutation test: how many of each kind were made and reported, and those
+/// not reported (policy holder, Sid, mutation as displayed).
+#[derive(Default)]
+pub struct Tally {
+    pub counts: std::collections::BTreeMap<String, (usize, usize)>,
+    pub unnoticed: Vec<(String, String, String)>,
+}
+
+impl Tally {
+    /// One mutation of `kind` to the statement `sid` of `holder`, reported or not.
+    pub fn record(
+        &mut self,
+        kind: &str,
+        reported: bool,
+        holder: &str,
+        sid: Option<&str>,
+        m: String,
+    ) {
+        let count = self.counts.entry(kind.to_owned()).or_default();
+        count.0 += 1;
+        if reported {
+            count.1 += 1;
+        } else {
+            let sid = sid.unwrap_or("(no Sid)").to_owned();
+            self.unnoticed.push((holder.to_owned(), sid, m));
+        }
+    }
+
+    /// How many mutations were made.
+    pub fn made(&self) -> usize {
+        self.counts.values().map(|c| c.0).sum()
+    }
+
+    /// Prints the counts, and fails unless every mutation not reported is one of `harmless`
+    /// and every one of `harmless` is made and not reported.
+    pub fn assert_reported_but(&self, what: &str, harmless: &[(&str, &str, &str)]) {
+        println!(
+            "{what}: mutations (made, reported) by kind: {:#?}",
+            self.counts
+        );
+        let allowed: Vec<(String, String, String)> = harmless
+            .iter()
+            .map(|(r, s, m)| ((*r).to_owned(), (*s).to_owned(), (*m).to_owned()))
+            .collect();
+        let failures: Vec<String> = self
+            .unnoticed
+            .iter()
+            .filter(|u| !allowed.contains(u))
+            .map(|(r, s, m)| format!("{r}, Sid {s}: {m}"))
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{what}: {} of {} mutations not reported:\n{}",
+            failures.len(),
+            self.made(),
+            failures.join("\n")
+        );
+        let stale: Vec<_> = allowed
+            .iter()
+            .filter(|a| !self.unnoticed.contains(a))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "{what}: allow-listed but reported or not made: {stale:?}"
+        );
+    }
+}
