@@ -92,7 +92,8 @@ impl Reconciler {
                 .collect();
             let failed_at = self.send_again(&missing, &mut receipts).await;
             let through = failed_at.map_or(through, |at| through.min(at - 1));
-            if through > from {
+            // A shard with no charge keeps its cursor: its next query reads nothing either.
+            if through > from && !charges.is_empty() {
                 self.move_cursor(&shard, RECEIPTS_CURSOR, through).await?;
             }
         }
