@@ -424,8 +424,9 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     );
 }
 
-/// One payments-reconciler pass with `recorder`'s clients, over what the run left and two
-/// payments left accepted: one whose message is in the dead-letter queue, one with no message.
+/// One payments-reconciler pass with `recorder`'s clients, over what the run left, two
+/// payments left accepted (one whose message is in the dead-letter queue, one with no message)
+/// and a charged payment whose receipt is gone.
 async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
     use payments_operations::reconcile::{Config, Reconciler};
     let [dead, lost] = <[_; 2]>::try_from(
@@ -448,8 +449,22 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
         .send()
         .await
         .unwrap();
+    let receipt = stack.scan("ReceiptsTable").await.unwrap().remove(0);
+    stack
+        .clients
+        .dynamodb
+        .delete_item()
+        .table_name(stack.table("ReceiptsTable"))
+        .key("receiptId", receipt["receiptId"].clone())
+        .send()
+        .await
+        .unwrap();
     let mut settings = stack.settings("payments-reconciler").unwrap();
-    for (k, v) in [("RESEND_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")] {
+    for (k, v) in [
+        ("RESEND_AFTER_SECONDS", "0"),
+        ("AUDIT_LAG_SECONDS", "0"),
+        ("RECEIPT_AFTER_SECONDS", "0"),
+    ] {
         settings.insert(k.into(), v.into());
     }
     let reconciler = Reconciler::new(
@@ -463,6 +478,7 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
         .unwrap();
     assert_eq!(report.waiting.marked_failed, [dead.payment_id], "{report}");
     assert!(report.waiting.resent.contains(&lost.payment_id), "{report}");
+    assert_eq!(report.receipts.resent.len(), 1, "{report}");
     assert!(report.audit.audited > 0, "{report}");
     assert!(report.audit.mismatches.is_empty(), "{report}");
 }
@@ -503,7 +519,12 @@ fn every_queue_lets_only_its_producers_send() {
             &["PaymentsPublisherRole", "PaymentsReconcilerRole"],
             true,
         ),
-        ("ReceiptsQueue", "receipts", &["PaymentProcessorRole"], true),
+        (
+            "ReceiptsQueue",
+            "receipts",
+            &["PaymentProcessorRole", "PaymentsReconcilerRole"],
+            true,
+        ),
         (
             "PaymentsDeadLetterQueue",
             "payments-dlq.fifo",

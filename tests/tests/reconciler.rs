@@ -6,16 +6,22 @@
 //! audited.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
+use lambda_idempotency::time::{Clock, Deadline};
 use payments_e2e::faults::{event, failed_ids};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::{self, Stack};
-use payments_model::PaymentRequested;
+use payments_model::{PaymentCharged, PaymentRequested};
+use payments_operations::reconcile::Budget;
 use payments_operations::reconcile::audit::{Mismatch, WRITER_CLOCK_SKEW};
-use payments_operations::reconcile::waiting::MOVED_BY_SQS;
+use payments_operations::reconcile::waiting::{MOVED_BY_SQS, Stopped};
 use payments_publisher::now_ms;
 
 async fn dead_letter(stack: &Stack, payment: &PaymentRequested) {
@@ -111,10 +117,10 @@ async fn payments_left_accepted_are_marked_from_the_dead_letter_queue_or_sent_ag
     // The resent messages are on payments.fifo, each with the relay's deduplication id.
     assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 2);
 
-    // A second pass finds the same two still accepted (nothing charged them) and sends them
-    // again; SQS drops the copies within its deduplication window.
+    // A second pass finds the same two still accepted (nothing charged them yet): sent again
+    // less than the resend interval ago, they are not sent a second time.
     let again = reconciler.waiting(now_ms()).await.unwrap();
-    assert_eq!(again.resent.len(), 2, "{again:?}");
+    assert!(again.resent.is_empty(), "{again:?}");
     assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 2);
 }
 
@@ -226,4 +232,243 @@ async fn the_audit_reports_an_over_charge_once_past_the_last_charge_and_not_char
         vec![over_charge(b, &in_b, in_b[1].amount_cents)],
         "acct-001's charge applied twice"
     );
+}
+
+/// The approximate receive count of the one message of a queue (received here, so counted once
+/// more).
+async fn receive_count(stack: &Stack, logical_id: &str) -> u32 {
+    let messages = stack
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(stack.queue_url(logical_id))
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    messages[0].attributes.as_ref().unwrap()[&MessageSystemAttributeName::ApproximateReceiveCount]
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_out_of_sight_at_the_first_receive_is_found_and_not_received_for_nothing() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let accepted = stack
+        .accept(stack::payments(2, 2, "peek", |_| String::new()))
+        .await
+        .unwrap();
+    let [dead, lost] = <[PaymentRequested; 2]>::try_from(accepted).unwrap();
+    dead_letter(&stack, &dead).await;
+    // Someone else (an operator's look) holds the dead letter for a moment: a receive then
+    // answers nothing although the queue is not empty.
+    let held = stack
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
+        .visibility_timeout(2)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(held.len(), 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
+
+    let report = reconciler.waiting(now_ms()).await.unwrap();
+    assert_eq!(report.marked_failed, vec![dead.payment_id], "{report:?}");
+    assert_eq!(report.resent, vec![lost.payment_id], "{report:?}");
+
+    // The next pass has nothing to send (the lost payment was sent again moments ago): it does
+    // not receive from the dead-letter queue, whose message was received twice (held, then
+    // looked at once) before this test's own receive.
+    let again = reconciler.waiting(now_ms()).await.unwrap();
+    assert!(again.resent.is_empty(), "{again:?}");
+    assert_eq!(receive_count(&stack, "PaymentsDeadLetterQueue").await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resends_are_bounded_per_run_and_not_repeated_within_the_interval() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let accepted = stack
+        .accept(stack::payments(5, 5, "bounded", |_| String::new()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let reconciler = stack
+        .reconciler(&[("RESEND_AFTER_SECONDS", "1"), ("MAX_RESENDS_PER_RUN", "2")])
+        .unwrap();
+    // Two a run, each run going on from where the last stopped.
+    let mut sent = Vec::new();
+    for expected in [2, 2, 1] {
+        let report = reconciler.waiting(now_ms()).await.unwrap();
+        assert_eq!(report.resent.len(), expected, "{report:?}");
+        sent.extend(report.resent);
+    }
+    sent.sort();
+    let mut all: Vec<String> = accepted.iter().map(|p| p.payment_id.clone()).collect();
+    all.sort();
+    assert_eq!(sent, all);
+    // Every one was sent again less than the interval ago: none is sent a second time.
+    let report = reconciler.waiting(now_ms()).await.unwrap();
+    assert!(report.resent.is_empty(), "{report:?}");
+    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 5);
+}
+
+/// A message of the receipts queue as Lambda hands it to receipt-sender.
+fn receipts_record(stack: &Stack, m: &aws_sdk_sqs::types::Message) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = m.message_id.clone();
+    record.receipt_handle = m.receipt_handle.clone();
+    record.body = m.body.clone();
+    record
+        .attributes
+        .insert("ApproximateReceiveCount".into(), "1".into());
+    record.event_source_arn = Some(stack.resources.queues["ReceiptsQueue"].arn.clone());
+    record
+}
+
+async fn receipt_amount(stack: &Stack, payment_id: &str) -> Option<i64> {
+    let item = stack
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(stack.table("ReceiptsTable"))
+        .key(
+            "receiptId",
+            AttributeValue::S(payments_model::receipt_id(payment_id)),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item?;
+    item["amountCents"].as_n().ok().and_then(|n| n.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charged_payment_without_its_receipt_gets_it() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let app = stack.payment_processor().unwrap();
+    let accepted = stack
+        .accept(stack::payments(2, 2, "receipt", |_| String::new()))
+        .await
+        .unwrap();
+    let [sent, lost] = <[PaymentRequested; 2]>::try_from(accepted).unwrap();
+    charge(&app, &sent).await;
+    charge(&app, &lost).await;
+    // Both events are lost on their way (the queue emptied); one receipt was written anyway.
+    stack
+        .clients
+        .sqs
+        .purge_queue()
+        .queue_url(stack.queue_url("ReceiptsQueue"))
+        .send()
+        .await
+        .unwrap();
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(stack.table("ReceiptsTable"))
+        .item(
+            "receiptId",
+            AttributeValue::S(payments_model::receipt_id(&sent.payment_id)),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let reconciler = stack
+        .reconciler(&[("RECEIPT_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")])
+        .unwrap();
+    reconciler.run(now_ms() + 1).await.unwrap();
+
+    // The lost one's PaymentCharged is on the receipts queue again; receipt-sender sends it.
+    let messages = stack.receive("ReceiptsQueue").await.unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let charged: PaymentCharged = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(charged.payment_id, lost.payment_id);
+    assert_eq!(charged.amount_cents, lost.amount_cents);
+    let sender =
+        receipt_sender::App::from_settings(&stack.sdk, &stack.settings("receipt-sender").unwrap())
+            .unwrap();
+    let response = sender
+        .handle(event(
+            vec![receipts_record(&stack, &messages[0])],
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert!(failed_ids(&response).is_empty(), "{response:?}");
+    stack
+        .clients
+        .sqs
+        .delete_message()
+        .queue_url(stack.queue_url("ReceiptsQueue"))
+        .receipt_handle(messages[0].receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        receipt_amount(&stack, &lost.payment_id).await,
+        Some(lost.amount_cents)
+    );
+
+    // Checked once: the next pass sends nothing.
+    reconciler.run(now_ms() + 1).await.unwrap();
+    assert_eq!(stack.depth("ReceiptsQueue").await.unwrap(), 0);
+}
+
+/// A clock that moves a second each time it is read: a run's budget runs out after a few reads,
+/// whatever the machine's speed.
+#[derive(Debug)]
+struct Ticking(AtomicI64);
+
+impl Clock for Ticking {
+    fn now_ms(&self) -> i64 {
+        self.0.fetch_add(1_000, Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_out_of_time_sends_what_it_found_and_the_next_goes_on_from_there() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let accepted = stack
+        .accept(stack::payments(6, 6, "budget", |_| String::new()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
+
+    // Spent after three payments looked at.
+    let budget = Budget::until(
+        Deadline::at_epoch_ms(2_000),
+        Arc::new(Ticking(AtomicI64::new(0))),
+    );
+    let first = reconciler.waiting_within(now_ms(), &budget).await.unwrap();
+    assert_eq!(first.stopped, Some(Stopped::OutOfTime), "{first:?}");
+    assert_eq!(first.resent.len(), 3, "what it found is sent: {first:?}");
+
+    // The next run looks at the other three only: not at those sent again.
+    let second = reconciler.waiting(now_ms()).await.unwrap();
+    assert_eq!(second.stopped, None, "{second:?}");
+    assert!(second.recently_resent.is_empty(), "{second:?}");
+    let mut sent = [first.resent, second.resent].concat();
+    sent.sort();
+    let mut all: Vec<String> = accepted.iter().map(|p| p.payment_id.clone()).collect();
+    all.sort();
+    assert_eq!(sent, all);
+
+    // Having reached the end, the run after starts over: every one sent again moments ago.
+    let third = reconciler.waiting(now_ms()).await.unwrap();
+    assert!(third.resent.is_empty(), "{third:?}");
+    assert_eq!(third.recently_resent.len(), 6, "{third:?}");
 }

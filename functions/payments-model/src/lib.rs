@@ -155,3 +155,13 @@ pub struct PaymentCharged {
     /// The ledger entry written by the charge.
     pub ledger_entry_id: String,
 }
+
+/// The receipt id of a payment in the receipts table: `rcpt_<paymentId>`. One payment, one
+/// receipt id, whichever event writes it.
+///
+/// ```
+/// assert_eq!(payments_model::receipt_id("pay_42"), "rcpt_pay_42");
+/// ```
+pub fn receipt_id(payment_id: &str) -> String {
+    format!("rcpt_{payment_id}")
+}

@@ -72,8 +72,13 @@ pub mod reconciler {
     pub const RUNS: &str = "runs";
     /// Payments `accepted` for longer than the reconciler's threshold.
     pub const STUCK: &str = "stuck";
-    /// Stuck payments sent again.
+    /// Payments left `accepted` sent again: the relay or the processor did not do its part.
     pub const RESENT: &str = "resent";
+    /// Payments left `accepted` not sent again because the dead-letter queue may hold their
+    /// message unseen.
+    pub const UNCHECKED: &str = "unchecked";
+    /// Charged payments without their receipt whose `PaymentCharged` was sent again.
+    pub const RECEIPTS_RESENT: &str = "receiptsResent";
     /// Stuck payments marked `failed` from their dead-letter queue.
     pub const MARKED_FAILED: &str = "markedFailed";
     /// Charged payments whose ledger entry or balance disagrees.
@@ -130,5 +135,8 @@ pub const ALARMED: &[Alarmed] = &[
         trigger: Trigger::Missing,
     },
     above(function::PAYMENTS_RECONCILER, reconciler::STUCK),
+    above(function::PAYMENTS_RECONCILER, reconciler::RESENT),
+    above(function::PAYMENTS_RECONCILER, reconciler::UNCHECKED),
+    above(function::PAYMENTS_RECONCILER, reconciler::RECEIPTS_RESENT),
     above(function::PAYMENTS_RECONCILER, reconciler::LEDGER_MISMATCHES),
 ];

@@ -313,7 +313,7 @@ pub const MAX_PAYMENT_ID_CHARS: usize = 128;
 /// assert_eq!(receipt_sender::receipt_id("pay_42"), "rcpt_pay_42");
 /// ```
 pub fn receipt_id(payment_id: &str) -> String {
-    format!("rcpt_{payment_id}")
+    payments_model::receipt_id(payment_id)
 }
 
 /// Why a receipt was not sent.

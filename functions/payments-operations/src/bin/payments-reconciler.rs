@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use payments_operations::reconcile::{Config, Reconciler};
+use payments_operations::reconcile::{Budget, Config, Reconciler};
 
 const EXIT_CODES: &str = "\
 Exit codes (once):
@@ -30,8 +30,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Mode {
     /// One pass now: payments left accepted are sent again (or marked failed when their
-    /// message is in the dead-letter queue), then the charges not yet audited are checked
-    /// against the ledger and the balances.
+    /// message is in the dead-letter queue), charged payments without their receipt get their
+    /// PaymentCharged sent again, then the charges not yet audited are checked against the
+    /// ledger and the balances.
     Once(Once),
 }
 
@@ -55,9 +56,26 @@ struct Once {
     /// The payments dead-letter queue's URL (the stack's output PaymentsDeadLetterQueueUrl)
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     dead_letter_queue_url: String,
+    /// The receipts table
+    #[arg(long, env = "RECEIPTS_TABLE", default_value = "payments-receipts")]
+    receipts_table: String,
+    /// The receipts queue's URL (the stack's output ReceiptsQueueUrl)
+    #[arg(long, env = "RECEIPTS_QUEUE_URL")]
+    receipts_queue_url: String,
     /// Send again the payments accepted at least this many seconds ago
     #[arg(long, env = "RESEND_AFTER_SECONDS", default_value_t = 300)]
     resend_after_seconds: u64,
+    /// Do not send again a payment sent again less than this many seconds ago
+    #[arg(long, env = "RESEND_INTERVAL_SECONDS", default_value_t = 1800)]
+    resend_interval_seconds: u64,
+    /// Send again at most this many payments
+    #[arg(long = "max-resends", env = "MAX_RESENDS_PER_RUN", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_resends: u64,
+    /// Send again the PaymentCharged of the payments charged at least this many seconds ago
+    /// without a receipt
+    #[arg(long, env = "RECEIPT_AFTER_SECONDS", default_value_t = 300)]
+    receipt_after_seconds: u64,
     /// Count as stuck the payments accepted at least this many seconds ago
     #[arg(long, env = "STUCK_AFTER_SECONDS", default_value_t = 3600)]
     stuck_after_seconds: u64,
@@ -95,12 +113,18 @@ async fn lambda() -> Result<(), Error> {
     let reconciler = Reconciler::from_sdk(&sdk, config);
     let reconciler = &reconciler;
     lambda_runtime::run(service_fn(
-        move |_: LambdaEvent<serde_json::Value>| async move {
-            let report = reconciler.run(payments_publisher::now_ms()).await?;
+        move |event: LambdaEvent<serde_json::Value>| async move {
+            // Stops looking before the deadline, and keeps its progress for the next run.
+            let budget = Budget::of_invocation(&event.context);
+            let report = reconciler
+                .run_within(payments_publisher::now_ms(), &budget)
+                .await?;
             Ok::<_, Error>(serde_json::json!({
                 "resent": report.waiting.resent.len(),
+                "unchecked": report.waiting.unchecked.len(),
                 "markedFailed": report.waiting.marked_failed.len(),
                 "stuck": report.waiting.stuck.len(),
+                "receiptsResent": report.receipts.resent.len(),
                 "audited": report.audit.audited,
                 "ledgerMismatches": report.audit.mismatches.len(),
             }))
@@ -118,7 +142,12 @@ async fn run_once(once: Once) -> ExitCode {
         accounts_table: once.accounts_table,
         payments_queue_url: once.payments_queue_url,
         dead_letter_queue_url: once.dead_letter_queue_url,
+        receipts_table: once.receipts_table,
+        receipts_queue_url: once.receipts_queue_url,
         resend_after: std::time::Duration::from_secs(once.resend_after_seconds),
+        resend_interval: std::time::Duration::from_secs(once.resend_interval_seconds),
+        max_resends_per_run: usize::try_from(once.max_resends).unwrap_or(usize::MAX),
+        receipt_after: std::time::Duration::from_secs(once.receipt_after_seconds),
         stuck_after: std::time::Duration::from_secs(once.stuck_after_seconds),
         audit_lag: std::time::Duration::from_secs(once.audit_lag_seconds),
         max_per_run: usize::try_from(once.max).unwrap_or(usize::MAX),

@@ -24,10 +24,17 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use payments_model::lifecycle::{self, CHARGED_INDEX, CHARGED_SHARD, LEDGER_BY_PAYMENT_INDEX};
 
-use super::{ReconcileError, Reconciler};
+use super::{Budget, ReconcileError, Reconciler};
 
-/// The accounts table's key of the audit's cursor of each shard: this prefix and the shard.
+/// The accounts table's key of the cursors of each shard of the charged index (the audit's, and
+/// the look for receipts'): this prefix and the shard.
 pub const CURSOR_PREFIX: &str = "reconciler#charged-";
+
+/// The cursor of the look for receipts ([`super::receipts`]), beside the audit's.
+pub(super) const RECEIPTS_CURSOR: &str = "receiptsThrough";
+
+/// The audit's second cursor: balances compared.
+const CHECKED_CURSOR: &str = "checkedThrough";
 
 /// How far apart the clocks of two writers of one balance may be: charges of one account are
 /// made one after the other (its message group), each stamping `lastChargedAt` with its own
@@ -117,13 +124,13 @@ impl fmt::Display for Mismatch {
 
 /// A charged payment, as the charged index carries it.
 #[derive(Debug, Clone)]
-struct Charged {
-    payment_id: String,
-    charged_at: i64,
-    account_id: String,
-    amount_cents: i64,
-    currency: String,
-    ledger_entry_id: String,
+pub(super) struct Charged {
+    pub(super) payment_id: String,
+    pub(super) charged_at: i64,
+    pub(super) account_id: String,
+    pub(super) amount_cents: i64,
+    pub(super) currency: String,
+    pub(super) ledger_entry_id: String,
 }
 
 impl Charged {
@@ -152,36 +159,50 @@ type BalanceKey = (String, String);
 
 /// A shard's cursors, in its item of the accounts table ([`CURSOR_PREFIX`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Cursors {
+pub(super) struct Cursors {
     /// `chargedThrough`: every charge of the shard up to this instant is audited.
     charged: i64,
     /// `checkedThrough`: the balance of every charge of the shard up to this instant was
     /// compared with the audit past it.
     checked: i64,
+    /// `receiptsThrough`: every charge of the shard up to this instant has its receipt, or its
+    /// `PaymentCharged` was sent again.
+    pub(super) receipts: i64,
 }
 
 impl Reconciler {
     /// Audits the charges older than [`Config::audit_lag`](super::Config) that no run audited
     /// yet, at most `max_per_run` of them; then compares with their audited sums the balances
-    /// charged since the last run (see the module).
+    /// charged since the last run (see the module). No time limit: see
+    /// [`Reconciler::audit_within`].
     pub async fn audit(&self, now_ms: i64) -> Result<Audit, ReconcileError> {
+        self.audit_within(now_ms, &Budget::unlimited()).await
+    }
+
+    /// [`Reconciler::audit`] until `budget` is spent: it stops between two transactions, and
+    /// the next run goes on from the cursors.
+    pub async fn audit_within(
+        &self,
+        now_ms: i64,
+        budget: &Budget,
+    ) -> Result<Audit, ReconcileError> {
         let until = now_ms - i64::try_from(self.config.audit_lag.as_millis()).unwrap_or(i64::MAX);
         let mut audit = Audit::default();
         let mut touched = BTreeSet::new();
         let mut shards = Vec::new();
         for shard in lifecycle::shards() {
             let cursors = self.cursors(&shard).await?;
-            let budget = self
+            let limit = self
                 .config
                 .max_per_run
                 .saturating_sub(audit.audited as usize);
-            let through = if budget == 0 {
+            let through = if limit == 0 || budget.is_spent() {
                 cursors.charged
             } else {
                 self.audit_shard(
                     &shard,
-                    cursors.charged,
-                    until,
+                    (cursors.charged, until),
+                    limit,
                     budget,
                     &mut audit,
                     &mut touched,
@@ -192,30 +213,35 @@ impl Reconciler {
         }
         // Every charge of every shard up to here is audited.
         let audited_through = shards.iter().map(|(.., through)| *through).min();
-        self.check_balances(&shards, audited_through.unwrap_or(0), touched, &mut audit)
-            .await?;
+        if !budget.is_spent() {
+            self.check_balances(&shards, audited_through.unwrap_or(0), touched, &mut audit)
+                .await?;
+        }
         Ok(audit)
     }
 
-    /// Audits the charges of `shard` after `cursor` up to `until`, at most `budget` of them;
-    /// returns the instant up to which every charge of the shard is audited, and adds the
-    /// balances it audited charges of to `touched`.
+    /// Audits the charges of `shard` after `cursor` up to `until`, at most `limit` of them,
+    /// until `budget` is spent; returns the instant up to which every charge of the shard is
+    /// audited, and adds the balances it audited charges of to `touched`.
     async fn audit_shard(
         &self,
         shard: &str,
-        cursor: i64,
-        until: i64,
-        budget: usize,
+        (cursor, until): (i64, i64),
+        limit: usize,
+        budget: &Budget,
         audit: &mut Audit,
         touched: &mut BTreeSet<BalanceKey>,
     ) -> Result<i64, ReconcileError> {
         if cursor >= until {
             return Ok(cursor);
         }
-        let mut charges = self.charged(shard, cursor, until, budget + 1).await?;
-        let whole = !keep_whole_instants(&mut charges, budget);
+        let mut charges = self.charged(shard, cursor, until, limit + 1).await?;
+        let whole = !keep_whole_instants(&mut charges, limit);
         let mut start = 0;
         while start < charges.len() {
+            if budget.is_spent() {
+                return Ok(cursor_value(start, cursor, &charges));
+            }
             let end = chunk_end(&charges[start..]) + start;
             let chunk = &charges[start..end];
             let mut entries = Vec::new();
@@ -283,47 +309,44 @@ impl Reconciler {
             );
         }
         for (shard, through) in checked {
-            self.move_checked(shard, through).await?;
+            self.move_cursor(shard, CHECKED_CURSOR, through).await?;
         }
         Ok(())
     }
 
-    async fn cursors(&self, shard: &str) -> Result<Cursors, ReconcileError> {
-        let table = &self.config.accounts_table;
+    /// The shard's cursors.
+    pub(super) async fn cursors(&self, shard: &str) -> Result<Cursors, ReconcileError> {
         let item = self
-            .dynamodb
-            .get_item()
-            .table_name(table)
-            .key("accountId", cursor_key(shard))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(ReconcileError::dynamodb("GetItem", table))?
-            .item
-            .unwrap_or_default();
+            .reconciler_item(&format!("{CURSOR_PREFIX}{shard}"))
+            .await?;
         let n = |k: &str| match item.get(k) {
             Some(AttributeValue::N(n)) => n.parse().unwrap_or(0),
             _ => 0,
         };
         Ok(Cursors {
             charged: n("chargedThrough"),
-            checked: n("checkedThrough"),
+            checked: n(CHECKED_CURSOR),
+            receipts: n(RECEIPTS_CURSOR),
         })
     }
 
-    /// Moves the shard's `checkedThrough` forward to `through` (never back: a concurrent run
-    /// may have moved it further).
-    async fn move_checked(&self, shard: &str, through: i64) -> Result<(), ReconcileError> {
+    /// Moves the shard's cursor `name` (`checkedThrough`, `receiptsThrough`) forward to
+    /// `through` (never back: a concurrent run may have moved it further).
+    pub(super) async fn move_cursor(
+        &self,
+        shard: &str,
+        name: &str,
+        through: i64,
+    ) -> Result<(), ReconcileError> {
         let table = &self.config.accounts_table;
         let moved = self
             .dynamodb
             .update_item()
             .table_name(table)
             .key("accountId", cursor_key(shard))
-            .update_expression("SET checkedThrough = :through")
-            .condition_expression(
-                "attribute_not_exists(checkedThrough) OR checkedThrough < :through",
-            )
+            .update_expression("SET #cursor = :through")
+            .condition_expression("attribute_not_exists(#cursor) OR #cursor < :through")
+            .expression_attribute_names("#cursor", name)
             .expression_attribute_values(":through", AttributeValue::N(through.to_string()))
             .send()
             .await;
@@ -338,7 +361,7 @@ impl Reconciler {
     }
 
     /// The charges of `shard` after `after` up to `until`, in `chargedAt` order, at most `limit`.
-    async fn charged(
+    pub(super) async fn charged(
         &self,
         shard: &str,
         after: i64,
@@ -611,7 +634,7 @@ fn chunk_end(charges: &[Charged]) -> usize {
 
 /// Cuts `charges` (in `chargedAt` order) to at most `budget`, keeping whole instants (a cursor
 /// moves past every charge of its instant); true when it cut some.
-fn keep_whole_instants(charges: &mut Vec<Charged>, budget: usize) -> bool {
+pub(super) fn keep_whole_instants(charges: &mut Vec<Charged>, budget: usize) -> bool {
     if charges.len() <= budget {
         return false;
     }

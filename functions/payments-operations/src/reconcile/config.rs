@@ -9,6 +9,18 @@ use payments_config::{ConfigError, Settings};
 /// the processor normally take, with their retries.
 pub const DEFAULT_RESEND_AFTER: Duration = Duration::from_secs(5 * 60);
 
+/// How long after a payment was sent again it may be sent again: a message sent again is on
+/// `payments.fifo` (behind a backlog, perhaps), and sending it every run would only add copies.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(30 * 60);
+
+/// At most this many payments sent again per run (`MAX_RESENDS_PER_RUN`): the next run goes on
+/// from there.
+pub const DEFAULT_MAX_RESENDS_PER_RUN: usize = 100;
+
+/// How long a charged payment may go without its receipt before its `PaymentCharged` is sent
+/// again: longer than payment-processor's send and receipt-sender's retries take.
+pub const DEFAULT_RECEIPT_AFTER: Duration = Duration::from_secs(5 * 60);
+
 /// How long a payment may stay `accepted` before it counts as stuck (and alarms).
 pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60 * 60);
 
@@ -32,8 +44,20 @@ pub struct Config {
     pub payments_queue_url: String,
     /// `DEAD_LETTER_QUEUE_URL`: the payments dead-letter queue, looked into (never emptied).
     pub dead_letter_queue_url: String,
+    /// `RECEIPTS_TABLE`: a charged payment's receipt is looked for there.
+    pub receipts_table: String,
+    /// `RECEIPTS_QUEUE_URL`: where the `PaymentCharged` of a payment without receipt is sent.
+    pub receipts_queue_url: String,
     /// `RESEND_AFTER_SECONDS` (default 300).
     pub resend_after: Duration,
+    /// `RESEND_INTERVAL_SECONDS` (default 1800): a payment sent again is not sent again
+    /// before this.
+    pub resend_interval: Duration,
+    /// `MAX_RESENDS_PER_RUN` (default 100).
+    pub max_resends_per_run: usize,
+    /// `RECEIPT_AFTER_SECONDS` (default 300): how long after its charge a payment without a
+    /// receipt gets its `PaymentCharged` sent again.
+    pub receipt_after: Duration,
     /// `STUCK_AFTER_SECONDS` (default 3600).
     pub stuck_after: Duration,
     /// `AUDIT_LAG_SECONDS` (default 120).
@@ -46,16 +70,6 @@ pub struct Config {
 impl Config {
     /// Reads the settings.
     pub fn from_settings(settings: &impl Settings) -> Result<Self, ConfigError> {
-        let max_per_run =
-            match settings.get("MAX_PAYMENTS_PER_RUN") {
-                None => 1000,
-                Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    ConfigError::Invalid {
-                        name: "MAX_PAYMENTS_PER_RUN",
-                        reason: format!("`{v}` is not a positive number"),
-                    }
-                })?,
-            };
         Ok(Self {
             payments_table: settings.required("PAYMENTS_TABLE")?,
             ledger_table: settings.required("LEDGER_TABLE")?,
@@ -63,11 +77,40 @@ impl Config {
             accounts_table: settings.required("ACCOUNTS_TABLE")?,
             payments_queue_url: settings.required("PAYMENTS_QUEUE_URL")?,
             dead_letter_queue_url: settings.required("DEAD_LETTER_QUEUE_URL")?,
+            receipts_table: settings.required("RECEIPTS_TABLE")?,
+            receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
             resend_after: settings.seconds("RESEND_AFTER_SECONDS", DEFAULT_RESEND_AFTER)?,
+            resend_interval: settings
+                .seconds("RESEND_INTERVAL_SECONDS", DEFAULT_RESEND_INTERVAL)?,
+            max_resends_per_run: positive(
+                settings,
+                "MAX_RESENDS_PER_RUN",
+                DEFAULT_MAX_RESENDS_PER_RUN,
+            )?,
+            receipt_after: settings.seconds("RECEIPT_AFTER_SECONDS", DEFAULT_RECEIPT_AFTER)?,
             stuck_after: settings.seconds("STUCK_AFTER_SECONDS", DEFAULT_STUCK_AFTER)?,
             audit_lag: settings.seconds("AUDIT_LAG_SECONDS", DEFAULT_AUDIT_LAG)?,
-            max_per_run,
+            max_per_run: positive(settings, "MAX_PAYMENTS_PER_RUN", 1000)?,
         })
+    }
+}
+
+/// A positive number setting, `default` when unset.
+fn positive(
+    settings: &impl Settings,
+    name: &'static str,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match settings.get(name) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ConfigError::Invalid {
+                name,
+                reason: format!("`{v}` is not a positive number"),
+            }),
     }
 }
 
@@ -85,6 +128,8 @@ mod tests {
             ("ACCOUNTS_TABLE", "a"),
             ("PAYMENTS_QUEUE_URL", "q"),
             ("DEAD_LETTER_QUEUE_URL", "d"),
+            ("RECEIPTS_TABLE", "r"),
+            ("RECEIPTS_QUEUE_URL", "rq"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -100,13 +145,20 @@ mod tests {
         let c = Config::from_settings(&settings(&[])).unwrap();
         assert_eq!(c.resend_after, DEFAULT_RESEND_AFTER);
         assert_eq!(c.max_per_run, 1000);
+        assert_eq!(c.resend_interval, DEFAULT_RESEND_INTERVAL);
+        assert_eq!(c.max_resends_per_run, DEFAULT_MAX_RESENDS_PER_RUN);
+        assert_eq!(c.receipt_after, DEFAULT_RECEIPT_AFTER);
         let c = Config::from_settings(&settings(&[
             ("RESEND_AFTER_SECONDS", "0"),
             ("MAX_PAYMENTS_PER_RUN", "7"),
+            ("MAX_RESENDS_PER_RUN", "3"),
+            ("RESEND_INTERVAL_SECONDS", "60"),
         ]))
         .unwrap();
         assert_eq!(c.resend_after, Duration::ZERO);
         assert_eq!(c.max_per_run, 7);
+        assert_eq!(c.max_resends_per_run, 3);
+        assert_eq!(c.resend_interval, Duration::from_secs(60));
     }
 
     #[test]
@@ -117,7 +169,9 @@ mod tests {
             Config::from_settings(&s),
             Err(ConfigError::Missing("DEAD_LETTER_QUEUE_URL"))
         );
-        let err = Config::from_settings(&settings(&[("MAX_PAYMENTS_PER_RUN", "0")])).unwrap_err();
-        assert!(err.to_string().contains("MAX_PAYMENTS_PER_RUN"), "{err}");
+        for name in ["MAX_PAYMENTS_PER_RUN", "MAX_RESENDS_PER_RUN"] {
+            let err = Config::from_settings(&settings(&[(name, "0")])).unwrap_err();
+            assert!(err.to_string().contains(name), "{err}");
+        }
     }
 }

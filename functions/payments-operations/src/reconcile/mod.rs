@@ -1,21 +1,28 @@
 //! The reconciler: what keeps the pipeline honest after the fact, every few minutes.
 //!
-//! One [`Reconciler::run`] does two things, neither of which scans a table:
+//! One [`Reconciler::run`] does three things, none of which scans a table, each within its share
+//! of the run's time budget ([`Budget`]: the Lambda deadline less a margin), keeping its
+//! progress in the accounts table for the next run:
 //!
 //! 1. **Payments left `accepted`** ([`waiting`]). The sparse index
 //!    [`accepted`](payments_model::lifecycle::ACCEPTED_INDEX) holds exactly the payments not yet
 //!    charged or failed. Those accepted longer than [`Config::resend_after`] ago are read again
-//!    (a consistent read: the index lags) and
+//!    (a consistent read: the index lags), oldest first from where the last run stopped, and
 //!    - marked `failed`, with the reason, when their message sits in the payments dead-letter
 //!      queue (SQS's own redrive after crashes or timeouts skips payment-processor's
 //!      dead-letter hook, which marks them otherwise);
 //!    - otherwise sent again through the relay's own path (same group, same deduplication id:
 //!      a message still queued is deduplicated by SQS within 5 minutes and by payment-processor
-//!      after), which also recovers what the relay gave up on (the outbox dead-letter queue).
+//!      after), which also recovers what the relay gave up on (the outbox dead-letter queue);
+//!      at most [`Config::max_resends_per_run`] a run, and a payment sent again is not sent
+//!      again within [`Config::resend_interval`].
 //!
 //!    Those accepted longer than [`Config::stuck_after`] ago are counted as `stuck`: a metric
 //!    with an alarm, since a resend did not help.
-//! 2. **The audit of charges** ([`audit`]). Each charged payment is in the index
+//! 2. **Charged payments without their receipt** ([`receipts`]): each charge older than
+//!    [`Config::receipt_after`] is looked up in the receipts table, and one without its receipt
+//!    gets its `PaymentCharged` sent again to the receipts queue.
+//! 3. **The audit of charges** ([`audit`]). Each charged payment is in the index
 //!    [`charged`](payments_model::lifecycle::CHARGED_INDEX), sorted by `chargedAt`. Per shard,
 //!    from a cursor kept in the accounts table, the reconciler checks that each payment has
 //!    exactly one ledger entry, the one it names, agreeing on account, amount and currency; and
@@ -25,17 +32,24 @@
 //!    an over-charge as well as a charge missing, is a `ledgerMismatches` metric with an alarm.
 //!
 //! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
-//! heartbeat whose absence alarms), `resent`, `markedFailed`, `stuck`, `audited`,
-//! `ledgerMismatches`.
+//! heartbeat whose absence alarms), `resent`, `unchecked`, `markedFailed`, `stuck`,
+//! `receiptsResent`, `audited`, `ledgerMismatches`.
 
 pub mod audit;
+mod budget;
 mod config;
+mod dead_letters;
+pub mod receipts;
 pub mod waiting;
 
 use lambda_idempotency::metrics::{FUNCTION_DIMENSION, Metrics};
 use payments_model::metrics::{NAMESPACE, function, reconciler as metric};
 
-pub use config::{Config, DEFAULT_RESEND_AFTER, DEFAULT_STUCK_AFTER};
+pub use budget::{Budget, DEADLINE_MARGIN};
+pub use config::{
+    Config, DEFAULT_MAX_RESENDS_PER_RUN, DEFAULT_RECEIPT_AFTER, DEFAULT_RESEND_AFTER,
+    DEFAULT_RESEND_INTERVAL, DEFAULT_STUCK_AFTER,
+};
 
 /// Why a run stopped early (what it did before is kept: the next run goes on from there).
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +109,8 @@ impl ReconcileError {
 pub struct Report {
     /// Payments left `accepted`.
     pub waiting: waiting::Waiting,
+    /// Charged payments without their receipt.
+    pub receipts: receipts::Receipts,
     /// The audit of charges.
     pub audit: audit::Audit,
 }
@@ -106,11 +122,13 @@ impl Report {
             .dimension(FUNCTION_DIMENSION, function::PAYMENTS_RECONCILER)
             .count(metric::RUNS, 1)
             .count(metric::RESENT, self.waiting.resent.len() as u64)
+            .count(metric::UNCHECKED, self.waiting.unchecked.len() as u64)
             .count(
                 metric::MARKED_FAILED,
                 self.waiting.marked_failed.len() as u64,
             )
             .count(metric::STUCK, self.waiting.stuck.len() as u64)
+            .count(metric::RECEIPTS_RESENT, self.receipts.resent.len() as u64)
             .count(metric::AUDITED, self.audit.audited)
             .count(
                 metric::LEDGER_MISMATCHES,
@@ -120,10 +138,11 @@ impl Report {
 }
 
 impl Report {
-    /// Nothing to look at: every payment found was sent or marked, none is stuck, and the
-    /// audit found no mismatch.
+    /// Nothing to look at: every payment found was sent or marked, none is stuck, every
+    /// `PaymentCharged` to send again was sent, and the audit found no mismatch.
     pub fn is_clean(&self) -> bool {
         self.waiting.send_failed.is_empty()
+            && self.receipts.send_failed.is_empty()
             && self.waiting.stuck.is_empty()
             && self.audit.mismatches.is_empty()
     }
@@ -134,17 +153,38 @@ impl std::fmt::Display for Report {
         let w = &self.waiting;
         writeln!(
             f,
-            "accepted: {} resent, {} marked failed (in the dead-letter queue), {} stuck, {} failed to send",
+            "accepted: {} resent, {} marked failed (in the dead-letter queue), {} stuck, {} failed to send, \
+             {} unchecked (the dead-letter queue not seen whole), {} sent again recently",
             w.resent.len(),
             w.marked_failed.len(),
             w.stuck.len(),
-            w.send_failed.len()
+            w.send_failed.len(),
+            w.unchecked.len(),
+            w.recently_resent.len()
         )?;
+        if let Some(stopped) = w.stopped {
+            writeln!(
+                f,
+                "  stopped early ({stopped:?}): the next run goes on from there"
+            )?;
+        }
         for (id, why) in &w.send_failed {
             writeln!(f, "  not sent: {id}: {why}")?;
         }
         for id in &w.stuck {
             writeln!(f, "  stuck: {id}")?;
+        }
+        let r = &self.receipts;
+        writeln!(
+            f,
+            "receipts: {} charges looked up, {} PaymentCharged sent again, {} failed to send{}",
+            r.checked,
+            r.resent.len(),
+            r.send_failed.len(),
+            if r.out_of_time { " (out of time)" } else { "" }
+        )?;
+        for (id, why) in &r.send_failed {
+            writeln!(f, "  not sent: {id}: {why}")?;
         }
         writeln!(
             f,
@@ -159,12 +199,13 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// The reconciler: its clients, its settings, and the relay's sending path.
+/// The reconciler: its clients, its settings, the relay's sending path and the receipts queue.
 #[derive(Debug, Clone)]
 pub struct Reconciler {
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
     relay: payments_publisher::App,
+    receipts_queue: lambda_idempotency::publish::Publisher,
     config: Config,
 }
 
@@ -182,10 +223,13 @@ impl Reconciler {
                 dead_letter_queue_url: None,
             },
         );
+        let receipts_queue =
+            lambda_idempotency::publish::Publisher::new(sqs.clone(), &config.receipts_queue_url);
         Self {
             dynamodb,
             sqs,
             relay,
+            receipts_queue,
             config,
         }
     }
@@ -204,18 +248,54 @@ impl Reconciler {
         &self.config
     }
 
-    /// One pass at `now_ms` (epoch ms): payments left `accepted`, then the audit. Each part runs
-    /// even when the other failed; the first error is returned after both.
+    /// The reconciler's own item `key` (`reconciler#...`) of the accounts table, read
+    /// consistently: where its parts stopped. Empty when there is none.
+    async fn reconciler_item(
+        &self,
+        key: &str,
+    ) -> Result<
+        std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+        ReconcileError,
+    > {
+        let table = &self.config.accounts_table;
+        Ok(self
+            .dynamodb
+            .get_item()
+            .table_name(table)
+            .key(
+                "accountId",
+                aws_sdk_dynamodb::types::AttributeValue::S(key.to_owned()),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(ReconcileError::dynamodb("GetItem", table))?
+            .item
+            .unwrap_or_default())
+    }
+
+    /// One pass at `now_ms` (epoch ms), with no time limit: see [`Reconciler::run_within`].
     pub async fn run(&self, now_ms: i64) -> Result<Report, ReconcileError> {
-        let waiting = self.waiting(now_ms).await;
-        let audit = self.audit(now_ms).await;
+        self.run_within(now_ms, &Budget::unlimited()).await
+    }
+
+    /// One pass at `now_ms` (epoch ms) within `budget`: payments left `accepted`, then charged
+    /// payments without their receipt, then the audit, each within an equal share of what is
+    /// left of the budget when it starts. Each part runs even when another failed; the first
+    /// error is returned after all three.
+    pub async fn run_within(&self, now_ms: i64, budget: &Budget) -> Result<Report, ReconcileError> {
+        let waiting = self.waiting_within(now_ms, &budget.share(3)).await;
+        let receipts = self.receipts_within(now_ms, &budget.share(2)).await;
+        let audit = self.audit_within(now_ms, budget).await;
         let report = Report {
             waiting: waiting.as_ref().cloned().unwrap_or_default(),
+            receipts: receipts.as_ref().cloned().unwrap_or_default(),
             audit: audit.as_ref().cloned().unwrap_or_default(),
         };
         report.metrics().emit();
         tracing::info!(%report, "reconciled");
         waiting?;
+        receipts?;
         audit?;
         Ok(report)
     }

@@ -1,23 +1,44 @@
 //! Payments left `accepted`: found through the sparse index, marked from the dead-letter queue
 //! or sent again.
-
-use std::collections::{HashMap, HashSet};
+//!
+//! Under incident load a run does what it can and keeps its progress: it reads the payments
+//! (consistently, several at a time) oldest first from where the last run stopped (a cursor in
+//! the accounts table, [`CURSOR_KEY`]), stops when its time budget is spent or it has sent
+//! [`Config::max_resends_per_run`](super::Config) of them, sends what it found, and leaves the
+//! rest to the next run; a run that reaches the end starts the next one from the oldest again.
+//! A payment sent again carries when ([`RESENT_AT`]) and is not sent again within
+//! [`Config::resend_interval`](super::Config): behind a backlog its message is still queued.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName};
+use futures_util::stream::{self, StreamExt};
 use payments_model::lifecycle::{self, ACCEPTED_AT, ACCEPTED_INDEX, ACCEPTED_SHARD, MarkedFailed};
-use payments_model::{PaymentItem, PaymentRequested, PaymentStatus};
+use payments_model::{PaymentItem, PaymentStatus};
 
-use super::{ReconcileError, Reconciler};
+pub use super::dead_letters::MOVED_BY_SQS;
+use super::dead_letters::Peeked;
+use super::{Budget, ReconcileError, Reconciler};
 
-/// How long the dead-letter queue's messages stay invisible while the reconciler looks at them
-/// (they are made visible again as soon as it is done).
-const PEEK_VISIBILITY_SECONDS: i32 = 30;
+/// The accounts table's key of the look's progress: the last payment looked at
+/// (`afterAcceptedAt`, `afterPaymentId`).
+pub const CURSOR_KEY: &str = "reconciler#accepted";
 
-/// The reason given for a message SQS moved itself (its receive limit, `maxReceiveCount`):
-/// payment-processor's own dead-letter copies carry theirs (`DeadLetterReason`).
-pub const MOVED_BY_SQS: &str =
-    "moved to the dead-letter queue by SQS after its receive limit (crashes or timeouts)";
+/// The payment attribute that says when the reconciler last sent it again (epoch ms).
+pub const RESENT_AT: &str = "resentAt";
+
+/// Payments read at once.
+const READS_IN_FLIGHT: usize = 16;
+
+/// Why a run stopped before the end of the payments left accepted: the next run goes on after
+/// the last one it looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Its time budget was spent.
+    OutOfTime,
+    /// It sent as many as a run may.
+    ResendLimit,
+    /// It looked at as many as a run may (`MAX_PAYMENTS_PER_RUN`).
+    MaxPerRun,
+}
 
 /// What the reconciler did with the payments left `accepted`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,69 +52,91 @@ pub struct Waiting {
     /// Payments that could not be sent (payment id, why): the next run tries again.
     pub send_failed: Vec<(String, String)>,
     /// Payments not sent again because the dead-letter queue may hold their message unseen
-    /// (their account's group has messages there, or the look stopped at its limit).
+    /// (their account's group has messages there, or the look was not whole).
     pub unchecked: Vec<String>,
+    /// Payments not sent again because they were sent again less than the resend interval ago.
+    pub recently_resent: Vec<String>,
+    /// Why the run stopped before the end, if it did.
+    pub stopped: Option<Stopped>,
 }
 
-/// A payment's message found in the dead-letter queue.
+/// Where a payment stands in the look: when it was accepted, and its id.
+type Position = (i64, String);
+
+/// A payment still `accepted`, read consistently.
 #[derive(Debug, Clone)]
-struct DeadLetter {
-    message: PaymentRequested,
-    reason: String,
+struct Candidate {
+    payment: PaymentItem,
+    accepted_at: i64,
+    resent_at: Option<i64>,
 }
 
-/// What a look into the dead-letter queue saw.
-#[derive(Debug, Default)]
-struct Peeked {
-    /// The payments' messages, by payment id.
-    found: HashMap<String, DeadLetter>,
-    /// Message groups (accounts) that may have messages there unseen: on a FIFO queue a receive
-    /// hands out no more of a group while some of it is in flight, so a group of a full receive
-    /// (10 messages) may have more.
-    groups: HashSet<String>,
-    /// True when the queue ran dry before the receive limit: every other group was seen whole.
-    complete: bool,
+impl Candidate {
+    /// Sent again since it was (last) accepted, and since `since`.
+    fn resent_since(&self, since: i64) -> bool {
+        self.resent_at
+            .is_some_and(|at| at >= since && at >= self.accepted_at)
+    }
 }
 
 impl Reconciler {
-    /// Payments `accepted` for longer than [`Config::resend_after`](super::Config): marked
-    /// `failed` when their message is in the dead-letter queue, sent again otherwise.
+    /// Payments `accepted` for longer than [`Config::resend_after`](super::Config), with no
+    /// time limit: see [`Reconciler::waiting_within`].
     pub async fn waiting(&self, now_ms: i64) -> Result<Waiting, ReconcileError> {
-        let before = now_ms - millis(self.config.resend_after);
+        self.waiting_within(now_ms, &Budget::unlimited()).await
+    }
+
+    /// Payments `accepted` for longer than [`Config::resend_after`](super::Config), from where
+    /// the last run stopped, until `budget` is spent: marked `failed` when their message is in
+    /// the dead-letter queue, sent again otherwise (see the module).
+    pub async fn waiting_within(
+        &self,
+        now_ms: i64,
+        budget: &Budget,
+    ) -> Result<Waiting, ReconcileError> {
         let stuck_before = now_ms - millis(self.config.stuck_after);
-        let candidates = self.accepted_before(before).await?;
-        let mut waiting = Waiting::default();
-        if candidates.is_empty() {
-            return Ok(waiting);
-        }
-        let dead_letters = self.dead_letters().await?;
+        let resent_since = now_ms - millis(self.config.resend_interval);
+        let cursor = self.accepted_cursor().await?;
+        let (positions, more) = self
+            .accepted_before(now_ms - millis(self.config.resend_after), cursor.as_ref())
+            .await?;
+        let mut waiting = Waiting {
+            stopped: more.then_some(Stopped::MaxPerRun),
+            ..Waiting::default()
+        };
+        let read = self
+            .read_candidates(positions, budget, &mut waiting)
+            .await?;
+        let dead_letters = if read
+            .iter()
+            .any(|(_, c)| c.as_ref().is_some_and(|c| !c.resent_since(resent_since)))
+        {
+            self.dead_letters().await?
+        } else {
+            Peeked::default()
+        };
+        let mut looked_at = None;
         let mut to_send = Vec::new();
-        for (accepted_at, payment_id) in candidates {
-            let Some(item) = self.accepted_payment(&payment_id).await? else {
+        for (position, candidate) in read {
+            let Some(candidate) = candidate else {
+                looked_at = Some(position);
                 continue;
             };
-            if let Some(dead) = dead_letters.found.get(&payment_id) {
-                let reason = format!("in the dead-letter queue: {}", dead.reason);
-                let marked = lifecycle::mark_failed(
-                    &self.dynamodb,
-                    &self.config.payments_table,
-                    &dead.message,
-                    &reason,
-                    now_ms,
-                )
-                .await
-                .map_err(ReconcileError::dynamodb(
-                    "UpdateItem",
-                    &self.config.payments_table,
-                ))?;
-                if marked == MarkedFailed::Marked {
-                    tracing::warn!(payment_id, reason, "payment marked failed");
-                    waiting.marked_failed.push(payment_id);
-                    continue;
-                }
-                // The copy disagrees with the payment: it is not this payment's message.
+            let payment_id = candidate.payment.payment_id.clone();
+            let stuck = position.0 < stuck_before;
+            if stuck {
+                tracing::warn!(payment_id, accepted_at = position.0, "payment stuck");
             }
-            if !dead_letters.complete || dead_letters.groups.contains(&item.account_id) {
+            if candidate.resent_since(resent_since) {
+                waiting.recently_resent.push(payment_id.clone());
+            } else if self
+                .marked_from_dead_letters(&dead_letters, &payment_id, now_ms)
+                .await?
+            {
+                waiting.marked_failed.push(payment_id);
+                looked_at = Some(position);
+                continue;
+            } else if dead_letters.may_hide(&candidate.payment.account_id) {
                 // Its message may be in the dead-letter queue unseen: not sent again blindly
                 // (a message that crashes the processor would go round again); the next run
                 // looks again, and a payment waiting too long counts as stuck.
@@ -102,43 +145,116 @@ impl Reconciler {
                     "dead-letter queue not seen whole for its account: not sent again"
                 );
                 waiting.unchecked.push(payment_id.clone());
-                if accepted_at < stuck_before {
-                    waiting.stuck.push(payment_id);
-                }
-                continue;
+            } else if to_send.len() >= self.config.max_resends_per_run {
+                waiting.stopped = Some(Stopped::ResendLimit);
+                break;
+            } else {
+                to_send.push(candidate.payment);
             }
-            if accepted_at < stuck_before {
-                tracing::warn!(payment_id, accepted_at, "payment stuck");
-                waiting.stuck.push(payment_id.clone());
+            if stuck {
+                waiting.stuck.push(payment_id);
             }
-            to_send.push(item);
+            looked_at = Some(position);
         }
         let republished = self.relay.republish(to_send).await;
+        self.record_resent(&republished.sent, now_ms).await;
         waiting.resent = republished.sent;
         waiting.send_failed = republished.failed;
         waiting.send_failed.extend(republished.invalid);
+        match (waiting.stopped, looked_at) {
+            (None, _) if cursor.is_some() => self.keep_cursor(None).await?,
+            (Some(_), Some(at)) => self.keep_cursor(Some(&at)).await?,
+            _ => {}
+        }
         Ok(waiting)
     }
 
-    /// The payments in the accepted index accepted before `before_ms` (when, id), oldest
-    /// first, at most `max_per_run`.
-    async fn accepted_before(&self, before_ms: i64) -> Result<Vec<(i64, String)>, ReconcileError> {
+    /// The payments at `positions`, read consistently `READS_IN_FLIGHT` at a time, in order,
+    /// until `budget` is spent (`None`: no longer `accepted`).
+    async fn read_candidates(
+        &self,
+        positions: Vec<Position>,
+        budget: &Budget,
+        waiting: &mut Waiting,
+    ) -> Result<Vec<(Position, Option<Candidate>)>, ReconcileError> {
+        let mut reads = stream::iter(positions)
+            .map(|position| async move {
+                let read = self.accepted_payment(&position.1).await;
+                (position, read)
+            })
+            .buffered(READS_IN_FLIGHT);
+        let mut read = Vec::new();
+        while let Some((position, candidate)) = reads.next().await {
+            read.push((position, candidate?));
+            if budget.is_spent() {
+                waiting.stopped = Some(Stopped::OutOfTime);
+                break;
+            }
+        }
+        Ok(read)
+    }
+
+    /// Marks the payment `failed` if its message is among the dead letters (and agrees with it).
+    async fn marked_from_dead_letters(
+        &self,
+        dead_letters: &Peeked,
+        payment_id: &str,
+        now_ms: i64,
+    ) -> Result<bool, ReconcileError> {
+        let Some(dead) = dead_letters.found.get(payment_id) else {
+            return Ok(false);
+        };
+        let reason = format!("in the dead-letter queue: {}", dead.reason);
+        let marked = lifecycle::mark_failed(
+            &self.dynamodb,
+            &self.config.payments_table,
+            &dead.message,
+            &reason,
+            now_ms,
+        )
+        .await
+        .map_err(ReconcileError::dynamodb(
+            "UpdateItem",
+            &self.config.payments_table,
+        ))?;
+        if marked == MarkedFailed::Marked {
+            tracing::warn!(payment_id, reason, "payment marked failed");
+        }
+        // Otherwise the copy disagrees with the payment: it is not this payment's message.
+        Ok(marked == MarkedFailed::Marked)
+    }
+
+    /// The payments in the accepted index accepted before `before_ms` and after `after` (when,
+    /// id), oldest first, at most `max_per_run`; true when there are more.
+    async fn accepted_before(
+        &self,
+        before_ms: i64,
+        after: Option<&Position>,
+    ) -> Result<(Vec<Position>, bool), ReconcileError> {
         let table = &self.config.payments_table;
-        let mut found: Vec<(i64, String)> = Vec::new();
+        let limit = self.config.max_per_run;
+        if after.is_some_and(|a| a.0 >= before_ms) {
+            return Ok((Vec::new(), false));
+        }
+        let mut found: Vec<Position> = Vec::new();
+        let mut more = false;
         for shard in lifecycle::shards() {
-            let mut pages = self
+            let query = self
                 .dynamodb
                 .query()
                 .table_name(table)
                 .index_name(ACCEPTED_INDEX)
-                .key_condition_expression("#shard = :shard AND #at < :before")
                 .expression_attribute_names("#shard", ACCEPTED_SHARD)
                 .expression_attribute_names("#at", ACCEPTED_AT)
                 .expression_attribute_values(":shard", AttributeValue::S(shard))
-                .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()))
-                .into_paginator()
-                .items()
-                .send();
+                .expression_attribute_values(":before", AttributeValue::N(before_ms.to_string()));
+            let query = match after {
+                None => query.key_condition_expression("#shard = :shard AND #at < :before"),
+                Some((at, _)) => query
+                    .key_condition_expression("#shard = :shard AND #at BETWEEN :from AND :before")
+                    .expression_attribute_values(":from", AttributeValue::N(at.to_string())),
+            };
+            let mut pages = query.into_paginator().items().send();
             let mut in_shard = 0;
             while let Some(item) = pages.next().await {
                 let item = item.map_err(ReconcileError::dynamodb("Query", table))?;
@@ -147,23 +263,30 @@ impl Reconciler {
                 else {
                     continue;
                 };
-                found.push((at.parse().unwrap_or(0), id.clone()));
+                let position = (at.parse().unwrap_or(0), id.clone());
+                // BETWEEN includes `:before`, which the look leaves to the next run.
+                if position.0 >= before_ms || after.is_some_and(|a| position <= *a) {
+                    continue;
+                }
+                found.push(position);
                 in_shard += 1;
-                if in_shard >= self.config.max_per_run {
+                if in_shard > limit {
+                    more = true;
                     break;
                 }
             }
         }
         found.sort();
-        found.truncate(self.config.max_per_run);
-        Ok(found)
+        more |= found.len() > limit;
+        found.truncate(limit);
+        Ok((found, more))
     }
 
     /// The payment, read consistently, if it is still `accepted` (the index lags).
     async fn accepted_payment(
         &self,
         payment_id: &str,
-    ) -> Result<Option<PaymentItem>, ReconcileError> {
+    ) -> Result<Option<Candidate>, ReconcileError> {
         let table = &self.config.payments_table;
         let item = self
             .dynamodb
@@ -176,8 +299,19 @@ impl Reconciler {
             .map_err(ReconcileError::dynamodb("GetItem", table))?
             .item;
         let Some(item) = item else { return Ok(None) };
+        let n = |k: &str| match item.get(k) {
+            Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
+            _ => None,
+        };
+        let (accepted_at, resent_at) = (n(ACCEPTED_AT).unwrap_or(0), n(RESENT_AT));
         match serde_dynamo::aws_sdk_dynamodb_1::from_item::<PaymentItem>(item) {
-            Ok(payment) if payment.status == PaymentStatus::Accepted.as_str() => Ok(Some(payment)),
+            Ok(payment) if payment.status == PaymentStatus::Accepted.as_str() => {
+                Ok(Some(Candidate {
+                    payment,
+                    accepted_at,
+                    resent_at,
+                }))
+            }
             Ok(_) => Ok(None),
             Err(e) => {
                 tracing::warn!(payment_id, error = %e, "not a payment item: left alone");
@@ -186,103 +320,101 @@ impl Reconciler {
         }
     }
 
-    /// The payments whose message is in the dead-letter queue, by payment id. The messages are
-    /// received (invisible for a moment) and made visible again: the queue keeps them all.
-    async fn dead_letters(&self) -> Result<Peeked, ReconcileError> {
-        let queue = &self.config.dead_letter_queue_url;
-        let mut peeked = Peeked::default();
-        let mut handles = Vec::new();
-        let mut result = Ok(());
-        for _ in 0..self.config.max_per_run.div_ceil(10) {
-            let received = self
-                .sqs
-                .receive_message()
-                .queue_url(queue)
-                .max_number_of_messages(10)
-                .visibility_timeout(PEEK_VISIBILITY_SECONDS)
-                .wait_time_seconds(0)
-                .message_system_attribute_names(MessageSystemAttributeName::All)
-                .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
-                .message_attribute_names("All")
-                .send()
-                .await;
-            let messages = match received {
-                Ok(out) => out.messages.unwrap_or_default(),
-                Err(e) => {
-                    result = Err(ReconcileError::sqs("ReceiveMessage", queue)(e));
-                    break;
-                }
-            };
-            if messages.is_empty() {
-                peeked.complete = true;
-                break;
-            }
-            let full = messages.len() == 10;
-            for m in messages {
-                if let Some(handle) = m.receipt_handle.clone() {
-                    handles.push(handle);
-                }
-                if let Some(group) = m
-                    .attributes
-                    .as_ref()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
-                    .filter(|_| full)
-                {
-                    peeked.groups.insert(group.clone());
-                }
-                let Some(message) = m
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_str::<PaymentRequested>(b).ok())
-                else {
-                    continue;
-                };
-                let reason = m
-                    .message_attributes
-                    .as_ref()
-                    .and_then(|a| a.get("DeadLetterReason"))
-                    .and_then(|a| a.string_value.clone())
-                    .unwrap_or_else(|| MOVED_BY_SQS.to_owned());
-                peeked
-                    .found
-                    .insert(message.payment_id.clone(), DeadLetter { message, reason });
+    /// Records on each payment sent again when it was ([`RESENT_AT`]). A payment whose record
+    /// fails may be sent again by the next run: logged, not an error.
+    async fn record_resent(&self, payment_ids: &[String], now_ms: i64) {
+        let table = &self.config.payments_table;
+        let mut writes = stream::iter(payment_ids)
+            .map(|payment_id| async move {
+                let written = self
+                    .dynamodb
+                    .update_item()
+                    .table_name(table)
+                    .key("paymentId", AttributeValue::S(payment_id.clone()))
+                    .update_expression("SET #resent = :now")
+                    .condition_expression("attribute_exists(paymentId)")
+                    .expression_attribute_names("#resent", RESENT_AT)
+                    .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+                    .send()
+                    .await;
+                (payment_id, written)
+            })
+            .buffer_unordered(READS_IN_FLIGHT);
+        while let Some((payment_id, written)) = writes.next().await {
+            if let Err(e) = written {
+                tracing::warn!(
+                    payment_id,
+                    error = %aws_sdk_dynamodb::Error::from(e),
+                    "when it was sent again not recorded"
+                );
             }
         }
-        self.release(&handles).await;
-        result.map(|()| peeked)
     }
 
-    /// Makes the messages received from the dead-letter queue visible again.
-    async fn release(&self, handles: &[String]) {
-        let queue = &self.config.dead_letter_queue_url;
-        for chunk in handles.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, handle)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(handle)
-                        .visibility_timeout(0)
-                        .build()
-                        .expect("id and receipt handle are set")
-                })
-                .collect();
-            if let Err(e) = self
-                .sqs
-                .change_message_visibility_batch()
-                .queue_url(queue)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                // They come back on their own after PEEK_VISIBILITY_SECONDS.
-                tracing::warn!(error = %aws_sdk_sqs::Error::from(e), "dead letters not released");
-            }
-        }
+    /// Where the last run stopped, if it did.
+    async fn accepted_cursor(&self) -> Result<Option<Position>, ReconcileError> {
+        let item = self.reconciler_item(CURSOR_KEY).await?;
+        Ok(
+            match (item.get("afterAcceptedAt"), item.get("afterPaymentId")) {
+                (Some(AttributeValue::N(at)), Some(AttributeValue::S(id))) => {
+                    at.parse().ok().map(|at| (at, id.clone()))
+                }
+                _ => None,
+            },
+        )
+    }
+
+    /// Keeps where this run stopped (`None`: it reached the end, the next starts over).
+    async fn keep_cursor(&self, at: Option<&Position>) -> Result<(), ReconcileError> {
+        let table = &self.config.accounts_table;
+        let update = self
+            .dynamodb
+            .update_item()
+            .table_name(table)
+            .key("accountId", AttributeValue::S(CURSOR_KEY.to_owned()));
+        let update = match at {
+            Some((accepted_at, payment_id)) => update
+                .update_expression("SET afterAcceptedAt = :at, afterPaymentId = :id")
+                .expression_attribute_values(":at", AttributeValue::N(accepted_at.to_string()))
+                .expression_attribute_values(":id", AttributeValue::S(payment_id.clone())),
+            None => update.update_expression("REMOVE afterAcceptedAt, afterPaymentId"),
+        };
+        update
+            .send()
+            .await
+            .map_err(ReconcileError::dynamodb("UpdateItem", table))?;
+        Ok(())
     }
 }
 
-fn millis(d: std::time::Duration) -> i64 {
+pub(super) fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(accepted_at: i64, resent_at: Option<i64>) -> Candidate {
+        let payment: PaymentItem = serde_json::from_value(serde_json::json!({
+            "paymentId": "p", "accountId": "a", "amountCents": 5, "currency": "EUR",
+            "status": "accepted", "createdAt": 0, "callerId": "c", "requestHash": "h"
+        }))
+        .unwrap();
+        Candidate {
+            payment,
+            accepted_at,
+            resent_at,
+        }
+    }
+
+    #[test]
+    fn a_payment_is_sent_again_once_per_interval_and_again_after_a_reopen() {
+        let since = 1_000;
+        assert!(!candidate(0, None).resent_since(since));
+        assert!(!candidate(0, Some(999)).resent_since(since), "long ago");
+        assert!(candidate(0, Some(1_000)).resent_since(since));
+        // Reopened after it was sent again: a new acceptance, sent again at once.
+        assert!(!candidate(2_000, Some(1_500)).resent_since(since));
+    }
 }

@@ -1,0 +1,116 @@
+//! A run's time budget: the Lambda deadline less a margin, shared between the run's parts. A part
+//! checks it between two pieces of work and, once it is spent, stops looking, finishes what it
+//! found (sends, marks, moves its cursor) and leaves the rest to the next run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_idempotency::time::{Clock, Deadline, SystemClock};
+
+/// What a run keeps back from its deadline: the time to send what it found and keep its
+/// progress after it stops looking (a batch of sends, a few writes), with room for one slow call.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(20);
+
+/// Until when a run (or one of its parts) may go on looking.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    until: Option<Deadline>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self::unlimited()
+    }
+}
+
+impl Budget {
+    /// No limit: the one-shot mode, and tests.
+    pub fn unlimited() -> Self {
+        Self {
+            until: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Until `until`, by `clock`.
+    pub fn until(until: Deadline, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            until: Some(until),
+            clock,
+        }
+    }
+
+    /// A Lambda invocation's budget: its deadline less [`DEADLINE_MARGIN`]; unlimited when the
+    /// context carries no deadline.
+    pub fn of_invocation(context: &lambda_runtime::Context) -> Self {
+        match Deadline::of(context) {
+            Some(deadline) => {
+                Self::until(deadline.earlier_by(DEADLINE_MARGIN), Arc::new(SystemClock))
+            }
+            None => Self::unlimited(),
+        }
+    }
+
+    /// True once the budget is spent.
+    pub fn is_spent(&self) -> bool {
+        self.until
+            .is_some_and(|until| until.has_passed(&*self.clock))
+    }
+
+    /// The first of `parts` equal shares of what is left: a part that finishes early leaves
+    /// the rest to the parts after it.
+    pub fn share(&self, parts: u32) -> Self {
+        let until = self.until.map(|until| {
+            let left = until.remaining(&*self.clock) / parts.max(1);
+            let left = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+            Deadline::at_epoch_ms(self.clock.now_ms().saturating_add(left))
+        });
+        Self {
+            until,
+            clock: self.clock.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lambda_idempotency::time::ManualClock;
+
+    use super::*;
+
+    #[test]
+    fn a_budget_is_spent_at_its_end_and_shares_what_is_left() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let budget = Budget::until(Deadline::at_epoch_ms(10_000), clock.clone());
+        assert!(!budget.is_spent());
+        let first = budget.share(3);
+        clock.advance(Duration::from_millis(2_999));
+        assert!(!first.is_spent());
+        clock.advance(Duration::from_millis(1));
+        assert!(first.is_spent());
+        assert!(!budget.is_spent(), "the rest is the later parts'");
+        // The next part shares what is left (6 s) with the one after it.
+        let second = budget.share(2);
+        clock.advance(Duration::from_millis(3_000));
+        assert!(second.is_spent());
+        clock.advance(Duration::from_millis(2_999));
+        assert!(!budget.is_spent());
+        clock.advance(Duration::from_millis(1));
+        assert!(budget.is_spent());
+        assert!(!Budget::unlimited().share(3).is_spent());
+    }
+
+    #[test]
+    fn an_invocation_without_a_deadline_has_no_limit() {
+        let context = lambda_runtime::Context::default();
+        assert!(Budget::of_invocation(&context).until.is_none());
+        let mut context = lambda_runtime::Context::default();
+        context.deadline = 2_000_000_000_000;
+        let budget = Budget::of_invocation(&context);
+        assert_eq!(
+            budget.until,
+            Some(Deadline::at_epoch_ms(2_000_000_000_000).earlier_by(DEADLINE_MARGIN))
+        );
+    }
+}
