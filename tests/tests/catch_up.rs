@@ -223,3 +223,49 @@ async fn catch_up_honours_the_failure_switch_with_the_stored_description() {
     assert_eq!(stored(&stack, &all[0]).await.last_error, Some(reason));
     assert_charged_once(&stack, &all[1..2]).await;
 }
+
+/// An old copy of a reopened payment's message, of the previous version, never fails it again:
+/// the reopen sent it with its new number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_copy_never_fails_a_reopened_payment() {
+    use lambda_idempotency::time::{Clock, SystemClock};
+    use payments_model::lifecycle::{MarkedFailed, mark_failed};
+    use payments_operations::reopen::{Reopener, Reopening, Tables};
+
+    let parameters = [("FailPayments", "[refused]:1:permanent")];
+    let (stack, app, all) = account_of(&parameters, 1, "[refused]", |_| true).await;
+    assert_eq!(
+        deliver(&app, &[("first", &all[0])], 1).await,
+        Vec::<String>::new()
+    );
+    assert_failed_with(&stack, &all[0], "injected permanent failure").await;
+    let reopener = Reopener::new(
+        stack.clients.dynamodb.clone(),
+        stack.clients.sqs.clone(),
+        Tables {
+            payments: stack.table("PaymentsTable").to_owned(),
+            accounts: stack.table("AccountsTable").to_owned(),
+        },
+        stack.queue_url("PaymentsQueue"),
+    );
+    let reopening = Reopening {
+        payment_id: all[0].payment_id.clone(),
+        operator: "on-call".into(),
+        reason: "fixed".into(),
+    };
+    assert_eq!(reopener.reopen(&reopening).await.unwrap().sequence, 2);
+    let table = stack.table("PaymentsTable");
+    for old in [all[0].clone(), previous_version(&all[0])] {
+        let marked = mark_failed(
+            &stack.clients.dynamodb,
+            table,
+            &old,
+            "an old copy",
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(marked, MarkedFailed::NotAccepted, "{:?}", old.sequence);
+    }
+    assert!(stored(&stack, &all[0]).await.is(PaymentStatus::Accepted));
+}
