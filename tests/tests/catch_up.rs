@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use lambda_idempotency::transaction::Peeked;
 use payment_processor::App;
 use payments_e2e::Stack;
 use payments_e2e::faults::failed_in_batch;
@@ -87,6 +88,17 @@ async fn account_of(
 async fn assert_charged_once(stack: &Stack, charged: &[PaymentRequested]) {
     let offenders = stack.charged_exactly_once(charged).await.unwrap();
     assert!(offenders.is_empty(), "{offenders:?}");
+}
+
+/// The failed attempts payment-processor's idempotency store holds for `p`.
+async fn attempts_of(app: &App, p: &PaymentRequested) -> u32 {
+    let body = serde_json::to_string(p).unwrap();
+    let record = fifo_record("peek", &body, &p.account_id, 1);
+    let (key, hash) = App::keys().key_and_payload_hash(&record).unwrap();
+    match app.idempotency().peek(&key, &hash).await.unwrap() {
+        Peeked::Attempts(attempts) => attempts,
+        other => panic!("{} is not waiting: {other:?}", p.payment_id),
+    }
 }
 
 /// The message of the previous version: no `sequence`.
@@ -172,6 +184,8 @@ async fn an_earlier_payment_that_always_fails_is_failed_once_its_attempts_are_sp
         for p in &all {
             assert!(stored(&stack, p).await.is(PaymentStatus::Accepted));
         }
+        // Waiting is not an attempt of the later payment: its budget is whole once it may go.
+        assert_eq!(attempts_of(&app, &all[1]).await, 0, "receive {receive}");
     }
     assert_eq!(
         deliver(&app, &[("later", &all[1])], 3).await,

@@ -10,8 +10,9 @@
 //!   with its reason (as its own dead-lettered message would have it) and passed over, and the
 //!   later payments go on. No dead letter holds it until its own message comes: it is counted
 //!   ([`App::failed_ahead`], metric `failedAhead`, which has an alarm). Until then the message
-//!   waits for it: a retryable failure that spends none of the message's own attempts, so that
-//!   the next delivery tries the earlier one again.
+//!   waits for it: a retryable failure that spends none of the message's own attempts (the
+//!   refusals of its charge are taken back), so that the next delivery tries the earlier one
+//!   again.
 //! - A failed earlier payment, one reopened under another number, or a number no payment holds
 //!   (voided first, [`order::void`]) is passed over.
 

@@ -196,6 +196,24 @@ impl App {
         StoredPayment::read(&self.dynamodb, &self.config.payments_table, payment_id).await
     }
 
+    /// Waiting for an account's earlier payments is no attempt of the payment that waits: the
+    /// refusals its charge recorded meanwhile are taken back (its attempts reset), so that its
+    /// budget is whole once it may be charged. Until then every delivery of it is refused before
+    /// anything of its own runs, so no failure of its own is lost.
+    async fn take_back_refusals(&self, message: &SqsMessage, ctx: &RecordContext) {
+        let Ok(key) = App::keys().key(message) else {
+            return;
+        };
+        if let Err(e) = self.idempotency.reset_attempts(&key).await {
+            tracing::warn!(
+                message_id = ctx.message_id,
+                key,
+                error = %e,
+                "could not take back the refusals of a payment waiting for an earlier one"
+            );
+        }
+    }
+
     /// A refused charge: the payments table says why, and what follows.
     async fn after_refusal(
         &self,
@@ -254,7 +272,12 @@ impl App {
                 if Refusal::of(&refused) == Some(Refusal::CompletedWithOtherPayload) {
                     return Err(refused);
                 }
-                self.catch_up(&stored, sequence, ctx).await?;
+                if let Err(waiting) = self.catch_up(&stored, sequence, ctx).await {
+                    if attempts.is_some() {
+                        self.take_back_refusals(message, ctx).await;
+                    }
+                    return Err(waiting);
+                }
                 // Charged as stored: a message of the previous version (no number) gets the
                 // payment's, and one without the description gets it back (the failure switch
                 // reads it).
