@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::transaction::Peeked;
 use payment_processor::App;
 use payments_e2e::Stack;
@@ -133,26 +134,38 @@ async fn a_dead_lettered_message_of_the_previous_version_marks_its_payment_faile
     );
 }
 
-/// The earliest unsettled payment of an account is stored so that it can never be charged (a
-/// currency that is no ISO 4217 code), and its own message never comes: the later payments'
-/// messages fail it with its reason and are charged, none dead-lettered.
+/// The earliest unsettled payments of an account are stored so that they can never be charged
+/// (a currency that is no ISO 4217 code; no amount at all), and their own messages never come:
+/// the later payments' messages fail them with their reasons and are charged, none
+/// dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_earlier_payment_that_can_never_be_charged_is_failed_and_the_later_ones_go_on() {
+async fn earlier_payments_that_can_never_be_charged_are_failed_and_the_later_ones_go_on() {
     let stack = Stack::provision(&[]).await.unwrap();
     let app = stack.payment_processor().unwrap();
-    let mut all = payments(3, 1, "unchargeable", |_| String::new());
+    let mut all = payments(4, 1, "unchargeable", |_| String::new());
     all[0].currency = "EURO".into();
     let all = stack.accept(all).await.unwrap();
-    let failed = deliver(&app, &[("second", &all[1]), ("third", &all[2])], 1).await;
+    stack
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(stack.table("PaymentsTable"))
+        .key("paymentId", AttributeValue::S(all[1].payment_id.clone()))
+        .update_expression("REMOVE amountCents")
+        .send()
+        .await
+        .unwrap();
+    let failed = deliver(&app, &[("third", &all[2]), ("fourth", &all[3])], 1).await;
     assert_eq!(failed, Vec::<String>::new(), "nothing held up");
     let reason = assert_failed_with(&stack, &all[0], "ISO 4217").await;
     assert!(reason.contains("ahead of its message"), "{reason}");
+    assert_failed_with(&stack, &all[1], "amountCents 0 is not positive").await;
     assert_eq!(
         app.failed_ahead(),
-        1,
-        "counted: no dead letter holds it yet"
+        2,
+        "counted: no dead letter holds them yet"
     );
-    assert_charged_once(&stack, &all[1..]).await;
+    assert_charged_once(&stack, &all[2..]).await;
     // Its own message, when it comes at last, is refused: the payment keeps its first reason.
     assert_eq!(
         deliver(&app, &[("first", &all[0])], 1).await,

@@ -154,10 +154,11 @@ impl App {
             "{cause} (charged from the payments table ahead of its message, for payment {})",
             payment.payment_id
         )));
-        let marked = lifecycle::mark_failed(
+        let marked = lifecycle::mark_number_failed(
             &self.dynamodb,
             &self.config.payments_table,
-            &earlier.requested(),
+            &earlier.payment_id,
+            earlier.sequence.unwrap_or_default(),
             &reason,
             SystemClock.now_ms(),
         )

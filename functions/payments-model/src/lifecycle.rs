@@ -18,7 +18,8 @@
 //! ([`agrees_with_accepted`], [`agreement`]), so a message that disagrees with its payment
 //! changes nothing. [`mark_failed`] uses the same condition, except that a message of the
 //! previous version (no number) fails its payment whatever number the payment holds
-//! ([`may_fail`]).
+//! ([`may_fail`]). A payment charged from the table ahead of its message, which no message
+//! stands for, is failed by its number ([`mark_number_failed`]).
 
 use std::collections::HashMap;
 
@@ -179,34 +180,99 @@ pub async fn mark_failed(
     reason: &str,
     now_ms: i64,
 ) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
-    let (condition, mut names, mut values) = may_fail(payment);
-    values.insert(
-        ":failed".into(),
-        AttributeValue::S(PaymentStatus::Failed.as_str().into()),
-    );
-    values.insert(":error".into(), AttributeValue::S(reason.to_owned()));
-    values.insert(":now".into(), AttributeValue::N(now_ms.to_string()));
-    names.insert("#shard".into(), ACCEPTED_SHARD.into());
-    let result = dynamodb
-        .update_item()
-        .table_name(payments_table)
-        .key("paymentId", AttributeValue::S(payment.payment_id.clone()))
-        .update_expression(
-            "SET #status = :failed, lastError = :error, failedAt = :now REMOVE #shard",
-        )
-        .condition_expression(condition)
-        .set_expression_attribute_names(Some(names))
-        .set_expression_attribute_values(Some(values))
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(MarkedFailed::Marked),
-        Err(SdkError::ServiceError(e))
-            if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-        {
-            Ok(MarkedFailed::NotAccepted)
+    let (condition, names, values) = may_fail(payment);
+    let failing = Failing {
+        payment_id: &payment.payment_id,
+        condition,
+        names,
+        values,
+    };
+    failing
+        .write(dynamodb, payments_table, reason, now_ms)
+        .await
+}
+
+/// Marks the payment that holds number `sequence` of its account `failed` with `reason`, as
+/// [`mark_failed`] does, on condition that it is `accepted` under that number, whatever else it
+/// holds: for a payment charged from the table ahead of its message (no message to agree with),
+/// whose stored values may be what keeps it from being charged.
+pub async fn mark_number_failed(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    payments_table: &str,
+    payment_id: &str,
+    sequence: u64,
+    reason: &str,
+    now_ms: i64,
+) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
+    let failing = Failing {
+        payment_id,
+        condition: "attribute_exists(paymentId) AND #status = :accepted AND #sequence = :sequence",
+        names: HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#sequence".to_owned(), "sequence".to_owned()),
+        ]),
+        values: HashMap::from([
+            (
+                ":accepted".to_owned(),
+                AttributeValue::S(PaymentStatus::Accepted.as_str().into()),
+            ),
+            (
+                ":sequence".to_owned(),
+                AttributeValue::N(sequence.to_string()),
+            ),
+        ]),
+    };
+    failing
+        .write(dynamodb, payments_table, reason, now_ms)
+        .await
+}
+
+/// A payment to mark `failed`, under a condition with its names and values.
+struct Failing<'a> {
+    payment_id: &'a str,
+    condition: &'static str,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Failing<'_> {
+    async fn write(
+        mut self,
+        dynamodb: &aws_sdk_dynamodb::Client,
+        payments_table: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
+        self.values.insert(
+            ":failed".into(),
+            AttributeValue::S(PaymentStatus::Failed.as_str().into()),
+        );
+        self.values
+            .insert(":error".into(), AttributeValue::S(reason.to_owned()));
+        self.values
+            .insert(":now".into(), AttributeValue::N(now_ms.to_string()));
+        self.names.insert("#shard".into(), ACCEPTED_SHARD.into());
+        let result = dynamodb
+            .update_item()
+            .table_name(payments_table)
+            .key("paymentId", AttributeValue::S(self.payment_id.to_owned()))
+            .update_expression(
+                "SET #status = :failed, lastError = :error, failedAt = :now REMOVE #shard",
+            )
+            .condition_expression(self.condition)
+            .set_expression_attribute_names(Some(self.names))
+            .set_expression_attribute_values(Some(self.values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(MarkedFailed::Marked),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(MarkedFailed::NotAccepted)
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
     }
 }
 
