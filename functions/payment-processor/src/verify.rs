@@ -198,8 +198,9 @@ impl App {
 
     /// Waiting for an account's earlier payments is no attempt of the payment that waits: the
     /// refusals its charge recorded meanwhile are taken back (its attempts reset), so that its
-    /// budget is whole once it may be charged. Until then every delivery of it is refused before
-    /// anything of its own runs, so no failure of its own is lost.
+    /// budget is whole once it may be charged. Until then each of its charges is refused by its
+    /// account's order, so the count holds little else (a fault the failure switch injected
+    /// before the charge is taken back with them).
     async fn take_back_refusals(&self, message: &SqsMessage, ctx: &RecordContext) {
         let Ok(key) = App::keys().key(message) else {
             return;
