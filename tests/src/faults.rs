@@ -206,6 +206,19 @@ pub fn event(records: Vec<SqsMessage>, deadline_in: Duration) -> LambdaEvent<Sqs
     LambdaEvent::new(e, context)
 }
 
+/// Runs one batch of `records` through payment-processor, a minute before its deadline; returns
+/// the ids it reported failed.
+pub async fn failed_in_batch(
+    app: &payment_processor::App,
+    records: Vec<SqsMessage>,
+) -> Vec<String> {
+    let response = app
+        .handle(event(records, Duration::from_secs(60)))
+        .await
+        .expect("a batch's failures are reported, not returned");
+    failed_ids(&response)
+}
+
 /// The message ids a batch response reports failed.
 pub fn failed_ids(response: &SqsBatchResponse) -> Vec<String> {
     response

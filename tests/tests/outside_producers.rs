@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use payments_e2e::Stack;
-use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::faults::{event, failed_ids, failed_in_batch};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
@@ -24,11 +24,7 @@ async fn deliver(stack: &Stack, records: Vec<(&str, String, &str)>) -> Vec<Strin
         .into_iter()
         .map(|(id, body, group)| fifo_record(id, &body, group, 1))
         .collect();
-    let response = app
-        .handle(event(records, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    failed_ids(&response)
+    failed_in_batch(&app, records).await
 }
 
 /// The reasons of the messages in the payments dead-letter queue, by source message id.

@@ -24,7 +24,8 @@
 //! - a payment charged already (its idempotency record expired, or a message of an older
 //!   producer hashed otherwise): a duplicate;
 //! - an earlier payment of the account not settled yet (the message came early): those are
-//!   charged first, from the table, then this one.
+//!   charged first, from the table, then this one ([`catch_up`]); one that cannot be charged is
+//!   failed with its reason once its own attempts are used up, and the account goes on.
 //!
 //! **Readers are tolerant** ([`PaymentRequested`]): unknown fields are logged at debug and read
 //! past, a message without the optional `sequence` (the previous version) is charged with the
@@ -37,6 +38,7 @@
 //! event, ledger entry id included), which covers a crash between the commit and the send, and
 //! receipt-sender writes one receipt per payment. [`App::receipts_resent`] counts those sends.
 
+pub mod catch_up;
 pub mod charge;
 pub mod verify;
 
@@ -85,6 +87,10 @@ pub struct Config {
     /// `FAIL_PAYMENTS`: the failure switch (tests and demos only; refused where `STAGE` is
     /// `prod`, see [`FailureSwitch::from_settings`]).
     pub failure_switch: Option<FailureSwitch>,
+    /// `MAX_ATTEMPTS` ([`payments_config::max_attempts`]): the attempts of a payment, also when
+    /// it is charged ahead of its message ([`catch_up`]); unset, only a permanent failure ends
+    /// it.
+    pub max_attempts: Option<u32>,
 }
 
 impl Config {
@@ -102,6 +108,7 @@ impl Config {
             accounts_table: settings.required("ACCOUNTS_TABLE")?,
             receipts_queue_url: settings.required("RECEIPTS_QUEUE_URL")?,
             failure_switch: FailureSwitch::from_settings(settings)?,
+            max_attempts: payments_config::max_attempts(settings)?,
         })
     }
 }
@@ -129,6 +136,7 @@ pub struct App {
     processor: BatchProcessor,
     config: Config,
     resent: Arc<AtomicU64>,
+    failed_ahead: Arc<AtomicU64>,
 }
 
 impl App {
@@ -152,6 +160,7 @@ impl App {
             processor: BatchProcessor::new(),
             config,
             resent: Arc::default(),
+            failed_ahead: Arc::default(),
         }
     }
 
@@ -181,6 +190,13 @@ impl App {
     /// see the crate docs).
     pub fn receipts_resent(&self) -> u64 {
         self.resent.load(Ordering::Relaxed)
+    }
+
+    /// Payments marked `failed` while charged ahead of their message ([`catch_up`]): an
+    /// account's earlier payment that could not be charged, passed over so that the later ones go
+    /// on.
+    pub fn failed_ahead(&self) -> u64 {
+        self.failed_ahead.load(Ordering::Relaxed)
     }
 
     /// Duplicates answered from the warm-container cache, without a request.
@@ -213,7 +229,11 @@ impl App {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
-        let (hits, resent) = (self.cache_hits(), self.receipts_resent());
+        let (hits, resent, failed_ahead) = (
+            self.cache_hits(),
+            self.receipts_resent(),
+            self.failed_ahead(),
+        );
         let report = self
             .processor
             .process(&event, &verify::Verified::new(self))
@@ -232,6 +252,10 @@ impl App {
                 payments_model::metrics::processor::RECEIPTS_RESENT,
                 self.receipts_resent().saturating_sub(resent),
             )
+            .count(
+                payments_model::metrics::processor::FAILED_AHEAD,
+                self.failed_ahead().saturating_sub(failed_ahead),
+            )
             .emit();
         Ok((report.response(), counts))
     }
@@ -248,27 +272,17 @@ impl App {
     }
 
     /// The charge of one message, in the transactional mode, then its `PaymentCharged` sent.
-    /// With `switched`, the failure switch applies (a payment charged from the table ahead of
-    /// its own message is not: the switch stands for a fault of the message's processing).
-    fn charging(
-        &self,
-        switched: bool,
-    ) -> impl RecordHandler<Output = Deduplicated<PaymentCharged>> + '_ {
-        json(move |payment: PaymentRequested, ctx: RecordContext| {
-            self.charge(payment, ctx, switched)
-        })
-        .on_dead_letter(|dead| self.dead_lettered(dead))
-        .transactional(self.idempotency.clone())
-        .with_keys(Self::keys())
-        .and_then(|charged, ctx| self.publish(charged, ctx))
+    /// The failure switch applies to every charge: of a payment's own message, and of a payment
+    /// charged from the table ahead of it ([`catch_up`]).
+    fn charging(&self) -> impl RecordHandler<Output = Deduplicated<PaymentCharged>> + '_ {
+        json(move |payment: PaymentRequested, ctx: RecordContext| self.charge(payment, ctx))
+            .on_dead_letter(|dead| self.dead_lettered(dead))
+            .transactional(self.idempotency.clone())
+            .with_keys(Self::keys())
+            .and_then(|charged, ctx| self.publish(charged, ctx))
     }
 
-    async fn charge(
-        &self,
-        payment: PaymentRequested,
-        ctx: RecordContext,
-        switched: bool,
-    ) -> Result<Charge, Error> {
+    async fn charge(&self, payment: PaymentRequested, ctx: RecordContext) -> Result<Charge, Error> {
         if !payment.unknown.is_empty() {
             tracing::debug!(
                 message_id = ctx.message_id,
@@ -276,7 +290,7 @@ impl App {
                 "fields this version does not know, read past"
             );
         }
-        match self.prepare_charge(&payment, &ctx, switched).await {
+        match self.prepare_charge(&payment, &ctx).await {
             Ok(charge) => Ok(charge),
             Err(e @ ChargeError::Invalid(_)) => Err(PermanentError::new(e).into()),
             Err(e) => Err(e.into()),
@@ -341,7 +355,7 @@ impl App {
 
     /// A payment's message went to the dead-letter queue (its error was permanent, or its
     /// attempts are used up): the payment is marked `failed`, if the message is the payment's
-    /// (see [`App::mark_failed`]).
+    /// (see [`App::mark_failed`]), of either version.
     async fn dead_lettered(&self, dead: DeadLettered) {
         match serde_json::from_str::<PaymentRequested>(
             dead.message.body.as_deref().unwrap_or_default(),
@@ -361,12 +375,12 @@ impl App {
         &self,
         payment: &PaymentRequested,
         ctx: &RecordContext,
-        switched: bool,
     ) -> Result<Charge, ChargeError> {
-        let fault = match &self.config.failure_switch {
-            Some(switch) if switched => switch.fault(payment.description.as_deref(), ctx.attempt),
-            _ => None,
-        };
+        let fault = self
+            .config
+            .failure_switch
+            .as_ref()
+            .and_then(|switch| switch.fault(payment.description.as_deref(), ctx.attempt));
         match fault {
             None => {}
             Some(Fault::Fail) => return Err(ChargeError::Injected(ctx.attempt)),
@@ -392,9 +406,9 @@ impl App {
 
     /// Marks a payment `failed`, with the reason and the time, only if the message is the
     /// payment's: it exists, is still `accepted`, and has the message's account, amount,
-    /// currency (and number, when the message has one). A message that was refused for
-    /// disagreeing with its payment, or for a payment never accepted, leaves the table as it was;
-    /// a payment already failed keeps its first reason.
+    /// currency (and number, when the message has one: [`lifecycle::may_fail`]). A message that
+    /// was refused for disagreeing with its payment, or for a payment never accepted, leaves the
+    /// table as it was; a payment already failed keeps its first reason.
     pub async fn mark_failed(&self, payment: &PaymentRequested, reason: &str) {
         let marked = lifecycle::mark_failed(
             &self.dynamodb,

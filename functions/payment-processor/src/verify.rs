@@ -1,5 +1,5 @@
 //! Why a charge was refused, from the payments table, and what follows: a dead letter naming the
-//! mismatch, a duplicate, or the account's earlier payments settled first.
+//! mismatch, a duplicate, or the account's earlier payments settled first ([`crate::catch_up`]).
 //!
 //! The charge's transaction carries every check as a condition ([`crate::charge::charge`]), so a
 //! charge that goes through costs no read. Only a refused one reads: the payment, and for an
@@ -8,17 +8,11 @@
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
 use lambda_idempotency::state::Status;
-use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::transaction::Rejection;
-use payments_model::order::{self, Account, Holder};
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
 
 use crate::App;
 use crate::charge::write;
-
-/// Earlier payments of an account one message settles before giving up for this delivery (it
-/// keeps what it settled, and the next delivery goes on).
-pub const MAX_CATCH_UP: usize = 25;
 
 /// payment-processor's handler: the transactional charge ([`App`]), and on a refusal the reason
 /// read from the payments table.
@@ -42,7 +36,7 @@ impl RecordHandler for Verified<'_> {
         message: &SqsMessage,
         ctx: &RecordContext,
     ) -> Result<Self::Output, RecordError> {
-        let refused = match self.app.charging(true).handle(message, ctx).await {
+        let refused = match self.app.charging().handle(message, ctx).await {
             Ok(charged) => return Ok(charged),
             Err(error) if Refusal::of(&error).is_some() => error,
             Err(error) => return Err(error),
@@ -59,10 +53,7 @@ impl RecordHandler for Verified<'_> {
     }
 
     async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        self.app
-            .charging(true)
-            .dead_lettered(message, ctx, error)
-            .await;
+        self.app.charging().dead_lettered(message, ctx, error).await;
     }
 }
 
@@ -127,6 +118,7 @@ pub enum Verdict {
 ///     account_id: Some("a-1".into()),
 ///     amount_cents: Some(100),
 ///     currency: Some("EUR".into()),
+///     description: None,
 ///     status: Some("accepted".into()),
 ///     sequence: Some(1),
 ///     last_error: None,
@@ -177,7 +169,7 @@ fn permanent(reason: String, attempts: Option<u32>) -> RecordError {
 }
 
 /// A read or write of the payments or accounts table that failed: retried by redelivery.
-fn store_error(operation: &'static str, e: aws_sdk_dynamodb::Error) -> RecordError {
+pub(crate) fn store_error(operation: &'static str, e: aws_sdk_dynamodb::Error) -> RecordError {
     RecordError::Handler(
         format!(
             "{operation} of the payment's table failed: {}",
@@ -189,7 +181,7 @@ fn store_error(operation: &'static str, e: aws_sdk_dynamodb::Error) -> RecordErr
 
 /// The message `message` would have been had its producer written `payment`: the same message,
 /// another body.
-fn message_of(message: &SqsMessage, payment: &PaymentRequested) -> SqsMessage {
+pub(crate) fn message_of(message: &SqsMessage, payment: &PaymentRequested) -> SqsMessage {
     let mut message = message.clone();
     message.body = Some(serde_json::to_string(payment).expect("a payment serializes"));
     message
@@ -202,6 +194,25 @@ impl App {
         payment_id: &str,
     ) -> Result<Option<StoredPayment>, aws_sdk_dynamodb::Error> {
         StoredPayment::read(&self.dynamodb, &self.config.payments_table, payment_id).await
+    }
+
+    /// Waiting for an account's earlier payments is no attempt of the payment that waits: the
+    /// refusals its charge recorded meanwhile are taken back (its attempts reset), so that its
+    /// budget is whole once it may be charged. Until then each of its charges is refused by its
+    /// account's order, so the count holds little else (a fault the failure switch injected
+    /// before the charge is taken back with them).
+    async fn take_back_refusals(&self, message: &SqsMessage, ctx: &RecordContext) {
+        let Ok(key) = App::keys().key(message) else {
+            return;
+        };
+        if let Err(e) = self.idempotency.reset_attempts(&key).await {
+            tracing::warn!(
+                message_id = ctx.message_id,
+                key,
+                error = %e,
+                "could not take back the refusals of a payment waiting for an earlier one"
+            );
+        }
     }
 
     /// A refused charge: the payments table says why, and what follows.
@@ -262,148 +273,19 @@ impl App {
                 if Refusal::of(&refused) == Some(Refusal::CompletedWithOtherPayload) {
                     return Err(refused);
                 }
-                self.catch_up(&stored, sequence, ctx).await?;
+                if let Err(waiting) = self.catch_up(&stored, sequence, ctx).await {
+                    if attempts.is_some() {
+                        self.take_back_refusals(message, ctx).await;
+                    }
+                    return Err(waiting);
+                }
                 // Charged as stored: a message of the previous version (no number) gets the
-                // payment's.
-                self.charging(true)
+                // payment's, and one without the description gets it back (the failure switch
+                // reads it).
+                self.charging()
                     .handle(&message_of(message, &stored.requested()), ctx)
                     .await
             }
-        }
-    }
-
-    /// Settles the numbers of `payment`'s account before `sequence`, lowest first: an accepted
-    /// payment is charged from the table (its own message, when it comes, is a duplicate); a
-    /// failed one, one reopened under another number, or a number no payment holds, is passed
-    /// over.
-    async fn catch_up(
-        &self,
-        payment: &StoredPayment,
-        sequence: u64,
-        ctx: &RecordContext,
-    ) -> Result<(), RecordError> {
-        let account_id = payment.account_id.as_deref().unwrap_or_default();
-        // One pass more than the payments it may settle: the last only sees that they are.
-        for _ in 0..=MAX_CATCH_UP {
-            let account = Account::read(&self.dynamodb, &self.config.accounts_table, account_id)
-                .await
-                .map_err(|e| store_error("GetItem", e))?;
-            if account.settled + 1 >= sequence {
-                return Ok(());
-            }
-            let next = account.settled + 1;
-            let holder = match account.pending.get(&next) {
-                Some(id) => Holder::Payment(id.clone()),
-                None => self.holder_or_void(account_id, next).await?,
-            };
-            let earlier = match holder {
-                Holder::Payment(id) => self
-                    .read_payment(&id)
-                    .await
-                    .map_err(|e| store_error("GetItem", e))?,
-                Holder::Voided | Holder::Nobody => None,
-            };
-            match earlier {
-                Some(earlier)
-                    if earlier.is(PaymentStatus::Accepted) && earlier.sequence == Some(next) =>
-                {
-                    tracing::info!(
-                        message_id = ctx.message_id,
-                        payment_id = payment.payment_id,
-                        earlier = earlier.payment_id,
-                        sequence = next,
-                        "an earlier payment of the account is not settled: charging it first"
-                    );
-                    self.charging(false)
-                        .handle(
-                            &message_of(&SqsMessage::default(), &earlier.requested()),
-                            ctx,
-                        )
-                        .await
-                        .map_err(|e| {
-                            RecordError::Handler(
-                                format!(
-                                    "payment {} (number {sequence} of its account) waits for {} \
-                                     (number {next}), which could not be charged yet: {e}",
-                                    payment.payment_id, earlier.payment_id
-                                )
-                                .into(),
-                            )
-                        })?;
-                }
-                _ => self.pass_over(account_id, next).await?,
-            }
-        }
-        Err(RecordError::Handler(
-            format!(
-                "payment {} waits for more than {MAX_CATCH_UP} earlier payments of its account; \
-                 the next delivery goes on",
-                payment.payment_id
-            )
-            .into(),
-        ))
-    }
-
-    /// Who holds number `sequence` of an account, from the number's item; a number without one
-    /// (its payment is being written, or never will be) is voided first ([`order::void`]): a
-    /// payment written with it after this is refused, and takes another number. So an
-    /// account's later payments never wait on a number whose payment never comes.
-    async fn holder_or_void(&self, account_id: &str, sequence: u64) -> Result<Holder, RecordError> {
-        let table = &self.config.accounts_table;
-        let holder = Holder::read(&self.dynamodb, table, account_id, sequence)
-            .await
-            .map_err(|e| store_error("GetItem", e))?;
-        if holder != Holder::Nobody {
-            return Ok(holder);
-        }
-        let holder = order::void(
-            &self.dynamodb,
-            table,
-            account_id,
-            sequence,
-            SystemClock.now_ms(),
-        )
-        .await
-        .map_err(|e| store_error("PutItem", e))?;
-        if holder == Holder::Voided {
-            tracing::info!(
-                account_id,
-                sequence,
-                "a number of the account has no payment: voided, and passed over"
-            );
-        }
-        Ok(holder)
-    }
-
-    /// Settles number `sequence` of an account without a charge (its payment failed, was
-    /// reopened under another number, or it has none). A refusal means another delivery settled
-    /// it.
-    async fn pass_over(&self, account_id: &str, sequence: u64) -> Result<(), RecordError> {
-        let update = order::settle(&self.config.accounts_table, account_id, sequence);
-        let result = self
-            .dynamodb
-            .update_item()
-            .set_table_name(Some(update.table_name))
-            .set_key(Some(update.key))
-            .set_update_expression(Some(update.update_expression))
-            .set_condition_expression(update.condition_expression)
-            .set_expression_attribute_names(update.expression_attribute_names)
-            .set_expression_attribute_values(update.expression_attribute_values)
-            .send()
-            .await;
-        match result {
-            Ok(_) => {
-                tracing::info!(
-                    account_id,
-                    sequence,
-                    "settled without a charge (failed, reopened, or no payment)"
-                );
-                Ok(())
-            }
-            Err(e) => match aws_sdk_dynamodb::Error::from(e) {
-                aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_) => Ok(()),
-                e => Err(store_error("UpdateItem", e)),
-            },
         }
     }
 }

@@ -15,8 +15,11 @@
 //! ([`shard`]), so that a busy pipeline's writes spread over several index partitions.
 //!
 //! Settling a payment is conditioned on the message agreeing with the stored payment
-//! ([`agrees_with_accepted`], [`agreement`]): the charge and [`mark_failed`] use the same
-//! condition, so a message that disagrees with its payment changes nothing.
+//! ([`agrees_with_accepted`], [`agreement`]), so a message that disagrees with its payment
+//! changes nothing. [`mark_failed`] uses the same condition, except that a message of the
+//! previous version (no number) fails its payment whatever number the payment holds
+//! ([`may_fail`]). A payment charged from the table ahead of its message, which no message
+//! stands for, is failed by its number ([`mark_number_failed`]).
 
 use std::collections::HashMap;
 
@@ -114,6 +117,49 @@ pub fn agreement(
     (names, values)
 }
 
+/// The condition under which a message may mark its payment `failed`, with its names and
+/// values: [`agrees_with_accepted`], except for a message without a number (the previous
+/// version), which stands for its payment whatever number the payment holds, unless the payment
+/// was reopened since (a reopened payment is sent again with its new number: an old copy of its
+/// message never fails it again). A charge, which settles the payment's number, is made with the
+/// stored number instead.
+///
+/// ```
+/// use payments_model::PaymentRequested;
+/// use payments_model::lifecycle::may_fail;
+///
+/// let previous: PaymentRequested = serde_json::from_str(
+///     r#"{"paymentId":"p-1","accountId":"a-1","amountCents":5,"currency":"EUR"}"#,
+/// ).unwrap();
+/// let (condition, names, _) = may_fail(&previous);
+/// assert!(!condition.contains("#sequence") && !names.contains_key("#sequence"));
+/// assert!(condition.contains("attribute_not_exists(#reopenedAt)"));
+/// ```
+pub fn may_fail(
+    payment: &PaymentRequested,
+) -> (
+    &'static str,
+    HashMap<String, String>,
+    HashMap<String, AttributeValue>,
+) {
+    let (mut names, values) = agreement(payment);
+    if payment.sequence.is_some() {
+        return (agrees_with_accepted(payment), names, values);
+    }
+    names.remove("#sequence");
+    names.insert("#reopenedAt".into(), REOPENED_AT.into());
+    (
+        "attribute_exists(paymentId) AND #status = :accepted AND accountId = :account \
+         AND amountCents = :amount AND currency = :currency \
+         AND attribute_not_exists(#reopenedAt)",
+        names,
+        values,
+    )
+}
+
+/// When an operator last reopened the payment (epoch ms); absent on a payment never reopened.
+pub const REOPENED_AT: &str = "reopenedAt";
+
 /// What [`mark_failed`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkedFailed {
@@ -125,8 +171,8 @@ pub enum MarkedFailed {
 }
 
 /// Marks `payment` `failed` with `reason` (`lastError`, `failedAt` = `now_ms`), on condition
-/// that the message agrees with the accepted payment ([`agrees_with_accepted`]); it leaves
-/// [`ACCEPTED_INDEX`]. A failed payment is charged only after an operator reopens it.
+/// that the message agrees with the accepted payment ([`may_fail`]: a message of either version);
+/// it leaves [`ACCEPTED_INDEX`]. A failed payment is charged only after an operator reopens it.
 pub async fn mark_failed(
     dynamodb: &aws_sdk_dynamodb::Client,
     payments_table: &str,
@@ -134,35 +180,99 @@ pub async fn mark_failed(
     reason: &str,
     now_ms: i64,
 ) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
-    let (names, mut values) = agreement(payment);
-    values.insert(
-        ":failed".into(),
-        AttributeValue::S(PaymentStatus::Failed.as_str().into()),
-    );
-    values.insert(":error".into(), AttributeValue::S(reason.to_owned()));
-    values.insert(":now".into(), AttributeValue::N(now_ms.to_string()));
-    let mut names = names;
-    names.insert("#shard".into(), ACCEPTED_SHARD.into());
-    let result = dynamodb
-        .update_item()
-        .table_name(payments_table)
-        .key("paymentId", AttributeValue::S(payment.payment_id.clone()))
-        .update_expression(
-            "SET #status = :failed, lastError = :error, failedAt = :now REMOVE #shard",
-        )
-        .condition_expression(agrees_with_accepted(payment))
-        .set_expression_attribute_names(Some(names))
-        .set_expression_attribute_values(Some(values))
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(MarkedFailed::Marked),
-        Err(SdkError::ServiceError(e))
-            if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-        {
-            Ok(MarkedFailed::NotAccepted)
+    let (condition, names, values) = may_fail(payment);
+    let failing = Failing {
+        payment_id: &payment.payment_id,
+        condition,
+        names,
+        values,
+    };
+    failing
+        .write(dynamodb, payments_table, reason, now_ms)
+        .await
+}
+
+/// Marks the payment that holds number `sequence` of its account `failed` with `reason`, as
+/// [`mark_failed`] does, on condition that it is `accepted` under that number, whatever else it
+/// holds: for a payment charged from the table ahead of its message (no message to agree with),
+/// whose stored values may be what keeps it from being charged.
+pub async fn mark_number_failed(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    payments_table: &str,
+    payment_id: &str,
+    sequence: u64,
+    reason: &str,
+    now_ms: i64,
+) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
+    let failing = Failing {
+        payment_id,
+        condition: "attribute_exists(paymentId) AND #status = :accepted AND #sequence = :sequence",
+        names: HashMap::from([
+            ("#status".to_owned(), "status".to_owned()),
+            ("#sequence".to_owned(), "sequence".to_owned()),
+        ]),
+        values: HashMap::from([
+            (
+                ":accepted".to_owned(),
+                AttributeValue::S(PaymentStatus::Accepted.as_str().into()),
+            ),
+            (
+                ":sequence".to_owned(),
+                AttributeValue::N(sequence.to_string()),
+            ),
+        ]),
+    };
+    failing
+        .write(dynamodb, payments_table, reason, now_ms)
+        .await
+}
+
+/// A payment to mark `failed`, under a condition with its names and values.
+struct Failing<'a> {
+    payment_id: &'a str,
+    condition: &'static str,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Failing<'_> {
+    async fn write(
+        mut self,
+        dynamodb: &aws_sdk_dynamodb::Client,
+        payments_table: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<MarkedFailed, SdkError<UpdateItemError>> {
+        self.values.insert(
+            ":failed".into(),
+            AttributeValue::S(PaymentStatus::Failed.as_str().into()),
+        );
+        self.values
+            .insert(":error".into(), AttributeValue::S(reason.to_owned()));
+        self.values
+            .insert(":now".into(), AttributeValue::N(now_ms.to_string()));
+        self.names.insert("#shard".into(), ACCEPTED_SHARD.into());
+        let result = dynamodb
+            .update_item()
+            .table_name(payments_table)
+            .key("paymentId", AttributeValue::S(self.payment_id.to_owned()))
+            .update_expression(
+                "SET #status = :failed, lastError = :error, failedAt = :now REMOVE #shard",
+            )
+            .condition_expression(self.condition)
+            .set_expression_attribute_names(Some(self.names))
+            .set_expression_attribute_values(Some(self.values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(MarkedFailed::Marked),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(MarkedFailed::NotAccepted)
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
     }
 }
 
@@ -189,19 +299,21 @@ mod tests {
             r#"{"paymentId":"p","accountId":"a","amountCents":5,"currency":"EUR","sequence":3}"#,
         ] {
             let payment: PaymentRequested = serde_json::from_str(body).unwrap();
-            let condition = agrees_with_accepted(&payment);
             let (names, values) = agreement(&payment);
-            let tokens: std::collections::BTreeSet<&str> = condition
-                .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':'))
-                .filter(|t| t.starts_with('#') || t.starts_with(':'))
-                .collect();
-            let given: std::collections::BTreeSet<&str> = names
-                .keys()
-                .chain(values.keys())
-                .map(String::as_str)
-                .collect();
-            // DynamoDB refuses a name or value the expression does not use.
-            assert_eq!(tokens, given, "{body}");
+            let charge = (agrees_with_accepted(&payment), names, values);
+            for (condition, names, values) in [charge, may_fail(&payment)] {
+                let tokens: std::collections::BTreeSet<&str> = condition
+                    .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == ':'))
+                    .filter(|t| t.starts_with('#') || t.starts_with(':'))
+                    .collect();
+                let given: std::collections::BTreeSet<&str> = names
+                    .keys()
+                    .chain(values.keys())
+                    .map(String::as_str)
+                    .collect();
+                // DynamoDB refuses a name or value the expression does not use.
+                assert_eq!(tokens, given, "{body}: {condition}");
+            }
         }
     }
 }

@@ -52,6 +52,9 @@ pub mod processor {
     pub const CACHE_HITS: &str = "cacheHits";
     /// `PaymentCharged` events sent again for duplicates of charged payments.
     pub const RECEIPTS_RESENT: &str = "receiptsResent";
+    /// Payments marked `failed` while charged ahead of their own message (an account's earlier
+    /// payment that could not be charged): no dead letter holds them until their message comes.
+    pub const FAILED_AHEAD: &str = "failedAhead";
 }
 
 /// payments-publisher: counts per batch of stream records.
@@ -123,6 +126,7 @@ pub const ALARMED: &[Alarmed] = &[
         function::PAYMENT_PROCESSOR,
         lambda_idempotency::metrics::DEAD_LETTERED,
     ),
+    above(function::PAYMENT_PROCESSOR, processor::FAILED_AHEAD),
     above(
         function::RECEIPT_SENDER,
         lambda_idempotency::metrics::DEAD_LETTERED,

@@ -21,6 +21,8 @@ pub struct StoredPayment {
     pub amount_cents: Option<i64>,
     /// Its currency.
     pub currency: Option<String>,
+    /// Its free text, as the payment's own message carries it.
+    pub description: Option<String>,
     /// Its status, as stored.
     pub status: Option<String>,
     /// Its place in its account's order.
@@ -42,6 +44,7 @@ impl StoredPayment {
             account_id: s("accountId"),
             amount_cents: n("amountCents").and_then(|v| v.parse().ok()),
             currency: s("currency"),
+            description: s("description"),
             status: s("status"),
             sequence: n("sequence").and_then(|v| v.parse().ok()),
             last_error: s("lastError"),
@@ -66,14 +69,14 @@ impl StoredPayment {
         Ok(output.item().map(|item| Self::of_item(payment_id, item)))
     }
 
-    /// The message the payment's own producer would send for it.
+    /// The message the payment's own producer would send for it, description included.
     pub fn requested(&self) -> PaymentRequested {
         PaymentRequested {
             payment_id: self.payment_id.clone(),
             account_id: self.account_id.clone().unwrap_or_default(),
             amount_cents: self.amount_cents.unwrap_or_default(),
             currency: self.currency.clone().unwrap_or_default(),
-            description: None,
+            description: self.description.clone(),
             sequence: self.sequence,
             unknown: serde_json::Map::new(),
         }
