@@ -121,7 +121,7 @@ impl Up {
 }
 
 /// `PaymentsQueue` → `PAYMENTS_QUEUE`.
-fn env_name(logical_id: &str) -> String {
+pub(crate) fn env_name(logical_id: &str) -> String {
     let mut out = String::new();
     for (i, c) in logical_id.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {
