@@ -123,7 +123,6 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
         .iter()
         .partition(|a| a.planned.fault.is_fatal());
     let ledger = |id: &str| stored.ledger_entries.get(id).copied().unwrap_or(0);
-    let receipts = |id: &str| stored.receipts.get(id).copied().unwrap_or(0);
     let status = |id: &str| {
         stored
             .payment_status
@@ -191,27 +190,6 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
             expected.len()
         ),
     ));
-    out.push(check(
-        "exactly one receipt per charged payment",
-        charged
-            .iter()
-            .filter(|a| receipts(&a.payment_id) != 1)
-            .map(|a| format!("{}: {} receipts", a.payment_id, receipts(&a.payment_id)))
-            .chain(
-                poison
-                    .iter()
-                    .filter(|a| receipts(&a.payment_id) != 0)
-                    .map(|a| {
-                        format!(
-                            "{} (dead-lettered): {} receipts",
-                            a.payment_id,
-                            receipts(&a.payment_id)
-                        )
-                    }),
-            )
-            .collect(),
-        format!("{} receipts", stored.receipts.values().sum::<usize>()),
-    ));
     let mut poison_offenders: Vec<String> = poison
         .iter()
         .filter(|a| ledger(&a.payment_id) != 0 || status(&a.payment_id) != "failed")
@@ -237,19 +215,6 @@ pub fn checks(tally: &Tally, stored: &Stored) -> Vec<Check> {
             stored.dead_lettered_receipts
         ));
     }
-    out.push(check(
-        "no payment left unpublished",
-        stored
-            .payment_status
-            .iter()
-            .filter(|(_, status)| status.as_str() != "charged" && status.as_str() != "failed")
-            .map(|(id, status)| format!("{id}: status {status}"))
-            .collect(),
-        format!(
-            "{} payments stored, each charged or failed",
-            stored.payment_status.len()
-        ),
-    ));
     out.push(no_innocent_dead_lettered(&poison, stored));
     out.push(charged_in_send_order(&charged, stored));
     out.push(check(

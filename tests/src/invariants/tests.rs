@@ -248,9 +248,13 @@ fn expectations_are_exact() {
         payment_id: "p4".into(),
         status: "accepted".into(),
     };
-    assert!(Mismatch::between(&[v.clone()], &[v.clone()]).is_empty());
-    let m = Mismatch::between(&[v.clone()], &[w.clone()]);
-    assert_eq!((m.unexpected, m.missing), (vec![v.clone()], vec![w]));
-    let m = Mismatch::between(&[v.clone(), v.clone()], &[v.clone()]);
+    let (one_v, one_w) = (std::slice::from_ref(&v), std::slice::from_ref(&w));
+    assert!(Mismatch::between(one_v, one_v).is_empty());
+    let m = Mismatch::between(one_v, one_w);
+    assert_eq!(
+        (m.unexpected, m.missing),
+        (vec![v.clone()], vec![w.clone()])
+    );
+    let m = Mismatch::between(&[v.clone(), v.clone()], one_v);
     assert_eq!(m.unexpected, vec![v]);
 }

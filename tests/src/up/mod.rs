@@ -116,7 +116,7 @@ impl Up {
     /// Stops the functions and the API (the invocations in progress finish first), and, in watch
     /// mode, the functions' processes and the Runtime API.
     pub async fn stop(self) {
-        self.pipeline.stop().await;
+        self.pipeline.stop_unchecked().await;
     }
 }
 
