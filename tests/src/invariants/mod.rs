@@ -384,13 +384,21 @@ impl Mismatch {
     }
 }
 
+/// How many violations of each side a report shows.
+const SHOWN: usize = 25;
+
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for v in &self.unexpected {
-            writeln!(f, "  violated: {v}")?;
-        }
-        for v in &self.missing {
-            writeln!(f, "  expected, not found: {v}")?;
+        for (label, list) in [
+            ("violated", &self.unexpected),
+            ("expected, not found", &self.missing),
+        ] {
+            for v in list.iter().take(SHOWN) {
+                writeln!(f, "  {label}: {v}")?;
+            }
+            if list.len() > SHOWN {
+                writeln!(f, "  {label}: {} more", list.len() - SHOWN)?;
+            }
         }
         Ok(())
     }

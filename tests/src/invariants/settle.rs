@@ -218,6 +218,16 @@ impl Checked {
     pub fn passed(&self) -> bool {
         self.mismatch.is_empty()
     }
+
+    /// Prints the report; panics with it unless the violations found are exactly those
+    /// expected.
+    pub fn assert_passed(&self) {
+        assert!(
+            self.passed(),
+            "the pipeline's invariants do not hold as expected: {self}"
+        );
+        eprintln!("{self}");
+    }
 }
 
 impl fmt::Display for Checked {

@@ -41,8 +41,7 @@ impl Pipeline {
         let checked = self.check_invariants(expected, SETTLE_TIMEOUT).await;
         let stats = self.stop_unchecked().await;
         match checked {
-            Ok(checked) if checked.passed() => eprintln!("{checked}"),
-            Ok(checked) => panic!("the pipeline's invariants do not hold as expected: {checked}"),
+            Ok(checked) => checked.assert_passed(),
             Err(e) => panic!("the pipeline's invariants could not be checked: {e}"),
         }
         stats
