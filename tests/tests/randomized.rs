@@ -266,6 +266,8 @@ async fn redrive_all(pipeline: &Pipeline) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
+    // The functions' logs (shown when the run fails), to follow a failing seed.
+    let _ = payments_e2e::logs::init();
     let seed = seed();
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = std::time::Instant::now();
