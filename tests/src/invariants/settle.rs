@@ -249,7 +249,7 @@ impl fmt::Display for Checked {
             self.violations.len() + self.mismatch.missing.len() - self.mismatch.unexpected.len(),
             self.waited.as_secs_f64(),
             if self.timed_out {
-                " (still pending when the wait ended)"
+                " (not as expected when the wait ended)"
             } else {
                 ""
             }
