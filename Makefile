@@ -3,6 +3,7 @@
 #
 #   make test              all tests against a fresh local AWS (moto) server
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
+#   make check-invariants  the pipeline's invariants checked against the stack `make up` runs
 #   make up-localstack     the same on LocalStack (needs Docker)
 #   make up-ministack      template.yaml deployed with sam deploy on MiniStack (no Docker)
 #   make lint              template-lint + rustfmt check + clippy with warnings denied + api-check
@@ -38,7 +39,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update link-check bench bench-smoke demo up up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check bench bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -279,6 +280,15 @@ up: tools-install
 	@mkdir -p $(ROOT)/.local
 	LOCAL_AWS_RUN_PORT=$(UP_ENDPOINT_PORT) $(LOCAL_AWS) run -- \
 	  $(if $(UP_WATCH),$(TOOLS) exec --) $(CARGO) run --quiet -p payments-e2e --bin up -- $(UP_ARGS)
+
+# The pipeline's invariants checked against the stack `make up` runs (its exports, in
+# .local/up.env): waits for the pipeline to drain (at most CHECK_TIMEOUT seconds), prints every
+# violation with the ids involved, and fails if there is one.
+CHECK_TIMEOUT ?= 30
+check-invariants:
+	@test -f $(ROOT)/.local/up.env || { echo "no .local/up.env: start the stack with make up first"; exit 1; }
+	set -a && . $(ROOT)/.local/up.env && set +a && cd $(ROOT) && \
+	  $(CARGO) run --quiet -p payments-e2e --bin check-invariants -- --timeout $(CHECK_TIMEOUT)
 
 # The same stack on LocalStack (Docker): starts infra/localstack's container, runs `up` against
 # it, and stops the container when `up` ends.

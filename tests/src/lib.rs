@@ -13,6 +13,7 @@
 pub mod checks;
 pub mod faults;
 pub mod http;
+pub mod invariants;
 pub mod logs;
 pub mod outside;
 pub mod pipeline;

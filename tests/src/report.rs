@@ -121,18 +121,34 @@ pub async fn run(
     let drain_time = drained_at.elapsed();
     say("payments-reconciler: one pass over what is left accepted, and the audit of every charge");
     let reconciled = reconcile_now(&pipeline).await;
-    let stored = pipeline.stored().await;
+    say(
+        "the invariants: every payment settled, each charge's ledger entry and receipt, each balance",
+    );
+    let invariants = pipeline
+        .check_invariants(&[], crate::pipeline::SETTLE_TIMEOUT)
+        .await;
+    let stored = match &invariants {
+        Ok(checked) => {
+            let mut stored = crate::checks::Stored::of(&checked.snapshot);
+            pipeline
+                .count_dead_letters(&mut stored)
+                .await
+                .map(|()| stored)
+        }
+        Err(_) => pipeline.stored().await,
+    };
     let counts = pipeline.counts();
     let receipts_resent = pipeline.receipts_resent();
     let cache_hits = pipeline.cache_hits();
     let processes = pipeline.observed();
-    let stats = pipeline.stop().await;
+    let stats = pipeline.stop_unchecked().await;
     let mut stored = stored?;
     let relay_lag_ms = crate::checks::relay_lag(&stored);
     let outside_checks = outside.checks(&mut stored);
     let mut checks = checks(&tally, &stored);
     checks.extend(outside_checks);
     checks.extend(reconciler_checks(&reconciled, &stored));
+    checks.push(invariants_check(&invariants));
     let duplicates = counts.get("payment-processor").map_or(0, |c| c.duplicates) as usize;
     checks.push(Check {
         name: "every resent payment skipped as a duplicate",
@@ -163,6 +179,24 @@ pub async fn run(
         relay_lag_ms,
         processes,
     })
+}
+
+/// The invariant checker's verdict, as one check.
+fn invariants_check(
+    invariants: &Result<crate::invariants::Checked, Box<dyn std::error::Error + Send + Sync>>,
+) -> Check {
+    let (passed, detail) = match invariants {
+        Ok(checked) => (
+            checked.passed(),
+            checked.to_string().trim_end().replace('\n', "; "),
+        ),
+        Err(e) => (false, e.to_string()),
+    };
+    Check {
+        name: "the invariants hold: each payment charged (one ledger entry, one receipt, its amount) or failed with its reason, each balance its ledger's sum, no receipt or entry without its charge",
+        passed,
+        detail,
+    }
 }
 
 /// One reconciler pass with no thresholds: everything still accepted is sent again, every charge

@@ -393,6 +393,17 @@ impl Stack {
         Ok(offenders)
     }
 
+    /// Checks the pipeline's invariants on what the stack holds, once its work queues are empty
+    /// (at most [`SETTLE_TIMEOUT`](crate::pipeline::SETTLE_TIMEOUT)); panics unless the
+    /// violations found are exactly `expected`.
+    pub async fn assert_invariants(&self, expected: &[crate::invariants::Violation]) {
+        let sources = crate::invariants::Sources::of(&self.clients, &self.resources);
+        crate::invariants::settle(&sources, expected, crate::pipeline::SETTLE_TIMEOUT)
+            .await
+            .expect("the stack's tables and queues can be read")
+            .assert_passed();
+    }
+
     /// Waits until the payments queue is empty (twice in a row, half a second apart).
     pub async fn wait_drained(&self, timeout: Duration) -> Result<(), BoxError> {
         let end = tokio::time::Instant::now() + timeout;

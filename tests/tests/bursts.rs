@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use payments_e2e::invariants::Violation;
 use payments_e2e::{Options, Pipeline};
 use payments_model::order::{Account, Holder};
 
@@ -202,5 +203,14 @@ async fn a_burst_of_200_payments_of_one_account_is_served_and_leaves_the_account
     numbers.sort_unstable();
     numbers.dedup();
     assert_eq!(numbers.len(), count, "no two payments share a number");
-    pipeline.stop().await;
+    // Without payment-processor every payment stays accepted, its message on payments.fifo.
+    let mut expected = vec![Violation::Undrained {
+        queue: "PaymentsQueue".into(),
+        messages: count as u64,
+    }];
+    expected.extend(ids.into_iter().map(|payment_id| Violation::Unsettled {
+        payment_id,
+        status: "accepted".into(),
+    }));
+    pipeline.stop_expecting(&expected).await;
 }

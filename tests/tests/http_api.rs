@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use payments_e2e::invariants::Violation;
 use payments_e2e::{Options, Pipeline};
 
 async fn scan_count(pipeline: &Pipeline, table: &str) -> usize {
@@ -596,5 +597,17 @@ async fn a_client_that_waits_in_vain_gets_the_state_after_the_wait() {
     assert_eq!(json(&read)["status"], "accepted");
     assert_eq!(read.body, plain.body);
     assert_eq!(plain.preference_applied, None);
-    pipeline.stop().await;
+    // Without payment-processor the payment stays accepted, its message on payments.fifo.
+    pipeline
+        .stop_expecting(&[
+            Violation::Undrained {
+                queue: "PaymentsQueue".into(),
+                messages: 1,
+            },
+            Violation::Unsettled {
+                payment_id: id,
+                status: "accepted".into(),
+            },
+        ])
+        .await;
 }

@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use local_aws::runner::{Invocation, Invoker, sqs_event};
+use payments_e2e::invariants::Violation;
 use payments_e2e::processes::{Observed, ProcessOptions};
 use payments_e2e::{Functions, Options, Pipeline};
 
@@ -288,5 +289,16 @@ async fn a_table_that_cannot_serve_fails_each_batch_and_its_messages_wait() {
     })
     .await;
     assert!(observed.replaced.is_empty(), "{:?}", observed.replaced);
-    pipeline.stop().await;
+    pipeline
+        .stop_expecting(&[
+            Violation::Undrained {
+                queue: queue.into(),
+                messages: 1,
+            },
+            Violation::Unsettled {
+                payment_id: id,
+                status: "accepted".into(),
+            },
+        ])
+        .await;
 }

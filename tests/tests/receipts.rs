@@ -461,4 +461,6 @@ async fn forged_events_never_write_a_receipt_nor_block_the_true_one() {
             && !late.contains("not charged"),
         "{late}"
     );
+    // Whatever the forgeries, the stored data keeps every invariant.
+    stack.assert_invariants(&[]).await;
 }

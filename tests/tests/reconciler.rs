@@ -16,6 +16,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_idempotency::time::{Clock, Deadline};
 use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::invariants::Violation;
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::{self, Stack};
 use payments_model::{PaymentCharged, PaymentRequested};
@@ -232,6 +233,34 @@ async fn the_audit_reports_an_over_charge_once_past_the_last_charge_and_not_char
         vec![over_charge(b, &in_b, in_b[1].amount_cents)],
         "acct-001's charge applied twice"
     );
+
+    // The invariant checker finds both increments, and (receipt-sender not running here) each
+    // charge's event waiting on the receipts queue, no receipt written yet.
+    let sum = |payments: &[&PaymentRequested]| payments.iter().map(|p| p.amount_cents).sum::<i64>();
+    let (sum_a, sum_b) = (sum(&in_a), sum(&in_b));
+    let mut expected = vec![
+        Violation::Balance {
+            account: a.into(),
+            currency: "EUR".into(),
+            balance: sum_a + 500,
+            ledger: sum_a,
+        },
+        Violation::Balance {
+            account: b.into(),
+            currency: "EUR".into(),
+            balance: sum_b + in_b[1].amount_cents,
+            ledger: sum_b,
+        },
+        Violation::Undrained {
+            queue: "ReceiptsQueue".into(),
+            messages: accepted.len() as u64,
+        },
+    ];
+    expected.extend(accepted.iter().map(|p| Violation::Receipts {
+        payment_id: p.payment_id.clone(),
+        receipts: 0,
+    }));
+    stack.assert_invariants(&expected).await;
 }
 
 /// The approximate receive count of the one message of a queue (received here, so counted once

@@ -141,6 +141,19 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     // The tables, read with the SDK by the printed names: charged once, one receipt.
     assert_stored_once(&exports, &payment_id, CALLER, 1250).await;
 
+    // The invariants, checked on demand against the running stack by its exports.
+    let checked = tokio::process::Command::new(env!("CARGO_BIN_EXE_check-invariants"))
+        .envs(&exports)
+        .output()
+        .await
+        .unwrap();
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && report.contains(": 0 violations"),
+        "{report}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
     // The functions' JSON logs, each line with the function's name in front.
     {
         let lines = stdout.lock().unwrap();

@@ -116,12 +116,12 @@ impl Up {
     /// Stops the functions and the API (the invocations in progress finish first), and, in watch
     /// mode, the functions' processes and the Runtime API.
     pub async fn stop(self) {
-        self.pipeline.stop().await;
+        self.pipeline.stop_unchecked().await;
     }
 }
 
 /// `PaymentsQueue` → `PAYMENTS_QUEUE`.
-fn env_name(logical_id: &str) -> String {
+pub(crate) fn env_name(logical_id: &str) -> String {
     let mut out = String::new();
     for (i, c) in logical_id.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {

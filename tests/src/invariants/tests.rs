@@ -1,0 +1,260 @@
+//! Each invariant broken on purpose in a fabricated snapshot is reported, with its ids.
+
+use super::*;
+
+fn payment(account: &str, amount_cents: i64, status: &str) -> Payment {
+    Payment {
+        account: account.into(),
+        amount_cents,
+        currency: "EUR".into(),
+        status: status.into(),
+        last_error: (status == FAILED).then(|| "injected permanent failure".into()),
+        ..Payment::default()
+    }
+}
+
+fn entry(payment_id: &str, account: &str, amount_cents: i64) -> LedgerEntry {
+    LedgerEntry {
+        payment_id: payment_id.into(),
+        account: account.into(),
+        amount_cents,
+        currency: "EUR".into(),
+        created_at: 0,
+    }
+}
+
+fn receipt(payment_id: &str, amount_cents: i64) -> Receipt {
+    Receipt {
+        payment_id: payment_id.into(),
+        amount_cents,
+        currency: "EUR".into(),
+    }
+}
+
+/// Two charged payments of one account and a failed one: every invariant holds.
+fn healthy() -> Snapshot {
+    let mut s = Snapshot::default();
+    s.payments.insert("p1".into(), payment("a", 100, CHARGED));
+    s.payments.insert("p2".into(), payment("a", 250, CHARGED));
+    s.payments.insert("p3".into(), payment("a", 999, FAILED));
+    s.ledger = vec![entry("p1", "a", 100), entry("p2", "a", 250)];
+    s.receipts = vec![receipt("p1", 100), receipt("p2", 250)];
+    s.balances.insert(
+        ("a".into(), "EUR".into()),
+        Balance {
+            cents: 350,
+            charges: 2,
+        },
+    );
+    s
+}
+
+fn balance(s: &mut Snapshot, cents: i64) {
+    s.balances
+        .get_mut(&("a".into(), "EUR".into()))
+        .unwrap()
+        .cents = cents;
+}
+
+#[test]
+fn a_healthy_snapshot_has_no_violation() {
+    assert_eq!(violations(&healthy()), vec![]);
+}
+
+#[test]
+fn a_payment_left_accepted_is_unsettled() {
+    let mut s = healthy();
+    s.payments.insert("p4".into(), payment("a", 5, "accepted"));
+    assert_eq!(
+        violations(&s),
+        vec![Violation::Unsettled {
+            payment_id: "p4".into(),
+            status: "accepted".into()
+        }]
+    );
+}
+
+#[test]
+fn a_failed_payment_without_its_reason_is_reported() {
+    let mut s = healthy();
+    s.payments.get_mut("p3").unwrap().last_error = None;
+    assert_eq!(
+        violations(&s),
+        vec![Violation::FailedWithoutReason {
+            payment_id: "p3".into()
+        }]
+    );
+}
+
+#[test]
+fn a_charge_without_its_ledger_entry_or_with_two_is_reported() {
+    let mut s = healthy();
+    s.ledger.retain(|e| e.payment_id != "p2");
+    balance(&mut s, 100);
+    assert_eq!(
+        violations(&s),
+        vec![Violation::LedgerEntries {
+            payment_id: "p2".into(),
+            entries: 0
+        }]
+    );
+    let mut s = healthy();
+    s.ledger.push(entry("p1", "a", 100));
+    balance(&mut s, 450);
+    assert_eq!(
+        violations(&s),
+        vec![Violation::LedgerEntries {
+            payment_id: "p1".into(),
+            entries: 2
+        }]
+    );
+}
+
+#[test]
+fn a_ledger_entry_of_another_amount_is_reported() {
+    let mut s = healthy();
+    s.ledger[1].amount_cents = 4242;
+    balance(&mut s, 4342);
+    assert_eq!(
+        violations(&s),
+        vec![Violation::LedgerAmount {
+            payment_id: "p2".into(),
+            payment: (250, "EUR".into()),
+            ledger: (4242, "EUR".into())
+        }]
+    );
+}
+
+#[test]
+fn a_charge_without_its_receipt_or_with_two_is_reported() {
+    let mut s = healthy();
+    s.receipts.retain(|r| r.payment_id != "p1");
+    assert_eq!(
+        violations(&s),
+        vec![Violation::Receipts {
+            payment_id: "p1".into(),
+            receipts: 0
+        }]
+    );
+    let mut s = healthy();
+    s.receipts.push(receipt("p1", 100));
+    assert_eq!(
+        violations(&s),
+        vec![Violation::Receipts {
+            payment_id: "p1".into(),
+            receipts: 2
+        }]
+    );
+}
+
+#[test]
+fn a_receipt_of_another_amount_is_reported() {
+    let mut s = healthy();
+    s.receipts[0].amount_cents = 4242;
+    assert_eq!(
+        violations(&s),
+        vec![Violation::ReceiptAmount {
+            payment_id: "p1".into(),
+            payment: (100, "EUR".into()),
+            receipt: (4242, "EUR".into())
+        }]
+    );
+}
+
+#[test]
+fn a_balance_that_is_not_its_ledger_sum_is_reported_either_way() {
+    for cents in [349, 351, 0] {
+        let mut s = healthy();
+        balance(&mut s, cents);
+        assert_eq!(
+            violations(&s),
+            vec![Violation::Balance {
+                account: "a".into(),
+                currency: "EUR".into(),
+                balance: cents,
+                ledger: 350
+            }]
+        );
+    }
+    // A balance with no ledger entry at all, and ledger entries with no balance.
+    let mut s = healthy();
+    s.balances.clear();
+    s.balances.insert(
+        ("b".into(), "JPY".into()),
+        Balance {
+            cents: 7,
+            charges: 1,
+        },
+    );
+    assert_eq!(
+        violations(&s),
+        vec![
+            Violation::Balance {
+                account: "a".into(),
+                currency: "EUR".into(),
+                balance: 0,
+                ledger: 350
+            },
+            Violation::Balance {
+                account: "b".into(),
+                currency: "JPY".into(),
+                balance: 7,
+                ledger: 0
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_receipt_without_its_charged_payment_is_reported() {
+    let mut s = healthy();
+    s.receipts.push(receipt("p3", 999));
+    s.receipts.push(receipt("forged", 4242));
+    assert_eq!(
+        violations(&s),
+        vec![
+            Violation::ReceiptWithoutCharge {
+                payment_id: "forged".into(),
+                status: String::new()
+            },
+            Violation::ReceiptWithoutCharge {
+                payment_id: "p3".into(),
+                status: FAILED.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_ledger_entry_without_its_charged_payment_is_reported() {
+    let mut s = healthy();
+    s.ledger.push(entry("p3", "a", 999));
+    balance(&mut s, 1349);
+    assert_eq!(
+        violations(&s),
+        vec![Violation::LedgerWithoutCharge {
+            payment_id: "p3".into(),
+            status: FAILED.into()
+        }]
+    );
+}
+
+#[test]
+fn expectations_are_exact() {
+    let v = Violation::FailedWithoutReason {
+        payment_id: "p3".into(),
+    };
+    let w = Violation::Unsettled {
+        payment_id: "p4".into(),
+        status: "accepted".into(),
+    };
+    let (one_v, one_w) = (std::slice::from_ref(&v), std::slice::from_ref(&w));
+    assert!(Mismatch::between(one_v, one_v).is_empty());
+    let m = Mismatch::between(one_v, one_w);
+    assert_eq!(
+        (m.unexpected, m.missing),
+        (vec![v.clone()], vec![w.clone()])
+    );
+    let m = Mismatch::between(&[v.clone(), v.clone()], one_v);
+    assert_eq!(m.unexpected, vec![v]);
+}

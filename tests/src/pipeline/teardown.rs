@@ -1,0 +1,49 @@
+//! The end of every run: the invariants checked once the pipeline drains, then everything
+//! stopped. [`Pipeline::stop`] checks that no invariant is violated; a test that breaks one on
+//! purpose names exactly what it breaks ([`Pipeline::stop_expecting`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use local_aws::runner::Stats;
+
+use super::{BoxError, Pipeline};
+use crate::invariants::{Checked, Sources, Violation, settle};
+
+/// How long the check at the end of a run waits for the pipeline to drain.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Pipeline {
+    /// The stack's tables and queues, for the invariant checker.
+    pub fn sources(&self) -> Sources {
+        Sources::of(&self.clients, &self.resources)
+    }
+
+    /// Waits (up to `timeout`) until the pipeline drains and the violations found are exactly
+    /// `expected`; returns what was found.
+    pub async fn check_invariants(
+        &self,
+        expected: &[Violation],
+        timeout: Duration,
+    ) -> Result<Checked, BoxError> {
+        settle(&self.sources(), expected, timeout).await
+    }
+
+    /// Checks the invariants once the pipeline has drained, then stops everything; panics when
+    /// any invariant is violated. Returns the final event source statistics.
+    pub async fn stop(self) -> BTreeMap<String, Stats> {
+        self.stop_expecting(&[]).await
+    }
+
+    /// [`stop`](Self::stop) for a run that breaks invariants on purpose: panics unless the
+    /// violations found are exactly `expected`.
+    pub async fn stop_expecting(self, expected: &[Violation]) -> BTreeMap<String, Stats> {
+        let checked = self.check_invariants(expected, SETTLE_TIMEOUT).await;
+        let stats = self.stop_unchecked().await;
+        match checked {
+            Ok(checked) => checked.assert_passed(),
+            Err(e) => panic!("the pipeline's invariants could not be checked: {e}"),
+        }
+        stats
+    }
+}
