@@ -38,6 +38,7 @@
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
 
 pub mod identity;
+pub mod lambda_main;
 pub mod outcome;
 pub mod prefer;
 pub mod problem;

@@ -107,8 +107,7 @@ pub async fn forward(
         .map_err(|e| ForwardError::Response(format!("event: {e}")))?;
     let invocation = Invocation {
         function_name: function.name.clone(),
-        // Routed by the function's name, as its process polls (see `Processes::start`).
-        binary: None,
+        binary: function.binary.clone(),
         function_arn,
         memory_size: function.memory_size,
         request_id: context.as_ref().map_or_else(

@@ -192,16 +192,12 @@ impl Processes {
             let f = template
                 .function_by_name(function)
                 .ok_or_else(|| ProcessError::NoFunction((*function).to_owned()))?;
-            // Two functions may run one binary (payments-api and payments-reader): each is
-            // routed by its own name on the Runtime API.
-            let binary = options
-                .binaries()
-                .join(f.binary.as_deref().unwrap_or(function));
+            let binary = options.binaries().join(function);
             if !binary.is_file() {
                 return Err(ProcessError::NotBuilt { binary }.into());
             }
             let mut env: BTreeMap<String, String> = resources.lambda_env(f)?;
-            let route = &f.name;
+            let route = f.binary.as_deref().unwrap_or(&f.name);
             env.insert(
                 "AWS_LAMBDA_RUNTIME_API".into(),
                 format!("http://127.0.0.1:{port}/.rt/{route}"),
