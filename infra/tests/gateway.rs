@@ -122,11 +122,11 @@ async fn serves_a_lambda_http_handler() {
     let seen: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen["body"], json!({"text": r#"{"amountCents":100}"#}));
     assert_eq!(seen["routeKey"], "POST /payments");
-    // POSTs are payments-api's, whose deadline is now + its 10 s timeout.
+    // POSTs are payments-api's, whose deadline is now + its 20 s timeout.
     assert_eq!(seen["function"], "payments-api");
     let deadline = seen["deadline"].as_u64().unwrap();
     assert!(
-        deadline >= started + 9_000 && deadline <= started + 12_000,
+        deadline >= started + 19_000 && deadline <= started + 22_000,
         "{deadline} vs {started}"
     );
 
@@ -343,7 +343,7 @@ fn the_integration_timeouts_come_from_the_template() {
     let api = timeouts("PaymentsApiFunction");
     assert_eq!(api.len(), 2, "{api:?}");
     assert!(
-        api.iter().all(|(_, t)| *t == Some(Duration::from_secs(12))),
+        api.iter().all(|(_, t)| *t == Some(Duration::from_secs(23))),
         "{api:?}"
     );
     let reader = timeouts("PaymentsReaderFunction");

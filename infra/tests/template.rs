@@ -177,7 +177,7 @@ fn functions_and_event_sources() {
     let api = &t.functions["PaymentsApiFunction"];
     assert_eq!(api.name, "payments-api");
     assert_eq!(api.binary.as_deref(), Some("payments-api"));
-    assert_eq!(api.timeout_seconds, 10);
+    assert_eq!(api.timeout_seconds, 20);
     assert_eq!(api.memory_size, 128);
     assert!(!api.function_url);
     assert!(api.sqs_events.is_empty());

@@ -251,7 +251,7 @@ where
 }
 
 /// Each AWS SDK operation's time limit, its retries included: below every function's `Timeout`
-/// in template.yaml (payments-api's 10 s is the shortest), so that a call that hangs fails its
+/// in template.yaml (payments-api's 20 s is the shortest), so that a call that hangs fails its
 /// request or record with an error the function handles, never the whole invocation.
 pub const SDK_OPERATION_TIMEOUT: Duration = Duration::from_secs(6);
 

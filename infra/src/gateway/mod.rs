@@ -119,7 +119,7 @@ const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 /// let template = Template::load_project(&TemplateOptions::default()).unwrap();
 /// let options = GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
 ///     .with_jwt_authorizer(JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap());
-/// assert_eq!(options.timeout.as_secs(), 10);
+/// assert_eq!(options.timeout.as_secs(), 20);
 /// // POST /payments, and ANY /payments as the fallback (405); the reads are payments-reader's.
 /// assert_eq!(options.routes.len(), 2);
 /// let options = options.with_function(GatewayOptions::for_function(&template.functions["PaymentsReaderFunction"]));
