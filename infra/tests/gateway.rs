@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, Request, RequestExt, Response};
 use local_aws::gateway::{Gateway, GatewayOptions, MAX_BODY_BYTES};
-use local_aws::template::{Template, TemplateOptions};
+use local_aws::template::{HttpRoute, Template, TemplateOptions};
 use serde_json::{Value, json};
 
 mod gateway_common;
@@ -54,9 +54,10 @@ async fn echo(request: Request) -> Result<Response<Body>, Error> {
 async fn serves_a_lambda_http_handler() {
     let template = Template::load_project(&TemplateOptions::default()).unwrap();
     let api = &template.functions["PaymentsApiFunction"];
+    let reader = &template.functions["PaymentsReaderFunction"];
     let gateway = Gateway::serve(
         "127.0.0.1:0".parse().unwrap(),
-        GatewayOptions::for_function(api),
+        GatewayOptions::for_function(api).with_function(GatewayOptions::for_function(reader)),
         echo,
     )
     .await
@@ -99,9 +100,10 @@ async fn serves_a_lambda_http_handler() {
     assert_eq!(seen["routeKey"], "GET /payments/{paymentId}");
     assert_eq!(seen["sourceIp"], "127.0.0.1");
     assert_eq!(seen["body"], json!({"empty": true}));
-    assert_eq!(seen["function"], "payments-api");
+    // Reads are payments-reader's, with its own Lambda context.
+    assert_eq!(seen["function"], "payments-reader");
     assert_eq!(seen["requestId"].as_str().unwrap().len(), 36);
-    // The deadline is now + the function's 25 s timeout.
+    // The deadline is now + the reader's 25 s timeout.
     let deadline = seen["deadline"].as_u64().unwrap();
     assert!(
         deadline >= started + 24_000 && deadline <= started + 27_000,
@@ -120,6 +122,13 @@ async fn serves_a_lambda_http_handler() {
     let seen: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(seen["body"], json!({"text": r#"{"amountCents":100}"#}));
     assert_eq!(seen["routeKey"], "POST /payments");
+    // POSTs are payments-api's, whose deadline is now + its 20 s timeout.
+    assert_eq!(seen["function"], "payments-api");
+    let deadline = seen["deadline"].as_u64().unwrap();
+    assert!(
+        deadline >= started + 19_000 && deadline <= started + 22_000,
+        "{deadline} vs {started}"
+    );
 
     let (_, _, body) = call(
         &client,
@@ -280,6 +289,71 @@ async fn past_the_integration_timeout_is_503() {
     assert_gateway_answer(&answer, 503, "Service Unavailable");
     // Answered at the integration timeout, not after the handler's 2 s.
     assert!(started.elapsed() < Duration::from_millis(1900));
+}
+
+#[tokio::test]
+async fn a_route_s_own_integration_timeout_applies() {
+    let mut route = HttpRoute::new("GET /slow", "GET", "/slow");
+    route.integration_timeout = Some(Duration::from_millis(300));
+    let options = GatewayOptions::new("slow", Duration::from_secs(3))
+        .routes(vec![route, HttpRoute::new("GET /fast", "GET", "/fast")]);
+    let gateway = Gateway::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        options,
+        |request: Request| async move {
+            if request.uri().path() == "/slow" {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Ok::<_, Error>(Response::new(Body::from("done")))
+        },
+    )
+    .await
+    .unwrap();
+    let answer = call(
+        &client(),
+        "GET",
+        &format!("{}/slow", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_gateway_answer(&answer, 503, "Service Unavailable");
+    let answer = call(
+        &client(),
+        "GET",
+        &format!("{}/fast", gateway.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!((answer.0, &answer.2[..]), (200, &b"done"[..]));
+}
+
+#[test]
+fn the_integration_timeouts_come_from_the_template() {
+    let template = Template::load_project(&TemplateOptions::default()).unwrap();
+    let timeouts = |id: &str| -> Vec<(String, Option<Duration>)> {
+        let options = GatewayOptions::for_function(&template.functions[id]);
+        options
+            .routes
+            .iter()
+            .map(|r| (r.name.clone(), r.integration_timeout))
+            .collect()
+    };
+    let api = timeouts("PaymentsApiFunction");
+    assert_eq!(api.len(), 2, "{api:?}");
+    assert!(
+        api.iter().all(|(_, t)| *t == Some(Duration::from_secs(23))),
+        "{api:?}"
+    );
+    let reader = timeouts("PaymentsReaderFunction");
+    assert_eq!(reader.len(), 2, "{reader:?}");
+    assert!(
+        reader
+            .iter()
+            .all(|(_, t)| *t == Some(Duration::from_secs(30))),
+        "{reader:?}"
+    );
 }
 
 #[tokio::test]

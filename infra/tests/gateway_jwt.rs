@@ -6,7 +6,7 @@ mod gateway_common;
 
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Error, Request, RequestExt, Response};
-use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer, test_token, unsigned_token};
+use local_aws::gateway::{Gateway, GatewayOptions, JwtAuthorizer, signed_token, test_token};
 use local_aws::template::{HttpRoute, Template, TemplateOptions};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -24,6 +24,9 @@ fn authorized_options() -> GatewayOptions {
     let authorizer = JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap();
     assert_eq!(authorizer.issuer, ISSUER);
     GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
+        .with_function(GatewayOptions::for_function(
+            &template.functions["PaymentsReaderFunction"],
+        ))
         .with_jwt_authorizer(authorizer)
 }
 
@@ -67,7 +70,7 @@ async fn the_jwt_authorizer_refuses_bad_tokens_before_the_function() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let expired = unsigned_token(&json!({
+    let expired = signed_token(&json!({
         "iss": ISSUER, "aud": "payments-api", "sub": "alice", "iat": now - 7200, "exp": now - 3600,
     }));
     let cases = [
@@ -210,7 +213,7 @@ async fn claims_reach_the_handler_as_api_gateway_writes_them() {
         .unwrap()
         .as_secs()
         + 300;
-    let token = unsigned_token(&json!({
+    let token = signed_token(&json!({
         "iss": ISSUER,
         "client_id": "payments-api",
         "sub": "bob",
@@ -305,7 +308,7 @@ fn token_with(claims: &[(&str, Value)]) -> String {
     for (name, value) in claims {
         all[*name] = value.clone();
     }
-    format!("Bearer {}", unsigned_token(&all))
+    format!("Bearer {}", signed_token(&all))
 }
 
 #[tokio::test]
@@ -409,6 +412,9 @@ async fn the_scopes_come_from_the_template_s_parameters() {
     let gateway = Gateway::serve(
         "127.0.0.1:0".parse().unwrap(),
         GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
+            .with_function(GatewayOptions::for_function(
+                &template.functions["PaymentsReaderFunction"],
+            ))
             .with_jwt_authorizer(
                 JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap(),
             ),
@@ -478,4 +484,152 @@ async fn a_public_route_runs_no_authorizer() {
     .await;
     assert_gateway_answer(&answer, 401, "Unauthorized");
     gateway.shutdown().await;
+}
+
+/// `token` with its payload replaced by `claims`, the header and signature kept.
+fn with_claims(token: &str, claims: &Value) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let parts: Vec<&str> = token.split('.').collect();
+    format!(
+        "{}.{}.{}",
+        parts[0],
+        engine.encode(claims.to_string()),
+        parts[2]
+    )
+}
+
+/// The payload of `token`, as JSON.
+fn payload(token: &str) -> Value {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let segment = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&engine.decode(segment).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_token_whose_claims_were_edited_is_refused_and_a_fresh_one_accepted() {
+    let (gateway, calls) = counting_gateway().await;
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+    let hour = Duration::from_secs(3600);
+    let scope = [("scope", "payments/write")];
+    let fresh = test_token(ISSUER, "payments-api", "alice", &scope, hour);
+    let mut edited = payload(&fresh);
+    edited["sub"] = json!("mallory");
+    let mut extended = payload(&fresh);
+    extended["exp"] = json!(extended["exp"].as_u64().unwrap() + 86_400);
+    for (case, token) in [
+        ("another subject", with_claims(&fresh, &edited)),
+        ("a later expiry", with_claims(&fresh, &extended)),
+    ] {
+        let bearer = format!("Bearer {token}");
+        let answer = call(&client, "POST", &url, &[("authorization", &bearer)], b"{}").await;
+        assert_gateway_answer(&answer, 401, "Unauthorized");
+        let challenge = answer.1["www-authenticate"].to_str().unwrap();
+        assert!(
+            challenge.contains(r#"error="invalid_token""#),
+            "{case}: {challenge}"
+        );
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "an edited token reached the function"
+    );
+
+    let bearer = format!("Bearer {fresh}");
+    let answer = call(&client, "POST", &url, &[("authorization", &bearer)], b"{}").await;
+    assert_eq!(answer.0, 200, "{:?}", answer.2);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_local_issuer_mints_tokens_for_other_callers_and_publishes_its_keys() {
+    let (gateway, _) = counting_gateway().await;
+    let issuer = local_aws::gateway::serve_issuer(
+        "127.0.0.1:0".parse().unwrap(),
+        ISSUER.to_owned(),
+        "payments-api".to_owned(),
+    )
+    .await
+    .unwrap();
+    let client = client();
+    let minted = call(
+        &client,
+        "GET",
+        &format!(
+            "{}/token?sub=bob&scope=payments/write%20payments/read&ttl=600",
+            issuer.url()
+        ),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(minted.0, 200, "{:?}", minted.2);
+    let token = String::from_utf8(minted.2.to_vec()).unwrap();
+    assert_eq!(payload(&token)["sub"], "bob");
+    let bearer = format!("Bearer {token}");
+    let url = format!("{}/payments", gateway.url());
+    let answer = call(&client, "POST", &url, &[("authorization", &bearer)], b"{}").await;
+    assert_eq!(answer.0, 200, "{:?}", answer.2);
+    let seen: Value = serde_json::from_slice(&answer.2).unwrap();
+    assert_eq!(seen["claims"]["sub"], "bob");
+
+    let bad = call(
+        &client,
+        "GET",
+        &format!("{}/token?ttl=soon", issuer.url()),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(bad.0, 400);
+    let jwks = call(
+        &client,
+        "GET",
+        &format!("{}/.well-known/jwks.json", issuer.url()),
+        &[],
+        b"",
+    )
+    .await;
+    let jwks: Value = serde_json::from_slice(&jwks.2).unwrap();
+    assert_eq!(jwks["keys"][0]["kid"], "local");
+    assert_eq!(jwks["keys"][0]["kty"], "RSA");
+}
+
+#[tokio::test]
+async fn a_token_signed_by_another_key_or_unsigned_is_refused() {
+    let (gateway, calls) = counting_gateway().await;
+    let client = client();
+    let url = format!("{}/payments", gateway.url());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({
+        "iss": ISSUER, "aud": "payments-api", "sub": "alice", "exp": now + 600,
+        "scope": "payments/write",
+    });
+    let other = local_aws::gateway::LocalIssuer::generate("local");
+    let good = signed_token(&claims);
+    let none = {
+        use base64::Engine;
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = engine.encode(r#"{"alg":"none","typ":"JWT","kid":"local"}"#);
+        format!("{header}.{}.", good.split('.').nth(1).unwrap())
+    };
+    for (case, token) in [("another key", other.sign(&claims)), ("alg none", none)] {
+        let bearer = format!("Bearer {token}");
+        let answer = call(&client, "POST", &url, &[("authorization", &bearer)], b"{}").await;
+        assert_gateway_answer(&answer, 401, "Unauthorized");
+        assert!(
+            answer.1["www-authenticate"]
+                .to_str()
+                .unwrap()
+                .contains("invalid_token"),
+            "{case}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }

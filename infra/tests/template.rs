@@ -168,6 +168,7 @@ fn functions_and_event_sources() {
             "PaymentProcessorFunction",
             "PaymentsApiFunction",
             "PaymentsPublisherFunction",
+            "PaymentsReaderFunction",
             "PaymentsReconcilerFunction",
             "ReceiptSenderFunction"
         ]
@@ -176,7 +177,7 @@ fn functions_and_event_sources() {
     let api = &t.functions["PaymentsApiFunction"];
     assert_eq!(api.name, "payments-api");
     assert_eq!(api.binary.as_deref(), Some("payments-api"));
-    assert_eq!(api.timeout_seconds, 25);
+    assert_eq!(api.timeout_seconds, 20);
     assert_eq!(api.memory_size, 128);
     assert!(!api.function_url);
     assert!(api.sqs_events.is_empty());
@@ -184,6 +185,7 @@ fn functions_and_event_sources() {
     let routes: Vec<_> = api
         .http_routes
         .iter()
+        .chain(&t.functions["PaymentsReaderFunction"].http_routes)
         .map(|r| {
             assert_eq!(r.authorizer.as_deref(), Some("PaymentsJwt"), "{r:?}");
             (

@@ -570,6 +570,14 @@ async fn invalid_requests(client: &HttpClient, tally: &Arc<std::sync::Mutex<Tall
         caller: None,
         ..post("", valid, None, 401)
     });
+    // A read (payments-reader's route) of a payment that does not exist.
+    cases.push(Refused {
+        what: "a payment that does not exist",
+        method: "GET",
+        path: "/payments/pay_00000000000000000000000000000000",
+        headers: Vec::new(),
+        ..post("", "", None, 404)
+    });
     for case in cases {
         let client = match case.caller {
             Some(caller) => client.as_caller(caller),

@@ -69,6 +69,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let roles = TemplateRoles::load_project(&env).unwrap();
     let recorder = || CallRecorder::new(roles.recorder_config(&env));
     let (api_rec, pub_rec, proc_rec, send_rec) = (recorder(), recorder(), recorder(), recorder());
+    let reader_rec = recorder();
     let settings = |f: &str| -> Settings { stack.settings(f).unwrap() };
 
     // payments-api, behind the gateway and its JWT authorizer.
@@ -79,6 +80,13 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     // Its cold start: the idempotency table's check its main runs.
     let check = api.check_idempotency_table().await.unwrap();
     assert!(check.warnings.is_empty(), "{check:?}");
+    // payments-reader: the same binary behind the reads, its own role; its cold start too.
+    let reader = payments_api::App::new(
+        reader_rec.dynamodb_client(sdk),
+        payments_api::Config::from_settings(&settings("payments-reader")).unwrap(),
+    );
+    let check = reader.check_idempotency_table().await.unwrap();
+    assert!(check.warnings.is_empty(), "{check:?}");
     let authorizer =
         JwtAuthorizer::from_parameters(&stack.template, "JwtIssuer", "JwtAudience").unwrap();
     let http = HttpClient::new("")
@@ -87,10 +95,17 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let gateway = Gateway::serve(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         GatewayOptions::for_function(stack.template.function_by_name("payments-api").unwrap())
+            .with_function(GatewayOptions::for_function(
+                stack.template.function_by_name("payments-reader").unwrap(),
+            ))
             .with_jwt_authorizer(authorizer),
-        move |request| {
-            let api = api.clone();
-            async move { api.handle(request).await }
+        move |request: lambda_http::Request| {
+            use lambda_http::RequestExt;
+            let reads = request
+                .lambda_context_ref()
+                .is_some_and(|c| c.env_config.function_name == "payments-reader");
+            let app = if reads { reader.clone() } else { api.clone() };
+            async move { app.handle(request).await }
         },
     )
     .await
@@ -382,6 +397,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     let mut recorded = Vec::new();
     for (function, rec) in [
         ("payments-api", &api_rec),
+        ("payments-reader", &reader_rec),
         ("payments-publisher", &pub_rec),
         ("payment-processor", &proc_rec),
         ("receipt-sender", &send_rec),

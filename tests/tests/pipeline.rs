@@ -43,11 +43,24 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
             processes.starts.get(function).copied().unwrap_or(0) >= 1,
             "{function} never started: {processes:?}"
         );
+        // payments-reader runs payments-api's code, whose metrics carry `function:
+        // payments-api` (one outcome metric and its alarms for the whole API): its read's
+        // `not_found` is counted there.
+        let dimension = if function == "payments-reader" {
+            "payments-api"
+        } else {
+            function
+        };
         assert!(
-            processes.metrics.contains_key(function),
+            processes.metrics.contains_key(dimension),
             "{function} printed no metric: {processes:?}"
         );
     }
+    assert_eq!(
+        processes.metrics["payments-api"].get("not_found").copied(),
+        Some(1.0),
+        "the read of a payment that does not exist"
+    );
     for check in &report.checks {
         assert!(check.passed, "{}: {}", check.name, check.detail);
     }
@@ -55,7 +68,7 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
     let t = &report.tally;
     assert!(t.replayed > 0, "no replay happened");
     assert!(t.count(422) > 0, "no reused key was refused");
-    // The refused requests: ten 400s, one each of 401, 403, 405, 413 and 415.
+    // The refused requests: ten 400s, one each of 401, 403, 404 (a read), 405, 413 and 415.
     assert_eq!(t.count(400), 10, "the invalid requests");
     // Payments in every currency, with each form of the amount.
     for currency in payments_e2e::workload::CURRENCIES {
@@ -68,7 +81,7 @@ async fn the_pipeline_charges_every_payment_exactly_once() {
             );
         }
     }
-    for status in [401, 403, 405, 413, 415] {
+    for status in [401, 403, 404, 405, 413, 415] {
         assert_eq!(t.count(status), 1, "the request refused with {status}");
     }
     let processor = report.counts["payment-processor"];

@@ -213,6 +213,9 @@ async fn up_watch_runs_each_function_as_its_own_process() {
     // payments-api answered from its own process; the relay, the consumer and the receipts ran
     // in theirs, invoked through the Runtime API: charged, with one receipt.
     assert_stored_once(&exports, &payment_id, CALLER, 700).await;
+    // The read is payments-reader's, a process of its own on the same binary.
+    let read = http.get(&format!("/payments/{payment_id}")).await.unwrap();
+    assert_eq!(read.status, 200, "{read:?}");
 
     // Each function's own output, and the Runtime API's, with its name in front.
     {
@@ -220,6 +223,7 @@ async fn up_watch_runs_each_function_as_its_own_process() {
         for name in [
             "runtime-api",
             "payments-api",
+            "payments-reader",
             "payments-publisher",
             "payment-processor",
             "receipt-sender",

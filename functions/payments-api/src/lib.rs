@@ -38,6 +38,7 @@
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
 
 pub mod identity;
+pub mod lambda_main;
 pub mod outcome;
 pub mod prefer;
 pub mod problem;
@@ -90,6 +91,10 @@ pub struct Config {
     /// amount of a payment, in major units of its currency (1,000,000 is 1,000,000.00 EUR,
     /// 1,000,000 JPY or 1,000,000.000 BHD).
     pub max_payment_amount: u64,
+    /// `MAX_WAIT_SECONDS` (default and at most [`prefer::MAX_WAIT_SECONDS`]): the longest
+    /// `Prefer: wait` this function applies. 0: it never waits (answers at once, without
+    /// `Preference-Applied`), as payments-api, whose reserved concurrency is for POSTs alone.
+    pub max_wait_seconds: u64,
 }
 
 impl Config {
@@ -105,7 +110,27 @@ impl Config {
                 .get("ACCOUNT_CLAIM")
                 .unwrap_or_else(|| "sub".into()),
             max_payment_amount: max_payment_amount(settings)?,
+            max_wait_seconds: max_wait_seconds(settings)?,
         })
+    }
+}
+
+/// `MAX_WAIT_SECONDS`: whole seconds from 0 to [`prefer::MAX_WAIT_SECONDS`]; that maximum when
+/// unset.
+fn max_wait_seconds(settings: &impl Settings) -> Result<u64, ConfigError> {
+    const NAME: &str = "MAX_WAIT_SECONDS";
+    let Some(value) = settings.get(NAME) else {
+        return Ok(prefer::MAX_WAIT_SECONDS);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(n) if n <= prefer::MAX_WAIT_SECONDS => Ok(n),
+        _ => Err(ConfigError::Invalid {
+            name: NAME,
+            reason: format!(
+                "`{value}` is not whole seconds from 0 to {}",
+                prefer::MAX_WAIT_SECONDS
+            ),
+        }),
     }
 }
 
@@ -143,6 +168,7 @@ pub struct App {
     accounts_table: String,
     account_claim: String,
     max_payment_amount: u64,
+    max_wait_seconds: u64,
 }
 
 /// What the conditional write of a payment found.
@@ -171,6 +197,7 @@ impl App {
             accounts_table: config.accounts_table,
             account_claim: config.account_claim,
             max_payment_amount: config.max_payment_amount,
+            max_wait_seconds: config.max_wait_seconds,
         }
     }
 
@@ -241,7 +268,12 @@ impl App {
             Ok(caller) => caller,
             Err(problem) => return (Outcome::Unauthorized, problem.response()),
         };
-        let wait = WaitPreference::of(request);
+        let wait = WaitPreference::of(request)
+            .filter(|_| self.max_wait_seconds > 0)
+            .map(|w| WaitPreference {
+                requested: w.requested.min(self.max_wait_seconds),
+                ..w
+            });
         match route {
             Route::Payments => self.create(request, &caller, wait).await,
             Route::Payment(id) => self.get(id, &caller, wait).await,

@@ -250,8 +250,27 @@ where
     .await
 }
 
+/// Each AWS SDK operation's time limit, its retries included: below every function's `Timeout`
+/// in template.yaml (payments-api's 20 s is the shortest), so that a call that hangs fails its
+/// request or record with an error the function handles, never the whole invocation.
+pub const SDK_OPERATION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// Each attempt's time limit within [`SDK_OPERATION_TIMEOUT`]: a stalled attempt is retried.
+pub const SDK_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The SDK timeouts of every function's clients ([`sdk_config`]).
+pub fn sdk_timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .operation_timeout(SDK_OPERATION_TIMEOUT)
+        .operation_attempt_timeout(SDK_ATTEMPT_TIMEOUT)
+        .build()
+}
+
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
-/// endpoint).
+/// endpoint), with [`sdk_timeouts`].
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(sdk_timeouts())
+        .load()
+        .await
 }

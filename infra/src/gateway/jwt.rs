@@ -1,19 +1,21 @@
-//! API Gateway's JWT authorizer for HTTP APIs, emulated for local test identities.
+//! API Gateway's JWT authorizer for HTTP APIs, emulated with a local issuer's keys.
 //!
-//! **The signature is not verified.** A local gateway has no issuer `jwks_uri` to fetch keys
-//! from, and local tests mint their own tokens ([`test_token`](super::test_token)), so anyone
-//! able to reach the local gateway can claim any identity. Everything else API Gateway checks is
-//! checked, in its order (API Gateway developer guide, "Control access to HTTP APIs with JWT
-//! authorizers"):
+//! A token's signature is verified against the authorizer's keys (a JWKS, as API Gateway fetches
+//! from the issuer's `jwks_uri`): by default those of the process's
+//! [`LocalIssuer`](super::LocalIssuer), which signs [`test_token`](super::test_token)'s tokens, so
+//! a token whose header or claims were edited, or that another key signed, is refused as API
+//! Gateway refuses it. Everything API Gateway checks is checked, in its order (API Gateway
+//! developer guide, "Control access to HTTP APIs with JWT authorizers"):
 //!
 //! 1. the identity source (`Authorization`) holds a token, alone or after `Bearer `;
 //! 2. the token decodes: three base64url segments, the first two JSON objects, a signature;
 //! 3. the header's `alg` is RSA-based (`RS256`/`RS384`/`RS512`/`PS256`/`PS384`/`PS512`, the only
-//!    kind API Gateway supports) and it has a `kid`;
-//! 4. `iss` is the issuer; `aud` (a string, or an array with one match) or, only when there is
+//!    kind API Gateway supports; `none` is refused) and its `kid` names one of the keys;
+//! 4. the signature verifies with that key and the header's `alg`;
+//! 5. `iss` is the issuer; `aud` (a string, or an array with one match) or, only when there is
 //!    no `aud`, `client_id` is one of the audiences; `exp` is after now; `nbf` and `iat`, when
 //!    present, are not after now;
-//! 5. when the route has authorization scopes, `scp` or `scope` holds at least one of them.
+//! 6. when the route has authorization scopes, `scp` or `scope` holds at least one of them.
 //!
 //! Two choices stricter than what is documented: a token without `exp` is refused (the guide
 //! only says `exp` must be in the future), and no clock skew is allowed.
@@ -27,10 +29,12 @@ use base64::Engine;
 use base64::alphabet::URL_SAFE;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use http::StatusCode;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey};
 use lambda_http::aws_lambda_events::apigw::ApiGatewayRequestAuthorizerJwtDescription;
 use serde_json::{Map, Value};
 
-use super::claims;
+use super::{LocalIssuer, claims};
 use crate::template::Template;
 
 /// base64url as JWT libraries read it: padding optional.
@@ -69,10 +73,14 @@ pub struct JwtAuthorizer {
     /// Empty (the default): no scope check, and the request context's `jwt.scopes` is `None`,
     /// as API Gateway sends it for routes without scopes.
     pub authorization_scopes: Vec<String>,
+    /// The issuer's public keys (its JWKS): a token's `kid` picks one, which must verify its
+    /// signature. [`LocalIssuer::local`]'s by default.
+    pub keys: JwkSet,
 }
 
 impl JwtAuthorizer {
-    /// An authorizer for `issuer` and `audiences`, without authorization scopes.
+    /// An authorizer for `issuer` and `audiences`, trusting [`LocalIssuer::local`]'s keys,
+    /// without authorization scopes.
     pub fn new<A: Into<String>>(
         issuer: impl Into<String>,
         audiences: impl IntoIterator<Item = A>,
@@ -81,7 +89,14 @@ impl JwtAuthorizer {
             issuer: issuer.into(),
             audiences: audiences.into_iter().map(Into::into).collect(),
             authorization_scopes: Vec::new(),
+            keys: LocalIssuer::local().jwks().clone(),
         }
+    }
+
+    /// Trusts `keys` (an issuer's JWKS) instead of the local issuer's.
+    pub fn with_keys(mut self, keys: JwkSet) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// An authorizer configured from two template parameters: the issuer and a comma-delimited
@@ -149,8 +164,7 @@ impl JwtAuthorizer {
     /// Checks the `Authorization` header's value at `now` and returns what API Gateway puts in
     /// `requestContext.authorizer.jwt`: every claim as a string (the [module
     /// documentation](super#claims-in-the-request-context) says how non-string claims are
-    /// written), and `scopes` when the route has authorization scopes. **The signature is not
-    /// verified.**
+    /// written), and `scopes` when the route has authorization scopes.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
@@ -203,7 +217,8 @@ impl JwtAuthorizer {
             .filter(|token| !token.is_empty())
             .ok_or(JwtError::Missing)?;
         let (header, claims) = decode(token)?;
-        check_header(&header)?;
+        let (algorithm, kid) = check_header(&header)?;
+        self.check_signature(token, algorithm, kid)?;
         self.check_claims(&claims, now)?;
         let scopes = if required.is_empty() {
             None
@@ -218,6 +233,22 @@ impl JwtAuthorizer {
         jwt.claims = claims::stringify(&claims);
         jwt.scopes = scopes;
         Ok(jwt)
+    }
+
+    /// The token's signature, verified with the key named by `kid` and the header's algorithm.
+    fn check_signature(
+        &self,
+        token: &str,
+        algorithm: Algorithm,
+        kid: &str,
+    ) -> Result<(), JwtError> {
+        let jwk = self.keys.find(kid).ok_or(JwtError::UnknownKey)?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|_| JwtError::UnknownKey)?;
+        let (input, signature) = token.rsplit_once('.').ok_or(JwtError::Segments)?;
+        match jsonwebtoken::crypto::verify(signature, input.as_bytes(), &key, algorithm) {
+            Ok(true) => Ok(()),
+            _ => Err(JwtError::Signature),
+        }
     }
 
     fn check_claims(&self, claims: &Map<String, Value>, now: SystemTime) -> Result<(), JwtError> {
@@ -291,6 +322,13 @@ pub enum JwtError {
     /// The header has no `kid`, so no issuer key could match.
     #[error("the token has no kid header")]
     KeyId,
+    /// None of the issuer's keys has the header's `kid`.
+    #[error("the token's kid is not one of the issuer's keys")]
+    UnknownKey,
+    /// The signature does not verify with the issuer's key: the header or claims were changed
+    /// after signing, or another key signed them.
+    #[error("the token's signature is invalid")]
+    Signature,
     /// `iss` is not the authorizer's issuer.
     #[error("the token does not have a valid issuer")]
     Issuer,
@@ -380,15 +418,18 @@ fn decode(token: &str) -> Result<(Json, Json), JwtError> {
     }
 }
 
-fn check_header(header: &Map<String, Value>) -> Result<(), JwtError> {
-    match header.get("alg") {
-        Some(Value::String(alg)) if RSA_ALGORITHMS.contains(&alg.as_str()) => {}
+/// The header's algorithm (RSA-based only) and key id.
+fn check_header(header: &Map<String, Value>) -> Result<(Algorithm, &str), JwtError> {
+    let algorithm = match header.get("alg") {
+        Some(Value::String(alg)) if RSA_ALGORITHMS.contains(&alg.as_str()) => alg
+            .parse::<Algorithm>()
+            .map_err(|_| JwtError::Algorithm(alg.clone()))?,
         Some(Value::String(alg)) => return Err(JwtError::Algorithm(alg.clone())),
         Some(other) => return Err(JwtError::Algorithm(other.to_string())),
         None => return Err(JwtError::Algorithm("(none)".to_owned())),
-    }
+    };
     match header.get("kid") {
-        Some(Value::String(kid)) if !kid.is_empty() => Ok(()),
+        Some(Value::String(kid)) if !kid.is_empty() => Ok((algorithm, kid)),
         _ => Err(JwtError::KeyId),
     }
 }
@@ -400,7 +441,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::gateway::token::{unsigned_token, unsigned_token_with_header};
+    use crate::gateway::LocalIssuer;
+    use crate::gateway::token::signed_token;
 
     const ISS: &str = "https://issuer.example.com/";
 
@@ -416,12 +458,12 @@ mod tests {
     }
 
     fn check(claims: Value) -> Result<ApiGatewayRequestAuthorizerJwtDescription, JwtError> {
-        authorizer().authorize(Some(&unsigned_token(&claims)))
+        authorizer().authorize(Some(&signed_token(&claims)))
     }
 
     #[test]
     fn token_with_or_without_bearer() {
-        let token = unsigned_token(&json!({"iss": ISS, "aud": "payments-api", "exp": now() + 60}));
+        let token = signed_token(&json!({"iss": ISS, "aud": "payments-api", "exp": now() + 60}));
         assert!(authorizer().authorize(Some(&token)).is_ok());
         assert!(
             authorizer()
@@ -490,7 +532,7 @@ mod tests {
         );
         assert!(with(json!({"exp": now() + 60, "nbf": now(), "iat": now()})).is_ok());
         let later = SystemTime::now() + Duration::from_secs(120);
-        let token = unsigned_token(&json!({"iss": ISS, "aud": "other", "exp": now() + 60}));
+        let token = signed_token(&json!({"iss": ISS, "aud": "other", "exp": now() + 60}));
         assert_eq!(
             authorizer().authorize_at(Some(&token), later),
             Err(JwtError::Expired)
@@ -500,11 +542,20 @@ mod tests {
     #[test]
     fn header_needs_an_rsa_alg_a_kid_and_a_signature() {
         let claims = json!({"iss": ISS, "aud": "payments-api", "exp": now() + 60});
-        let token = |header: Value| unsigned_token_with_header(&header, &claims);
+        let token = |header: Value| LocalIssuer::local().sign_with_header(&header, &claims);
         let a = authorizer();
         assert!(
-            a.authorize(Some(&token(json!({"alg": "PS384", "kid": "k"}))))
+            a.authorize(Some(&token(json!({"alg": "RS256", "kid": "local"}))))
                 .is_ok()
+        );
+        // PS384 is an algorithm API Gateway takes; this RS256 signature does not verify with it.
+        assert_eq!(
+            a.authorize(Some(&token(json!({"alg": "PS384", "kid": "local"})))),
+            Err(JwtError::Signature)
+        );
+        assert_eq!(
+            a.authorize(Some(&token(json!({"alg": "RS256", "kid": "k"})))),
+            Err(JwtError::UnknownKey)
         );
         assert_eq!(
             a.authorize(Some(&token(json!({"alg": "HS256", "kid": "k"})))),
@@ -522,7 +573,7 @@ mod tests {
             a.authorize(Some(&token(json!({"alg": "RS256"})))),
             Err(JwtError::KeyId)
         );
-        let good = token(json!({"alg": "RS256", "kid": "k"}));
+        let good = token(json!({"alg": "RS256", "kid": "local"}));
         let unsigned = &good[..good.rfind('.').unwrap() + 1];
         assert!(matches!(
             a.authorize(Some(unsigned)),
@@ -539,11 +590,11 @@ mod tests {
         let claims = json!({"iss": ISS, "aud": "payments-api", "exp": exp, "scope": "payments/read payments/write"});
         assert_eq!(check(claims.clone()).unwrap().scopes, None);
         let scoped = authorizer().with_authorization_scopes(["payments/write"]);
-        let jwt = scoped.authorize(Some(&unsigned_token(&claims))).unwrap();
+        let jwt = scoped.authorize(Some(&signed_token(&claims))).unwrap();
         assert_eq!(jwt.scopes.unwrap(), ["payments/read", "payments/write"]);
         let claims =
             json!({"iss": ISS, "aud": "payments-api", "exp": exp, "scp": ["payments/read"]});
-        let refused = scoped.authorize(Some(&unsigned_token(&claims)));
+        let refused = scoped.authorize(Some(&signed_token(&claims)));
         assert_eq!(refused, Err(JwtError::Scope));
         assert_eq!(refused.unwrap_err().status(), StatusCode::FORBIDDEN);
     }
@@ -554,5 +605,56 @@ mod tests {
             .www_authenticate()
             .unwrap();
         assert!(challenge.ends_with(r#"error_description="signing method a'b is invalid""#));
+    }
+
+    #[test]
+    fn the_signature_is_verified_against_the_issuer_s_keys() {
+        let claims = json!({"iss": ISS, "aud": "payments-api", "sub": "alice", "exp": now() + 60});
+        let token = signed_token(&claims);
+        assert!(authorizer().authorize(Some(&token)).is_ok());
+
+        // The claims edited after signing (header and signature kept).
+        let (header, _) = token.split_once('.').unwrap();
+        let signature = token.rsplit('.').next().unwrap();
+        let mut edited = claims.clone();
+        edited["sub"] = json!("mallory");
+        let forged = format!(
+            "{header}.{}.{signature}",
+            BASE64URL.encode(edited.to_string())
+        );
+        assert_eq!(
+            authorizer().authorize(Some(&forged)),
+            Err(JwtError::Signature)
+        );
+
+        // Another key under the same kid, and another issuer's key trusted instead.
+        let other = LocalIssuer::generate("local");
+        assert_eq!(
+            authorizer().authorize(Some(&other.sign(&claims))),
+            Err(JwtError::Signature)
+        );
+        let trusting_other = authorizer().with_keys(other.jwks().clone());
+        assert!(trusting_other.authorize(Some(&other.sign(&claims))).is_ok());
+        assert_eq!(
+            trusting_other.authorize(Some(&token)),
+            Err(JwtError::Signature)
+        );
+
+        // alg none, with an empty or a kept signature.
+        let none = BASE64URL.encode(r#"{"alg":"none","typ":"JWT","kid":"local"}"#);
+        let payload = token.split('.').nth(1).unwrap();
+        for unsigned in [
+            format!("{none}.{payload}."),
+            format!("{none}.{payload}.{signature}"),
+        ] {
+            assert!(
+                authorizer().authorize(Some(&unsigned)).is_err(),
+                "{unsigned}"
+            );
+        }
+        assert_eq!(
+            authorizer().authorize(Some(&format!("{none}.{payload}.{signature}"))),
+            Err(JwtError::Algorithm("none".into()))
+        );
     }
 }

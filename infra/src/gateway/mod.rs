@@ -23,9 +23,10 @@
 //! With [`GatewayOptions::with_jwt_authorizer`], a request reaches the function only with a
 //! token that passes API Gateway's checks (issuer, audience, times, algorithm, and the matched
 //! route's `AuthorizationScopes` from the template: at least one of them in the token's `scope`
-//! or `scp`). A route with `Authorizer: NONE` runs no authorizer. **Signatures are not
-//! verified** (there are no issuer keys locally): mint tokens with [`test_token`] or
-//! [`unsigned_token`]. The gateway logs this once when it starts.
+//! or `scp`), signed by a key of the authorizer's JWKS: [`LocalIssuer::local`]'s unless
+//! [`JwtAuthorizer::with_keys`] says otherwise. A route with `Authorizer: NONE` runs no
+//! authorizer. Mint tokens with [`test_token`] or [`signed_token`] in the process, or from
+//! [`serve_issuer`]'s `/token` in another one.
 //!
 //! ## Claims in the request context
 //!
@@ -69,6 +70,7 @@ mod answer;
 mod claims;
 mod event;
 mod invoke;
+mod issuer;
 mod jwt;
 mod routes;
 mod token;
@@ -89,8 +91,9 @@ use lambda_http::IntoResponse;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use issuer::{IssuerError, IssuerServer, LocalIssuer, serve as serve_issuer};
 pub use jwt::{JwtAuthorizer, JwtError};
-pub use token::{test_token, unsigned_token};
+pub use token::{signed_token, test_token};
 
 use answer::Answer;
 use invoke::Limits;
@@ -116,9 +119,11 @@ const MAX_REQUEST_BYTES: usize = 10 * 1024 * 1024;
 /// let template = Template::load_project(&TemplateOptions::default()).unwrap();
 /// let options = GatewayOptions::for_function(&template.functions["PaymentsApiFunction"])
 ///     .with_jwt_authorizer(JwtAuthorizer::from_parameters(&template, "JwtIssuer", "JwtAudience").unwrap());
-/// assert_eq!(options.timeout.as_secs(), 25);
-/// // POST /payments, GET /payments/{paymentId}, and ANY of each as the fallback (405).
-/// assert_eq!(options.routes.len(), 4);
+/// assert_eq!(options.timeout.as_secs(), 20);
+/// // POST /payments, and ANY /payments as the fallback (405); the reads are payments-reader's.
+/// assert_eq!(options.routes.len(), 2);
+/// let options = options.with_function(GatewayOptions::for_function(&template.functions["PaymentsReaderFunction"]));
+/// assert_eq!(options.integrations[0].timeout.as_secs(), 25);
 /// let url_options = options.function_url(); // every path and method, like a function URL
 /// assert!(url_options.routes.is_empty());
 /// ```
@@ -132,7 +137,9 @@ pub struct GatewayOptions {
     pub memory_size: u32,
     /// The function `Timeout`: each request's deadline.
     pub timeout: Duration,
-    /// API Gateway's integration timeout ([`INTEGRATION_TIMEOUT`] by default): past it, 503.
+    /// API Gateway's integration timeout of routes without their own
+    /// ([`HttpRoute::integration_timeout`], the template's `TimeoutInMillis`):
+    /// [`INTEGRATION_TIMEOUT`] by default. Past it, 503.
     pub integration_timeout: Duration,
     /// HTTP API routes; a request matching none gets API Gateway's 404. Empty: every request
     /// goes to the function (a function URL, or a `$default` route).
@@ -140,6 +147,12 @@ pub struct GatewayOptions {
     /// The routes' JWT authorizer: without a valid token, a request that matches a route gets
     /// 401 and does not reach the function. `None`: no authorization.
     pub authorizer: Option<JwtAuthorizer>,
+    /// Other functions of the same API, each behind its own routes (as an HTTP API integrates
+    /// several functions): their name, ARN, memory, timeout and routes are used, not their
+    /// authorizer. A request reaches the function of the most specific route of them all, with
+    /// that function's Lambda context; the handler tells them apart by
+    /// `request.lambda_context_ref()`'s function name.
+    pub integrations: Vec<GatewayOptions>,
 }
 
 impl GatewayOptions {
@@ -153,6 +166,7 @@ impl GatewayOptions {
             integration_timeout: INTEGRATION_TIMEOUT,
             routes: Vec::new(),
             authorizer: None,
+            integrations: Vec::new(),
         }
     }
 
@@ -173,17 +187,37 @@ impl GatewayOptions {
         self
     }
 
-    /// Puts `authorizer` in front of the function (see [`JwtAuthorizer`]; signatures are not
-    /// verified).
+    /// Puts `authorizer` in front of the function (see [`JwtAuthorizer`]).
     pub fn with_jwt_authorizer(mut self, authorizer: JwtAuthorizer) -> Self {
         self.authorizer = Some(authorizer);
         self
+    }
+
+    /// Adds the routes of another function of the API (see
+    /// [`integrations`](Self::integrations)), e.g. `GatewayOptions::for_function(&reader)`.
+    pub fn with_function(mut self, other: GatewayOptions) -> Self {
+        self.integrations.push(other);
+        self
+    }
+
+    /// Every route with the function behind it: this one's, then each integration's.
+    fn all_routes(&self) -> (Vec<HttpRoute>, Vec<&GatewayOptions>) {
+        let mut routes = Vec::new();
+        let mut targets = Vec::new();
+        for options in std::iter::once(self).chain(&self.integrations) {
+            for route in &options.routes {
+                routes.push(route.clone());
+                targets.push(options);
+            }
+        }
+        (routes, targets)
     }
 
     /// Without routes: every request goes to the function, like its function URL. (An
     /// authorizer, if set, stays: a `$default` route with an authorizer.)
     pub fn function_url(mut self) -> Self {
         self.routes.clear();
+        self.integrations.clear();
         self
     }
 
@@ -217,13 +251,6 @@ impl Gateway {
     {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        if let Some(authorizer) = &options.authorizer {
-            tracing::warn!(
-                %addr,
-                issuer = %authorizer.issuer,
-                "gateway JWT authorizer does NOT verify token signatures: local test identities only"
-            );
-        }
         let shutdown = CancellationToken::new();
         let state = Arc::new(State {
             options,
@@ -354,8 +381,9 @@ where
     let options = &state.options;
     let received = SystemTime::now();
     let (mut parts, body) = request.into_parts();
-    let route =
-        routes::select(&options.routes, &parts.method, parts.uri.path()).ok_or(Answer::NotFound)?;
+    let (routes, targets) = options.all_routes();
+    let route = routes::select(&routes, &parts.method, parts.uri.path()).ok_or(Answer::NotFound)?;
+    let target = targets.get(route.index).copied().unwrap_or(options);
 
     let jwt = match &options.authorizer {
         Some(_) if route.public => None,
@@ -398,11 +426,12 @@ where
         return Err(Answer::RequestTooLong);
     }
 
+    let integration_timeout = route.integration_timeout;
     let request = event::request(
         parts,
         body,
         event::Invocation {
-            options,
+            options: target,
             gateway: state.addr,
             peer,
             request_id,
@@ -412,11 +441,11 @@ where
         },
     );
     let limits = Limits {
-        function: options.timeout,
-        integration: options.integration_timeout,
+        function: target.timeout,
+        integration: integration_timeout.unwrap_or(options.integration_timeout),
     };
     invoke::invoke(
-        &options.function_name,
+        &target.function_name,
         request_id,
         limits,
         (state.handler)(request),

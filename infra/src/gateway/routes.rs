@@ -18,6 +18,10 @@ pub(crate) struct Matched {
     pub(crate) public: bool,
     /// The route's `AuthorizationScopes` (empty: the authorizer's own, if any).
     pub(crate) authorization_scopes: Vec<String>,
+    /// The route's integration timeout (`None`: the gateway's default).
+    pub(crate) integration_timeout: Option<std::time::Duration>,
+    /// The route's position in the routes given to [`select`].
+    pub(crate) index: usize,
 }
 
 /// The route for `method path`: `$default` when `routes` is empty (a function URL), `None` when
@@ -29,13 +33,17 @@ pub(crate) fn select(routes: &[HttpRoute], method: &Method, path: &str) -> Optio
             path_parameters: HashMap::new(),
             public: false,
             authorization_scopes: Vec::new(),
+            integration_timeout: None,
+            index: 0,
         });
     }
-    route(routes, method, path).map(|(r, path_parameters)| Matched {
+    route(routes, method, path).map(|(index, r, path_parameters)| Matched {
         route_key: format!("{} {}", r.method, r.path),
         path_parameters,
         public: r.is_public(),
         authorization_scopes: r.authorization_scopes.clone(),
+        integration_timeout: r.integration_timeout,
+        index,
     })
 }
 
@@ -72,12 +80,13 @@ fn route<'a>(
     routes: &'a [HttpRoute],
     method: &Method,
     path: &str,
-) -> Option<(&'a HttpRoute, HashMap<String, String>)> {
+) -> Option<(usize, &'a HttpRoute, HashMap<String, String>)> {
     routes
         .iter()
-        .filter(|r| r.method == "ANY" || r.method == method.as_str())
-        .filter_map(|r| match_route(&r.path, path).map(|p| (r, p)))
-        .max_by_key(|(r, _)| {
+        .enumerate()
+        .filter(|(_, r)| r.method == "ANY" || r.method == method.as_str())
+        .filter_map(|(i, r)| match_route(&r.path, path).map(|p| (i, r, p)))
+        .max_by_key(|(_, r, _)| {
             let literal = r.path.split('/').filter(|s| !s.starts_with('{')).count();
             let greedy = r.path.contains("+}");
             (!greedy, literal, r.method != "ANY")

@@ -1,20 +1,12 @@
-//! Unsigned JWTs for local tests and demos: what [`JwtAuthorizer`](super::JwtAuthorizer)
-//! accepts, since the local gateway does not verify signatures. Real JWT libraries refuse
-//! `alg: none`, so the header says `RS256` (with `kid: local`) and the signature segment is a
-//! placeholder; no real API Gateway accepts these tokens.
+//! Tokens for local tests and demos, signed by the process's [`LocalIssuer`]: what a
+//! [`JwtAuthorizer`](super::JwtAuthorizer) trusting that issuer's keys (the default) accepts. No
+//! real API Gateway accepts them: its authorizer trusts only its issuer's published keys.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use super::jwt::BASE64URL;
-
-/// The header of the tokens minted here.
-const HEADER: &str = r#"{"alg":"RS256","typ":"JWT","kid":"local"}"#;
-
-/// The placeholder signature segment.
-const SIGNATURE: &[u8] = b"local-aws: unsigned";
+use super::LocalIssuer;
 
 /// A test token for `sub` from `issuer` to `audience`, issued now and valid for `ttl`, with
 /// `extra_claims` added as string claims (replacing the standard ones of the same name).
@@ -48,29 +40,18 @@ pub fn test_token(
     for (name, value) in extra_claims {
         claims.insert((*name).to_owned(), json!(value));
     }
-    unsigned_token(&Value::Object(claims))
+    signed_token(&Value::Object(claims))
 }
 
 /// A token carrying exactly `claims` (any JSON: non-string claims, expired or missing times),
-/// with the same header and placeholder signature as [`test_token`].
+/// signed by [`LocalIssuer::local`] like [`test_token`]'s.
 ///
 /// ```
-/// use local_aws::gateway::unsigned_token;
+/// use local_aws::gateway::signed_token;
 ///
-/// let token = unsigned_token(&serde_json::json!({"iss": "i", "aud": "a", "exp": 0, "groups": ["x"]}));
+/// let token = signed_token(&serde_json::json!({"iss": "i", "aud": "a", "exp": 0, "groups": ["x"]}));
 /// assert!(token.starts_with("eyJ"));
 /// ```
-pub fn unsigned_token(claims: &Value) -> String {
-    let header: Value = serde_json::from_str(HEADER).expect("the header is JSON");
-    unsigned_token_with_header(&header, claims)
-}
-
-/// A token with `header` and `claims` (tests of the header checks).
-pub(crate) fn unsigned_token_with_header(header: &Value, claims: &Value) -> String {
-    format!(
-        "{}.{}.{}",
-        BASE64URL.encode(header.to_string()),
-        BASE64URL.encode(claims.to_string()),
-        BASE64URL.encode(SIGNATURE)
-    )
+pub fn signed_token(claims: &Value) -> String {
+    LocalIssuer::local().sign(claims)
 }

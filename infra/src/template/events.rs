@@ -150,6 +150,9 @@ pub struct HttpRoute {
     /// `scp`), else API Gateway answers 403. Empty: no scope is checked (or the authorizer's
     /// own, when it has some).
     pub authorization_scopes: Vec<String>,
+    /// The integration's `timeoutInMillis` (the event's `TimeoutInMillis`): API Gateway answers
+    /// 503 past it. `None`: API Gateway's default (and maximum), 30 s.
+    pub integration_timeout: Option<std::time::Duration>,
 }
 
 impl HttpRoute {
@@ -165,6 +168,7 @@ impl HttpRoute {
             path: path.into(),
             authorizer: None,
             authorization_scopes: Vec::new(),
+            integration_timeout: None,
         }
     }
 

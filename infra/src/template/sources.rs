@@ -4,6 +4,8 @@
 //!
 //! What the harness does not emulate is refused by name, never skipped.
 
+use std::time::Duration;
+
 use serde_yaml_ng::{Mapping, Value};
 
 use super::events::REPORT_BATCH_ITEM_FAILURES;
@@ -346,6 +348,7 @@ impl Ctx<'_> {
                 let mut route = HttpRoute::new(format!("{method} {path}"), method, path);
                 (route.authorizer, route.authorization_scopes) = self.security(operation, &at)?;
                 let function = self.integration(template, operation, &at)?;
+                route.integration_timeout = self.integration_timeout(operation, &at)?;
                 template.function_mut(&function).http_routes.push(route);
             }
         }
@@ -371,6 +374,28 @@ impl Ctx<'_> {
                 "only a Lambda proxy integration of a function of this template is emulated by the local harness",
             )),
         }
+    }
+
+    /// An operation's integration `timeoutInMillis` (50 to 30,000 ms on an HTTP API).
+    fn integration_timeout(&self, operation: &Value, at: &str) -> Result<Option<Duration>> {
+        let at = format!("{at}.x-amazon-apigateway-integration.timeoutInMillis");
+        let Some(value) = operation
+            .get("x-amazon-apigateway-integration")
+            .and_then(|i| i.get("timeoutInMillis"))
+        else {
+            return Ok(None);
+        };
+        let millis: u64 = self
+            .scalar(value, &at)?
+            .parse()
+            .map_err(|_| invalid(&at, "not a whole number of milliseconds"))?;
+        if !(50..=30_000).contains(&millis) {
+            return Err(invalid(
+                &at,
+                format!("{millis} ms is outside an HTTP API's 50 to 30,000 ms"),
+            ));
+        }
+        Ok(Some(Duration::from_millis(millis)))
     }
 
     /// An operation's `security`: its authorizer (`NONE` for a public route) and scopes.

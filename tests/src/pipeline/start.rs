@@ -17,6 +17,20 @@ use super::{BoxError, Counts, Pipeline, Running, add, settings};
 use crate::logs::function_span;
 use crate::processes::{FUNCTIONS, ProcessOptions, Processes, forward};
 
+/// The function behind `POST /payments`.
+const API: &str = "payments-api";
+/// The function behind `GET /payments/{paymentId}` (the reads, where clients wait).
+const READER: &str = "payments-reader";
+
+/// The function a request from the local gateway is for (its Lambda context's).
+fn function_name(request: &lambda_http::Request) -> String {
+    use lambda_http::RequestExt;
+    request
+        .lambda_context_ref()
+        .map(|c| c.env_config.function_name.clone())
+        .unwrap_or_default()
+}
+
 /// What a pipeline starts from: the provisioned template.
 pub(super) struct Start {
     pub sdk: aws_config::SdkConfig,
@@ -28,29 +42,46 @@ pub(super) struct Start {
 }
 
 impl Start {
+    /// The HTTP API: payments-api's routes (the POSTs) and payments-reader's (the reads), behind
+    /// the template's JWT authorizer.
     fn gateway_options(&self) -> Result<GatewayOptions, BoxError> {
-        let api = self
-            .template
-            .function_by_name("payments-api")
-            .ok_or("template.yaml has no function payments-api")?;
-        Ok(GatewayOptions::for_function(api).with_jwt_authorizer(
-            JwtAuthorizer::from_parameters(&self.template, "JwtIssuer", "JwtAudience")
-                .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
-        ))
+        let function = |name: &str| {
+            self.template
+                .function_by_name(name)
+                .ok_or_else(|| format!("template.yaml has no function {name}"))
+        };
+        let (api, reader) = (function(API)?, function(READER)?);
+        Ok(GatewayOptions::for_function(api)
+            .with_function(
+                GatewayOptions::for_function(reader)
+                    .with_function_arn(self.resources.function_arn(&reader.name)),
+            )
+            .with_function_arn(self.resources.function_arn(&api.name))
+            .with_jwt_authorizer(
+                JwtAuthorizer::from_parameters(&self.template, "JwtIssuer", "JwtAudience")
+                    .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
+            ))
     }
 
     /// The four functions' handlers called in this process.
     pub async fn in_process(self) -> Result<Pipeline, BoxError> {
         let (template, resources, sdk) = (&self.template, &self.resources, &self.sdk);
         let counts = Counts::default();
-        let api =
-            payments_api::App::from_settings(sdk, &settings(resources, template, "payments-api")?)?;
+        let api = payments_api::App::from_settings(sdk, &settings(resources, template, API)?)?;
+        let reader =
+            payments_api::App::from_settings(sdk, &settings(resources, template, READER)?)?;
         // Each function's init, as its main runs it: an idempotency table that does not fit
         // stops it.
         api.check_idempotency_table().await?;
+        reader.check_idempotency_table().await?;
         let gateway = Gateway::serve(self.api_addr, self.gateway_options()?, move |request| {
-            let api = api.clone();
-            async move { api.handle(request).await }.instrument(function_span("payments-api", None))
+            // The function the route integrates, as the gateway's Lambda context names it.
+            let (app, name) = if function_name(&request) == READER {
+                (reader.clone(), READER)
+            } else {
+                (api.clone(), API)
+            };
+            async move { app.handle(request).await }.instrument(function_span(name, None))
         })
         .await?;
 
@@ -121,16 +152,24 @@ impl Start {
     pub async fn processes(self, options: &ProcessOptions) -> Result<Pipeline, BoxError> {
         let processes =
             Processes::start(&self.template, &self.resources, &FUNCTIONS, options).await?;
-        let api = self
-            .template
-            .function_by_name("payments-api")
-            .ok_or("template.yaml has no function payments-api")?
-            .clone();
-        let api_arn = self.resources.function_arn(&api.name);
+        let function = |name: &str| -> Result<(local_aws::template::Function, String), BoxError> {
+            let f = self
+                .template
+                .function_by_name(name)
+                .ok_or_else(|| format!("template.yaml has no function {name}"))?;
+            Ok((f.clone(), self.resources.function_arn(&f.name)))
+        };
+        let targets = Arc::new([function(API)?, function(READER)?]);
         let invoker = Arc::new(processes.http_invoker());
         let gateway = Gateway::serve(self.api_addr, self.gateway_options()?, move |request| {
-            let (invoker, api, arn) = (invoker.clone(), api.clone(), api_arn.clone());
-            async move { forward(invoker.as_ref(), &api, arn, request).await }
+            let invoker = invoker.clone();
+            let name = function_name(&request);
+            let (f, arn) = targets
+                .iter()
+                .find(|(f, _)| f.name == name)
+                .unwrap_or(&targets[0])
+                .clone();
+            async move { forward(invoker.as_ref(), &f, arn, request).await }
         })
         .await?;
         let mut runner = Runner::from_clients(&self.clients).wait_time_seconds(1);

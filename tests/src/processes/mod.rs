@@ -39,8 +39,9 @@ use crate::stack::BoxError;
 use supervise::{RuntimeApi, Supervisor};
 
 /// The functions of the pipeline, in the order they are started.
-pub const FUNCTIONS: [&str; 4] = [
+pub const FUNCTIONS: [&str; 5] = [
     "payments-api",
+    "payments-reader",
     "payments-publisher",
     "payment-processor",
     "receipt-sender",

@@ -59,6 +59,7 @@ impl Default for UpOptions {
 pub struct Up {
     pipeline: Pipeline,
     endpoint: String,
+    issuer: local_aws::gateway::IssuerServer,
 }
 
 impl Up {
@@ -75,7 +76,19 @@ impl Up {
             ..Options::default()
         })
         .await?;
-        Ok(Self { pipeline, endpoint })
+        // The local issuer whose keys the gateway trusts, for tokens of other callers.
+        let tokens = TokenIssuer::from_template(&pipeline.template);
+        let issuer = local_aws::gateway::serve_issuer(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            tokens.issuer,
+            tokens.audience,
+        )
+        .await?;
+        Ok(Self {
+            pipeline,
+            endpoint,
+            issuer,
+        })
     }
 
     fn template(&self) -> &Template {
@@ -95,12 +108,14 @@ impl Up {
     /// for `aws --endpoint-url`, boto3 or any SDK, the API's URL, a token the local API accepts,
     /// and each queue's URL and table's name.
     pub fn exports(&self) -> BTreeMap<String, String> {
-        exports(
+        let mut out = exports(
             &self.endpoint,
             &self.api_url(),
             self.template(),
             self.resources(),
-        )
+        );
+        out.insert("ISSUER_URL".into(), self.issuer.url());
+        out
     }
 
     /// What `make up` prints on start: the exports (and the file they were written to, if
@@ -174,8 +189,13 @@ fn banner(
     let _ = writeln!(out, "payments stack up ({mode})");
     let _ = writeln!(
         out,
-        "  payments-api        HTTP API on {}  (JWT authorizer: local tokens, signatures not checked)",
+        "  payments-api        HTTP API on {}: POST /payments  (JWT authorizer: signatures checked \
+         against the local issuer's keys)",
         exports["API_URL"]
+    );
+    let _ = writeln!(
+        out,
+        "  payments-reader     the same API: GET /payments/{{paymentId}}, where clients wait"
     );
     let _ = writeln!(
         out,
@@ -208,6 +228,8 @@ fn banner(
          curl -sS -X POST \"$API_URL/payments\" -H \"Authorization: Bearer $API_TOKEN\" \\\n  \
          -H 'Content-Type: application/json' -H 'Idempotency-Key: coffee-1' \\\n  \
          -d '{{\"amountCents\": 1250, \"currency\": \"EUR\", \"description\": \"coffee\"}}'\n\
+         # A token for another caller (its `sub`, and so its account), from the local issuer:\n\
+         BOB_TOKEN=$(curl -sS \"$ISSUER_URL/token?sub=bob&scope=payments/write%20payments/read&ttl=3600\")\n\
          aws dynamodb scan --table-name \"$LEDGER_TABLE\"\n\
          aws sqs send-message --queue-url \"$RECEIPTS_QUEUE_URL\" --message-body 'not a receipt'\n\
          # (no aws CLI? the project's .venv/bin/python has boto3, which reads the same variables)\n"
@@ -281,6 +303,11 @@ mod tests {
         );
         assert!(
             text.contains("export API_URL=http://127.0.0.1:3000\n"),
+            "{text}"
+        );
+        // How to mint a token for another caller.
+        assert!(
+            text.contains("\"$ISSUER_URL/token?sub=bob&scope="),
             "{text}"
         );
     }

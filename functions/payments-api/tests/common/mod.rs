@@ -25,6 +25,7 @@ pub fn app(rules: &[&Rule]) -> App {
             accounts_table: "payments-accounts".into(),
             account_claim: "sub".into(),
             max_payment_amount: payments_api::validate::DEFAULT_MAX_PAYMENT_AMOUNT,
+            max_wait_seconds: payments_api::prefer::MAX_WAIT_SECONDS,
         },
     )
 }

@@ -1,0 +1,7 @@
+//! payments-reader: `GET /payments/{paymentId}`, with `Prefer: wait` (see
+//! [`payments_api::lambda_main`]).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    payments_api::lambda_main::run().await
+}

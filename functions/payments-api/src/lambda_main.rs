@@ -1,0 +1,29 @@
+//! The `main` of both functions built from this crate: payments-api (`POST /payments`) and
+//! payments-reader (`GET /payments/{paymentId}`, where clients wait). One code; each function has
+//! its own binary, so that `cargo lambda` builds and routes each by its name, and its own
+//! settings (`MAX_WAIT_SECONDS`), role, timeout and reserved concurrency in template.yaml.
+
+use lambda_http::{Error, Request, service_fn};
+
+use crate::App;
+
+/// Serves the Lambda runtime's invocations until it stops.
+pub async fn run() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let sdk = payments_config::sdk_config().await;
+    let app = App::from_settings(&sdk, &payments_config::Env)?;
+    // The idempotency table's check runs in the background from here, costing the init nothing.
+    // A table that does not fit fails each request, naming the table and the mismatch, until it
+    // is fixed.
+    let checks = payments_config::cold_start_checks(
+        app.idempotency().backend(),
+        None,
+        &payments_config::Env,
+        app.idempotency().expiry(),
+    )?;
+    lambda_http::run(service_fn(|request: Request| async {
+        checks.ready(None).await?;
+        app.handle(request).await
+    }))
+    .await
+}
