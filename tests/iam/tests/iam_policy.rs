@@ -237,6 +237,7 @@ fn project_roles_parse_and_resolve() {
             "PaymentProcessorRole",
             "PaymentsApiRole",
             "PaymentsPublisherRole",
+            "PaymentsReaderRole",
             "PaymentsReconcilerRole",
             "ReceiptSenderRole"
         ]
@@ -252,6 +253,7 @@ fn project_roles_parse_and_resolve() {
             ("payment-processor", "PaymentProcessorRole"),
             ("payments-api", "PaymentsApiRole"),
             ("payments-publisher", "PaymentsPublisherRole"),
+            ("payments-reader", "PaymentsReaderRole"),
             ("payments-reconciler", "PaymentsReconcilerRole"),
             ("receipt-sender", "ReceiptSenderRole"),
         ]
