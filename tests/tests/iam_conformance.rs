@@ -29,6 +29,7 @@ use local_aws::runner::{InProcess, Runner};
 use local_aws::template::Naming;
 use payments_e2e::Stack;
 use payments_e2e::http::{HttpClient, TokenIssuer};
+use payments_e2e::invariants::Scope;
 use payments_model::PaymentCharged;
 use tokio_util::sync::CancellationToken;
 
@@ -422,6 +423,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         "{path} lacks calls of this run (rerun with IAM_RECORDING=write and commit it):\n{}",
         missing.join("\n")
     );
+    stack.assert_invariants(&Scope::pipeline(), &[]).await;
 }
 
 /// One payments-reconciler pass with `recorder`'s clients, over what the run left, two
