@@ -333,8 +333,9 @@ async fn a_failed_payment_is_never_charged_by_a_later_delivery_or_a_redrive() {
         s(&payment(&stack, &p.payment_id).await.unwrap(), "status"),
         Some("charged")
     );
+    // The reopened payment's message, received above and charged by hand, is not deleted.
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(&Scope::through_charging().leaving("PaymentsQueue"), &[])
         .await;
 }
 
