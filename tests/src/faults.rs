@@ -12,6 +12,8 @@ use lambda_runtime::{Context, Error, LambdaEvent};
 use local_aws::runner::{EventSourceMapping, InProcess, Runner, RunningRunner};
 use tokio_util::sync::CancellationToken;
 
+use crate::invariants::{Scope, Sources, Violation, settle};
+use crate::pipeline::SETTLE_TIMEOUT;
 use crate::stack::{BoxError, Stack};
 
 /// One delivery of a message to the function.
@@ -64,6 +66,8 @@ pub struct Running {
     pub crashes: Arc<AtomicU64>,
     /// The function.
     pub app: Arc<payment_processor::App>,
+    /// The stack's tables and queues, for the invariant check at the end.
+    pub sources: Sources,
 }
 
 impl Running {
@@ -78,8 +82,33 @@ impl Running {
             .collect()
     }
 
-    /// Stops the pollers.
+    /// Checks the invariants of a run through charging once the payments queue drains (no
+    /// receipt-sender runs here), then stops the pollers; panics when any invariant is
+    /// violated.
     pub async fn stop(self) -> local_aws::runner::Stats {
+        self.stop_expecting(&[]).await
+    }
+
+    /// [`stop`](Self::stop) for a run that breaks invariants on purpose: panics unless the
+    /// violations found are exactly `expected`.
+    pub async fn stop_expecting(self, expected: &[Violation]) -> local_aws::runner::Stats {
+        let checked = settle(
+            &self.sources,
+            &Scope::through_charging(),
+            expected,
+            SETTLE_TIMEOUT,
+        )
+        .await;
+        let stats = self.stop_unchecked().await;
+        match checked {
+            Ok(checked) => checked.assert_passed(),
+            Err(e) => panic!("the invariants could not be checked: {e}"),
+        }
+        stats
+    }
+
+    /// Stops the pollers, checking nothing: a consumer stopped while others go on.
+    pub async fn stop_unchecked(self) -> local_aws::runner::Stats {
         let stats = self.runner.stop().await;
         stats.get("payment-processor").copied().unwrap_or_default()
     }
@@ -173,6 +202,7 @@ pub fn run_processor(
         deliveries,
         crashes,
         app,
+        sources: stack.sources(),
     })
 }
 

@@ -393,15 +393,29 @@ impl Stack {
         Ok(offenders)
     }
 
-    /// Checks the pipeline's invariants on what the stack holds, once its work queues are empty
-    /// (at most [`SETTLE_TIMEOUT`](crate::pipeline::SETTLE_TIMEOUT)); panics unless the
-    /// violations found are exactly `expected`.
-    pub async fn assert_invariants(&self, expected: &[crate::invariants::Violation]) {
-        let sources = crate::invariants::Sources::of(&self.clients, &self.resources);
-        crate::invariants::settle(&sources, expected, crate::pipeline::SETTLE_TIMEOUT)
-            .await
-            .expect("the stack's tables and queues can be read")
-            .assert_passed();
+    /// The stack's tables and queues, for the invariant checker.
+    pub fn sources(&self) -> crate::invariants::Sources {
+        crate::invariants::Sources::of(&self.clients, &self.resources)
+    }
+
+    /// Checks the invariants that apply in `scope` (the stages the test ran) on what the stack
+    /// holds, once the work queues the scope drains are empty (at most
+    /// [`SETTLE_TIMEOUT`](crate::pipeline::SETTLE_TIMEOUT)); panics unless the violations found
+    /// are exactly `expected`.
+    pub async fn assert_invariants(
+        &self,
+        scope: &crate::invariants::Scope,
+        expected: &[crate::invariants::Violation],
+    ) {
+        crate::invariants::settle(
+            &self.sources(),
+            scope,
+            expected,
+            crate::pipeline::SETTLE_TIMEOUT,
+        )
+        .await
+        .expect("the stack's tables and queues can be read")
+        .assert_passed();
     }
 
     /// Waits until the payments queue is empty (twice in a row, half a second apart).

@@ -11,6 +11,7 @@ use lambda_idempotency::transaction::Peeked;
 use payment_processor::App;
 use payments_e2e::Stack;
 use payments_e2e::faults::failed_in_batch;
+use payments_e2e::invariants::{Scope, Violation};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::stored::StoredPayment;
@@ -132,6 +133,9 @@ async fn a_dead_lettered_message_of_the_previous_version_marks_its_payment_faile
         0,
         "its own message's dead letter holds it"
     );
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// The earliest unsettled payments of an account are stored so that they can never be charged
@@ -178,6 +182,9 @@ async fn earlier_payments_that_can_never_be_charged_are_failed_and_the_later_one
         "{reasons:?}"
     );
     assert_eq!(stored(&stack, &all[0]).await.last_error, Some(reason));
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// The failure switch fails the earliest unsettled payment on every attempt, and its own message
@@ -209,6 +216,9 @@ async fn an_earlier_payment_that_always_fails_is_failed_once_its_attempts_are_sp
     assert_eq!(app.failed_ahead(), 1);
     assert_charged_once(&stack, &all[1..]).await;
     assert!(dead_letters(&stack).await.is_empty());
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// Catch-up charges with the stored payment, description included: the failure switch applies
@@ -249,6 +259,9 @@ async fn catch_up_honours_the_failure_switch_with_the_stored_description() {
     );
     assert_eq!(stored(&stack, &all[0]).await.last_error, Some(reason));
     assert_charged_once(&stack, &all[1..2]).await;
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// An old copy of a reopened payment's message, of the previous version, never fails it again:
@@ -295,4 +308,14 @@ async fn an_old_copy_never_fails_a_reopened_payment() {
         assert_eq!(marked, MarkedFailed::NotAccepted, "{:?}", old.sequence);
     }
     assert!(stored(&stack, &all[0]).await.is(PaymentStatus::Accepted));
+    // The reopened payment's message is left on the queue, with nobody to charge it.
+    stack
+        .assert_invariants(
+            &Scope::through_charging().leaving("PaymentsQueue"),
+            &[Violation::Unsettled {
+                payment_id: all[0].payment_id.clone(),
+                status: "accepted".into(),
+            }],
+        )
+        .await;
 }

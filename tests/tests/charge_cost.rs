@@ -10,6 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::invariants::Scope;
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 
@@ -110,4 +111,7 @@ async fn a_charge_is_the_domains_writes_with_the_record_on_the_payment() {
     );
     let entries = stack.ledger_entries().await.unwrap();
     assert_eq!(entries.get(&p.payment_id), Some(&1), "charged once");
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }

@@ -9,6 +9,7 @@ use payments_e2e::Stack;
 use payments_e2e::faults::{
     Consumer, event, failed_ids, receive_counts, run_processor, wait_until,
 };
+use payments_e2e::invariants::Scope;
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
@@ -323,6 +324,9 @@ async fn bad_input_fails_alone_with_a_clear_error() {
     assert!(response.batch_item_failures.is_empty());
     // The duplicate delivery above never charged again.
     assert_exactly_once(stack.charged_exactly_once(&good).await.unwrap());
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// Scenario 6: a panic in the handler fails only its record.
@@ -361,6 +365,9 @@ async fn a_panic_fails_only_its_record() {
     );
     // Redelivered, it succeeds; the others are duplicates.
     redeliver_with_time_to_spare(&app, records, &stack, &all).await;
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// Scenario 7: a batch whose deadline passes part way: the records not started are reported
@@ -411,4 +418,7 @@ async fn records_not_started_before_the_deadline_are_reported_failed() {
     }
     // Redelivered with time to spare: the rest is charged, the first two are not charged again.
     redeliver_with_time_to_spare(&app, records, &stack, &all).await;
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }

@@ -29,6 +29,7 @@ use local_aws::runner::{InProcess, Runner};
 use local_aws::template::Naming;
 use payments_e2e::Stack;
 use payments_e2e::http::{HttpClient, TokenIssuer};
+use payments_e2e::invariants::{Scope, Violation};
 use payments_model::PaymentCharged;
 use tokio_util::sync::CancellationToken;
 
@@ -391,7 +392,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     // payments-reconciler after the run: every charge audited, a payment left accepted with
     // its message in the dead-letter queue (marked failed), one with no message (sent again).
     let recon_rec = recorder();
-    reconcile(&stack, &recon_rec).await;
+    let mut left = reconcile(&stack, &recon_rec).await;
 
     let mut reports: Vec<Report> = Vec::new();
     let mut recorded = Vec::new();
@@ -438,12 +439,35 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         "{path} lacks calls of this run (rerun with IAM_RECORDING=write and commit it):\n{}",
         missing.join("\n")
     );
+    // What the run made on purpose: a payment item with no status and a charged payment with no
+    // ledger entry (written by hand for payment-processor's and receipt-sender's refusals), and
+    // what the reconciler's pass left with no function running any more.
+    left.extend([
+        Violation::Unsettled {
+            payment_id: "not-a-payment".into(),
+            status: String::new(),
+        },
+        Violation::LedgerEntries {
+            payment_id: "pay_elsewhere".into(),
+            entries: 0,
+        },
+    ]);
+    stack
+        .assert_invariants(
+            &Scope::pipeline()
+                .leaving("PaymentsQueue")
+                .leaving("ReceiptsQueue"),
+            &left,
+        )
+        .await;
 }
 
 /// One payments-reconciler pass with `recorder`'s clients, over what the run left, two
 /// payments left accepted (one whose message is in the dead-letter queue, one with no message)
-/// and a charged payment whose receipt is gone.
-async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
+/// and a charged payment whose receipt is gone. Returns the violations the pass leaves with no
+/// function running: the payment sent again still accepted, the charged payment's receipt event
+/// on the receipts queue, its receipt missing.
+async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
     use payments_operations::reconcile::{Config, Reconciler};
     let [dead, lost] = <[_; 2]>::try_from(
         stack
@@ -497,6 +521,16 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) {
     assert_eq!(report.receipts.resent.len(), 1, "{report}");
     assert!(report.audit.audited > 0, "{report}");
     assert!(report.audit.mismatches.is_empty(), "{report}");
+    vec![
+        Violation::Unsettled {
+            payment_id: lost.payment_id,
+            status: "accepted".into(),
+        },
+        Violation::Receipts {
+            payment_id: receipt["paymentId"].as_s().unwrap().clone(),
+            receipts: 0,
+        },
+    ]
 }
 
 /// Every queue names who may send to it: one queue policy whose one statement denies

@@ -10,6 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids, failed_in_batch};
+use payments_e2e::invariants::Scope;
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
@@ -98,6 +99,9 @@ async fn a_payment_never_accepted_is_refused_with_its_reason_and_creates_no_row(
     assert!(ledger_of(&stack, &[&never.payment_id]).await.is_empty());
     let reasons = dead_letters(&stack).await;
     assert!(reasons["never-1"].contains("never accepted"), "{reasons:?}");
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,6 +156,9 @@ async fn a_message_that_disagrees_with_its_payment_is_refused_and_the_payment_is
     let stored = payment(&stack, &p.payment_id).await.unwrap();
     assert_eq!(s(&stored, "status"), Some("charged"));
     assert!(stack.charged_exactly_once(&[p]).await.unwrap().is_empty());
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +218,9 @@ async fn the_next_and_the_previous_version_are_each_charged_exactly_once() {
             .unwrap()
             .is_empty()
     );
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,6 +333,10 @@ async fn a_failed_payment_is_never_charged_by_a_later_delivery_or_a_redrive() {
         s(&payment(&stack, &p.payment_id).await.unwrap(), "status"),
         Some("charged")
     );
+    // The reopened payment's message, received above and charged by hand, is not deleted.
+    stack
+        .assert_invariants(&Scope::through_charging().leaving("PaymentsQueue"), &[])
+        .await;
 }
 
 /// An account's payments delivered as AWS may deliver them: the stream's shards relayed in
@@ -398,6 +412,9 @@ async fn an_accounts_payments_are_charged_in_acceptance_order_however_they_arriv
     assert!(account.pending.is_empty(), "{:?}", account.pending);
     let reasons = dead_letters(&stack).await;
     assert_eq!(reasons.len(), 1, "only payment 2: {reasons:?}");
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// Many orders of delivery, as a simulation of the stream's shards: two accounts' payments,
@@ -483,6 +500,9 @@ async fn any_delivery_order_charges_in_acceptance_order() {
             assert_eq!(sequences, sorted, "seed {seed}, {account}");
         }
     }
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// A number whose payment is not written (payments-api stopped between taking the number and
@@ -585,4 +605,7 @@ async fn a_number_without_a_payment_is_voided_and_holds_up_nothing() {
             .unwrap()
             .is_empty()
     );
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }

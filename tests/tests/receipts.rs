@@ -28,6 +28,7 @@ use lambda_runtime::LambdaEvent;
 use local_aws::runner::{InProcess, Runner};
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids};
+use payments_e2e::invariants::Scope;
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentCharged;
@@ -249,6 +250,10 @@ async fn a_crash_after_the_write_sends_no_second_receipt() {
     assert!(failed_ids(&response).is_empty(), "{response:?}");
     assert_eq!(receipts_of(&stack, &payment_id).await.len(), 1);
     assert_eq!(stack.depth("ReceiptsDeadLetterQueue").await.unwrap(), 0);
+    // The processor's event is left on the receipts queue: the events above were made by hand.
+    stack
+        .assert_invariants(&Scope::pipeline().leaving("ReceiptsQueue"), &[])
+        .await;
 }
 
 /// A crash after the receipt's write, then an event for the same payment with another amount:
@@ -298,6 +303,9 @@ async fn a_receipt_for_another_amount_is_a_permanent_failure() {
         !reason.contains("accountId") && !reason.contains("currency"),
         "only the attributes that differ: {reason}"
     );
+    stack
+        .assert_invariants(&Scope::pipeline().leaving("ReceiptsQueue"), &[])
+        .await;
 }
 
 /// receipt-sender, as the template configures it, run by the local event source mapping over
@@ -462,5 +470,5 @@ async fn forged_events_never_write_a_receipt_nor_block_the_true_one() {
         "{late}"
     );
     // Whatever the forgeries, the stored data keeps every invariant.
-    stack.assert_invariants(&[]).await;
+    stack.assert_invariants(&Scope::pipeline(), &[]).await;
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use payments_e2e::invariants::{Sources, settle};
+use payments_e2e::invariants::{Scope, Sources, settle};
 
 /// The pipeline's invariants, checked against a running stack (`make up`'s, named by its exports
 /// in .local/up.env: AWS_ENDPOINT_URL, each table's name, each queue's URL): waits until the
@@ -41,7 +41,14 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match settle(&sources, &[], Duration::from_secs(args.timeout)).await {
+    match settle(
+        &sources,
+        &Scope::pipeline(),
+        &[],
+        Duration::from_secs(args.timeout),
+    )
+    .await
+    {
         Ok(checked) => {
             print!("{checked}");
             if checked.passed() {

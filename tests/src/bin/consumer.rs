@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     )?;
     println!("consumer ready");
     tokio::signal::ctrl_c().await?;
-    let stats = running.stop().await;
+    let stats = running.stop_unchecked().await;
     println!("{stats:?}");
     Ok(())
 }

@@ -8,7 +8,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use local_aws::provision::Provisioned;
 use local_aws::runner::queue_depth;
 
-use super::{Balance, LedgerEntry, Mismatch, Payment, Receipt, Snapshot, Violation, violations};
+use super::{
+    Balance, LedgerEntry, Mismatch, Payment, Receipt, Scope, Snapshot, Violation, violations,
+};
 use crate::checks::Tables;
 use crate::stack::BoxError;
 use crate::up::env_name;
@@ -267,12 +269,13 @@ impl fmt::Display for Checked {
     }
 }
 
-/// Waits until the work queues are empty and the stored data's violations are exactly
-/// `expected` (two reads in a row, so that a message between receive and delete is not missed),
+/// Waits until the work queues `scope` drains are empty and the stored data's violations of the
+/// invariants that apply in `scope` are exactly `expected` (two reads in a row, so that a message between receive and delete is not missed),
 /// or until `timeout`; returns what the last read found. A pipeline that never drains is
 /// reported by its violations: the queues still holding messages, the payments not settled.
 pub async fn settle(
     sources: &Sources,
+    scope: &Scope,
     expected: &[Violation],
     timeout: Duration,
 ) -> Result<Checked, BoxError> {
@@ -280,8 +283,12 @@ pub async fn settle(
     let mut matched = 0;
     loop {
         let snapshot = Snapshot::read(&sources.dynamodb, &sources.tables).await?;
-        let mut found = violations(&snapshot);
-        for (queue, messages) in sources.depths(&WORK_QUEUES).await? {
+        let mut found = violations(&snapshot, scope);
+        let drained: Vec<&str> = WORK_QUEUES
+            .into_iter()
+            .filter(|q| scope.drains(q))
+            .collect();
+        for (queue, messages) in sources.depths(&drained).await? {
             if messages > 0 {
                 found.push(Violation::Undrained { queue, messages });
             }

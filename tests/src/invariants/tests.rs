@@ -58,7 +58,7 @@ fn balance(s: &mut Snapshot, cents: i64) {
 
 #[test]
 fn a_healthy_snapshot_has_no_violation() {
-    assert_eq!(violations(&healthy()), vec![]);
+    assert_eq!(violations(&healthy(), &Scope::pipeline()), vec![]);
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn a_payment_left_accepted_is_unsettled() {
     let mut s = healthy();
     s.payments.insert("p4".into(), payment("a", 5, "accepted"));
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::Unsettled {
             payment_id: "p4".into(),
             status: "accepted".into()
@@ -79,7 +79,7 @@ fn a_failed_payment_without_its_reason_is_reported() {
     let mut s = healthy();
     s.payments.get_mut("p3").unwrap().last_error = None;
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::FailedWithoutReason {
             payment_id: "p3".into()
         }]
@@ -92,7 +92,7 @@ fn a_charge_without_its_ledger_entry_or_with_two_is_reported() {
     s.ledger.retain(|e| e.payment_id != "p2");
     balance(&mut s, 100);
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::LedgerEntries {
             payment_id: "p2".into(),
             entries: 0
@@ -102,7 +102,7 @@ fn a_charge_without_its_ledger_entry_or_with_two_is_reported() {
     s.ledger.push(entry("p1", "a", 100));
     balance(&mut s, 450);
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::LedgerEntries {
             payment_id: "p1".into(),
             entries: 2
@@ -116,7 +116,7 @@ fn a_ledger_entry_of_another_amount_is_reported() {
     s.ledger[1].amount_cents = 4242;
     balance(&mut s, 4342);
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::LedgerAmount {
             payment_id: "p2".into(),
             payment: (250, "EUR".into()),
@@ -130,7 +130,7 @@ fn a_charge_without_its_receipt_or_with_two_is_reported() {
     let mut s = healthy();
     s.receipts.retain(|r| r.payment_id != "p1");
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::Receipts {
             payment_id: "p1".into(),
             receipts: 0
@@ -139,7 +139,7 @@ fn a_charge_without_its_receipt_or_with_two_is_reported() {
     let mut s = healthy();
     s.receipts.push(receipt("p1", 100));
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::Receipts {
             payment_id: "p1".into(),
             receipts: 2
@@ -152,7 +152,7 @@ fn a_receipt_of_another_amount_is_reported() {
     let mut s = healthy();
     s.receipts[0].amount_cents = 4242;
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::ReceiptAmount {
             payment_id: "p1".into(),
             payment: (100, "EUR".into()),
@@ -167,7 +167,7 @@ fn a_balance_that_is_not_its_ledger_sum_is_reported_either_way() {
         let mut s = healthy();
         balance(&mut s, cents);
         assert_eq!(
-            violations(&s),
+            violations(&s, &Scope::pipeline()),
             vec![Violation::Balance {
                 account: "a".into(),
                 currency: "EUR".into(),
@@ -187,7 +187,7 @@ fn a_balance_that_is_not_its_ledger_sum_is_reported_either_way() {
         },
     );
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![
             Violation::Balance {
                 account: "a".into(),
@@ -211,7 +211,7 @@ fn a_receipt_without_its_charged_payment_is_reported() {
     s.receipts.push(receipt("p3", 999));
     s.receipts.push(receipt("forged", 4242));
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![
             Violation::ReceiptWithoutCharge {
                 payment_id: "forged".into(),
@@ -231,7 +231,7 @@ fn a_ledger_entry_without_its_charged_payment_is_reported() {
     s.ledger.push(entry("p3", "a", 999));
     balance(&mut s, 1349);
     assert_eq!(
-        violations(&s),
+        violations(&s, &Scope::pipeline()),
         vec![Violation::LedgerWithoutCharge {
             payment_id: "p3".into(),
             status: FAILED.into()
@@ -257,4 +257,79 @@ fn expectations_are_exact() {
     );
     let m = Mismatch::between(&[v.clone(), v.clone()], one_v);
     assert_eq!(m.unexpected, vec![v]);
+}
+
+/// A charged payment without its receipt, a receipt of another amount, and a receipt of a
+/// failed payment: the receipt invariants, each broken once.
+fn receipts_broken() -> Snapshot {
+    let mut s = healthy();
+    s.receipts = vec![receipt("p2", 1), receipt("p3", 999)];
+    s
+}
+
+#[test]
+fn receipt_invariants_are_checked_when_receipt_sender_ran() {
+    assert_eq!(
+        violations(&receipts_broken(), &Scope::pipeline()),
+        vec![
+            Violation::Receipts {
+                payment_id: "p1".into(),
+                receipts: 0
+            },
+            Violation::ReceiptAmount {
+                payment_id: "p2".into(),
+                payment: (250, "EUR".into()),
+                receipt: (1, "EUR".into())
+            },
+            Violation::ReceiptWithoutCharge {
+                payment_id: "p3".into(),
+                status: FAILED.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn receipt_invariants_are_not_checked_when_receipt_sender_never_ran() {
+    assert_eq!(
+        violations(&receipts_broken(), &Scope::through_charging()),
+        vec![]
+    );
+}
+
+#[test]
+fn through_charging_still_checks_payments_ledger_and_balances() {
+    let mut s = receipts_broken();
+    s.payments.insert("p4".into(), payment("a", 5, "accepted"));
+    s.ledger.push(entry("p3", "a", 999));
+    assert_eq!(
+        violations(&s, &Scope::through_charging()),
+        vec![
+            Violation::Unsettled {
+                payment_id: "p4".into(),
+                status: "accepted".into()
+            },
+            Violation::Balance {
+                account: "a".into(),
+                currency: "EUR".into(),
+                balance: 350,
+                ledger: 1349
+            },
+            Violation::LedgerWithoutCharge {
+                payment_id: "p3".into(),
+                status: FAILED.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_scope_drains_every_work_queue_but_those_it_leaves() {
+    let pipeline = Scope::pipeline();
+    assert!(settle::WORK_QUEUES.iter().all(|q| pipeline.drains(q)));
+    let charging = Scope::through_charging();
+    assert!(charging.drains("PaymentsQueue"));
+    assert!(!charging.drains("ReceiptsQueue"));
+    let leaving = Scope::through_charging().leaving("PaymentsQueue");
+    assert!(!leaving.drains("PaymentsQueue"));
 }

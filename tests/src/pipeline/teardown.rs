@@ -8,7 +8,7 @@ use std::time::Duration;
 use local_aws::runner::Stats;
 
 use super::{BoxError, Pipeline};
-use crate::invariants::{Checked, Sources, Violation, settle};
+use crate::invariants::{Checked, Scope, Sources, Violation, settle};
 
 /// How long the check at the end of a run waits for the pipeline to drain.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,7 +26,7 @@ impl Pipeline {
         expected: &[Violation],
         timeout: Duration,
     ) -> Result<Checked, BoxError> {
-        settle(&self.sources(), expected, timeout).await
+        settle(&self.sources(), &Scope::pipeline(), expected, timeout).await
     }
 
     /// Checks the invariants once the pipeline has drained, then stops everything; panics when

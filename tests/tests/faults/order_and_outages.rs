@@ -189,6 +189,9 @@ async fn a_killed_consumer_loses_nothing_and_repeats_nothing() {
     drained.unwrap();
     assert_exactly_once(stack.charged_exactly_once(&all).await.unwrap());
     eprintln!("killed after {charged_at_kill} of {} charges", all.len());
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
 }
 
 /// Scenario 3: the store becomes unreachable during a run and comes back: no record is
