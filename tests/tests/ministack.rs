@@ -3,8 +3,9 @@
 //! skips), deploys template.yaml with `sam deploy` and the binaries this test run built, and is
 //! reached through what it prints. One payment, with the printed token: `201`, then `charged` on
 //! its GET, then one ledger entry and one receipt in the tables, all through MiniStack's own
-//! event sources and the functions' own processes. A token whose signature is not the local
-//! issuer's is refused (MiniStack's authorizer checks signatures). Ctrl-C stops everything.
+//! event sources and the functions' own processes, and the invariants checked by
+//! `check-invariants`. A token whose signature is not the local issuer's is refused (MiniStack's
+//! authorizer checks signatures). Ctrl-C stops everything.
 //!
 //! What MiniStack does not do as AWS does is measured by `tests/ministack/probes.py` and listed in
 //! docs/local-development.md ("make up-ministack"); this test proves the path works, not those gaps.
@@ -16,7 +17,9 @@ use std::time::Duration;
 
 use payments_e2e::http::HttpClient;
 use payments_e2e::up::CALLER;
-use stack_process::{Started, assert_charged, assert_gone, assert_stored_once, interrupt};
+use stack_process::{
+    Started, assert_charged, assert_gone, assert_invariants_hold, assert_stored_once, interrupt,
+};
 use tokio::process::Command;
 
 /// Where this test run's build put the functions' binaries: `target/debug`, beside `deps/` where
@@ -84,6 +87,9 @@ async fn up_ministack_deploys_the_template_and_charges_a_payment() {
 
     // -> receipts -> receipt-sender: one ledger entry, the balance, one receipt.
     assert_stored_once(&exports, &payment_id, CALLER, 990).await;
+
+    // The invariants, checked on demand against the deployed stack by its exports.
+    assert_invariants_hold(&exports).await;
 
     // The authorizer checks the signature: the same claims, signed by no one, are refused.
     let token = var("API_TOKEN");

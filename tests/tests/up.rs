@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use payments_e2e::http::HttpClient;
 use payments_e2e::up::CALLER;
-use stack_process::{Started, assert_charged, assert_gone, assert_stored_once, interrupt, refused};
+use stack_process::{
+    Started, assert_charged, assert_gone, assert_invariants_hold, assert_stored_once, interrupt,
+    refused,
+};
 use tokio::process::Command;
 
 fn free_port() -> u16 {
@@ -142,17 +145,7 @@ async fn up_serves_the_stack_to_outside_clients_until_ctrl_c() {
     assert_stored_once(&exports, &payment_id, CALLER, 1250).await;
 
     // The invariants, checked on demand against the running stack by its exports.
-    let checked = tokio::process::Command::new(env!("CARGO_BIN_EXE_check-invariants"))
-        .envs(&exports)
-        .output()
-        .await
-        .unwrap();
-    let report = String::from_utf8_lossy(&checked.stdout);
-    assert!(
-        checked.status.success() && report.contains(": 0 violations"),
-        "{report}{}",
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    assert_invariants_hold(&exports).await;
 
     // The functions' JSON logs, each line with the function's name in front.
     {

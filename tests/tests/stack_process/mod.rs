@@ -189,6 +189,22 @@ pub async fn assert_charged(http: &HttpClient, payment_id: &str) {
     panic!("payment {payment_id} was not charged within 60 s: {status}");
 }
 
+/// The invariants, checked on demand against the running stack by its printed exports
+/// (`check-invariants`, as `make check-invariants` runs it): no violation.
+pub async fn assert_invariants_hold(exports: &BTreeMap<String, String>) {
+    let checked = tokio::process::Command::new(env!("CARGO_BIN_EXE_check-invariants"))
+        .envs(exports)
+        .output()
+        .await
+        .unwrap();
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && report.contains(": 0 violations"),
+        "{report}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
 /// The tables (read with the SDK on `endpoint`, by the printed names) once the payment has its
 /// receipt: one ledger entry, `caller`'s EUR balance `amount` from one payment, one receipt.
 pub async fn assert_stored_once(
