@@ -370,4 +370,16 @@ impl<B: TransactionalBackend> TransactionalBackend for CachedBackend<B> {
         }
         Ok(failure)
     }
+
+    fn new_item_problem(&self, write: &B::Write) -> Option<String> {
+        self.inner.new_item_problem(write)
+    }
+
+    async fn record_on_item(
+        &self,
+        key: &str,
+        at: &B::Write,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.inner.record_on_item(key, at).await
+    }
 }

@@ -58,17 +58,22 @@
 //! limit is permanent ([`TransactError::Limit`](crate::transaction::TransactError::Limit) found before the request, or a rejection for its
 //! size from the store).
 //!
-//! A success ends the count. The failed record blocks nothing, but the item's write does not
-//! overwrite it: left as it is, a later duplicate whose handler fails before it gives its item
-//! would continue its count, towards the dead-letter queue. So an attempt that succeeds after
-//! earlier attempts may have failed sets that record's attempts back to 0: one more conditional
-//! `UpdateItem` (the reset of [`Idempotency::reset_attempts`](crate::Idempotency::reset_attempts),
-//! which changes only a failed record), after the write, best effort (a failure is logged), and
-//! on that path only. The batch wrapper knows when: an attempt above 1 (a redelivery, without the
-//! attempts read; a key whose failed attempts the read found, with it). A first delivery that
-//! succeeds costs its one write, as before. [`Idempotency::put_inline`](crate::Idempotency::put_inline) called directly knows no
-//! attempt and never resets: a key of the body, failed by one message and completed by
-//! another's first delivery, keeps its count too. A redelivery
+//! A success ends nothing: it costs its one write, whatever failed before it. The failed record
+//! it leaves in the engine's table blocks nothing, and a failure that comes after the key's work
+//! is done is told by the item itself. With the batch wrapper's item lookup
+//! ([`Inline::with_item_lookup`](crate::batch::Inline::with_item_lookup), or
+//! [`ConsumerBuilder::with_item_lookup`](crate::consumer::ConsumerBuilder::with_item_lookup)):
+//! where the message's item is, from its key and the message), a failed attempt reads that item
+//! before it is counted ([`TransactionalBackend::record_on_item`](crate::store::TransactionalBackend::record_on_item),
+//! one `GetItem` on the failure path only): an item that carries the key's record means another
+//! delivery did the work, and the message is a duplicate (another payload: a mismatch), never a
+//! failure towards the attempt budget. So a key whose work is done is never dead-lettered for a
+//! later failure, whatever the order of deliveries: message A failing four times, message B of
+//! the same body succeeding, then message C failing once is a duplicate for C, not a fifth
+//! attempt; the same when the invocation that wrote the item ended before its message was
+//! deleted. Without a lookup, the engine's table does not know the item: such a failure
+//! continues the count the earlier ones left. [`Idempotency::put_inline`](crate::Idempotency::put_inline)
+//! called directly knows no item to read. A redelivery
 //! (receive count above 1) goes straight to the write, as a first delivery does, so a redelivered
 //! duplicate costs one refused write: the batch wrapper ([`Inline`](crate::batch::Inline)) tells
 //! its handler the receive count as its attempt, and the store counts the failed attempts that
@@ -126,7 +131,7 @@
 //! let backend = Arc::new(InMemoryBackend::default());
 //! let engine = Idempotency::new(backend.clone());
 //! let receipt = || async {
-//!     Ok::<_, std::io::Error>(InlinePut::new("r-1", MemoryWrite::put("receipts", "r-1", "500")))
+//!     Ok::<_, std::io::Error>(InlinePut::new("r-1", MemoryWrite::put_if_absent("receipts", "r-1", "500")))
 //! };
 //! let first = engine.put_inline("payment-1", b"{\"amount\":500}", receipt).await.unwrap();
 //! let again = engine.put_inline("payment-1", b"{\"amount\":500}", receipt).await.unwrap();
@@ -148,11 +153,17 @@ pub struct InlinePut<T, I> {
 }
 
 impl<T, I> InlinePut<T, I> {
-    /// `item`, written with the record, and `output`. The item is a write of the backend
-    /// ([`TransactionalBackend::Write`](crate::store::TransactionalBackend::Write)) on the
-    /// condition that its item does not exist, or one it converts: a DynamoDB
-    /// [`NewItem`](crate::store::NewItem) is such a `Put`, and is written by the in-memory backend
-    /// too, so that a handler's unit test runs it unchanged.
+    /// `item`, written with the record, and `output`. The item is the write of one new item,
+    /// which the store refuses once the item exists, so that the work never runs twice whatever
+    /// its record's expiry: a DynamoDB [`NewItem`](crate::store::NewItem) (a `Put` on
+    /// `attribute_not_exists` of its key, which the in-memory backend writes too, so that a
+    /// handler's unit test runs it unchanged), or the in-memory
+    /// [`MemoryWrite::put_if_absent`](crate::store::MemoryWrite::put_if_absent). Any other write
+    /// of the backend ([`TransactionalBackend::Write`](crate::store::TransactionalBackend::Write):
+    /// an `Update`, a `Put` without that condition) is refused before any request, as the code's
+    /// error ([`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured), naming
+    /// the write: [`TransactionalBackend::new_item_problem`](crate::store::TransactionalBackend::new_item_problem)),
+    /// never counted as an attempt and never dead-lettered.
     pub fn new(output: T, item: I) -> Self {
         Self { output, item }
     }
@@ -180,6 +191,9 @@ where
     I: Into<W>,
 {
     fn from(put: InlinePut<T, I>) -> Self {
-        Transaction::new(put.output).write(put.item).carry_record()
+        Transaction::new(put.output)
+            .write(put.item)
+            .carry_record()
+            .of_new_item()
     }
 }

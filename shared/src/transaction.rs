@@ -110,6 +110,8 @@ pub struct Transaction<T, W> {
     output: T,
     writes: Vec<W>,
     carrier: Option<usize>,
+    /// An [`InlinePut`](crate::inline::InlinePut)'s: its one write must be a new item's.
+    new_item: bool,
 }
 
 impl<T, W> Transaction<T, W> {
@@ -119,6 +121,7 @@ impl<T, W> Transaction<T, W> {
             output,
             writes: Vec::new(),
             carrier: None,
+            new_item: false,
         }
     }
 
@@ -218,6 +221,18 @@ impl<T, W> Transaction<T, W> {
     }
 
     /// The output, the writes and the carrier.
+    /// An [`InlinePut`](crate::inline::InlinePut)'s transaction: its one write must be the write
+    /// of a new item ([`TransactionalBackend::new_item_problem`](crate::store::TransactionalBackend::new_item_problem)).
+    pub(crate) fn of_new_item(mut self) -> Self {
+        self.new_item = true;
+        self
+    }
+
+    /// True for an [`InlinePut`](crate::inline::InlinePut)'s transaction.
+    pub(crate) fn is_new_item(&self) -> bool {
+        self.new_item
+    }
+
     pub(crate) fn into_carried_parts(self) -> (T, Vec<W>, Option<usize>) {
         (self.output, self.writes, self.carrier)
     }

@@ -86,6 +86,9 @@ impl Items<TransactWriteItem> for Effects {
             .attribute("value", AttributeValue::S(value.into()))
             .into()
     }
+    fn key(&self, id: &str) -> TransactWriteItem {
+        NewItem::new(&self.table, "pk", AttributeValue::S(id.into())).into()
+    }
     fn put(&self, id: &str, value: &str) -> TransactWriteItem {
         self.put_write(id, value, None)
     }

@@ -100,6 +100,17 @@ impl TransactionalBackend for Counted {
         self.counter.add("record_failure");
         self.inner.record_failure(record, now_ms).await
     }
+    fn new_item_problem(&self, write: &MemoryWrite) -> Option<String> {
+        self.inner.new_item_problem(write)
+    }
+    async fn record_on_item(
+        &self,
+        key: &str,
+        at: &MemoryWrite,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.counter.add("get");
+        self.inner.record_on_item(key, at).await
+    }
 }
 
 /// The inline mode's items: values under the table `effects`.
@@ -112,6 +123,9 @@ impl Items<MemoryWrite> for Effects {
     type Write = MemoryWrite;
     fn item(&self, id: &str, value: &str) -> MemoryWrite {
         MemoryWrite::put_if_absent(EFFECTS, id, value)
+    }
+    fn key(&self, id: &str) -> MemoryWrite {
+        MemoryWrite::put_if_absent(EFFECTS, id, "")
     }
     fn put(&self, id: &str, value: &str) -> MemoryWrite {
         MemoryWrite::put(EFFECTS, id, value)

@@ -28,7 +28,7 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
         self,
         engine: Idempotency<B>,
     ) -> Transactional<Self, B> {
-        Idempotent::new(self, engine, super::TransactionalMode)
+        Idempotent::new(self, engine, super::TransactionalMode::default())
     }
 
     /// Writes this handler's one new item with its idempotency record on it, in one conditional

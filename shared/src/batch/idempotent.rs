@@ -106,8 +106,8 @@ impl<H, B, M> Idempotent<H, B, M> {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::LeaseMode {}
-    impl Sealed for super::super::transactional::TransactionalMode {}
-    impl Sealed for super::super::inline::InlineMode {}
+    impl<W> Sealed for super::super::transactional::TransactionalMode<W> {}
+    impl<W> Sealed for super::super::inline::InlineMode<W> {}
 }
 
 /// How an [`Idempotent`] handler writes its record: [`LeaseMode`],

@@ -5,6 +5,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
 use super::idempotent::{Deduplicated, Idempotent, Mode};
+use super::lookup::ItemLookup;
 use super::transactional::{Start, finish, guarded, start};
 use super::{RecordContext, RecordHandler};
 use crate::error::RecordError;
@@ -63,7 +64,7 @@ use crate::transaction::Transaction;
 /// // On DynamoDB the item is a `store::NewItem` and the backend a `DynamoDbBackend`.
 /// let backend = Arc::new(InMemoryBackend::default());
 /// let handler = json(|p: Payment, _ctx: RecordContext| async move {
-///     let receipt = MemoryWrite::put("receipts", &p.payment_id, &p.amount_cents.to_string());
+///     let receipt = MemoryWrite::put_if_absent("receipts", &p.payment_id, &p.amount_cents.to_string());
 ///     Ok::<_, std::io::Error>(InlinePut::new(p.payment_id, receipt))
 /// })
 /// .inline(Idempotency::new(backend.clone()))
@@ -86,16 +87,54 @@ use crate::transaction::Transaction;
 /// assert_eq!(backend.item("receipts", "p-1").as_deref(), Some("500"));
 /// # });
 /// ```
-pub type Inline<H, B> = Idempotent<H, B, InlineMode>;
+pub type Inline<H, B> = Idempotent<H, B, InlineMode<<B as TransactionalBackend>::Write>>;
 
 /// The inline mode (see [`Inline`]): the handler's one new item carries the record, in one
-/// conditional write.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InlineMode {
+/// conditional write. `W` is the backend's write.
+#[derive(Debug, Clone)]
+pub struct InlineMode<W> {
     read_attempts: bool,
+    lookup: ItemLookup<W>,
 }
 
-impl<H, B> Inline<H, B> {
+impl<W> Default for InlineMode<W> {
+    fn default() -> Self {
+        Self {
+            read_attempts: false,
+            lookup: ItemLookup::default(),
+        }
+    }
+}
+
+impl<H, B: TransactionalBackend> Inline<H, B> {
+    /// Where a message's item is: `locate` gives, from the message's idempotency key and the
+    /// message, the item its work writes (its key, as a write: a
+    /// [`NewItem`](crate::store::NewItem) of its key attributes alone on DynamoDB), or `None`.
+    /// A failed attempt reads that item before it is counted
+    /// ([`TransactionalBackend::record_on_item`]): when the item carries the key's record,
+    /// another delivery did the work, and the message is a duplicate (or, with another payload,
+    /// a mismatch), never a failure towards the attempt budget and the dead-letter queue. On the
+    /// failure path only: a success costs its one write, as without it.
+    ///
+    /// Without it, the failure is counted in the engine's table, which does not know the item:
+    /// a later message of the key whose handler fails before giving its item continues the
+    /// count that earlier failures left, even when another message completed the key in
+    /// between.
+    pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
+    where
+        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        I: Into<B::Write>,
+    {
+        self.mode.lookup = ItemLookup::new(locate);
+        self
+    }
+
+    /// With `lookup` (the consumer builder's).
+    pub(crate) fn with_lookup(mut self, lookup: ItemLookup<B::Write>) -> Self {
+        self.mode.lookup = lookup;
+        self
+    }
+
     /// A redelivery (receive count above 1) reads the engine's table before the handler runs,
     /// so that the handler is told its attempt as the store counts it: one more request per
     /// redelivery. The read cannot see the item, so a redelivered duplicate then costs the read
@@ -107,7 +146,7 @@ impl<H, B> Inline<H, B> {
     }
 }
 
-impl<H, B, T, I> Mode<H, B> for InlineMode
+impl<H, B, T, I> Mode<H, B> for InlineMode<B::Write>
 where
     H: RecordHandler<Output = InlinePut<T, I>>,
     T: Serialize + Send,
@@ -135,14 +174,14 @@ where
             inner_ctx.attempt = ctx.receive_count.max(1);
             inner_ctx
         };
-        let retried = inner_ctx.attempt > 1;
+        let item = this.mode.lookup.item(&key, message);
         let work = || async {
             let put = guarded(ctx, this.inner.handle(message, &inner_ctx)).await?;
             Ok(Transaction::from(put))
         };
         let result = this
             .engine
-            .transact_retried(&key, &hash, ctx.finish_by, retried, work)
+            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
             .await;
         finish(result, ctx, &key)
     }

@@ -32,6 +32,7 @@ mod handler;
 mod idempotent;
 mod inline;
 mod lanes;
+mod lookup;
 mod processor;
 mod report;
 mod then;
@@ -45,6 +46,7 @@ pub use handler::{
 };
 pub use idempotent::{Deduplicated, Idempotent, LeaseMode, Mode};
 pub use inline::{Inline, InlineMode};
+pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use then::AndThen;

@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use serde::Serialize;
 
 use super::idempotent::{Deduplicated, Idempotent, Mode};
+use super::lookup::ItemLookup;
 use super::{RecordContext, RecordHandler};
 use crate::Idempotency;
 use crate::error::{RecordError, panic_message};
@@ -79,12 +80,45 @@ use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 /// # }
 /// # }
 /// ```
-pub type Transactional<H, B> = Idempotent<H, B, TransactionalMode>;
+pub type Transactional<H, B> =
+    Idempotent<H, B, TransactionalMode<<B as TransactionalBackend>::Write>>;
 
 /// The transactional mode (see [`Transactional`]): the handler's writes commit with the record
-/// in one transaction; a redelivery reads the record first.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TransactionalMode;
+/// in one transaction; a redelivery reads the record first. `W` is the backend's write.
+#[derive(Debug, Clone)]
+pub struct TransactionalMode<W> {
+    lookup: ItemLookup<W>,
+}
+
+impl<W> Default for TransactionalMode<W> {
+    fn default() -> Self {
+        Self {
+            lookup: ItemLookup::default(),
+        }
+    }
+}
+
+impl<H, B: TransactionalBackend> Transactional<H, B> {
+    /// Where a message's carried item is, for a handler whose record rides on one of its writes
+    /// ([`Transaction::carry_record`](crate::transaction::Transaction::carry_record)): as
+    /// [`Inline::with_item_lookup`](super::Inline::with_item_lookup), a failed attempt reads
+    /// that item before it is counted, and a record on it answers for the key. A record written
+    /// beside the writes is in the engine's table, where the failure finds it without a lookup.
+    pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
+    where
+        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        I: Into<B::Write>,
+    {
+        self.mode.lookup = ItemLookup::new(locate);
+        self
+    }
+
+    /// With `lookup` (the consumer builder's).
+    pub(crate) fn with_lookup(mut self, lookup: ItemLookup<B::Write>) -> Self {
+        self.mode.lookup = lookup;
+        self
+    }
+}
 
 /// Where a record that commits with its idempotency record starts.
 pub(super) enum Start<T> {
@@ -201,7 +235,7 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
     }
 }
 
-impl<H, B, T> Mode<H, B> for TransactionalMode
+impl<H, B, T> Mode<H, B> for TransactionalMode<B::Write>
 where
     H: RecordHandler<Output = Transaction<T, B::Write>>,
     T: Serialize + Send,
@@ -219,11 +253,11 @@ where
             Start::Run(inner_ctx) => inner_ctx,
             Start::Done(duplicate) => return Ok(duplicate),
         };
-        let retried = inner_ctx.attempt > 1;
+        let item = this.mode.lookup.item(&key, message);
         let work = || guarded(ctx, this.inner.handle(message, &inner_ctx));
         let result = this
             .engine
-            .transact_retried(&key, &hash, ctx.finish_by, retried, work)
+            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
             .await;
         finish(result, ctx, &key)
     }

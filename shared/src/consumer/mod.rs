@@ -45,7 +45,10 @@
 mod cold_start;
 mod config;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use std::any::Any;
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
@@ -59,8 +62,8 @@ use self::cold_start::TableCheckFn;
 use crate::Idempotency;
 use crate::backoff::VisibilityBackoff;
 use crate::batch::{
-    BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, RecordHandler,
-    RecordHandlerExt,
+    BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, ItemLookup,
+    RecordHandler, RecordHandlerExt,
 };
 use crate::dead_letter::DeadLetter;
 use crate::inline::InlinePut;
@@ -174,6 +177,9 @@ pub struct ConsumerBuilder<B> {
     sqs: Option<aws_sdk_sqs::Client>,
     table_check: Option<TableCheckFn>,
     processor: BatchProcessor,
+    /// The inline and transactional modes' item lookup: an `ItemLookup` of the backend's
+    /// write, set by [`with_item_lookup`](Self::with_item_lookup).
+    item_lookup: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
@@ -244,6 +250,7 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs: None,
             table_check: None,
             processor: BatchProcessor::new(),
+            item_lookup: None,
         }
     }
 
@@ -309,6 +316,34 @@ impl<B: Backend> ConsumerBuilder<B> {
         &self.config
     }
 
+    /// Where a message's item is, for the inline and the transactional modes: a failure reads
+    /// it before it is counted, and a record on it answers for the key (see
+    /// [`Inline::with_item_lookup`](crate::batch::Inline::with_item_lookup)). `locate` gets the
+    /// message's idempotency key and the message.
+    pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
+    where
+        B: TransactionalBackend,
+        B::Write: 'static,
+        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        I: Into<B::Write>,
+    {
+        self.item_lookup = Some(Arc::new(ItemLookup::<B::Write>::new(locate)));
+        self
+    }
+
+    /// The item lookup set for the backend's writes, if any.
+    fn item_lookup(&self) -> ItemLookup<B::Write>
+    where
+        B: TransactionalBackend,
+        B::Write: 'static,
+    {
+        self.item_lookup
+            .as_ref()
+            .and_then(|lookup| lookup.downcast_ref::<ItemLookup<B::Write>>())
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A consumer in the lease mode: `handler` runs at most once per key in effect, its record
     /// written before and completed after ([`RecordHandlerExt::idempotent`]).
     pub fn idempotent<H>(self, handler: H) -> Consumer<Deduplicated<H::Output>>
@@ -328,7 +363,13 @@ impl<B: Backend> ConsumerBuilder<B> {
         T: Serialize + Send + 'static,
         B: TransactionalBackend + 'static,
     {
-        self.compose(|engine, keys| handler.transactional(engine).with_keys(keys))
+        let lookup = self.item_lookup();
+        self.compose(|engine, keys| {
+            handler
+                .transactional(engine)
+                .with_keys(keys)
+                .with_lookup(lookup)
+        })
     }
 
     /// A consumer in the inline mode: `handler` returns its one new item, written with the
@@ -340,7 +381,8 @@ impl<B: Backend> ConsumerBuilder<B> {
         I: Into<B::Write> + Send + 'static,
         B: TransactionalBackend + 'static,
     {
-        self.compose(|engine, keys| handler.inline(engine).with_keys(keys))
+        let lookup = self.item_lookup();
+        self.compose(|engine, keys| handler.inline(engine).with_keys(keys).with_lookup(lookup))
     }
 
     /// A consumer whose handler `make` composes from the engine and the keys: for what the three
@@ -361,6 +403,7 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs,
             table_check,
             mut processor,
+            item_lookup: _,
         } = self;
         if let Some(attempts) = config.max_attempts {
             processor = processor.max_attempts(attempts);

@@ -15,10 +15,10 @@ use crate::error::panic_message;
 use crate::inline::InlinePut;
 use crate::lease::{AcquireError, Acquired};
 use crate::payload::PayloadHash;
-use crate::state::{IdempotencyRecord, Status, classify, new_owner_token};
-use crate::store::{LimitError, TransactionalBackend, Update};
+use crate::state::{IdempotencyRecord, Status, classify, classify_on_item, new_owner_token};
+use crate::store::{LimitError, StoreError, TransactionalBackend};
 use crate::time::Deadline;
-use crate::transaction::{Attempt, Peeked, TransactError, Transacted, Transaction, settle};
+use crate::transaction::{Attempt, Peeked, TransactError, Transacted, Transaction, answer, settle};
 
 impl<B: TransactionalBackend> Idempotency<B> {
     /// Runs `work` at most once per `key` (in effect) in transactional mode: `work` returns its
@@ -57,7 +57,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
     {
-        self.transact_retried(key, payload_hash, finish_by, false, work)
+        self.transact_at(key, payload_hash, finish_by, None, work)
             .await
     }
 
@@ -82,18 +82,20 @@ impl<B: TransactionalBackend> Idempotency<B> {
         self.transact(key, payload, None, work).await
     }
 
-    /// [`transact_hashed`](Self::transact_hashed) for an attempt that knows whether earlier
-    /// attempts of `key` may have failed (`retried`: its attempt is above 1). Once such an
-    /// attempt has committed a [carried](Transaction::carry_record) record, the count of failed
-    /// attempts they left in the engine's table is ended
-    /// ([`end_failure_count`](Self::end_failure_count)); a record written beside the writes
-    /// replaces the failed record itself.
-    pub(crate) async fn transact_retried<T, E, F, Fut>(
+    /// [`transact_hashed`](Self::transact_hashed) for an attempt that knows where its record
+    /// would ride (`item`: the item of the message's carried write, from the batch wrapper's
+    /// [item lookup](crate::batch::Inline::with_item_lookup)). When `work` fails, that item is
+    /// read first ([`TransactionalBackend::record_on_item`]): a record on it answers for the key
+    /// (the work was done by another delivery: a duplicate; another payload: a mismatch), and
+    /// the failure is not counted. So a key whose work is done is never dead-lettered for a
+    /// later failure, and a success costs nothing more than its write: the count of failed
+    /// attempts in the engine's table is never ended by a success, only never reached again.
+    pub(crate) async fn transact_at<T, E, F, Fut>(
         &self,
         key: &str,
         payload_hash: &PayloadHash,
         finish_by: Option<Deadline>,
-        retried: bool,
+        item: Option<&B::Write>,
         work: F,
     ) -> Result<Transacted<T>, TransactError<E>>
     where
@@ -114,6 +116,12 @@ impl<B: TransactionalBackend> Idempotency<B> {
         let transaction = match AssertUnwindSafe(work()).catch_unwind().await {
             Ok(Ok(transaction)) => transaction,
             Ok(Err(error)) => {
+                if let Some(done) = self
+                    .done_on_item(key, &record.key, payload_hash, item)
+                    .await
+                {
+                    return answer(done);
+                }
                 let noted = attempt.note_failure(&record, &error.to_string()).await;
                 return settle(noted, |attempts| TransactError::Failed { error, attempts });
             }
@@ -123,6 +131,23 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 std::panic::resume_unwind(panic)
             }
         };
+        // The code's error, found before any request: never counted, never permanent.
+        if transaction.is_new_item()
+            && let Some(problem) = transaction
+                .writes()
+                .iter()
+                .find_map(|write| self.backend.new_item_problem(write))
+        {
+            tracing::error!(
+                key,
+                problem,
+                "the inline item is not a new item: nothing written"
+            );
+            return Err(TransactError::Store(StoreError::Misconfigured {
+                table: String::new(),
+                problem,
+            }));
+        }
         let (output, writes, carrier) = transaction.into_carried_parts();
         self.set_result(&mut record, &output);
         let mut checked = self.backend.check(&record, &writes, carrier);
@@ -151,31 +176,34 @@ impl<B: TransactionalBackend> Idempotency<B> {
                 attempts: None,
             });
         }
-        let committed = attempt
+        attempt
             .commit(&record, output, &writes, carrier, finish_by, now_ms)
-            .await;
-        if retried && carrier.is_some() && matches!(committed, Ok(Transacted::Committed(_))) {
-            self.end_failure_count(key).await;
-        }
-        committed
+            .await
     }
 
-    /// Ends the count of failed attempts of `key` after a commit whose record rides on an item
-    /// (inline, or carried by a write), which does not overwrite the failed record earlier
-    /// attempts left in the engine's table: its attempts go back to 0 ([`Update::ResetAttempts`],
-    /// one conditional update that changes only a failed record), so that a later duplicate's
-    /// transient failure starts a count of its own instead of continuing this one towards the
-    /// dead-letter queue. Best effort: a failure is logged, and the commit stands.
-    pub(crate) async fn end_failure_count(&self, key: &str) {
-        let stored = self.stored_key(key);
+    /// What the record on `item` says of `key` ([`classify_on_item`]), when the item exists and
+    /// carries one: the work was done by another delivery. `None` when there is no item to read,
+    /// it carries no record, or the read fails (logged: the failure is then counted, as without
+    /// an item).
+    async fn done_on_item(
+        &self,
+        key: &str,
+        stored: &str,
+        payload_hash: &PayloadHash,
+        item: Option<&B::Write>,
+    ) -> Option<Result<Acquired, AcquireError>> {
+        let found = match self.backend.record_on_item(stored, item?).await {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(key, error = %e, "could not read the item the work writes");
+                return None;
+            }
+        };
         let now_ms = self.clock.now_ms();
-        if let Err(e) = self
-            .backend
-            .update(&stored, &Update::ResetAttempts, now_ms)
-            .await
-        {
-            tracing::warn!(key, error = %e, "could not end the count of failed attempts after a success");
-        }
+        Some(Acquired::blocked(
+            key,
+            classify_on_item(found, payload_hash, now_ms),
+        ))
     }
 
     /// Reads where `key` stands, from the local cache or with one read: completed (a duplicate,

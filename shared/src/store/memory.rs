@@ -285,4 +285,31 @@ impl TransactionalBackend for InMemoryBackend {
             Step::Held(held) => Ok(Failure::Exists(held)),
         }
     }
+
+    /// Only a [`put_if_absent`](MemoryWrite::put_if_absent) refuses a second run.
+    fn new_item_problem(&self, write: &MemoryWrite) -> Option<String> {
+        (!write.if_absent).then(|| {
+            format!(
+                "an inline item must be a new item (`MemoryWrite::put_if_absent`, or a \
+                 `NewItem`), not an unconditional put of `{}` in `{}`: it overwrites an item \
+                 that carries no record",
+                write.key, write.table
+            )
+        })
+    }
+
+    async fn record_on_item(
+        &self,
+        key: &str,
+        at: &MemoryWrite,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let items = self.items();
+        let carried = items
+            .get(&(at.table.clone(), at.key.clone()))
+            .and_then(|item| item.record.clone());
+        Ok(carried.map(|record| IdempotencyRecord {
+            key: key.to_owned(),
+            ..record
+        }))
+    }
 }

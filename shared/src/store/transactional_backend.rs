@@ -196,6 +196,42 @@ pub trait TransactionalBackend: Backend {
         record: &IdempotencyRecord,
         now_ms: i64,
     ) -> impl Future<Output = Result<Failure, StoreError>> + Send;
+
+    /// Why `write` is not the write of one new item that the store refuses once its item exists,
+    /// or `None` when it is: what an [`InlinePut`](crate::inline::InlinePut) must carry, so that
+    /// the work never runs twice whatever its record's expiry (DynamoDB: a `Put` on
+    /// `attribute_not_exists` of an attribute it writes, as a [`NewItem`](super::NewItem) is; an
+    /// `Update` would apply again once its record expires, and an unconditioned `Put` overwrites
+    /// an item that carries no record). The engine asks before any request, and a write that is
+    /// not one is refused as the code's error ([`StoreError::Misconfigured`]), never counted.
+    ///
+    /// The default says that the backend does not tell: implement it to take the inline mode.
+    fn new_item_problem(&self, write: &Self::Write) -> Option<String> {
+        let _ = write;
+        Some("this backend does not say which of its writes refuse a second run".into())
+    }
+
+    /// The record that rides on the item `at` names, if that item exists and carries one, its key
+    /// set to `key`: one read (DynamoDB: a strongly consistent `GetItem` of the item's key, the
+    /// key of an `Update`, `Delete` or `ConditionCheck`, or the item of a `Put` that holds its
+    /// key attributes alone). `None` when the item does not exist or carries no record.
+    ///
+    /// How a failed attempt of a key whose record rides on an item (the
+    /// [inline mode](crate::inline), a [carried](crate::transaction::Transaction::carry_record)
+    /// record) learns that another delivery did the work: the engine asks on the failure path
+    /// only, when the batch wrapper knows where the message's item is
+    /// ([`Inline::with_item_lookup`](crate::batch::Inline::with_item_lookup)), and answers a
+    /// duplicate instead of counting the failure. The default finds nothing: a backend that
+    /// writes every record beside the writes keeps them in the engine's table, where the failure
+    /// finds them.
+    fn record_on_item(
+        &self,
+        key: &str,
+        at: &Self::Write,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
+        let _ = (key, at);
+        async { Ok(None) }
+    }
 }
 
 impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
@@ -237,5 +273,17 @@ impl<B: TransactionalBackend> TransactionalBackend for std::sync::Arc<B> {
         now_ms: i64,
     ) -> impl Future<Output = Result<Failure, StoreError>> + Send {
         (**self).record_failure(record, now_ms)
+    }
+
+    fn new_item_problem(&self, write: &Self::Write) -> Option<String> {
+        (**self).new_item_problem(write)
+    }
+
+    fn record_on_item(
+        &self,
+        key: &str,
+        at: &Self::Write,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>, StoreError>> + Send {
+        (**self).record_on_item(key, at)
     }
 }

@@ -46,6 +46,8 @@ pub trait Items<I>: Sync {
     type Write;
     /// A new item `id` holding `value`.
     fn item(&self, id: &str, value: &str) -> I;
+    /// The write that names item `id`, its key alone: what an item lookup gives.
+    fn key(&self, id: &str) -> Self::Write;
     /// A transaction's write of item `id` holding `value`, unconditional (a `Put`).
     fn put(&self, id: &str, value: &str) -> Self::Write;
     /// A transaction's write of item `id` holding `value`, only where the item does not exist.
@@ -77,8 +79,10 @@ macro_rules! inline_suite {
             a_key_completed_inline_is_not_seen_by_the_lease_mode,
             a_key_completed_inline_is_a_duplicate_of_a_transaction_refused_by_its_item,
             a_key_completed_by_the_transactional_mode_is_a_duplicate_inline,
-            inline_a_success_ends_the_count_of_failed_attempts,
-            a_carried_success_ends_the_count_of_failed_attempts,
+            inline_a_key_done_by_another_message_is_a_duplicate_of_a_later_failure,
+            a_carried_key_done_by_another_message_is_a_duplicate_of_a_later_failure,
+            inline_a_success_after_failures_costs_its_one_write,
+            an_inline_item_that_is_not_new_is_refused_before_any_request,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {

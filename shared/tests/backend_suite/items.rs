@@ -5,20 +5,13 @@
 
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::Acquired;
-use lambda_idempotency::batch::{
-    BatchProcessor, RecordContext, RecordHandler, RecordHandlerExt, message,
-};
-use lambda_idempotency::error::RecordError;
-use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::state::table::{After, Before, ON_ITEM};
 use lambda_idempotency::state::{IdempotencyRecord, Status, classify_on_item};
 use lambda_idempotency::store::{Commit, TransactionalBackend};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::{TransactError, Transacted, Transaction};
-use lambda_runtime::{Context, LambdaEvent};
 
 use super::{InlineOps, Items, Suite, work};
 
@@ -32,106 +25,6 @@ fn transaction<W: Send>(
     let tx = Transaction::new(format!("out-{value}")).write(write);
     let tx = if carried { tx.carry_record() } else { tx };
     move || std::future::ready(Ok(tx))
-}
-
-/// One message `m-1` with body `{"n":1}`, delivered for the `receives`-th time.
-fn delivery(receives: u32) -> LambdaEvent<SqsEvent> {
-    let mut m = SqsMessage::default();
-    m.message_id = Some("m-1".into());
-    m.body = Some("{\"n\":1}".into());
-    m.attributes
-        .insert("ApproximateReceiveCount".into(), receives.to_string());
-    let mut event = SqsEvent::default();
-    event.records = vec![m];
-    LambdaEvent::new(event, Context::default())
-}
-
-/// The failed attempts counted for `handler`'s record, delivered for the `receives`-th time, or
-/// `None` when it succeeded.
-async fn failed_attempts<H: RecordHandler>(handler: &H, receives: u32) -> Option<u32> {
-    let report = BatchProcessor::new()
-        .process(&delivery(receives), handler)
-        .await
-        .unwrap();
-    match &report.records[0].result {
-        Ok(_) => None,
-        Err(RecordError::Attempt { attempts, .. }) => Some(*attempts),
-        Err(other) => panic!("{other:?}"),
-    }
-}
-
-/// Delivery 1 fails, delivery 2 succeeds, delivery 3 (a duplicate) fails before its handler
-/// gives its effect: its failure starts a count of its own, since the success ended the first
-/// one. The successful redelivery costs its write and one update that ends the count.
-async fn a_success_ends_the_count<B, H>(s: &Suite<B>, handler: &H, success: &[(&str, u64)])
-where
-    B: TransactionalBackend + Clone + 'static,
-    H: RecordHandler,
-{
-    assert_eq!(failed_attempts(handler, 1).await, Some(1));
-    s.counter.reset();
-    assert_eq!(failed_attempts(handler, 2).await, None);
-    s.requests(
-        success,
-        "a successful redelivery, then the end of its count",
-    );
-    assert_eq!(
-        failed_attempts(handler, 3).await,
-        Some(1),
-        "the duplicate's failure does not continue the count the success ended"
-    );
-}
-
-/// The inline mode: a failure, a successful redelivery, then a duplicate's transient failure.
-pub async fn inline_a_success_ends_the_count_of_failed_attempts<B, X>(
-    s: &Suite<B>,
-    items: &X,
-    ops: InlineOps,
-) where
-    B: TransactionalBackend + Clone + 'static,
-    X: Items<B::Write> + Clone + Send + 'static,
-{
-    let table = items.clone();
-    let handler = message(move |_: SqsMessage, ctx: RecordContext| {
-        let put = InlinePut::new(1, table.item("item-count", "v"));
-        async move {
-            match ctx.attempt {
-                2 => Ok(put),
-                n => Err(std::io::Error::other(format!("receive {n} failed"))),
-            }
-        }
-    })
-    .inline(s.engine.clone());
-    let success = [(ops.put, 1), (ops.reset_attempts, 1)];
-    a_success_ends_the_count(s, &handler, &success).await;
-}
-
-/// A record carried by a `Put`: a failure, a successful redelivery (read first, as the
-/// transactional wrapper does), then a duplicate's transient failure.
-pub async fn a_carried_success_ends_the_count_of_failed_attempts<B, X>(
-    s: &Suite<B>,
-    items: &X,
-    ops: InlineOps,
-) where
-    B: TransactionalBackend + Clone + 'static,
-    X: Items<B::Write, Write = B::Write> + Clone + Send + 'static,
-{
-    let table = items.clone();
-    let handler = message(move |_: SqsMessage, ctx: RecordContext| {
-        let tx = Transaction::new(1)
-            .write(table.put("item-count", "v"))
-            .carry_record();
-        async move {
-            match ctx.receive_count {
-                2 => Ok(tx),
-                n => Err(std::io::Error::other(format!("receive {n} failed"))),
-            }
-        }
-    })
-    .transactional(s.engine.clone());
-    // A commit of one write is one conditional write (the inline mode's), not a transaction.
-    let success = [(ops.get, 1), (ops.put, 1), (ops.reset_attempts, 1)];
-    a_success_ends_the_count(s, &handler, &success).await;
 }
 
 /// The item is the user's effect and data: once its record has expired, the same payload is

@@ -12,9 +12,11 @@
 #[macro_use]
 #[allow(unused_macros)]
 mod inline;
+mod done_work;
 mod items;
 mod payloads;
 mod transitions;
+pub use done_work::*;
 #[allow(unused_imports)]
 pub use inline::*;
 #[allow(unused_imports)]
@@ -127,6 +129,7 @@ macro_rules! backend_suite {
             retried_writes_find_their_own_record,
             two_engines_sharing_a_store_and_a_cache_never_answer_for_each_other,
             follows_the_table_of_transitions,
+            a_key_done_by_another_message_is_a_duplicate_of_a_later_failure,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {

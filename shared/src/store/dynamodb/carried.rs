@@ -251,7 +251,7 @@ impl DynamoDbBackend {
         whole: bool,
         now_ms: i64,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let Some(held) = self.record_on(record, item)? else {
+        let Some(held) = self.record_on(&record.key, item)? else {
             return Ok(None);
         };
         let answers =
@@ -259,10 +259,10 @@ impl DynamoDbBackend {
         Ok(answers.then_some(held))
     }
 
-    /// The record `item` carries, if any, its key set to `record.key` (the idempotency key).
+    /// The record `item` carries, if any, its key set to `key` (the idempotency key).
     pub(super) fn record_on(
         &self,
-        record: &IdempotencyRecord,
+        key: &str,
         item: Option<&HashMap<String, AttributeValue>>,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let a = self.inline_attributes();
@@ -270,9 +270,44 @@ impl DynamoDbBackend {
             return Ok(None);
         };
         Ok(Some(IdempotencyRecord {
-            key: record.key.clone(),
+            key: key.to_owned(),
             ..record_from(a, item)?
         }))
+    }
+}
+
+impl DynamoDbBackend {
+    /// The record on the item `at` names ([`TransactionalBackend::record_on_item`]): one
+    /// strongly consistent `GetItem` of its key (an update's, a delete's or a check's key; a
+    /// put's item, which then holds its key attributes alone), the record's key set to `key`.
+    ///
+    /// [`TransactionalBackend::record_on_item`]: crate::store::TransactionalBackend::record_on_item
+    pub(super) async fn read_carried(
+        &self,
+        key: &str,
+        at: &TransactWriteItem,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let (table, item_key) = if let Some(put) = at.put() {
+            (put.table_name(), put.item())
+        } else if let Some(update) = at.update() {
+            (update.table_name(), update.key())
+        } else if let Some(delete) = at.delete() {
+            (delete.table_name(), delete.key())
+        } else if let Some(check) = at.condition_check() {
+            (check.table_name(), check.key())
+        } else {
+            return Ok(None);
+        };
+        let output = self
+            .client()
+            .get_item()
+            .table_name(table)
+            .set_key(Some(item_key.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| super::request_error("GetItem", e))?;
+        self.record_on(key, output.item())
     }
 }
 

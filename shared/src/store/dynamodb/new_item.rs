@@ -94,3 +94,47 @@ impl From<NewItem> for TransactWriteItem {
         TransactWriteItem::builder().put(put).build()
     }
 }
+
+/// Why `write` is not the write of one new item that DynamoDB refuses once its item exists (what
+/// an [`InlinePut`](crate::inline::InlinePut) must carry), or `None`: a `Put` whose condition is
+/// `attribute_not_exists` of one of the attributes it writes, alone or joined by `AND` to
+/// others. Anything else could run the work twice: an `Update` applies again once the record on
+/// its item has expired, and a `Put` without that condition overwrites an item that carries no
+/// record.
+pub(super) fn new_item_problem(write: &TransactWriteItem) -> Option<String> {
+    let Some(put) = write.put() else {
+        return Some(format!(
+            "an inline item must be a new item (a `NewItem`: a `Put` on `attribute_not_exists` \
+             of its key), not {}: it would apply again once the record on its item expires",
+            super::transact_write_items::describe(write)
+        ));
+    };
+    let refuses = put.condition_expression().is_some_and(|condition| {
+        // Without `OR` and `NOT`, every term is a conjunct: one `attribute_not_exists` of an
+        // attribute the put writes refuses the put once the item exists.
+        let keywords = condition
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .any(|word| word.eq_ignore_ascii_case("or") || word.eq_ignore_ascii_case("not"));
+        let names = put.expression_attribute_names();
+        !keywords
+            && condition
+                .split("attribute_not_exists(")
+                .skip(1)
+                .filter_map(|rest| rest.split_once(')').map(|(path, _)| path.trim()))
+                .any(|path| {
+                    let name = names
+                        .and_then(|names| names.get(path))
+                        .map_or(path, String::as_str);
+                    put.item().contains_key(name)
+                })
+    });
+    (!refuses).then(|| {
+        format!(
+            "an inline item must be a new item (a `NewItem`: a `Put` on `attribute_not_exists` \
+             of its key), not {} with the condition {:?}: without it, the put overwrites an item \
+             that carries no record",
+            super::transact_write_items::describe(write),
+            put.condition_expression().unwrap_or("(none)")
+        )
+    })
+}

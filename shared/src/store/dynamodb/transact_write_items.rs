@@ -133,7 +133,7 @@ impl DynamoDbBackend {
         };
         for refused in reasons.iter().skip(first_write) {
             if refused.code() == Some("ConditionalCheckFailed")
-                && let Some(done) = self.record_on(record, refused.item())?
+                && let Some(done) = self.record_on(&record.key, refused.item())?
                 && !done.is_expired(now_ms)
                 && done.payload_hash == record.payload_hash
             {
@@ -408,6 +408,18 @@ impl TransactionalBackend for DynamoDbBackend {
             key: record.key.clone(),
             reason: "the record changed under every try to record a failure".into(),
         })
+    }
+
+    fn new_item_problem(&self, write: &TransactWriteItem) -> Option<String> {
+        super::new_item::new_item_problem(write)
+    }
+
+    async fn record_on_item(
+        &self,
+        key: &str,
+        at: &TransactWriteItem,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.read_carried(key, at).await
     }
 }
 
