@@ -46,8 +46,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
@@ -58,7 +59,7 @@ use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, Publisher};
 use lambda_idempotency::state::truncate_error;
-use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
+use lambda_idempotency::store::{DynamoDbBackend, NewItem, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_runtime::{Error, LambdaEvent};
 use payments_config::{ConfigError, FailureSwitch, Fault, Settings};
@@ -279,6 +280,7 @@ impl App {
             .on_dead_letter(|dead| self.dead_lettered(dead))
             .transactional(self.idempotency.clone())
             .with_keys(Self::keys())
+            .with_item_lookup(payment_item(self.config.payments_table.clone()))
             .and_then(|charged, ctx| self.publish(charged, ctx))
     }
 
@@ -445,6 +447,19 @@ fn is_lease_mode_result(stored: &str) -> bool {
             && v.get("ledgerEntryId").is_some()
             && v.get("paymentId").is_none()
     })
+}
+
+/// Where a payment's item is, in `table`: it carries its charge's record, so a failed charge reads
+/// it first, and a payment another delivery charged is a duplicate, never an attempt towards the
+/// budget.
+fn payment_item(table: String) -> impl Fn(&str, &SqsMessage) -> Option<NewItem> + Send + Sync {
+    move |payment_id, _| {
+        Some(NewItem::new(
+            &table,
+            "paymentId",
+            AttributeValue::S(payment_id.to_owned()),
+        ))
+    }
 }
 
 #[cfg(test)]
