@@ -257,7 +257,8 @@ impl Intercept for Refuse {
 #[tokio::test]
 async fn a_table_check_that_cannot_run_warns_and_the_records_are_processed() {
     let sdk = common::sdk_config().await;
-    let table = common::create_table(&aws_sdk_dynamodb::Client::new(&sdk), "id", "expiration").await;
+    let table =
+        common::create_table(&aws_sdk_dynamodb::Client::new(&sdk), "id", "expiration").await;
     for code in ["AccessDeniedException", "ThrottlingException"] {
         let refuse = Refuse {
             operation: "DescribeTable",
@@ -289,8 +290,17 @@ async fn a_table_check_that_cannot_run_warns_and_the_records_are_processed() {
         let found = consumer.cold_start_report(None).await.unwrap();
         let warnings = found.table_warnings.expect("the table check ran");
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        for says in ["dynamodb:DescribeTable", &format!("`{table}`"), code, "grant"] {
-            assert!(warnings[0].contains(says), "{code}: {says} in {}", warnings[0]);
+        for says in [
+            "dynamodb:DescribeTable",
+            &format!("`{table}`"),
+            code,
+            "grant",
+        ] {
+            assert!(
+                warnings[0].contains(says),
+                "{code}: {says} in {}",
+                warnings[0]
+            );
         }
     }
 }

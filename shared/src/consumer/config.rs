@@ -43,11 +43,11 @@ pub enum ConfigError {
 /// | `IDEMPOTENCY_TABLE` | the DynamoDB table of the idempotency records (string key `id`, TTL on `expiration`) | required by [`Consumer::from_env`](super::Consumer::from_env) |
 /// | `IDEMPOTENCY_KEY` | a JSON pointer to the key in the message body (`/orderId`) | the SQS message id |
 /// | `IDEMPOTENCY_KEY_PREFIX` | the prefix of every stored key | the function's name |
-/// | `IDEMPOTENCY_TTL_SECONDS` | how long a completed record blocks duplicates | 1,555,200 (18 days: a queue's 4 days of retention and its dead-letter queue's 14) |
+/// | `IDEMPOTENCY_TTL_SECONDS` | how long a completed record blocks duplicates; `0` is refused, and less than the default is a warning at init (and at cold start against the queues' actual retention) | 1,555,200 (18 days: a queue's 4 days of retention and its dead-letter queue's 14) |
 /// | `MAX_ATTEMPTS` | the attempt budget: failures before the dead-letter queue; `0` turns it off | 5 |
 /// | `BACKOFF_BASE_SECONDS` | the first retry's visibility delay, doubling; `0` turns backoff off | 2 |
 /// | `BACKOFF_MAX_SECONDS` | the longest visibility delay | 300 |
-/// | `DEAD_LETTER_QUEUE_URL` | where permanent failures and used-up budgets go, with their reason | none: the queue's own redrive policy |
+/// | `DEAD_LETTER_QUEUE_URL` | where permanent failures and used-up budgets go, with their reason | none: a warning at init; such a record stays on the queue until its redrive policy or retention ends it, without its reason |
 /// | `SOURCE_QUEUE_URL` | the queue the cold-start check reads | the first event's queue |
 /// | `EVENT_SOURCE_BATCH_SIZE` | the event source's `BatchSize`, for the redrive check | 10 |
 ///
@@ -164,11 +164,21 @@ impl ConsumerConfig {
                 });
             }
         };
+        let expiry = seconds("IDEMPOTENCY_TTL_SECONDS", defaults.expiry)?;
+        if expiry.is_zero() {
+            return Err(ConfigError::Invalid {
+                name: "IDEMPOTENCY_TTL_SECONDS",
+                reason: "0 would expire every record at once, so that every redelivery runs \
+                         again; the expiry must outlive the queue's retention plus its \
+                         dead-letter queue's (the default, 1555200 s, is 4 days plus 14)"
+                    .into(),
+            });
+        }
         Ok(Self {
             table: get("IDEMPOTENCY_TABLE"),
             key,
             key_prefix,
-            expiry: seconds("IDEMPOTENCY_TTL_SECONDS", defaults.expiry)?,
+            expiry,
             max_attempts,
             backoff_base: seconds("BACKOFF_BASE_SECONDS", defaults.backoff_base)?,
             backoff_max: seconds("BACKOFF_MAX_SECONDS", defaults.backoff_max)?,

@@ -32,7 +32,13 @@
 //!   [`without_backoff`](ConsumerBuilder::without_backoff));
 //! - **the dead-letter queue** takes permanent failures and used-up budgets, with their reason,
 //!   when `DEAD_LETTER_QUEUE_URL` names one (else the queue's own redrive policy is the only
-//!   bound, and the consumer says so at cold start);
+//!   bound, and the consumer warns when it is built: such a record stays on the queue until
+//!   SQS's redrive or retention ends it, without its reason);
+//! - **the settings are checked when it is built**: `IDEMPOTENCY_TTL_SECONDS=0` is refused
+//!   ([`ConfigError::Invalid`]), an expiry shorter than the retention rule's default is a
+//!   warning naming both values; a key pointer that finds nothing in a message is logged as an
+//!   error (the pointer and the message's top-level field names, never their values) and
+//!   counted in the [`KeyMissing`](crate::metrics::KEY_MISSING) metric;
 //! - **the cold-start checks** (the idempotency table, the queue's redrive policy and
 //!   retention) run in the background from the moment the consumer is built, so that they cost
 //!   the init nothing; see [`ColdStartReport`] for what each does with what it finds;
@@ -44,6 +50,7 @@
 
 mod cold_start;
 mod config;
+mod key_missing;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
@@ -141,7 +148,9 @@ impl<O: Send + 'static> Consumer<O> {
             .first()
             .and_then(|r| r.event_source_arn.as_deref());
         self.cold_start.ready(arn).await?;
-        Ok(self.processor.process(event, &self.handler).await?)
+        let report = self.processor.process(event, &self.handler).await?;
+        key_missing::report(event, &report);
+        Ok(report)
     }
 
     /// Runs the function: Lambda's runtime loop over [`handle`](Self::handle).
@@ -380,11 +389,15 @@ impl<B: Backend> ConsumerBuilder<B> {
                 dead_letter_queue = url,
                 "the consumer has no SQS client: nothing is sent to its dead-letter queue"
             ),
-            (_, None) => tracing::info!(
-                "no dead-letter queue (DEAD_LETTER_QUEUE_URL): a failing record comes back until \
-                 the queue's redrive policy moves it, without its reason"
+            (_, None) => tracing::warn!(
+                "no dead-letter queue (DEAD_LETTER_QUEUE_URL is not set): a permanent failure, or \
+                 a record whose attempt budget is used up, stays on the queue, received and \
+                 failed again, until the queue's own redrive policy moves it (without its \
+                 reason) or its retention deletes it. Set DEAD_LETTER_QUEUE_URL to move it at \
+                 once, with the reason"
             ),
         }
+        warn_if_expiry_below_the_rule(engine.expiry());
         if let Some(sqs) = &sqs
             && !config.backoff_base.is_zero()
         {
@@ -400,5 +413,29 @@ impl<B: Backend> ConsumerBuilder<B> {
             handler,
             cold_start: ColdStartChecks::start_with(table_check, queue),
         }
+    }
+}
+
+/// The warning at init of an expiry shorter than the retention rule's default: a record must
+/// outlive every redelivery of its message, the source queue's `MessageRetentionPeriod` plus
+/// its dead-letter queue's ([`DEFAULT_EXPIRY`](crate::idempotency::DEFAULT_EXPIRY): SQS's
+/// default 4 days plus the longest 14). The cold-start queue check compares it with the
+/// queues' actual retention.
+fn warn_if_expiry_below_the_rule(expiry: std::time::Duration) {
+    let rule = crate::idempotency::DEFAULT_EXPIRY;
+    if expiry < rule {
+        tracing::warn!(
+            expiry_seconds = expiry.as_secs(),
+            rule_seconds = rule.as_secs(),
+            "idempotency expiry (IDEMPOTENCY_TTL_SECONDS) of {} s is shorter than the retention \
+             rule's {} s: a record must outlive every redelivery of its message (the queue's \
+             retention plus its dead-letter queue's, SQS's default 4 days plus the longest 14), \
+             or a copy delivered or redriven after its record expired runs again. Safe only if \
+             both queues keep messages for less than {} s in all; the cold-start queue check \
+             compares it with their MessageRetentionPeriod",
+            expiry.as_secs(),
+            rule.as_secs(),
+            expiry.as_secs()
+        );
     }
 }
