@@ -304,3 +304,57 @@ async fn a_table_check_that_cannot_run_warns_and_the_records_are_processed() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_local_cache_from_the_environment_answers_a_duplicate_without_a_request() {
+    let sdk = common::sdk_config().await;
+    let counter = RequestCounter::default();
+    let dynamodb = common::dynamodb(&counter).await;
+    let table = common::create_table(&dynamodb, "id", "expiration").await;
+    let arn = "arn:aws:sqs:us-east-1:123456789012:nowhere";
+    let mut requests = Vec::new();
+    for cache in ["100", ""] {
+        let vars = [
+            ("IDEMPOTENCY_TABLE", table.as_str()),
+            ("IDEMPOTENCY_LOCAL_CACHE", cache),
+            (
+                "IDEMPOTENCY_KEY_PREFIX",
+                if cache.is_empty() { "off" } else { "on" },
+            ),
+        ];
+        let consumer = ConsumerBuilder::from_clients(
+            dynamodb.clone(),
+            aws_sdk_sqs::Client::new(&sdk),
+            config(&vars),
+        )
+        .unwrap()
+        .without_backoff()
+        .idempotent(counting(Arc::default()));
+        let first = consumer
+            .process(&event(arn, &[("m-1", r#"{"n":1}"#)]))
+            .await
+            .unwrap();
+        assert!(first.response().batch_item_failures.is_empty());
+        counter.reset();
+        let again = consumer
+            .process(&event(arn, &[("m-1", r#"{"n":1}"#)]))
+            .await
+            .unwrap();
+        assert!(
+            again.successes().all(|(_, done)| done.is_duplicate()),
+            "{again:?}"
+        );
+        requests.push(counter.snapshot());
+    }
+    assert_eq!(
+        requests[0],
+        Default::default(),
+        "IDEMPOTENCY_LOCAL_CACHE=100: the duplicate costs no request"
+    );
+    assert_eq!(
+        requests[1].get("UpdateItem"),
+        Some(&1),
+        "without it, one refused write: {:?}",
+        requests[1]
+    );
+}

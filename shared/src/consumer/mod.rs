@@ -69,6 +69,7 @@ use crate::batch::{
     BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, RecordHandler,
     RecordHandlerExt,
 };
+use crate::cache::LocalCache;
 use crate::dead_letter::DeadLetter;
 use crate::inline::InlinePut;
 use crate::key::KeyConfig;
@@ -183,6 +184,7 @@ pub struct ConsumerBuilder<B> {
     sqs: Option<aws_sdk_sqs::Client>,
     table_check: Option<TableCheckFn>,
     processor: BatchProcessor,
+    local_cache: Option<LocalCache>,
 }
 
 impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
@@ -192,6 +194,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
             .field("config", &self.config)
             .field("table_check", &self.table_check.is_some())
             .field("processor", &self.processor)
+            .field("local_cache", &self.local_cache)
             .finish_non_exhaustive()
     }
 }
@@ -246,6 +249,9 @@ impl<B: Backend> ConsumerBuilder<B> {
             .clone()
             .map(KeyConfig::json_pointer)
             .unwrap_or_default();
+        let local_cache = config
+            .local_cache
+            .map(|capacity| LocalCache::new(capacity, config::LOCAL_CACHE_TTL));
         Self {
             engine,
             keys,
@@ -253,6 +259,7 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs: None,
             table_check: None,
             processor: BatchProcessor::new(),
+            local_cache,
         }
     }
 
@@ -295,7 +302,26 @@ impl<B: Backend> ConsumerBuilder<B> {
         self
     }
 
-    /// Changes the engine (its expiry, key prefix, local cache of the same backend type, clock).
+    /// The warm-container cache in front of the backend in the three modes
+    /// ([`idempotent`](Self::idempotent), [`transactional`](Self::transactional),
+    /// [`inline`](Self::inline)): a duplicate of a key completed in this execution environment
+    /// is answered without a request (see [`crate::cache`]). From the environment:
+    /// `IDEMPOTENCY_LOCAL_CACHE` (how many keys, each kept at most 15 minutes); this sets one of
+    /// your own (its capacity, its time to live, a clone to watch its hits).
+    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
+        self.local_cache = Some(cache);
+        self
+    }
+
+    /// No warm-container cache, whatever `IDEMPOTENCY_LOCAL_CACHE` says.
+    pub fn without_local_cache(mut self) -> Self {
+        self.local_cache = None;
+        self
+    }
+
+    /// Changes the engine: its expiry, key prefix, clock. Not its backend's type: the
+    /// warm-container cache is [`with_local_cache`](Self::with_local_cache) (or
+    /// `IDEMPOTENCY_LOCAL_CACHE`), which the three modes put in front of the backend.
     pub fn map_engine(mut self, f: impl FnOnce(Idempotency<B>) -> Idempotency<B>) -> Self {
         self.engine = f(self.engine);
         self
@@ -326,7 +352,16 @@ impl<B: Backend> ConsumerBuilder<B> {
         H::Output: Serialize + 'static,
         B: 'static,
     {
-        self.compose(|engine, keys| handler.idempotent(engine).with_keys(keys))
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| handler.idempotent(engine).with_keys(keys),
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| handler.idempotent(engine).with_keys(keys),
+            ),
+        }
     }
 
     /// A consumer in the transactional mode: `handler` returns its writes, which commit with the
@@ -337,7 +372,16 @@ impl<B: Backend> ConsumerBuilder<B> {
         T: Serialize + Send + 'static,
         B: TransactionalBackend + 'static,
     {
-        self.compose(|engine, keys| handler.transactional(engine).with_keys(keys))
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| handler.transactional(engine).with_keys(keys),
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| handler.transactional(engine).with_keys(keys),
+            ),
+        }
     }
 
     /// A consumer in the inline mode: `handler` returns its one new item, written with the
@@ -349,17 +393,50 @@ impl<B: Backend> ConsumerBuilder<B> {
         I: Into<B::Write> + Send + 'static,
         B: TransactionalBackend + 'static,
     {
-        self.compose(|engine, keys| handler.inline(engine).with_keys(keys))
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| handler.inline(engine).with_keys(keys),
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| handler.inline(engine).with_keys(keys),
+            ),
+        }
     }
 
     /// A consumer whose handler `make` composes from the engine and the keys: for what the three
     /// modes above do not say (a hook after the commit with
-    /// [`and_then`](RecordHandlerExt::and_then), several handlers).
+    /// [`and_then`](RecordHandlerExt::and_then), several handlers). The engine is over `B`
+    /// itself: with a warm-container cache, wrap it in `make`
+    /// ([`Idempotency::with_local_cache`]); one set on the builder is not applied here (a
+    /// warning says so).
     pub fn compose<H>(
-        self,
+        mut self,
         make: impl FnOnce(Idempotency<B>, KeyConfig) -> H,
     ) -> Consumer<H::Output>
     where
+        H: RecordHandler + 'static,
+        H::Output: 'static,
+    {
+        if self.local_cache.take().is_some() {
+            tracing::warn!(
+                "the consumer's local cache (IDEMPOTENCY_LOCAL_CACHE) applies to its three modes, \
+                 not to a handler of `compose`: wrap the engine with `with_local_cache` there"
+            );
+        }
+        self.compose_with(|engine| engine, make)
+    }
+
+    /// [`compose`](Self::compose) over the engine `layer` makes of this one (the same, or with
+    /// the local cache in front of its backend).
+    fn compose_with<B2, H>(
+        self,
+        layer: impl FnOnce(Idempotency<B>) -> Idempotency<B2>,
+        make: impl FnOnce(Idempotency<B2>, KeyConfig) -> H,
+    ) -> Consumer<H::Output>
+    where
+        B2: Backend,
         H: RecordHandler + 'static,
         H::Output: 'static,
     {
@@ -370,7 +447,9 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs,
             table_check,
             mut processor,
+            local_cache: _,
         } = self;
+        let engine = layer(engine);
         if let Some(attempts) = config.max_attempts {
             processor = processor.max_attempts(attempts);
         }
