@@ -55,7 +55,7 @@
 //!   [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), in addition to
 //!   the rows of **inline**.
 //! - **local cache**: [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache), on
-//!   any mode.
+//!   any mode (a consumer's `IDEMPOTENCY_LOCAL_CACHE`).
 //! - **attempt budget**: [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts).
 //! - **backoff**: [`BatchProcessor::with_backoff`](crate::batch::BatchProcessor::with_backoff)
 //!   ([`VisibilityBackoff`](crate::backoff::VisibilityBackoff)).

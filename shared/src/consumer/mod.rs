@@ -43,7 +43,12 @@
 //!   retention) run in the background from the moment the consumer is built, so that they cost
 //!   the init nothing; see [`ColdStartReport`] for what each does with what it finds;
 //! - **a partial batch response**: only failed records go back to the queue (the event source
-//!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
+//!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`);
+//! - **the warm-container cache** ([`crate::cache`]) is off unless `IDEMPOTENCY_LOCAL_CACHE`
+//!   gives it a size (or [`with_local_cache`](ConsumerBuilder::with_local_cache) one of your
+//!   own): then a duplicate of a key completed in this execution environment costs no request.
+//!   The three modes put it in front of the backend when the consumer is built, so the
+//!   builder's type stays `ConsumerBuilder<DynamoDbBackend>` either way.
 //!
 //! A unit test builds the same consumer over the in-memory backend with
 //! [`Consumer::builder`] (no endpoint, no SQS), and calls [`Consumer::handle`] with an event.
