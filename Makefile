@@ -1,5 +1,6 @@
 # Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test package-check
-# examples-check demo bench-smoke`.
+# examples-check demo bench-smoke` (`make test` under infra/ci/no-outside-reads: nothing outside
+# the clone readable).
 #
 #   make test              all tests against a fresh local AWS (moto) server
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
@@ -109,10 +110,8 @@ publish-check: ensure-cargo-deny
 # package writes it from the workspace's), --locked, each of them checked to be in the
 # workspace's Cargo.lock; they build in the workspace's target directory. The files are unpacked
 # with the time of the unpacking (tar -m), so that the crate builds again from the new directory
-# (its tests read files under CARGO_MANIFEST_DIR). Two tests are skipped: they read AWS's sample
-# events from `../../shared/aws-events` beside the crate's directory, which a packaged crate
-# does not have. PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
-PACKAGE_SKIP := sample_events_go_through_the_processor sample_batch_response_matches_the_wire_format
+# (its tests read files under CARGO_MANIFEST_DIR, the sample events of tests/data/ among them).
+# PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
 # The workspace's dev profile (Cargo.toml), which the unpacked crate does not have: with it, the
 # dependencies the tests compiled are reused instead of built again.
 PACKAGE_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
@@ -136,7 +135,7 @@ package-test: ensure-nextest
 	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' $(ROOT)/Cargo.lock; \
 	echo "testing $$crate in $$PWD"; \
 	export CARGO_TARGET_DIR=$(TARGET_DIR); rc=0; \
-	$(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-fail-fast -- $(addprefix --skip ,$(PACKAGE_SKIP)) || rc=$$?; \
+	$(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-fail-fast || rc=$$?; \
 	$(CARGO) test $(PACKAGE_PROFILE) --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 

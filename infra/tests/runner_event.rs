@@ -1,5 +1,5 @@
 //! The runner's event for real messages has the shape of the events AWS sends
-//! (`shared/aws-events/example-sqs-event.json`, `example-sqs-fifo-event.json`).
+//! (the samples `shared/tests/data/sqs-event.json` and `sqs-fifo-event.json`).
 
 mod common;
 
@@ -86,7 +86,7 @@ async fn standard_event_has_the_shape_of_the_aws_sample() {
     let before = std::time::SystemTime::now();
     let invocation = capture_one(&clients, &queue).await;
     let event = &invocation.payload;
-    let sample = common::sample_event("example-sqs-event.json");
+    let sample = common::sample_event("sqs-event.json");
     let (record, expected) = (&event["Records"][0], &sample["Records"][0]);
     assert_eq!(event["Records"].as_array().unwrap().len(), 1);
     assert_eq!(key_set(event), key_set(&sample));
@@ -124,8 +124,9 @@ async fn standard_event_has_the_shape_of_the_aws_sample() {
         serde_json::json!([])
     );
     assert_eq!(record["body"], "Message Body");
-    // MD5("Message Body"), as SQS computed it (the sample's value is made up).
+    // MD5("Message Body"), as SQS computed it, and as the sample has it.
     assert_eq!(record["md5OfBody"], "77a3cf88eba293be44f5fd5c61835a43");
+    assert_eq!(record["md5OfBody"], expected["md5OfBody"]);
     assert_eq!(
         record["md5OfMessageAttributes"].as_str().map(str::len),
         Some(32)
@@ -178,7 +179,7 @@ async fn fifo_event_has_the_shape_of_the_aws_sample() {
 
     let invocation = capture_one(&clients, &queue).await;
     let event = &invocation.payload;
-    let sample = common::sample_event("example-sqs-fifo-event.json");
+    let sample = common::sample_event("sqs-fifo-event.json");
     let (record, expected) = (&event["Records"][0], &sample["Records"][0]);
     assert_eq!(key_set(record), key_set(expected), "record keys");
     assert_eq!(

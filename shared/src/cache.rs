@@ -19,8 +19,12 @@
 //! ([`Idempotency::forget`](crate::Idempotency::forget) in another process, an operator's
 //! delete) still counts as completed here until the entry's time to live ends. Turn it on with
 //! [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache) (which wraps the
-//! engine's backend in a [`CachedBackend`]) where a completed record is never taken back while
-//! it lives, as in a consumer whose records only expire.
+//! engine's backend in a [`CachedBackend`]), or for a [`Consumer`](crate::consumer::Consumer)
+//! with `IDEMPOTENCY_LOCAL_CACHE` (how many keys; see
+//! [`ConsumerConfig`](crate::consumer::ConsumerConfig)) or
+//! [`ConsumerBuilder::with_local_cache`](crate::consumer::ConsumerBuilder::with_local_cache),
+//! where a completed record is never taken back while it lives, as in a consumer whose records
+//! only expire.
 //!
 //! ```
 //! use lambda_idempotency::cache::LocalCache;

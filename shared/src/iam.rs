@@ -55,14 +55,16 @@
 //!   [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), in addition to
 //!   the rows of **inline**.
 //! - **local cache**: [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache), on
-//!   any mode.
+//!   any mode (a consumer's `IDEMPOTENCY_LOCAL_CACHE`).
 //! - **attempt budget**: [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts).
 //! - **backoff**: [`BatchProcessor::with_backoff`](crate::batch::BatchProcessor::with_backoff)
 //!   ([`VisibilityBackoff`](crate::backoff::VisibilityBackoff)).
 //! - **dead-letter queue**: [`BatchProcessor::with_dead_letter`](crate::batch::BatchProcessor::with_dead_letter)
 //!   ([`DeadLetter`](crate::dead_letter::DeadLetter)).
 //! - **table check**: the cold-start check of the idempotency table (feature `dynamodb`,
-//!   `DynamoDbBackend::check_table`).
+//!   `DynamoDbBackend::check_table`). Needed for the check, optional for processing: without
+//!   the grant (or when the check is throttled or cannot reach DynamoDB) a consumer logs a
+//!   warning naming the action and the fix, and processes its records.
 //! - **redrive check**: [`redrive_policy::check`](crate::redrive_policy::check), the queue's
 //!   `maxReceiveCount` against the attempt budget.
 //! - **queue check**: [`redrive_policy::check_queue`](crate::redrive_policy::check_queue) and
@@ -126,7 +128,7 @@
 //! | dead-letter queue | `sqs:SendMessage` | dead-letter queue | The copy of a record failed for good, in a `SendMessageBatch`. |
 //! | dead-letter queue | `sqs:GetQueueAttributes` | dead-letter queue | Its `MaximumMessageSize`, read once for a copy over 1 KiB, unless given with [`DeadLetter::max_message_size`](crate::dead_letter::DeadLetter::max_message_size); without it the copy is checked against 1 MiB. |
 //! | dead-letter queue | `dynamodb:UpdateItem` | idempotency table | The reset of the key's attempts once its copy is sent, so that a redriven message has a new budget (the same action as the mode's own failure records). |
-//! | table check | `dynamodb:DescribeTable` | idempotency table | The table exists, and its key schema fits the backend. |
+//! | table check | `dynamodb:DescribeTable` | idempotency table | The table exists, and its key schema fits the backend. Without the grant, a warning that the check could not run, and the records are processed. |
 //! | table check | `dynamodb:DescribeTimeToLive` | idempotency table | A warning when the TTL is not on the expiry attribute; without the grant, a warning that it could not be read. |
 //! | redrive check | `sqs:GetQueueUrl` | source queue | The queue's URL, when it is given by ARN (the event source ARN). |
 //! | redrive check | `sqs:GetQueueAttributes` | source queue | Its `RedrivePolicy` (and, for the queue check, `MessageRetentionPeriod` and `MaximumMessageSize`). |
@@ -137,10 +139,15 @@
 //! | forget | `dynamodb:DeleteItem` | idempotency table | The record of a key deleted, so that its next attempt runs. |
 //! | publisher | `sqs:SendMessage` | publisher's queue | The messages, in `SendMessageBatch` calls. |
 //!
-//! So a lease consumer needs `dynamodb:UpdateItem` on the idempotency table and nothing else
-//! there: neither `PutItem`, `GetItem` nor `DeleteItem`. A transactional one needs `PutItem`,
-//! `UpdateItem` and `GetItem` there; an inline one `UpdateItem` (and `GetItem` with the attempts
-//! read), plus `PutItem` on its item's table.
+//! So to process its records a lease consumer needs `dynamodb:UpdateItem` on the idempotency
+//! table and no other item action there: neither `PutItem`, `GetItem` nor `DeleteItem`. A
+//! transactional one needs `PutItem`, `UpdateItem` and `GetItem` there; an inline one
+//! `UpdateItem` (and `GetItem` with the attempts read), plus `PutItem` on its item's table.
+//! Each also needs `dynamodb:DescribeTable` (and `dynamodb:DescribeTimeToLive`) on the
+//! idempotency table for its cold-start check, which finds a missing table or one keyed
+//! otherwise before a record runs, and explains a refused request: optional for processing
+//! (without it, a warning at cold start), but without it a table that does not fit is found
+//! only by its first refused write, and explained less.
 //!
 //! # A policy for the common inline consumer
 //!
@@ -175,7 +182,8 @@
 //!     Condition:
 //!       ForAllValues:StringLike:
 //!         dynamodb:LeadingKeys: ["my-consumer#*"]
-//!   - Sid: IdempotencyTableCheck # cold start; and the diagnosis of a refused request
+//!   - Sid: IdempotencyTableCheck # cold start, and the diagnosis of a refused request;
+//!     # optional for processing (without it, a warning at cold start)
 //!     Effect: Allow
 //!     Action: [dynamodb:DescribeTable, dynamodb:DescribeTimeToLive]
 //!     Resource: !GetAtt IdempotencyTable.Arn

@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Map, Value, json};
 
 use crate::batch::{BatchReport, Deduplicated};
+use crate::error::RecordError;
+use crate::key::KeyError;
 use crate::time::{Clock, SystemClock};
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
@@ -35,6 +37,48 @@ pub const FAILED: &str = "failed";
 /// [`BatchCounts::dead_lettered`]'s metric: records moved to the dead-letter queue, a failure
 /// that needs a person (alarm on it).
 pub const DEAD_LETTERED: &str = "dead_lettered";
+
+/// The namespace of the metrics the library emits itself ([`KEY_MISSING`]).
+pub const LIBRARY_NAMESPACE: &str = "LambdaIdempotency";
+
+/// The metric of records whose key pointer (`IDEMPOTENCY_KEY`, [`KeyConfig::json_pointer`])
+/// found nothing in their message, which a [`Consumer`](crate::consumer::Consumer) emits for
+/// each batch that has one, in [`LIBRARY_NAMESPACE`] with the function's name in
+/// [`FUNCTION_DIMENSION`]: an alarm on it (`> 0`) tells a typo in the pointer within minutes
+/// (each such record is logged too, with the message's field names).
+///
+/// [`KeyConfig::json_pointer`]: crate::key::KeyConfig::json_pointer
+pub const KEY_MISSING: &str = "KeyMissing";
+
+/// The [`KEY_MISSING`] metric of a batch, `None` when every key was found.
+///
+/// ```
+/// use lambda_idempotency::batch::BatchReport;
+/// use lambda_idempotency::metrics;
+///
+/// let report: BatchReport<()> = BatchReport { records: Vec::new() };
+/// assert!(metrics::key_missing(&report, "orders").is_none());
+/// ```
+pub fn key_missing<T>(report: &BatchReport<T>, function: &str) -> Option<Metrics> {
+    let missing = report
+        .records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.result,
+                Err(RecordError::Key {
+                    source: KeyError::Missing(_),
+                    ..
+                })
+            )
+        })
+        .count() as u64;
+    (missing > 0).then(|| {
+        Metrics::new(LIBRARY_NAMESPACE)
+            .dimension(FUNCTION_DIMENSION, function)
+            .count(KEY_MISSING, missing)
+    })
+}
 
 /// Turns [`Metrics::emit`] on or off for the whole process (on by default). For local runs and
 /// tests, where stdout is for people.

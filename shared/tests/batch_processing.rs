@@ -50,11 +50,13 @@ fn failed_ids(response: &aws_lambda_events::sqs::SqsBatchResponse) -> Vec<String
         .collect()
 }
 
+/// A sample event of `tests/data/` (in the shape AWS sends, see its README).
+fn sample_path(name: &str) -> String {
+    format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
 fn read_sample(name: &str) -> SqsEvent {
-    let path = format!(
-        "{}/../../shared/aws-events/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = sample_path(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not an SqsEvent: {e}"))
 }
@@ -250,10 +252,7 @@ async fn records_running_at_the_deadline_are_cancelled_and_reported() {
 
 #[tokio::test]
 async fn sample_events_go_through_the_processor() {
-    for (file, fifo) in [
-        ("example-sqs-event.json", false),
-        ("example-sqs-fifo-event.json", true),
-    ] {
+    for (file, fifo) in [("sqs-event.json", false), ("sqs-fifo-event.json", true)] {
         let sample = read_sample(file);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
@@ -297,7 +296,7 @@ async fn sample_events_go_through_the_processor() {
             Ok::<_, std::io::Error>(())
         }
     });
-    let sample = read_sample("example-sqs-fifo-event.json");
+    let sample = read_sample("sqs-fifo-event.json");
     BatchProcessor::new()
         .process(&LambdaEvent::new(sample, Context::default()), &handler)
         .await
@@ -307,12 +306,9 @@ async fn sample_events_go_through_the_processor() {
 
 #[test]
 fn sample_batch_response_matches_the_wire_format() {
-    let path = format!(
-        "{}/../../shared/aws-events/example-sqs-batch-response.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = sample_path("sqs-batch-response.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let expected: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut response = aws_lambda_events::sqs::SqsBatchResponse::default();
     for id in ["id2", "id4"] {
         let mut f = aws_lambda_events::sqs::BatchItemFailure::default();

@@ -8,6 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_sqs::types::QueueAttributeName;
 use lambda_idempotency::consumer::{ConsumerBuilder, ConsumerConfig, ConsumerError};
 use lambda_idempotency::count::RequestCounter;
@@ -200,5 +204,157 @@ async fn code_overrides_the_environment() {
     assert_eq!(
         missing.to_string(),
         "the environment variable IDEMPOTENCY_TABLE is not set"
+    );
+}
+
+/// Answers one DynamoDB operation with an error of `code` (HTTP 400, as DynamoDB answers an IAM
+/// denial or throttling), whatever the endpoint said; the others go through.
+#[derive(Debug, Clone)]
+struct Refuse {
+    operation: &'static str,
+    code: &'static str,
+    sending: Arc<std::sync::Mutex<String>>,
+}
+
+impl Intercept for Refuse {
+    fn name(&self) -> &'static str {
+        "Refuse"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let target = context.request().headers().get("x-amz-target");
+        *self.sending.lock().unwrap() = target
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if *self.sending.lock().unwrap() == self.operation {
+            let response = context.response_mut();
+            *response.status_mut() = 400.try_into().unwrap();
+            *response.body_mut() = format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"refused by the test"}}"#,
+                self.code
+            )
+            .into();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_table_check_that_cannot_run_warns_and_the_records_are_processed() {
+    let sdk = common::sdk_config().await;
+    let table =
+        common::create_table(&aws_sdk_dynamodb::Client::new(&sdk), "id", "expiration").await;
+    for code in ["AccessDeniedException", "ThrottlingException"] {
+        let refuse = Refuse {
+            operation: "DescribeTable",
+            code,
+            sending: Arc::default(),
+        };
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+                .interceptor(refuse)
+                .build(),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let runs = Arc::new(AtomicU32::new(0));
+        let consumer =
+            ConsumerBuilder::from_clients(dynamodb, sqs, config(&[("IDEMPOTENCY_TABLE", &table)]))
+                .unwrap()
+                .idempotent(counting(runs.clone()));
+        let arn = "arn:aws:sqs:us-east-1:123456789012:nowhere";
+        let id = format!("m-{code}");
+        let report = consumer
+            .process(&event(arn, &[(&id, r#"{"n":1}"#)]))
+            .await
+            .unwrap_or_else(|e| panic!("{code}: the batch failed: {e}"));
+        assert!(report.response().batch_item_failures.is_empty(), "{code}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{code}: the record ran");
+
+        // The check's failure is a warning naming the action, the table and the fix.
+        let found = consumer.cold_start_report(None).await.unwrap();
+        let warnings = found.table_warnings.expect("the table check ran");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        for says in [
+            "dynamodb:DescribeTable",
+            &format!("`{table}`"),
+            code,
+            "grant",
+        ] {
+            assert!(
+                warnings[0].contains(says),
+                "{code}: {says} in {}",
+                warnings[0]
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_local_cache_from_the_environment_answers_a_duplicate_without_a_request() {
+    let sdk = common::sdk_config().await;
+    let counter = RequestCounter::default();
+    let dynamodb = common::dynamodb(&counter).await;
+    let table = common::create_table(&dynamodb, "id", "expiration").await;
+    let arn = "arn:aws:sqs:us-east-1:123456789012:nowhere";
+    let mut requests = Vec::new();
+    for cache in ["100", ""] {
+        let vars = [
+            ("IDEMPOTENCY_TABLE", table.as_str()),
+            ("IDEMPOTENCY_LOCAL_CACHE", cache),
+            (
+                "IDEMPOTENCY_KEY_PREFIX",
+                if cache.is_empty() { "off" } else { "on" },
+            ),
+        ];
+        let consumer = ConsumerBuilder::from_clients(
+            dynamodb.clone(),
+            aws_sdk_sqs::Client::new(&sdk),
+            config(&vars),
+        )
+        .unwrap()
+        .without_backoff()
+        .idempotent(counting(Arc::default()));
+        let first = consumer
+            .process(&event(arn, &[("m-1", r#"{"n":1}"#)]))
+            .await
+            .unwrap();
+        assert!(first.response().batch_item_failures.is_empty());
+        counter.reset();
+        let again = consumer
+            .process(&event(arn, &[("m-1", r#"{"n":1}"#)]))
+            .await
+            .unwrap();
+        assert!(
+            again.successes().all(|(_, done)| done.is_duplicate()),
+            "{again:?}"
+        );
+        requests.push(counter.snapshot());
+    }
+    assert_eq!(
+        requests[0],
+        Default::default(),
+        "IDEMPOTENCY_LOCAL_CACHE=100: the duplicate costs no request"
+    );
+    assert_eq!(
+        requests[1].get("UpdateItem"),
+        Some(&1),
+        "without it, one refused write: {:?}",
+        requests[1]
     );
 }

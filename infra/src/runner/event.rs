@@ -72,7 +72,7 @@ pub(crate) fn record(message: &Message, queue_arn: &str) -> Value {
 
 /// The event Lambda sends for `messages` received from the queue `queue_arn`: the JSON of
 /// [`aws_lambda_events::sqs::SqsEvent`], field for field as AWS sends it (see
-/// `shared/aws-events/example-sqs-event.json`).
+/// the sample `shared/tests/data/sqs-event.json` of the `lambda-idempotency` crate).
 ///
 /// ```
 /// use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};

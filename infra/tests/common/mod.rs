@@ -19,11 +19,11 @@ pub async fn clients() -> Clients {
     })
 }
 
-/// A sample event shipped in the steering repo's `shared/aws-events/`.
+/// A sample event of the library's `shared/tests/data/`, in the shape AWS sends (see its README).
 pub fn sample_event(name: &str) -> serde_json::Value {
     let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/aws-events/"
+        "/../shared/tests/data/"
     ))
     .join(name);
     let text = std::fs::read_to_string(&path)

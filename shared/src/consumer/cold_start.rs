@@ -2,10 +2,13 @@
 //! awaited where they matter.
 //!
 //! - **The idempotency table** (DynamoDB: `DescribeTable`, `DescribeTimeToLive`): a table that
-//!   does not fit the backend fails every invocation, naming the table and the mismatch, until
-//!   a check passes (each failed invocation checks again), so that no message is processed, and
-//!   none dead-lettered, against a table that cannot hold its record. Lambda's retries bring the
-//!   batch back. Its warnings (no TTL, say) are logged.
+//!   is missing or does not fit the backend fails every invocation, naming the table and the
+//!   mismatch, until a check passes (each failed invocation checks again), so that no message is
+//!   processed, and none dead-lettered, against a table that cannot hold its record. Lambda's
+//!   retries bring the batch back. A check that cannot run (`dynamodb:DescribeTable` denied,
+//!   throttled, the endpoint unreachable) never stops the consumer: it is a warning naming the
+//!   action, the table and the fix, and the records are processed (the check is not tried
+//!   again in that container). Its warnings (no TTL, say) are logged.
 //! - **The source queue** (SQS: `GetQueueAttributes` of the queue and of its dead-letter queue,
 //!   `GetQueueUrl` for a queue known by its ARN): its redrive `maxReceiveCount` against the
 //!   attempt budget, its dead-letter queue's message size and the records' expiry against both
@@ -22,6 +25,21 @@ use tokio::task::JoinHandle;
 
 use crate::redrive_policy::{self, QueueCheck, QueueRef};
 use crate::store::StoreError;
+
+/// The warning, logged and returned, for a table check that could not run (`error` is not the
+/// table's fault: the request was denied, throttled, or did not reach DynamoDB).
+#[cfg(feature = "dynamodb")]
+fn check_not_run(table: &str, error: &StoreError) -> String {
+    let warning = format!(
+        "cold-start check: could not check the idempotency table `{table}` \
+         (dynamodb:DescribeTable): {error}. Records are processed without the check (a table \
+         that does not fit is then found by its first refused request). To check it at cold \
+         start, grant dynamodb:DescribeTable on the table \
+         (arn:aws:dynamodb:<region>:<account>:table/{table}); processing does not need it"
+    );
+    tracing::warn!(action = "dynamodb:DescribeTable", table, "{warning}");
+    warning
+}
 
 /// A check's future, boxed.
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -116,7 +134,13 @@ impl ColdStartChecks {
         let backend = backend.clone();
         Arc::new(move || {
             let backend = backend.clone();
-            Box::pin(async move { backend.check_table().await.map(|check| check.warnings) })
+            Box::pin(async move {
+                match backend.check_table().await {
+                    Ok(check) => Ok(check.warnings),
+                    Err(e @ StoreError::Misconfigured { .. }) => Err(e),
+                    Err(e) => Ok(vec![check_not_run(backend.table(), &e)]),
+                }
+            })
         })
     }
 
@@ -161,11 +185,12 @@ impl ColdStartChecks {
         }
         let result = match task.take() {
             Some(running) => running.await.unwrap_or_else(|e| {
-                Err(StoreError::Request {
-                    operation: "DescribeTable",
-                    message: format!("the table check did not finish: {e}"),
-                    source: Box::new(e),
-                })
+                let warning = format!(
+                    "cold-start check: the idempotency table's check did not finish ({e}); \
+                     records are processed without it"
+                );
+                tracing::warn!("{warning}");
+                Ok(vec![warning])
             }),
             None => check().await,
         };

@@ -1,5 +1,6 @@
 //! [`ConsumerConfig`]: a consumer's settings, from the environment, with the safe defaults.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use crate::idempotency::DEFAULT_EXPIRY;
@@ -13,6 +14,10 @@ pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(2);
 
 /// The longest visibility delay unless `BACKOFF_MAX_SECONDS` says otherwise.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How long the warm-container cache of `IDEMPOTENCY_LOCAL_CACHE` keeps a completed key (never
+/// past its record's expiry): a bound on how long a record deleted elsewhere still counts here.
+pub(super) const LOCAL_CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Lambda's default `BatchSize` for an SQS event source: what the redrive check assumes unless
 /// `EVENT_SOURCE_BATCH_SIZE` says otherwise.
@@ -43,13 +48,14 @@ pub enum ConfigError {
 /// | `IDEMPOTENCY_TABLE` | the DynamoDB table of the idempotency records (string key `id`, TTL on `expiration`) | required by [`Consumer::from_env`](super::Consumer::from_env) |
 /// | `IDEMPOTENCY_KEY` | a JSON pointer to the key in the message body (`/orderId`) | the SQS message id |
 /// | `IDEMPOTENCY_KEY_PREFIX` | the prefix of every stored key | the function's name |
-/// | `IDEMPOTENCY_TTL_SECONDS` | how long a completed record blocks duplicates | 1,555,200 (18 days: a queue's 4 days of retention and its dead-letter queue's 14) |
+/// | `IDEMPOTENCY_TTL_SECONDS` | how long a completed record blocks duplicates; `0` is refused, and less than the default is a warning at init (and at cold start against the queues' actual retention) | 1,555,200 (18 days: a queue's 4 days of retention and its dead-letter queue's 14) |
 /// | `MAX_ATTEMPTS` | the attempt budget: failures before the dead-letter queue; `0` turns it off | 5 |
 /// | `BACKOFF_BASE_SECONDS` | the first retry's visibility delay, doubling; `0` turns backoff off | 2 |
 /// | `BACKOFF_MAX_SECONDS` | the longest visibility delay | 300 |
-/// | `DEAD_LETTER_QUEUE_URL` | where permanent failures and used-up budgets go, with their reason | none: the queue's own redrive policy |
+/// | `DEAD_LETTER_QUEUE_URL` | where permanent failures and used-up budgets go, with their reason | none: a warning at init; such a record stays on the queue until its redrive policy or retention ends it, without its reason |
 /// | `SOURCE_QUEUE_URL` | the queue the cold-start check reads | the first event's queue |
 /// | `EVENT_SOURCE_BATCH_SIZE` | the event source's `BatchSize`, for the redrive check | 10 |
+/// | `IDEMPOTENCY_LOCAL_CACHE` | the warm-container cache ([`crate::cache`]): how many completed keys it keeps, each at most 15 minutes and never past its record's expiry, so that a duplicate seen again by the same execution environment costs no request; `0` turns it off | off |
 ///
 /// ```
 /// use lambda_idempotency::consumer::ConsumerConfig;
@@ -88,6 +94,8 @@ pub struct ConsumerConfig {
     pub source_queue_url: Option<String>,
     /// `EVENT_SOURCE_BATCH_SIZE`.
     pub batch_size: u32,
+    /// `IDEMPOTENCY_LOCAL_CACHE`: the most keys of the warm-container cache; `None` when off.
+    pub local_cache: Option<NonZeroUsize>,
 }
 
 impl Default for ConsumerConfig {
@@ -104,6 +112,7 @@ impl Default for ConsumerConfig {
             dead_letter_queue_url: None,
             source_queue_url: None,
             batch_size: DEFAULT_BATCH_SIZE,
+            local_cache: None,
         }
     }
 }
@@ -164,17 +173,37 @@ impl ConsumerConfig {
                 });
             }
         };
+        let local_cache = number("IDEMPOTENCY_LOCAL_CACHE")?
+            .map(|n| {
+                usize::try_from(n).map_err(|_| ConfigError::Invalid {
+                    name: "IDEMPOTENCY_LOCAL_CACHE",
+                    reason: format!("{n} is too large"),
+                })
+            })
+            .transpose()?
+            .and_then(NonZeroUsize::new);
+        let expiry = seconds("IDEMPOTENCY_TTL_SECONDS", defaults.expiry)?;
+        if expiry.is_zero() {
+            return Err(ConfigError::Invalid {
+                name: "IDEMPOTENCY_TTL_SECONDS",
+                reason: "0 would expire every record at once, so that every redelivery runs \
+                         again; the expiry must outlive the queue's retention plus its \
+                         dead-letter queue's (the default, 1555200 s, is 4 days plus 14)"
+                    .into(),
+            });
+        }
         Ok(Self {
             table: get("IDEMPOTENCY_TABLE"),
             key,
             key_prefix,
-            expiry: seconds("IDEMPOTENCY_TTL_SECONDS", defaults.expiry)?,
+            expiry,
             max_attempts,
             backoff_base: seconds("BACKOFF_BASE_SECONDS", defaults.backoff_base)?,
             backoff_max: seconds("BACKOFF_MAX_SECONDS", defaults.backoff_max)?,
             dead_letter_queue_url: get("DEAD_LETTER_QUEUE_URL"),
             source_queue_url: get("SOURCE_QUEUE_URL"),
             batch_size,
+            local_cache,
         })
     }
 }

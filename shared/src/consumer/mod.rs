@@ -32,18 +32,30 @@
 //!   [`without_backoff`](ConsumerBuilder::without_backoff));
 //! - **the dead-letter queue** takes permanent failures and used-up budgets, with their reason,
 //!   when `DEAD_LETTER_QUEUE_URL` names one (else the queue's own redrive policy is the only
-//!   bound, and the consumer says so at cold start);
+//!   bound, and the consumer warns when it is built: such a record stays on the queue until
+//!   SQS's redrive or retention ends it, without its reason);
+//! - **the settings are checked when it is built**: `IDEMPOTENCY_TTL_SECONDS=0` is refused
+//!   ([`ConfigError::Invalid`]), an expiry shorter than the retention rule's default is a
+//!   warning naming both values; a key pointer that finds nothing in a message is logged as an
+//!   error (the pointer and the message's top-level field names, never their values) and
+//!   counted in the [`KeyMissing`](crate::metrics::KEY_MISSING) metric;
 //! - **the cold-start checks** (the idempotency table, the queue's redrive policy and
 //!   retention) run in the background from the moment the consumer is built, so that they cost
 //!   the init nothing; see [`ColdStartReport`] for what each does with what it finds;
 //! - **a partial batch response**: only failed records go back to the queue (the event source
-//!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
+//!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`);
+//! - **the warm-container cache** ([`crate::cache`]) is off unless `IDEMPOTENCY_LOCAL_CACHE`
+//!   gives it a size (or [`with_local_cache`](ConsumerBuilder::with_local_cache) one of your
+//!   own): then a duplicate of a key completed in this execution environment costs no request.
+//!   The three modes put it in front of the backend when the consumer is built, so the
+//!   builder's type stays `ConsumerBuilder<DynamoDbBackend>` either way.
 //!
 //! A unit test builds the same consumer over the in-memory backend with
 //! [`Consumer::builder`] (no endpoint, no SQS), and calls [`Consumer::handle`] with an event.
 
 mod cold_start;
 mod config;
+mod key_missing;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -65,6 +77,7 @@ use crate::batch::{
     BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, ItemLookup,
     RecordHandler, RecordHandlerExt,
 };
+use crate::cache::LocalCache;
 use crate::dead_letter::DeadLetter;
 use crate::inline::InlinePut;
 use crate::key::KeyConfig;
@@ -144,7 +157,9 @@ impl<O: Send + 'static> Consumer<O> {
             .first()
             .and_then(|r| r.event_source_arn.as_deref());
         self.cold_start.ready(arn).await?;
-        Ok(self.processor.process(event, &self.handler).await?)
+        let report = self.processor.process(event, &self.handler).await?;
+        key_missing::report(event, &report);
+        Ok(report)
     }
 
     /// Runs the function: Lambda's runtime loop over [`handle`](Self::handle).
@@ -177,6 +192,7 @@ pub struct ConsumerBuilder<B> {
     sqs: Option<aws_sdk_sqs::Client>,
     table_check: Option<TableCheckFn>,
     processor: BatchProcessor,
+    local_cache: Option<LocalCache>,
     /// The inline and transactional modes' item lookup: an `ItemLookup` of the backend's
     /// write, set by [`with_item_lookup`](Self::with_item_lookup).
     item_lookup: Option<Arc<dyn Any + Send + Sync>>,
@@ -189,6 +205,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
             .field("config", &self.config)
             .field("table_check", &self.table_check.is_some())
             .field("processor", &self.processor)
+            .field("local_cache", &self.local_cache)
             .finish_non_exhaustive()
     }
 }
@@ -243,6 +260,9 @@ impl<B: Backend> ConsumerBuilder<B> {
             .clone()
             .map(KeyConfig::json_pointer)
             .unwrap_or_default();
+        let local_cache = config
+            .local_cache
+            .map(|capacity| LocalCache::new(capacity, config::LOCAL_CACHE_TTL));
         Self {
             engine,
             keys,
@@ -250,6 +270,7 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs: None,
             table_check: None,
             processor: BatchProcessor::new(),
+            local_cache,
             item_lookup: None,
         }
     }
@@ -293,7 +314,26 @@ impl<B: Backend> ConsumerBuilder<B> {
         self
     }
 
-    /// Changes the engine (its expiry, key prefix, local cache of the same backend type, clock).
+    /// The warm-container cache in front of the backend in the three modes
+    /// ([`idempotent`](Self::idempotent), [`transactional`](Self::transactional),
+    /// [`inline`](Self::inline)): a duplicate of a key completed in this execution environment
+    /// is answered without a request (see [`crate::cache`]). From the environment:
+    /// `IDEMPOTENCY_LOCAL_CACHE` (how many keys, each kept at most 15 minutes); this sets one of
+    /// your own (its capacity, its time to live, a clone to watch its hits).
+    pub fn with_local_cache(mut self, cache: LocalCache) -> Self {
+        self.local_cache = Some(cache);
+        self
+    }
+
+    /// No warm-container cache, whatever `IDEMPOTENCY_LOCAL_CACHE` says.
+    pub fn without_local_cache(mut self) -> Self {
+        self.local_cache = None;
+        self
+    }
+
+    /// Changes the engine: its expiry, key prefix, clock. Not its backend's type: the
+    /// warm-container cache is [`with_local_cache`](Self::with_local_cache) (or
+    /// `IDEMPOTENCY_LOCAL_CACHE`), which the three modes put in front of the backend.
     pub fn map_engine(mut self, f: impl FnOnce(Idempotency<B>) -> Idempotency<B>) -> Self {
         self.engine = f(self.engine);
         self
@@ -352,7 +392,16 @@ impl<B: Backend> ConsumerBuilder<B> {
         H::Output: Serialize + 'static,
         B: 'static,
     {
-        self.compose(|engine, keys| handler.idempotent(engine).with_keys(keys))
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| handler.idempotent(engine).with_keys(keys),
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| handler.idempotent(engine).with_keys(keys),
+            ),
+        }
     }
 
     /// A consumer in the transactional mode: `handler` returns its writes, which commit with the
@@ -364,12 +413,20 @@ impl<B: Backend> ConsumerBuilder<B> {
         B: TransactionalBackend + 'static,
     {
         let lookup = self.item_lookup();
-        self.compose(|engine, keys| {
-            handler
-                .transactional(engine)
-                .with_keys(keys)
-                .with_lookup(lookup)
-        })
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| {
+                    (handler.transactional(engine).with_keys(keys)).with_lookup(lookup)
+                },
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| {
+                    (handler.transactional(engine).with_keys(keys)).with_lookup(lookup)
+                },
+            ),
+        }
     }
 
     /// A consumer in the inline mode: `handler` returns its one new item, written with the
@@ -382,17 +439,50 @@ impl<B: Backend> ConsumerBuilder<B> {
         B: TransactionalBackend + 'static,
     {
         let lookup = self.item_lookup();
-        self.compose(|engine, keys| handler.inline(engine).with_keys(keys).with_lookup(lookup))
+        match self.local_cache.clone() {
+            Some(cache) => self.compose_with(
+                |engine| engine.with_local_cache(cache),
+                |engine, keys| handler.inline(engine).with_keys(keys).with_lookup(lookup),
+            ),
+            None => self.compose_with(
+                |engine| engine,
+                |engine, keys| handler.inline(engine).with_keys(keys).with_lookup(lookup),
+            ),
+        }
     }
 
     /// A consumer whose handler `make` composes from the engine and the keys: for what the three
     /// modes above do not say (a hook after the commit with
-    /// [`and_then`](RecordHandlerExt::and_then), several handlers).
+    /// [`and_then`](RecordHandlerExt::and_then), several handlers). The engine is over `B`
+    /// itself: with a warm-container cache, wrap it in `make`
+    /// ([`Idempotency::with_local_cache`]); one set on the builder is not applied here (a
+    /// warning says so).
     pub fn compose<H>(
-        self,
+        mut self,
         make: impl FnOnce(Idempotency<B>, KeyConfig) -> H,
     ) -> Consumer<H::Output>
     where
+        H: RecordHandler + 'static,
+        H::Output: 'static,
+    {
+        if self.local_cache.take().is_some() {
+            tracing::warn!(
+                "the consumer's local cache (IDEMPOTENCY_LOCAL_CACHE) applies to its three modes, \
+                 not to a handler of `compose`: wrap the engine with `with_local_cache` there"
+            );
+        }
+        self.compose_with(|engine| engine, make)
+    }
+
+    /// [`compose`](Self::compose) over the engine `layer` makes of this one (the same, or with
+    /// the local cache in front of its backend).
+    fn compose_with<B2, H>(
+        self,
+        layer: impl FnOnce(Idempotency<B>) -> Idempotency<B2>,
+        make: impl FnOnce(Idempotency<B2>, KeyConfig) -> H,
+    ) -> Consumer<H::Output>
+    where
+        B2: Backend,
         H: RecordHandler + 'static,
         H::Output: 'static,
     {
@@ -403,8 +493,10 @@ impl<B: Backend> ConsumerBuilder<B> {
             sqs,
             table_check,
             mut processor,
+            local_cache: _,
             item_lookup: _,
         } = self;
+        let engine = layer(engine);
         if let Some(attempts) = config.max_attempts {
             processor = processor.max_attempts(attempts);
         }
@@ -423,11 +515,15 @@ impl<B: Backend> ConsumerBuilder<B> {
                 dead_letter_queue = url,
                 "the consumer has no SQS client: nothing is sent to its dead-letter queue"
             ),
-            (_, None) => tracing::info!(
-                "no dead-letter queue (DEAD_LETTER_QUEUE_URL): a failing record comes back until \
-                 the queue's redrive policy moves it, without its reason"
+            (_, None) => tracing::warn!(
+                "no dead-letter queue (DEAD_LETTER_QUEUE_URL is not set): a permanent failure, or \
+                 a record whose attempt budget is used up, stays on the queue, received and \
+                 failed again, until the queue's own redrive policy moves it (without its \
+                 reason) or its retention deletes it. Set DEAD_LETTER_QUEUE_URL to move it at \
+                 once, with the reason"
             ),
         }
+        warn_if_expiry_below_the_rule(engine.expiry());
         if let Some(sqs) = &sqs
             && !config.backoff_base.is_zero()
         {
@@ -443,5 +539,29 @@ impl<B: Backend> ConsumerBuilder<B> {
             handler,
             cold_start: ColdStartChecks::start_with(table_check, queue),
         }
+    }
+}
+
+/// The warning at init of an expiry shorter than the retention rule's default: a record must
+/// outlive every redelivery of its message, the source queue's `MessageRetentionPeriod` plus
+/// its dead-letter queue's ([`DEFAULT_EXPIRY`](crate::idempotency::DEFAULT_EXPIRY): SQS's
+/// default 4 days plus the longest 14). The cold-start queue check compares it with the
+/// queues' actual retention.
+fn warn_if_expiry_below_the_rule(expiry: std::time::Duration) {
+    let rule = crate::idempotency::DEFAULT_EXPIRY;
+    if expiry < rule {
+        tracing::warn!(
+            expiry_seconds = expiry.as_secs(),
+            rule_seconds = rule.as_secs(),
+            "idempotency expiry (IDEMPOTENCY_TTL_SECONDS) of {} s is shorter than the retention \
+             rule's {} s: a record must outlive every redelivery of its message (the queue's \
+             retention plus its dead-letter queue's, SQS's default 4 days plus the longest 14), \
+             or a copy delivered or redriven after its record expired runs again. Safe only if \
+             both queues keep messages for less than {} s in all; the cold-start queue check \
+             compares it with their MessageRetentionPeriod",
+            expiry.as_secs(),
+            rule.as_secs(),
+            expiry.as_secs()
+        );
     }
 }

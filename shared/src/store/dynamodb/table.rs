@@ -85,12 +85,16 @@ impl DynamoDbBackend {
     /// for the warning: when it cannot be read (`dynamodb:DescribeTimeToLive` not granted, say),
     /// that is a warning too.
     ///
-    /// A table that does not fit is [`StoreError::Misconfigured`], naming the table and what
-    /// does not match; any other failure to describe it is [`StoreError::Request`]. Either way a
-    /// function should stop its init: Lambda retries a failed init and shows it in the
-    /// function's errors, and the function dead-letters nothing meanwhile (the queue's own
-    /// redrive policy, the backstop, still counts each receive). Without the check every record
-    /// fails with the same [`StoreError::Misconfigured`] and is left for redelivery.
+    /// A table that is missing or does not fit is [`StoreError::Misconfigured`], naming the
+    /// table and what does not match: nothing can be processed until it is fixed, and a
+    /// function should process nothing meanwhile (a [`Consumer`](crate::consumer::Consumer)
+    /// fails each batch, which comes back whole; nothing is dead-lettered). Any other failure to
+    /// describe it (`dynamodb:DescribeTable` denied, throttled, DynamoDB unreachable) is
+    /// [`StoreError::Request`]: the check could not run, which says nothing against the table,
+    /// so a function should warn and go on (a consumer does: see
+    /// [`ColdStartChecks`](crate::consumer::ColdStartChecks)). Without the check a table that
+    /// does not fit fails every record with the same [`StoreError::Misconfigured`], each left
+    /// for redelivery.
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), lambda_idempotency::store::StoreError> {

@@ -1,0 +1,68 @@
+//! A key pointer that finds nothing in a message: each such record logged as an error (the
+//! pointer, the message id and the names of the body's top-level fields, never a value), and the
+//! batch's count emitted as the `KeyMissing` metric ([`crate::metrics::key_missing`]), so that a
+//! typo in `IDEMPOTENCY_KEY` (`/orderID` for `/orderId`), which fails every message, shows at
+//! once beside the names there are, and an alarm on the metric tells it from a producer's bad
+//! message within minutes.
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+use crate::batch::BatchReport;
+use crate::error::RecordError;
+use crate::key::KeyError;
+
+/// At most this many field names in a line, so that a large object keeps it short.
+const MAX_NAMES: usize = 50;
+
+/// Logs each record of `report` whose key pointer found nothing, and emits the batch's metric.
+pub(super) fn report<T>(event: &LambdaEvent<SqsEvent>, report: &BatchReport<T>) {
+    for record in &report.records {
+        let Err(RecordError::Key {
+            message_id,
+            source: KeyError::Missing(pointer),
+        }) = &record.result
+        else {
+            continue;
+        };
+        let body = event
+            .payload
+            .records
+            .get(record.index)
+            .and_then(|m| m.body.as_deref());
+        let fields = field_names(body);
+        tracing::error!(
+            pointer,
+            message_id,
+            fields = %fields,
+            "the key pointer {pointer} finds nothing in message {message_id}: its top-level \
+             fields are [{fields}]. A typo in the pointer (IDEMPOTENCY_KEY) fails every \
+             message; a producer's message without the key fails alone"
+        );
+    }
+    if let Some(line) = crate::metrics::key_missing(report, &event.context.env_config.function_name)
+    {
+        line.emit();
+    }
+}
+
+/// The names of the body's top-level fields, sorted, never their values.
+fn field_names(body: Option<&str>) -> String {
+    match body.map(serde_json::from_str::<Value>) {
+        Some(Ok(Value::Object(map))) => {
+            let mut names: Vec<&str> = map.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            let more = names.len().saturating_sub(MAX_NAMES);
+            names.truncate(MAX_NAMES);
+            let mut listed = names.join(", ");
+            if more > 0 {
+                listed.push_str(&format!(" and {more} more"));
+            }
+            listed
+        }
+        Some(Ok(Value::Array(_))) => "none: the body is a JSON array".to_owned(),
+        Some(Ok(_)) => "none: the body is not a JSON object".to_owned(),
+        Some(Err(_)) | None => "none".to_owned(),
+    }
+}
