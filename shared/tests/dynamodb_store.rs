@@ -47,6 +47,8 @@ backend_suite!(suite());
 struct Effects {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    /// A table keyed on `pk` and `sk`.
+    sorted: String,
     /// Reads the record on an item (the inline attribute names, keyed on `pk`).
     reader: DynamoDbBackend,
 }
@@ -111,6 +113,26 @@ impl Items<TransactWriteItem> for Effects {
             .await
             .unwrap();
     }
+    fn sorted_item(&self, id: &str, sort: &str, value: &str) -> TransactWriteItem {
+        NewItem::new(&self.sorted, "pk", AttributeValue::S(id.into()))
+            .sort_key("sk", AttributeValue::S(sort.into()))
+            .attribute("value", AttributeValue::S(value.into()))
+            .into()
+    }
+    async fn sorted_value(&self, id: &str, sort: &str) -> Option<String> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.sorted)
+            .key("pk", AttributeValue::S(id.into()))
+            .key("sk", AttributeValue::S(sort.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item?;
+        Some(item["value"].as_s().unwrap().clone())
+    }
 }
 
 /// What the inline mode's operations cost on DynamoDB: one `PutItem` per write, one
@@ -127,6 +149,7 @@ async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {
     let suite = suite().await;
     let client = common::dynamodb(&RequestCounter::default()).await;
     let table = common::create_table(&client, "pk", "expires").await;
+    let sorted = common::create_sorted_table(&client).await;
     let reader = DynamoDbBackend::new(client.clone(), &table).with_attributes(Attributes {
         key: "pk".into(),
         ..Attributes::inline()
@@ -135,6 +158,7 @@ async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {
     let effects = Effects {
         client,
         table,
+        sorted,
         reader,
     };
     (suite, effects, INLINE)

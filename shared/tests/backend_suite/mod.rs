@@ -13,12 +13,15 @@
 #[allow(unused_macros)]
 mod inline;
 mod items;
+mod limits;
 mod payloads;
 mod transitions;
 #[allow(unused_imports)]
 pub use inline::*;
 #[allow(unused_imports)]
 pub use items::*;
+#[allow(unused_imports)]
+pub use limits::*;
 pub use payloads::*;
 pub use transitions::*;
 
