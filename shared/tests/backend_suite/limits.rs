@@ -249,3 +249,53 @@ pub async fn a_foreign_item_refuses_a_new_item_and_a_put_rewrites_it<B, X>(
         "the record rides on it now"
     );
 }
+
+/// A stored result is dropped when the transaction's items and the result do not fit in one
+/// transaction (each item within its own limit): the effect is still written, and the record
+/// says that its result was not stored. Whether the record rides on the last write or is
+/// written beside the writes.
+pub async fn a_result_over_the_transaction_size_is_dropped<B, X>(
+    s: &Suite<B>,
+    items: &X,
+    _ops: InlineOps,
+) where
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write, Write = B::Write>,
+{
+    let e = &s.engine;
+    let result = "r".repeat(300 * KB);
+    // Ten items of 390 KB and a small one fit in 4 MB; with a 300 KB result they do not.
+    let big = "x".repeat(390 * KB);
+    for carried in [true, false] {
+        let key = format!("over-tx-{carried}");
+        let tx = (0..10).fold(Transaction::new(result.clone()), |tx, i| {
+            tx.write(items.put(&format!("{key}-{i}"), &big))
+        });
+        // The last write carries the record.
+        let tx = tx.write(items.put(&format!("{key}-small"), "small"));
+        let tx = if carried { tx.carry_record() } else { tx };
+        let committed = e
+            .transact(&key, b"1", None, || async { Answer::Ok(tx) })
+            .await;
+        assert!(
+            matches!(committed, Ok(Transacted::Committed(_))),
+            "carried {carried}: {:?}",
+            committed.err()
+        );
+        assert_eq!(
+            items.value(&format!("{key}-9")).await.map(|v| v.len()),
+            Some(big.len())
+        );
+        let record = if carried {
+            items.record(&format!("{key}-small")).await
+        } else {
+            e.get(&key).await.unwrap()
+        };
+        let record = record.expect("the record");
+        assert_eq!(
+            (record.result.map(|r| r.len()), record.result_omitted),
+            (None, true),
+            "carried {carried}: the result's length, and whether it was omitted"
+        );
+    }
+}
