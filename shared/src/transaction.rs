@@ -593,3 +593,6 @@ pub(crate) fn settle<T, E>(
         Noted::Answer(found) => answer(found),
     }
 }
+
+#[cfg(test)]
+mod tests;
