@@ -16,7 +16,8 @@ use crate::state::{self, IdempotencyRecord, Step};
 ///
 /// It is held to DynamoDB's limits: an item of at most [`MAX_ITEM_BYTES`] (its key, sort key and
 /// value, and the record it carries), a transaction of at most [`MAX_TRANSACTION_ACTIONS`] and
-/// [`MAX_TRANSACTION_BYTES`]. A put without its condition is DynamoDB's `Put` without one: it
+/// [`MAX_TRANSACTION_BYTES`], a key of at most 2048 bytes and a sort key of at most 1024 (refused
+/// by the request, as DynamoDB refuses them). A put without its condition is DynamoDB's `Put` without one: it
 /// rewrites an item that carries no record, as DynamoDB's does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryWrite {
@@ -118,6 +119,11 @@ impl MemoryWrite {
 /// and every message they should have caught is processed again. Use [`super::DynamoDbBackend`]
 /// in functions.
 ///
+/// It answers as DynamoDB does where a test can see it: the same conditions, DynamoDB's size
+/// limits ([`TransactionalBackend::check`]), items keyed on a partition key and a sort key
+/// ([`MemoryWrite::with_sort_key`]), and [`requests`](Self::requests) counts what each call
+/// would have sent.
+///
 /// ```
 /// # tokio_test_block_on(async {
 /// use lambda_idempotency::{Idempotency, Acquired, store::InMemoryBackend};
@@ -142,8 +148,8 @@ pub struct InMemoryBackend {
 /// request too (a duplicate costs one); a limit found before any request
 /// ([`TransactionalBackend::check`]) is none.
 ///
-/// One call is one request. Where DynamoDB needs a second (an acquire that replaces an expired
-/// record: two `UpdateItem`s), it is counted once here.
+/// One call is one request. Where DynamoDB needs more than one (an acquire that replaces an
+/// expired record: two `UpdateItem`s), it is counted once here.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Requests {
     /// `GetItem`: a read ([`Backend::get`], the transactional and inline wrappers' peek).
@@ -282,6 +288,44 @@ fn refused(
     })
 }
 
+/// DynamoDB's largest partition key and sort key, in bytes.
+const MAX_PARTITION_KEY_BYTES: usize = 2048;
+const MAX_SORT_KEY_BYTES: usize = 1024;
+
+/// The first of `writes` whose key DynamoDB refuses for its size: its index and DynamoDB's
+/// message. DynamoDB refuses it in the request (a `ValidationException`), not before.
+fn key_too_large(writes: &[MemoryWrite]) -> Option<(usize, String)> {
+    writes.iter().enumerate().find_map(|(index, w)| {
+        let sort = w.sort_key.as_ref().map_or(0, String::len);
+        let message = if w.key.len() > MAX_PARTITION_KEY_BYTES {
+            format!("Size of hashkey has exceeded the maximum size limit of {MAX_PARTITION_KEY_BYTES} bytes")
+        } else if sort > MAX_SORT_KEY_BYTES {
+            format!("Aggregated size of all range keys has exceeded the size limit of {MAX_SORT_KEY_BYTES} bytes")
+        } else {
+            return None;
+        };
+        Some((index, format!("One or more parameter values were invalid: {message}")))
+    })
+}
+
+/// What DynamoDB answers a request with a key over its limit: a single write (`PutItem`) is
+/// that write's rejection; a transaction is refused whole, for its size.
+fn refused_for_a_key(writes: &[MemoryWrite], single: bool) -> Option<Commit> {
+    let (index, message) = key_too_large(writes)?;
+    Some(if single {
+        Commit::Rejected {
+            index,
+            write: writes[index].describe(),
+            code: "ValidationException".into(),
+            message,
+        }
+    } else {
+        Commit::TooLarge {
+            message: format!("ValidationException: {message}"),
+        }
+    })
+}
+
 impl Backend for InMemoryBackend {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
         Counts::add(&self.requests.update);
@@ -388,6 +432,9 @@ impl TransactionalBackend for InMemoryBackend {
                 message: format!("ValidationException: {limit}"),
             });
         }
+        if let Some(refused) = refused_for_a_key(writes, false) {
+            return Ok(refused);
+        }
         // Records first, then items: the one order every method takes the two locks in.
         let mut records = self.lock();
         if let Step::Held(held) = state::commit(records.get(&record.key), record, now_ms) {
@@ -439,6 +486,9 @@ impl TransactionalBackend for InMemoryBackend {
             return Ok(Commit::TooLarge {
                 message: format!("ValidationException: {limit}"),
             });
+        }
+        if let Some(refused) = refused_for_a_key(writes, writes.len() == 1) {
+            return Ok(refused);
         }
         let mut items = self.items();
         let stored = items

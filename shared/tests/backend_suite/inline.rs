@@ -88,6 +88,7 @@ macro_rules! inline_suite {
             a_transaction_over_its_total_size_is_refused_before_any_request,
             a_carried_result_that_does_not_fit_its_item_is_dropped,
             a_result_over_the_transaction_size_is_dropped,
+            a_key_over_the_key_limit_is_refused,
             items_that_differ_only_by_sort_key_are_two_items,
             a_foreign_item_refuses_a_new_item_and_a_put_rewrites_it,
         );

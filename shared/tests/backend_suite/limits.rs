@@ -299,3 +299,50 @@ pub async fn a_result_over_the_transaction_size_is_dropped<B, X>(
         );
     }
 }
+
+/// A partition key over 2048 bytes is refused by the store (not found before the request): the
+/// inline write as its own rejection, a transaction whole for its size; both permanent and
+/// counted as the message's failed attempt.
+pub async fn a_key_over_the_key_limit_is_refused<B, X>(s: &Suite<B>, items: &X, _ops: InlineOps)
+where
+    B: TransactionalBackend + Clone + 'static,
+    X: Items<B::Write, Write = B::Write>,
+{
+    let e = &s.engine;
+    let long = "k".repeat(2_049);
+    let put = InlinePut::new((), items.item(&long, "v"));
+    let refused = e
+        .put_inline("long-inline", b"1", || async { Answer::Ok(put) })
+        .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(TransactError::Rejected { rejection, attempts: Some(1) })
+                if rejection.code == "ValidationException" && !rejection.is_condition()
+        ),
+        "{refused:?}"
+    );
+    let tx = Transaction::new(())
+        .write(items.put("short", "v"))
+        .write(items.put(&long, "v"));
+    let refused = e
+        .transact("long-tx", b"1", None, || async { Answer::Ok(tx) })
+        .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(TransactError::TooLarge {
+                attempts: Some(1),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(items.value("short").await, None, "nothing applied");
+    let within = "k".repeat(2_048);
+    let put = InlinePut::new((), items.item(&within, "v"));
+    let written = e
+        .put_inline("long-fits", b"1", || async { Answer::Ok(put) })
+        .await;
+    assert_eq!(written.unwrap(), Transacted::Committed(()));
+}
