@@ -608,3 +608,6 @@ pub(crate) fn settle<T, E>(
         Noted::Answer(found) => answer(found),
     }
 }
+
+#[cfg(test)]
+mod tests;

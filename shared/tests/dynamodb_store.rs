@@ -12,11 +12,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{
-    Attributes, Backend, DynamoDbBackend, InMemoryBackend, NewItem, Updated,
+    Attributes, Backend, DynamoDbBackend, InMemoryBackend, NewItem, TransactionalBackend, Updated,
 };
 use lambda_idempotency::time::{Clock, ManualClock};
+use lambda_idempotency::transaction::Transaction;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency};
 
 /// What each engine operation costs on DynamoDB: one `UpdateItem` per acquire, completion,
@@ -47,6 +49,8 @@ backend_suite!(suite());
 struct Effects {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    /// A table keyed on `pk` and `sk`.
+    sorted: String,
     /// Reads the record on an item (the inline attribute names, keyed on `pk`).
     reader: DynamoDbBackend,
 }
@@ -114,6 +118,26 @@ impl Items<TransactWriteItem> for Effects {
             .await
             .unwrap();
     }
+    fn sorted_item(&self, id: &str, sort: &str, value: &str) -> TransactWriteItem {
+        NewItem::new(&self.sorted, "pk", AttributeValue::S(id.into()))
+            .sort_key("sk", AttributeValue::S(sort.into()))
+            .attribute("value", AttributeValue::S(value.into()))
+            .into()
+    }
+    async fn sorted_value(&self, id: &str, sort: &str) -> Option<String> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.sorted)
+            .key("pk", AttributeValue::S(id.into()))
+            .key("sk", AttributeValue::S(sort.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item?;
+        Some(item["value"].as_s().unwrap().clone())
+    }
 }
 
 /// What the inline mode's operations cost on DynamoDB: one `PutItem` per write, one
@@ -130,6 +154,7 @@ async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {
     let suite = suite().await;
     let client = common::dynamodb(&RequestCounter::default()).await;
     let table = common::create_table(&client, "pk", "expires").await;
+    let sorted = common::create_sorted_table(&client).await;
     let reader = DynamoDbBackend::new(client.clone(), &table).with_attributes(Attributes {
         key: "pk".into(),
         ..Attributes::inline()
@@ -138,6 +163,7 @@ async fn inline_fixture() -> (Suite<DynamoDbBackend>, Effects, InlineOps) {
     let effects = Effects {
         client,
         table,
+        sorted,
         reader,
     };
     (suite, effects, INLINE)
@@ -147,7 +173,6 @@ inline_suite!(inline_fixture());
 
 #[tokio::test]
 async fn inline_refusals_for_the_items_table_are_its_configuration() {
-    use lambda_idempotency::inline::InlinePut;
     use lambda_idempotency::store::StoreError;
     use lambda_idempotency::transaction::TransactError;
     let (suite, effects, _) = inline_fixture().await;
@@ -340,5 +365,73 @@ async fn attribute_names_are_configurable() {
     assert!(
         (now + 1_555_199..=now + 1_555_201).contains(&ttl),
         "default expiry is 18 days: {ttl} vs {now}"
+    );
+}
+
+/// The requests of one run of every mode: the lease mode's work and its duplicate, an inline
+/// item and its duplicate, a transaction and its duplicate, a read and a forget; by the
+/// DynamoDB request's name.
+async fn every_mode<B>(engine: &Idempotency<B>, table: &str) -> [(&'static str, u64); 5]
+where
+    B: TransactionalBackend,
+    B::Write: From<NewItem>,
+{
+    let item = |id: &str| NewItem::new(table, "pk", AttributeValue::S(id.into()));
+    for _ in 0..2 {
+        let work = || async { Ok::<_, std::io::Error>(1) };
+        engine.run("lease", b"1", None, work).await.unwrap();
+        let put = InlinePut::new(2, item("inline"));
+        engine
+            .put_inline("inline", b"1", || async { Ok::<_, std::io::Error>(put) })
+            .await
+            .unwrap();
+        let tx = Transaction::new(3).write(item("tx-a")).write(item("tx-b"));
+        engine
+            .transact("tx", b"1", None, || async { Ok::<_, std::io::Error>(tx) })
+            .await
+            .unwrap();
+    }
+    engine.get("lease").await.unwrap().unwrap();
+    engine.forget("lease").await.unwrap();
+    [
+        ("GetItem", 0),
+        ("PutItem", 0),
+        ("UpdateItem", 0),
+        ("TransactWriteItems", 0),
+        ("DeleteItem", 0),
+    ]
+}
+
+#[tokio::test]
+async fn the_in_memory_request_count_is_what_dynamodb_is_sent() {
+    let f = suite().await;
+    let client = common::dynamodb(&RequestCounter::default()).await;
+    let table = common::create_table(&client, "pk", "expires").await;
+    f.counter.reset();
+    let mut sent = every_mode(&f.engine, &table).await;
+    let counted = f.counter.snapshot();
+    for (name, n) in &mut sent {
+        *n = counted.get(*name).copied().unwrap_or(0);
+    }
+    let memory = Arc::new(InMemoryBackend::default());
+    every_mode(&Idempotency::new(memory.clone()), &table).await;
+    let r = memory.requests();
+    let answered = [
+        ("GetItem", r.get),
+        ("PutItem", r.put),
+        ("UpdateItem", r.update),
+        ("TransactWriteItems", r.transact),
+        ("DeleteItem", r.delete),
+    ];
+    assert_eq!(answered, sent, "DynamoDB: {counted:?}");
+    assert_eq!(
+        sent,
+        [
+            ("GetItem", 1),
+            ("PutItem", 2),
+            ("UpdateItem", 3),
+            ("TransactWriteItems", 2),
+            ("DeleteItem", 1)
+        ]
     );
 }

@@ -7,11 +7,12 @@ mod backend_suite;
 
 use std::sync::Arc;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use backend_suite::{InlineOps, Items, Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{
-    Backend, Commit, Failure, InMemoryBackend, LimitError, MemoryWrite, Put, StoreError,
+    Backend, Commit, Failure, InMemoryBackend, LimitError, MemoryWrite, NewItem, Put, StoreError,
     TransactionalBackend, Update, Updated,
 };
 
@@ -149,7 +150,22 @@ impl Items<MemoryWrite> for Effects {
         let written = self.0.commit(&record, &[write], "token", 0).await.unwrap();
         assert_eq!(written, Commit::Committed);
     }
+    fn sorted_item(&self, id: &str, sort: &str, value: &str) -> MemoryWrite {
+        // As a handler builds it for DynamoDB, and a unit test runs it in memory.
+        NewItem::new(SORTED, "pk", AttributeValue::S(id.into()))
+            .sort_key("sk", AttributeValue::S(sort.into()))
+            .attribute("value", AttributeValue::S(value.into()))
+            .into()
+    }
+    async fn sorted_value(&self, id: &str, sort: &str) -> Option<String> {
+        let item = self.0.item(SORTED, (id, sort))?;
+        let item: serde_json::Value = serde_json::from_str(&item).unwrap();
+        Some(item["value"].as_str().unwrap().to_owned())
+    }
 }
+
+/// A table keyed on `pk` and `sk`.
+const SORTED: &str = "sorted";
 
 const INLINE: InlineOps = InlineOps {
     put: "commit",

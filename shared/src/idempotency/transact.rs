@@ -151,19 +151,19 @@ impl<B: TransactionalBackend> Idempotency<B> {
         let (output, writes, carrier) = transaction.into_carried_parts();
         self.set_result(&mut record, &output);
         let mut checked = self.backend.check(&record, &writes, carrier);
-        // A carried result shares its item with the effect: dropped when the two do not fit, so
-        // that the effect is still written.
-        if let Err(LimitError::ItemTooLarge {
-            index, bytes, max, ..
-        }) = checked
-            && carrier == Some(index)
-            && record.result.is_some()
-        {
+        // A stored result shares the request with the effect (and a carried one its item):
+        // dropped when the two do not fit, so that the effect is still written.
+        let crowded = match &checked {
+            Err(LimitError::ItemTooLarge { index, .. }) => carrier == Some(*index),
+            Err(LimitError::TooLarge { .. }) => true,
+            _ => false,
+        };
+        if crowded && record.result.is_some() {
+            let limit = checked.as_ref().err().map(ToString::to_string);
             tracing::warn!(
                 key,
-                item_bytes = bytes,
-                max_bytes = max,
-                "the item and its result do not fit in one item: the result is not stored"
+                limit,
+                "the writes and the result do not fit together: the result is not stored"
             );
             record.result = None;
             record.result_omitted = true;

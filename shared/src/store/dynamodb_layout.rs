@@ -5,7 +5,7 @@
 //! [`InMemoryBackend`](super::InMemoryBackend) applies the same limits, so that unit tests see
 //! what a function on DynamoDB would.
 
-use crate::state::{MAX_ERROR_LEN, OWNER_TOKEN_LEN, Status};
+use crate::state::{IdempotencyRecord, MAX_ERROR_LEN, OWNER_TOKEN_LEN, Status};
 
 /// Largest DynamoDB item: 400 KB, attribute names included.
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
@@ -108,6 +108,62 @@ pub fn inline_record_bytes(attributes: &Attributes) -> usize {
         + 64
         + attributes.owner.len()
         + OWNER_TOKEN_LEN
+}
+
+/// The digits of `n` as DynamoDB counts a number: its text.
+fn number_bytes(n: i64) -> usize {
+    let digits = n
+        .unsigned_abs()
+        .checked_ilog10()
+        .map_or(1, |d| d as usize + 1);
+    digits + usize::from(n < 0)
+}
+
+/// The bytes a completed `record` adds to the item that carries it (inline, or carried by a
+/// write of a transaction), under `attributes` ([`Attributes::inline`]): its status, expiry,
+/// payload hash, and its owner, result and `result_omitted` when it has them.
+pub(crate) fn carried_record_bytes(attributes: &Attributes, record: &IdempotencyRecord) -> usize {
+    let a = attributes;
+    let optional = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
+    a.status.len()
+        + record.status.as_str().len()
+        + a.expiry.len()
+        + number_bytes(record.expires_at)
+        + a.payload_hash.len()
+        + record.payload_hash.len()
+        + optional(&a.owner, record.owner.as_deref())
+        + optional(&a.result, record.result.as_deref())
+        + if record.result_omitted {
+            a.result_omitted.len() + 1
+        } else {
+            0
+        }
+}
+
+/// The bytes of `record`'s own item in the idempotency table, under `attributes`: what a
+/// transaction's action for the record writes when the record is not carried.
+pub(crate) fn record_item_bytes(attributes: &Attributes, record: &IdempotencyRecord) -> usize {
+    let a = attributes;
+    let optional = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
+    let lease = record
+        .lease_until_ms
+        .map(|ms| a.lease.len() + number_bytes(ms));
+    a.key.len()
+        + record.key.len()
+        + a.status.len()
+        + record.status.as_str().len()
+        + a.expiry.len()
+        + number_bytes(record.expires_at)
+        + a.payload_hash.len()
+        + record.payload_hash.len()
+        + a.attempts.len()
+        + number_bytes(i64::from(record.attempts))
+        + a.result_omitted.len()
+        + 1
+        + lease.unwrap_or(0)
+        + optional(&a.owner, record.owner.as_deref())
+        + optional(&a.result, record.result.as_deref())
+        + optional(&a.last_error, record.last_error.as_deref())
 }
 
 impl Default for Attributes {

@@ -47,7 +47,7 @@ pub use dynamodb_layout::{
 };
 #[cfg(any(test, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-pub use memory::{InMemoryBackend, MemoryWrite};
+pub use memory::{InMemoryBackend, ItemKey, MemoryWrite, Requests};
 pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};
 
 use crate::state::IdempotencyRecord;

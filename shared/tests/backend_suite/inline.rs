@@ -58,6 +58,11 @@ pub trait Items<I>: Sync {
     fn record(&self, id: &str) -> impl Future<Output = Option<IdempotencyRecord>> + Send;
     /// Writes item `id` holding `value` without a record (as another writer would).
     fn put_foreign(&self, id: &str, value: &str) -> impl Future<Output = ()> + Send;
+    /// A new item of partition key `id` and sort key `sort` holding `value`, in a table keyed on
+    /// both.
+    fn sorted_item(&self, id: &str, sort: &str, value: &str) -> I;
+    /// The value the item of partition key `id` and sort key `sort` holds, if it exists.
+    fn sorted_value(&self, id: &str, sort: &str) -> impl Future<Output = Option<String>> + Send;
 }
 
 /// Declares one `#[tokio::test]` per inline check, each on a fresh fixture from `$fixture` (a
@@ -83,6 +88,13 @@ macro_rules! inline_suite {
             a_carried_key_done_by_another_message_is_a_duplicate_of_a_later_failure,
             inline_a_success_after_failures_costs_its_one_write,
             an_inline_item_that_is_not_new_is_refused_before_any_request,
+            an_item_over_the_item_limit_is_refused_before_any_request,
+            a_transaction_over_its_total_size_is_refused_before_any_request,
+            a_carried_result_that_does_not_fit_its_item_is_dropped,
+            a_result_over_the_transaction_size_is_dropped,
+            a_key_over_the_key_limit_is_refused,
+            items_that_differ_only_by_sort_key_are_two_items,
+            a_foreign_item_refuses_a_new_item_and_a_put_rewrites_it,
         );
     };
     (@checks $fixture:expr; $($check:ident),* $(,)?) => {

@@ -14,6 +14,7 @@
 mod inline;
 mod done_work;
 mod items;
+mod limits;
 mod payloads;
 mod transitions;
 pub use done_work::*;
@@ -21,6 +22,8 @@ pub use done_work::*;
 pub use inline::*;
 #[allow(unused_imports)]
 pub use items::*;
+#[allow(unused_imports)]
+pub use limits::*;
 pub use payloads::*;
 pub use transitions::*;
 

@@ -130,6 +130,38 @@ pub async fn create_table_named(
         .expect("enable TTL");
 }
 
+/// Creates a table of the handler's items keyed on `pk` and `sk` (both strings); its name.
+#[cfg(feature = "dynamodb")]
+pub async fn create_sorted_table(client: &aws_sdk_dynamodb::Client) -> String {
+    let name = unique("sorted");
+    let attribute = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    };
+    let key = |name: &str, key_type| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(key_type)
+            .build()
+            .unwrap()
+    };
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attribute("pk"))
+        .attribute_definitions(attribute("sk"))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .send()
+        .await
+        .expect("create the sorted table");
+    name
+}
+
 /// Creates the queue `name` with `attributes`; its URL and ARN.
 pub async fn create_queue(
     sqs: &aws_sdk_sqs::Client,

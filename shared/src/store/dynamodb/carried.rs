@@ -66,28 +66,7 @@ impl DynamoDbBackend {
 
     /// The bytes `record`'s attributes add to the item that carries it.
     pub(super) fn carried_bytes(&self, record: &IdempotencyRecord) -> usize {
-        // `record_attributes`' names and values, counted without building them.
-        let a = self.inline_attributes();
-        let digits = |n: i64| {
-            n.unsigned_abs()
-                .checked_ilog10()
-                .map_or(1, |d| d as usize + 1)
-        };
-        let optional = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
-        a.status.len()
-            + record.status.as_str().len()
-            + a.expiry.len()
-            + digits(record.expires_at)
-            + usize::from(record.expires_at < 0)
-            + a.payload_hash.len()
-            + record.payload_hash.len()
-            + optional(&a.owner, record.owner.as_deref())
-            + optional(&a.result, record.result.as_deref())
-            + if record.result_omitted {
-                a.result_omitted.len() + 1
-            } else {
-                0
-            }
+        crate::store::dynamodb_layout::carried_record_bytes(self.inline_attributes(), record)
     }
 
     /// The actions of a commit whose record rides on `writes[carrier]`: the writes, the

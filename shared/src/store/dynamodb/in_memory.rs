@@ -10,7 +10,8 @@ use super::NewItem;
 use crate::store::MemoryWrite;
 
 /// A put, only where there is no item yet (a new item), under the item's table and the text of
-/// its partition key (a string as it is, a number as written), its value the item's attributes as one JSON object with sorted keys (strings and
+/// its partition key (a string as it is, a number as written) and of its
+/// [sort key](NewItem::sort_key) if it has one, its value the item's attributes as one JSON object with sorted keys (strings and
 /// numbers as JSON strings and numbers, sets and lists as arrays, maps as objects, binary as an
 /// array of bytes), so that a test reads it with
 /// [`InMemoryBackend::item`](crate::store::InMemoryBackend::item).
@@ -30,18 +31,24 @@ use crate::store::MemoryWrite;
 /// ```
 impl From<NewItem> for MemoryWrite {
     fn from(item: NewItem) -> Self {
-        let key = match item.item().get(item.key_attribute()) {
+        let text = |attribute: &str| match item.item().get(attribute) {
             Some(AttributeValue::S(s) | AttributeValue::N(s)) => s.clone(),
             Some(other) => json(other).to_string(),
             None => String::new(),
         };
+        let key = text(item.key_attribute());
+        let sort_key = item.sort_key_attribute().map(text);
         let value: BTreeMap<&str, Value> = item
             .item()
             .iter()
             .map(|(name, value)| (name.as_str(), json(value)))
             .collect();
         let value = serde_json::to_string(&value).expect("a map of JSON values serializes");
-        MemoryWrite::put_if_absent(item.table(), &key, &value)
+        let write = MemoryWrite::put_if_absent(item.table(), &key, &value);
+        match sort_key {
+            Some(sort_key) => write.with_sort_key(&sort_key),
+            None => write,
+        }
     }
 }
 

@@ -26,13 +26,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 pub struct NewItem {
     table: String,
     key_attribute: String,
+    sort_key_attribute: Option<String>,
     item: HashMap<String, AttributeValue>,
 }
 
 impl NewItem {
-    /// An item of `table` whose partition key attribute is `key_attribute`, holding `key`. (A
-    /// sort key, if the table has one, is an [`attribute`](Self::attribute) like any other: the
-    /// condition on the partition key alone is on the item the whole key names.)
+    /// An item of `table` whose partition key attribute is `key_attribute`, holding `key`. A
+    /// table with a sort key takes it with [`sort_key`](Self::sort_key).
     pub fn new(
         table: impl Into<String>,
         key_attribute: impl Into<String>,
@@ -43,7 +43,30 @@ impl NewItem {
             table: table.into(),
             item: HashMap::from([(key_attribute.clone(), key)]),
             key_attribute,
+            sort_key_attribute: None,
         }
+    }
+
+    /// Sets the item's sort key, for a table keyed on a partition key and a sort key: the item is
+    /// the one the two name together, and its condition (`attribute_not_exists` of the
+    /// partition key) is on that item alone, so items that differ only by sort key are written
+    /// one by one. Declared as the sort key (not as an [`attribute`](Self::attribute)), so that
+    /// [`InMemoryBackend`](crate::store::InMemoryBackend) keys the item on both too.
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use lambda_idempotency::store::NewItem;
+    ///
+    /// let line = NewItem::new("orders", "orderId", AttributeValue::S("o-1".into()))
+    ///     .sort_key("line", AttributeValue::N("2".into()));
+    /// assert_eq!(line.sort_key_attribute(), Some("line"));
+    /// assert_eq!(line.item()["line"], AttributeValue::N("2".into()));
+    /// ```
+    pub fn sort_key(mut self, name: impl Into<String>, value: AttributeValue) -> Self {
+        let name = name.into();
+        self.item.insert(name.clone(), value);
+        self.sort_key_attribute = Some(name);
+        self
     }
 
     /// Adds (or replaces) an attribute. The record's own attribute names
@@ -62,6 +85,11 @@ impl NewItem {
     /// The partition key attribute's name.
     pub fn key_attribute(&self) -> &str {
         &self.key_attribute
+    }
+
+    /// The sort key attribute's name, when [`sort_key`](Self::sort_key) set one.
+    pub fn sort_key_attribute(&self) -> Option<&str> {
+        self.sort_key_attribute.as_deref()
     }
 
     /// The item's attributes, its key included.
