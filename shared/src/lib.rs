@@ -182,6 +182,9 @@ pub mod redact;
 pub mod redrive_policy;
 pub mod state;
 pub mod store;
+#[cfg(any(test, doc, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod test_util;
 pub mod time;
 pub mod transaction;
 

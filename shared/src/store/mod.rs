@@ -27,7 +27,7 @@
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod dynamodb_layout;
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -45,7 +45,7 @@ pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES,
     inline_record_bytes, max_result_bytes,
 };
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use memory::{InMemoryBackend, MemoryWrite};
 pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};
