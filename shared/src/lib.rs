@@ -125,7 +125,15 @@
 //!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
 //!   (or the in-memory backend of `test-util`, in tests):
 //!   `lambda-idempotency = { version = "0.1", default-features = false }`.
-//! - `redis`: [`store::RedisBackend`] (Redis or Valkey) for the lease mode, and the `redis`
+// Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
+#![cfg_attr(
+    feature = "redis",
+    doc = " - `redis`: [`store::RedisBackend`] (Redis or Valkey) for the lease mode, and the `redis`"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = " - `redis`: [`store::RedisBackend`](https://docs.rs/lambda-idempotency/latest/lambda_idempotency/store/struct.RedisBackend.html) (Redis or Valkey) for the lease mode, and the `redis`"
+)]
 //!   dependency.
 //! - `test-util`: what unit tests run on: [`store::InMemoryBackend`] (which takes the inline
 //!   mode's DynamoDB `NewItem` too) and [`store::MemoryWrite`], [`time::ManualClock`], and the
