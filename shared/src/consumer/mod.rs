@@ -5,6 +5,7 @@
 //! use lambda_idempotency::prelude::*;
 //!
 //! #[derive(serde::Deserialize)]
+//! #[serde(rename_all = "camelCase")]
 //! struct OrderPlaced { order_id: String, total_cents: i64 }
 //!
 //! // The effect: one new item, which carries the idempotency record (the inline mode).
@@ -17,7 +18,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Error> {
 //!     lambda_runtime::tracing::init_default_subscriber();
-//!     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY=/order_id, MAX_ATTEMPTS, DEAD_LETTER_QUEUE_URL, ...
+//!     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY=/orderId, MAX_ATTEMPTS, DEAD_LETTER_QUEUE_URL, ...
 //!     Consumer::from_env().await?.inline(json(record)).run().await
 //! }
 //! ```
@@ -40,7 +41,10 @@
 //!   mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
 //!
 //! A unit test builds the same consumer over the in-memory backend with
-//! [`Consumer::builder`] (no endpoint, no SQS), and calls [`Consumer::handle`] with an event.
+//! [`Consumer::builder`] (no endpoint), its dead-letter queue and backoff recorded in memory
+//! with [`with_in_memory_sqs`](ConsumerBuilder::with_in_memory_sqs), and calls
+//! [`Consumer::process`] with an event from [`sqs_event`](crate::test_util::sqs_event): see
+//! [`test_util`](crate::test_util).
 
 mod cold_start;
 mod config;
@@ -111,9 +115,9 @@ impl Consumer<()> {
     }
 
     /// A consumer's builder over `backend` with the default settings and no SQS client (so no
-    /// backoff, no dead-letter queue, no queue check until [`with_sqs`](ConsumerBuilder::with_sqs)):
-    /// for unit tests over [`InMemoryBackend`](crate::store::InMemoryBackend), or a backend of
-    /// your own.
+    /// backoff, no dead-letter queue, no queue check until [`with_sqs`](ConsumerBuilder::with_sqs),
+    /// or in a test [`with_in_memory_sqs`](ConsumerBuilder::with_in_memory_sqs)): for unit tests
+    /// over [`InMemoryBackend`](crate::store::InMemoryBackend), or a backend of your own.
     pub fn builder<B: Backend>(backend: B) -> ConsumerBuilder<B> {
         ConsumerBuilder::new(backend)
     }
