@@ -170,28 +170,12 @@ impl VisibilityBackoff {
             tracing::warn!("no eventSourceARN: visibility backoff skipped");
             return 0;
         };
-        let client = match &self.sink {
-            Sink::Sqs(client) => client,
-            #[cfg(any(test, doc, feature = "test-util"))]
-            Sink::InMemory(sqs) => {
-                let mut changed = 0;
-                for &(index, secs) in visibility {
-                    let Some(record) = records.get(index) else {
-                        continue;
-                    };
-                    let Some(handle) = record.receipt_handle.as_deref() else {
-                        continue;
-                    };
-                    sqs.record_visibility_change(crate::test_util::VisibilityChange {
-                        queue_arn: arn.to_owned(),
-                        message_id: record.message_id.clone().unwrap_or_default(),
-                        receipt_handle: handle.to_owned(),
-                        visibility_timeout: Duration::from_secs(secs.max(0) as u64),
-                    });
-                    changed += 1;
-                }
-                return changed;
-            }
+        #[cfg(any(test, doc, feature = "test-util"))]
+        if let Sink::InMemory(sqs) = &self.sink {
+            return record_in_memory(sqs, arn, records, visibility);
+        }
+        let Some(client) = self.sink.client() else {
+            return 0;
         };
         let bound = |until: Option<Deadline>| {
             let left = until.map_or(Duration::MAX, |u| u.remaining(clock));
@@ -314,6 +298,45 @@ enum Sink {
     Sqs(aws_sdk_sqs::Client),
     #[cfg(any(test, doc, feature = "test-util"))]
     InMemory(crate::test_util::InMemorySqs),
+}
+
+impl Sink {
+    /// The SQS client, when the changes are sent.
+    fn client(&self) -> Option<&aws_sdk_sqs::Client> {
+        match self {
+            Sink::Sqs(client) => Some(client),
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sink::InMemory(_) => None,
+        }
+    }
+}
+
+/// Records in `sqs` the changes the deployed backoff would send: one per record with a receipt
+/// handle. Returns how many.
+#[cfg(any(test, doc, feature = "test-util"))]
+fn record_in_memory(
+    sqs: &crate::test_util::InMemorySqs,
+    arn: &str,
+    records: &[SqsMessage],
+    visibility: &[(usize, i32)],
+) -> usize {
+    let mut changed = 0;
+    for &(index, secs) in visibility {
+        let Some(record) = records.get(index) else {
+            continue;
+        };
+        let Some(handle) = record.receipt_handle.as_deref() else {
+            continue;
+        };
+        sqs.record_visibility_change(crate::test_util::VisibilityChange {
+            queue_arn: arn.to_owned(),
+            message_id: record.message_id.clone().unwrap_or_default(),
+            receipt_handle: handle.to_owned(),
+            visibility_timeout: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        });
+        changed += 1;
+    }
+    changed
 }
 
 /// A random number for the jitter.
