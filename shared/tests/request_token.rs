@@ -2,7 +2,7 @@
 //! mode"), with mocked SDK responses: a `TransactWriteItems` carries a `ClientRequestToken` made
 //! of the attempt's owner token and a round, repeated when a try's answer may be lost and moved
 //! on after a cancellation; a commit of one write is one `PutItem` or `UpdateItem`, which takes
-//! no token.
+//! no token, and an inline item that write finds too large is permanent.
 
 use std::sync::{Arc, Mutex};
 
@@ -145,4 +145,52 @@ async fn a_commit_of_one_carried_write_is_one_update_item_without_a_transaction(
     assert_eq!(done.unwrap(), Transacted::Committed("charged"));
     assert_eq!(update.num_calls(), 1);
     assert_eq!(transact.num_calls(), 0);
+}
+
+/// docs/modes.md, "Inline mode": an item over 400 KB is permanent. The single `PutItem`
+/// refused for its size sends the message to the dead-letter queue at once, with its reason.
+#[tokio::test]
+async fn an_inline_item_refused_for_its_size_is_dead_lettered_at_once() {
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use lambda_idempotency::prelude::*;
+    use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
+
+    let put = mock!(Client::put_item).then_error(|| {
+        PutItemError::generic(
+            ErrorMetadata::builder()
+                .code("ValidationException")
+                .message("Item size has exceeded the maximum allowed size")
+                .build(),
+        )
+    });
+    // Whatever the engine records of the failed attempt.
+    let update = mock!(Client::update_item).then_output(|| {
+        UpdateItemOutput::builder()
+            .attributes("attempts", AttributeValue::N("1".into()))
+            .build()
+    });
+    let backend = DynamoDbBackend::new(client(&[&put, &update]), "idempotency");
+    let sqs = InMemorySqs::new();
+    async fn receipt(id: String, _ctx: RecordContext) -> Result<InlinePut<(), NewItem>, Error> {
+        Ok(InlinePut::new(
+            (),
+            NewItem::new("receipts", "id", AttributeValue::S(id)),
+        ))
+    }
+    let consumer = Consumer::builder(backend)
+        .with_in_memory_sqs(&sqs)
+        .inline(json(receipt));
+    let report = consumer
+        .process(&sqs_event([("m-1", r#""r-1""#)]))
+        .await
+        .unwrap();
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(put.num_calls(), 1, "not tried again");
+    let dead = sqs.dead_letters();
+    assert_eq!(dead.len(), 1, "{report:?}");
+    assert!(
+        dead[0].reason.contains("Item size has exceeded"),
+        "{}",
+        dead[0].reason
+    );
 }
