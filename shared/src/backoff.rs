@@ -51,7 +51,7 @@ pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
 /// ```
 #[derive(Debug)]
 pub struct VisibilityBackoff {
-    client: aws_sdk_sqs::Client,
+    sink: Sink,
     base: Duration,
     max: Duration,
     enabled: bool,
@@ -61,8 +61,38 @@ pub struct VisibilityBackoff {
 impl VisibilityBackoff {
     /// Backoff from 2 s up to 5 minutes.
     pub fn new(client: aws_sdk_sqs::Client) -> Self {
+        Self::with_sink(Sink::Sqs(client))
+    }
+
+    /// Backoff from 2 s up to 5 minutes, its visibility changes recorded in `sqs` instead of
+    /// sent (feature `test-util`).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::backoff::VisibilityBackoff;
+    /// use lambda_idempotency::batch::{BatchProcessor, message};
+    /// use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
+    /// use std::time::Duration;
+    ///
+    /// let sqs = InMemorySqs::new();
+    /// let processor = BatchProcessor::new().with_backoff(VisibilityBackoff::in_memory(&sqs));
+    /// let failing = message(|_m, _ctx| async { Err::<(), _>("the ledger is busy") });
+    /// processor.process(&sqs_event([("m-1", "{}")]), &failing).await.unwrap();
+    /// let change = &sqs.visibility_changes()[0];
+    /// assert_eq!(change.message_id, "m-1");
+    /// // The first attempt's delay, 2 s, and up to a quarter more of jitter.
+    /// assert!((2..=3).contains(&change.visibility_timeout.as_secs()));
+    /// # });
+    /// ```
+    #[cfg(any(test, doc, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn in_memory(sqs: &crate::test_util::InMemorySqs) -> Self {
+        Self::with_sink(Sink::InMemory(sqs.clone()))
+    }
+
+    fn with_sink(sink: Sink) -> Self {
         Self {
-            client,
+            sink,
             base: Duration::from_secs(2),
             max: Duration::from_secs(300),
             enabled: true,
@@ -140,6 +170,13 @@ impl VisibilityBackoff {
             tracing::warn!("no eventSourceARN: visibility backoff skipped");
             return 0;
         };
+        #[cfg(any(test, doc, feature = "test-util"))]
+        if let Sink::InMemory(sqs) = &self.sink {
+            return record_in_memory(sqs, arn, records, visibility);
+        }
+        let Some(client) = self.sink.client() else {
+            return 0;
+        };
         let bound = |until: Option<Deadline>| {
             let left = until.map_or(Duration::MAX, |u| u.remaining(clock));
             left.min(call_timeout)
@@ -151,7 +188,8 @@ impl VisibilityBackoff {
             );
             return 0;
         }
-        let queue_url = match tokio::time::timeout(bound(until), self.queue_url(arn)).await {
+        let queue_url = match tokio::time::timeout(bound(until), self.queue_url(client, arn)).await
+        {
             Ok(Ok(url)) => url,
             Ok(Err(e)) => {
                 tracing::warn!(
@@ -188,8 +226,7 @@ impl VisibilityBackoff {
                 if pending.is_empty() {
                     break;
                 }
-                let call = self
-                    .client
+                let call = client
                     .change_message_visibility_batch()
                     .queue_url(&queue_url)
                     .set_entries(Some(pending.clone()))
@@ -224,7 +261,7 @@ impl VisibilityBackoff {
         changed
     }
 
-    async fn queue_url(&self, arn: &str) -> Result<String, String> {
+    async fn queue_url(&self, client: &aws_sdk_sqs::Client, arn: &str) -> Result<String, String> {
         if let Some(url) = self
             .queue_urls
             .lock()
@@ -238,8 +275,7 @@ impl VisibilityBackoff {
         let [_, _, _, _, account, name] = parts[..] else {
             return Err(format!("`{arn}` is not an SQS queue ARN"));
         };
-        let url = self
-            .client
+        let url = client
             .get_queue_url()
             .queue_name(name)
             .queue_owner_aws_account_id(account)
@@ -254,6 +290,53 @@ impl VisibilityBackoff {
             .insert(arn.to_owned(), url.clone());
         Ok(url)
     }
+}
+
+/// Where the changes go.
+#[derive(Debug)]
+enum Sink {
+    Sqs(aws_sdk_sqs::Client),
+    #[cfg(any(test, doc, feature = "test-util"))]
+    InMemory(crate::test_util::InMemorySqs),
+}
+
+impl Sink {
+    /// The SQS client, when the changes are sent.
+    fn client(&self) -> Option<&aws_sdk_sqs::Client> {
+        match self {
+            Sink::Sqs(client) => Some(client),
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sink::InMemory(_) => None,
+        }
+    }
+}
+
+/// Records in `sqs` the changes the deployed backoff would send: one per record with a receipt
+/// handle. Returns how many.
+#[cfg(any(test, doc, feature = "test-util"))]
+fn record_in_memory(
+    sqs: &crate::test_util::InMemorySqs,
+    arn: &str,
+    records: &[SqsMessage],
+    visibility: &[(usize, i32)],
+) -> usize {
+    let mut changed = 0;
+    for &(index, secs) in visibility {
+        let Some(record) = records.get(index) else {
+            continue;
+        };
+        let Some(handle) = record.receipt_handle.as_deref() else {
+            continue;
+        };
+        sqs.record_visibility_change(crate::test_util::VisibilityChange {
+            queue_arn: arn.to_owned(),
+            message_id: record.message_id.clone().unwrap_or_default(),
+            receipt_handle: handle.to_owned(),
+            visibility_timeout: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        });
+        changed += 1;
+    }
+    changed
 }
 
 /// A random number for the jitter.

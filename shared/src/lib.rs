@@ -48,15 +48,16 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! // A unit test: the same consumer on the in-memory backend, a producer's message sent twice.
 //! use lambda_idempotency::store::InMemoryBackend;
+//! use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
 //! use std::sync::Arc;
 //!
 //! let backend = Arc::new(InMemoryBackend::default());
-//! let consumer = consumer(Consumer::builder(backend.clone()));
-//! let event = serde_json::json!({"Records": [
-//!     {"messageId": "m-1", "body": r#"{"orderId": "o-1", "totalCents": 500}"#},
-//!     {"messageId": "m-2", "body": r#"{"totalCents": 500, "orderId": "o-1"}"#},
-//! ]});
-//! let event = lambda_runtime::LambdaEvent::new(serde_json::from_value(event).unwrap(), Default::default());
+//! let sqs = InMemorySqs::new(); // its dead-letter queue and backoff, recorded
+//! let consumer = consumer(Consumer::builder(backend.clone()).with_in_memory_sqs(&sqs));
+//! let event = sqs_event([
+//!     ("m-1", r#"{"orderId": "o-1", "totalCents": 500}"#),
+//!     ("m-2", r#"{"totalCents": 500, "orderId": "o-1"}"#),
+//! ]);
 //! let report = consumer.process(&event).await.unwrap();
 //! assert!(report.response().batch_item_failures.is_empty());
 //! assert_eq!(report.successes().filter(|(_, done)| done.is_duplicate()).count(), 1);
@@ -125,12 +126,22 @@
 //!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
 //!   (or the in-memory backend of `test-util`, in tests):
 //!   `lambda-idempotency = { version = "0.1", default-features = false }`.
-//! - `redis`: [`store::RedisBackend`] (Redis or Valkey) for the lease mode, and the `redis`
+// Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
+#![cfg_attr(
+    feature = "redis",
+    doc = " - `redis`: [`store::RedisBackend`] (Redis or Valkey) for the lease mode, and the `redis`"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = " - `redis`: [`store::RedisBackend`](https://docs.rs/lambda-idempotency/latest/lambda_idempotency/store/struct.RedisBackend.html) (Redis or Valkey) for the lease mode, and the `redis`"
+)]
 //!   dependency.
 //! - `test-util`: what unit tests run on: [`store::InMemoryBackend`] (which takes the inline
 //!   mode's DynamoDB `NewItem` too) and [`store::MemoryWrite`], [`time::ManualClock`], and the
 //!   state machine's table of transitions, [`state::table`], which a backend of your own is
-//!   tested against. No dependency; in `[dev-dependencies]`:
+//!   tested against; and [`test_util`]: SQS in memory (the dead-letter queue and the backoff of a
+//!   test consumer) and SQS events from `(message id, body)` pairs. Its items are in these docs
+//!   whatever features your build has. No dependency; in `[dev-dependencies]`:
 //!   `lambda-idempotency = { version = "0.1", features = ["test-util"] }`.
 //!
 //! SQS support (batch processing, the publisher, the dead-letter queue) is always on.
@@ -142,7 +153,8 @@
 //! Small standalone crates in the repository's `examples/` directory, each a Lambda function (a
 //! thin `src/main.rs` over a handler in `src/lib.rs`, a plain async function a test can call),
 //! with a sample event under `events/`, a README on running it with `cargo lambda` and deploying
-//! it, and a test that runs the handler on the sample event against a local DynamoDB or SQS:
+//! it, and a test that runs the handler on the sample event: in memory (`inline-consumer`), or
+//! against a local DynamoDB or SQS (the others):
 //!
 //! - `examples/inline-consumer`: the consumer above, whole: a [`Consumer`](consumer::Consumer)
 //!   from the environment in the inline mode, its tests on the in-memory backend.
@@ -182,6 +194,9 @@ pub mod redact;
 pub mod redrive_policy;
 pub mod state;
 pub mod store;
+#[cfg(any(test, doc, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod test_util;
 pub mod time;
 pub mod transaction;
 

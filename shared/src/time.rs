@@ -30,7 +30,7 @@
 //! assert!(stop_at.has_passed(&clock) && !deadline.has_passed(&clock));
 //! ```
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -76,12 +76,12 @@ pub(crate) fn millis(duration: Duration) -> i64 {
 /// clock.advance(Duration::from_secs(2));
 /// assert_eq!(clock.now_ms(), 3_000);
 /// ```
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 #[derive(Debug)]
 pub struct ManualClock(AtomicI64);
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 impl ManualClock {
     /// A clock standing at `now_ms`.
     pub fn new(now_ms: i64) -> Self {
@@ -104,7 +104,7 @@ impl ManualClock {
     }
 }
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)

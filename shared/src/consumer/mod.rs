@@ -5,6 +5,7 @@
 //! use lambda_idempotency::prelude::*;
 //!
 //! #[derive(serde::Deserialize)]
+//! #[serde(rename_all = "camelCase")]
 //! struct OrderPlaced { order_id: String, total_cents: i64 }
 //!
 //! // The effect: one new item, which carries the idempotency record (the inline mode).
@@ -17,7 +18,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Error> {
 //!     lambda_runtime::tracing::init_default_subscriber();
-//!     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY=/order_id, MAX_ATTEMPTS, DEAD_LETTER_QUEUE_URL, ...
+//!     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY=/orderId, MAX_ATTEMPTS, DEAD_LETTER_QUEUE_URL, ...
 //!     Consumer::from_env().await?.inline(json(record)).run().await
 //! }
 //! ```
@@ -51,7 +52,10 @@
 //!   builder's type stays `ConsumerBuilder<DynamoDbBackend>` either way.
 //!
 //! A unit test builds the same consumer over the in-memory backend with
-//! [`Consumer::builder`] (no endpoint, no SQS), and calls [`Consumer::handle`] with an event.
+//! [`Consumer::builder`] (no endpoint), its dead-letter queue and backoff recorded in memory
+//! with [`with_in_memory_sqs`](ConsumerBuilder::with_in_memory_sqs), and calls
+//! [`Consumer::process`] with an event from [`sqs_event`](crate::test_util::sqs_event): see
+//! [`test_util`](crate::test_util).
 
 mod cold_start;
 mod config;
@@ -127,9 +131,9 @@ impl Consumer<()> {
     }
 
     /// A consumer's builder over `backend` with the default settings and no SQS client (so no
-    /// backoff, no dead-letter queue, no queue check until [`with_sqs`](ConsumerBuilder::with_sqs)):
-    /// for unit tests over [`InMemoryBackend`](crate::store::InMemoryBackend), or a backend of
-    /// your own.
+    /// backoff, no dead-letter queue, no queue check until [`with_sqs`](ConsumerBuilder::with_sqs),
+    /// or in a test [`with_in_memory_sqs`](ConsumerBuilder::with_in_memory_sqs)): for unit tests
+    /// over [`InMemoryBackend`](crate::store::InMemoryBackend), or a backend of your own.
     pub fn builder<B: Backend>(backend: B) -> ConsumerBuilder<B> {
         ConsumerBuilder::new(backend)
     }
@@ -183,13 +187,39 @@ impl<O: Send + 'static> Consumer<O> {
     }
 }
 
+/// The SQS a consumer sends its dead letters and visibility changes to.
+#[derive(Debug, Clone)]
+enum Sqs {
+    Client(aws_sdk_sqs::Client),
+    #[cfg(any(test, doc, feature = "test-util"))]
+    InMemory(crate::test_util::InMemorySqs),
+}
+
+impl Sqs {
+    fn dead_letter(&self, url: String) -> DeadLetter {
+        match self {
+            Sqs::Client(client) => DeadLetter::new(client.clone(), url),
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sqs::InMemory(sqs) => DeadLetter::in_memory(sqs, url),
+        }
+    }
+
+    fn backoff(&self) -> VisibilityBackoff {
+        match self {
+            Sqs::Client(client) => VisibilityBackoff::new(client.clone()),
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sqs::InMemory(sqs) => VisibilityBackoff::in_memory(sqs),
+        }
+    }
+}
+
 /// Builds a [`Consumer`]: its engine, keys, budget, backoff, dead-letter queue and checks,
 /// then its handler in one of the three modes. See the [module](self).
 pub struct ConsumerBuilder<B> {
     engine: Idempotency<B>,
     keys: KeyConfig,
     config: ConsumerConfig,
-    sqs: Option<aws_sdk_sqs::Client>,
+    sqs: Option<Sqs>,
     table_check: Option<TableCheckFn>,
     processor: BatchProcessor,
     local_cache: Option<LocalCache>,
@@ -277,7 +307,23 @@ impl<B: Backend> ConsumerBuilder<B> {
 
     /// The SQS client of the backoff, the dead-letter queue and the queue's cold-start check.
     pub fn with_sqs(mut self, sqs: aws_sdk_sqs::Client) -> Self {
-        self.sqs = Some(sqs);
+        self.sqs = Some(Sqs::Client(sqs));
+        self
+    }
+
+    /// SQS in memory (feature `test-util`), for a test consumer that answers as the deployed
+    /// one: the dead-letter queue (the one of [`with_dead_letter_queue`](Self::with_dead_letter_queue)
+    /// or `DEAD_LETTER_QUEUE_URL`, else [`IN_MEMORY_DEAD_LETTER_QUEUE_URL`](crate::test_util::IN_MEMORY_DEAD_LETTER_QUEUE_URL))
+    /// and the visibility backoff, each recorded in `sqs`; no queue check. See
+    /// [`test_util`](crate::test_util).
+    #[cfg(any(test, doc, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn with_in_memory_sqs(mut self, sqs: &crate::test_util::InMemorySqs) -> Self {
+        self.sqs = Some(Sqs::InMemory(sqs.clone()));
+        if self.config.dead_letter_queue_url.is_none() {
+            self.config.dead_letter_queue_url =
+                Some(crate::test_util::IN_MEMORY_DEAD_LETTER_QUEUE_URL.to_owned());
+        }
         self
     }
 
@@ -500,7 +546,11 @@ impl<B: Backend> ConsumerBuilder<B> {
         if let Some(attempts) = config.max_attempts {
             processor = processor.max_attempts(attempts);
         }
-        let queue = sqs.clone().map(|sqs| QueueToCheck {
+        let client = match &sqs {
+            Some(Sqs::Client(client)) => Some(client.clone()),
+            _ => None,
+        };
+        let queue = client.map(|sqs| QueueToCheck {
             sqs,
             source: config.source_queue_url.clone().map(QueueRef::Url),
             batch_size: config.batch_size,
@@ -509,7 +559,7 @@ impl<B: Backend> ConsumerBuilder<B> {
         });
         match (&sqs, &config.dead_letter_queue_url) {
             (Some(sqs), Some(url)) => {
-                processor = processor.with_dead_letter(DeadLetter::new(sqs.clone(), url.clone()));
+                processor = processor.with_dead_letter(sqs.dead_letter(url.clone()));
             }
             (None, Some(url)) => tracing::warn!(
                 dead_letter_queue = url,
@@ -528,7 +578,7 @@ impl<B: Backend> ConsumerBuilder<B> {
             && !config.backoff_base.is_zero()
         {
             processor = processor.with_backoff(
-                VisibilityBackoff::new(sqs.clone())
+                sqs.backoff()
                     .base(config.backoff_base)
                     .max(config.backoff_max.max(config.backoff_base)),
             );

@@ -108,10 +108,21 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
-    publisher: Publisher,
-    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    sink: Sink,
     /// The queue's `MaximumMessageSize`, once known; shared by the clones.
     max_message_size: Arc<OnceLock<usize>>,
+}
+
+/// Where the copies go.
+#[derive(Debug, Clone)]
+enum Sink {
+    Sqs {
+        publisher: Publisher,
+        sqs: aws_sdk_sqs::Client,
+    },
+    #[cfg(any(test, doc, feature = "test-util"))]
+    InMemory(crate::test_util::InMemorySqs),
 }
 
 /// Which copy [`DeadLetter::send`] sent.
@@ -131,9 +142,41 @@ pub enum Copied {
 impl DeadLetter {
     /// Sends to the queue at `queue_url` (FIFO when it ends in `.fifo`).
     pub fn new(sqs: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
+        let queue_url = queue_url.into();
         Self {
-            publisher: Publisher::new(sqs.clone(), queue_url).max_attempts(3),
-            sqs,
+            sink: Sink::Sqs {
+                publisher: Publisher::new(sqs.clone(), queue_url.clone()).max_attempts(3),
+                sqs,
+            },
+            queue_url,
+            max_message_size: Arc::default(),
+        }
+    }
+
+    /// Records the copies in `sqs` instead of sending them (feature `test-util`): the copy
+    /// [`send`](Self::send) would send to the queue at `queue_url` (FIFO when it ends in
+    /// `.fifo`), within its [`max_message_size`](Self::max_message_size) (1 MiB unless given).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use lambda_idempotency::dead_letter::{Copied, DeadLetter};
+    /// use lambda_idempotency::test_util::{InMemorySqs, SqsEventBuilder};
+    ///
+    /// let sqs = InMemorySqs::new();
+    /// let dead_letter = DeadLetter::in_memory(&sqs, "https://sqs.us-east-1.amazonaws.com/123456789012/dlq");
+    /// let event = SqsEventBuilder::new().message("m-1", "not json").build();
+    /// let copied = dead_letter.send(&event.payload.records[0], "the body is not JSON").await.unwrap();
+    /// assert_eq!(copied, Copied::Full);
+    /// assert_eq!(sqs.dead_letters()[0].reason, "the body is not JSON");
+    /// assert_eq!(sqs.dead_letters()[0].message.body(), "not json");
+    /// # });
+    /// ```
+    #[cfg(any(test, doc, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn in_memory(sqs: &crate::test_util::InMemorySqs, queue_url: impl Into<String>) -> Self {
+        Self {
+            queue_url: queue_url.into(),
+            sink: Sink::InMemory(sqs.clone()),
             max_message_size: Arc::default(),
         }
     }
@@ -149,7 +192,7 @@ impl DeadLetter {
 
     /// The dead-letter queue's URL.
     pub fn queue_url(&self) -> &str {
-        self.publisher.queue_url()
+        &self.queue_url
     }
 
     /// The whole copy of `record` for the dead-letter queue, with `reason` in its
@@ -201,6 +244,28 @@ impl DeadLetter {
     /// Sends the copy of `record` (see the module docs): the whole one when it fits, else a
     /// reduced one, else the body alone. An error when nothing could be sent.
     pub async fn send(&self, record: &SqsMessage, reason: &str) -> Result<Copied, String> {
+        let (publisher, sqs) = match &self.sink {
+            Sink::Sqs { publisher, sqs } => (publisher, sqs),
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sink::InMemory(memory) => {
+                let limit = self
+                    .max_message_size
+                    .get()
+                    .copied()
+                    .unwrap_or(MAX_MESSAGE_BYTES);
+                let (message, copied) = self.copy_within(record, reason, limit)?;
+                let source = record.message_id.as_deref().unwrap_or_default();
+                let reason = truncate_error(&safe_reason(reason));
+                memory.record_dead_letter(
+                    &self.queue_url,
+                    source,
+                    &reason,
+                    message,
+                    copied.clone(),
+                );
+                return Ok(copied);
+            }
+        };
         let draft = self.draft(record, reason)?;
         let message_id = draft.message_id.as_str();
         let full = draft.full();
@@ -208,10 +273,10 @@ impl DeadLetter {
         let mut limit = if full_size <= MIN_QUEUE_MESSAGE_SIZE {
             MAX_MESSAGE_BYTES
         } else {
-            self.queue_limit().await
+            self.queue_limit(sqs).await
         };
         if full_size <= limit {
-            match self.publisher.send(draft.message(&full)?).await {
+            match publisher.send(draft.message(&full)?).await {
                 Ok(_) => return Ok(Copied::Full),
                 Err(e) => match too_large(&e) {
                     Some(stated) => {
@@ -250,7 +315,7 @@ impl DeadLetter {
             }
         };
         if let Some((attributes, marker)) = reduced {
-            match self.publisher.send(draft.message(&attributes)?).await {
+            match publisher.send(draft.message(&attributes)?).await {
                 Ok(_) => return Ok(Copied::Reduced { marker }),
                 Err(e) if too_large(&e).is_some() => tracing::warn!(
                     message_id,
@@ -260,7 +325,7 @@ impl DeadLetter {
                 Err(e) => return Err(e.to_string()),
             }
         }
-        match self.publisher.send(draft.message(&[])?).await {
+        match publisher.send(draft.message(&[])?).await {
             Ok(_) => Ok(Copied::Bare),
             Err(e) => {
                 let error = if too_large(&e).is_some() {
@@ -279,12 +344,11 @@ impl DeadLetter {
     }
 
     /// The queue's `MaximumMessageSize`: given, read once, or 1 MiB when it cannot be read.
-    async fn queue_limit(&self) -> usize {
+    async fn queue_limit(&self, sqs: &aws_sdk_sqs::Client) -> usize {
         if let Some(&bytes) = self.max_message_size.get() {
             return bytes;
         }
-        let read = self
-            .sqs
+        let read = sqs
             .get_queue_attributes()
             .queue_url(self.queue_url())
             .attribute_names(QueueAttributeName::MaximumMessageSize)
@@ -322,7 +386,7 @@ impl DeadLetter {
             .filter(|b| !b.is_empty())
             .ok_or("the message has no body")?;
         let message_id = record.message_id.clone().unwrap_or_default();
-        let fifo = if self.publisher.queue_url().ends_with(".fifo") {
+        let fifo = if self.queue_url.ends_with(".fifo") {
             let group = record
                 .attributes
                 .get("MessageGroupId")

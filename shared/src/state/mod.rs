@@ -28,7 +28,7 @@
 //! - [`classify`]: what a record that refused a write means for the caller ([`Blocked`]);
 //!   [`classify_on_item`] for a record found on an item, whatever its expiry.
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod table;
 

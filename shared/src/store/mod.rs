@@ -14,7 +14,15 @@
 //! - [`DynamoDbBackend`] (feature `dynamodb`, on by default): the production backend (one
 //!   conditional write per acquire, the existing record returned with
 //!   `ReturnValuesOnConditionCheckFailure=ALL_OLD`).
-//! - [`RedisBackend`] (feature `redis`): Redis or Valkey, one Lua script per acquire, completion or
+// Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
+#![cfg_attr(
+    feature = "redis",
+    doc = " - [`RedisBackend`] (feature `redis`): Redis or Valkey, one Lua script per acquire, completion or"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = " - [`RedisBackend`](https://docs.rs/lambda-idempotency/latest/lambda_idempotency/store/struct.RedisBackend.html) (feature `redis`): Redis or Valkey, one Lua script per acquire, completion or"
+)]
 //!   failure, the existing record returned in the acquire's reply; records expired by the
 //!   server's own TTL. Not transactional.
 //! - [`InMemoryBackend`]: for unit tests only.
@@ -23,11 +31,10 @@
 //! atomic request, implements [`TransactionalBackend`] (see [`crate::transaction`]). A backend
 //! that cannot does not implement it, and the transactional and inline modes do not compile over
 //! it (the inline mode, [`crate::inline`], is a commit of one write that carries its record).
-
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod dynamodb_layout;
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -45,7 +52,7 @@ pub use dynamodb_layout::{
     Attributes, MAX_ITEM_BYTES, MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_BYTES,
     inline_record_bytes, max_result_bytes,
 };
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use memory::{InMemoryBackend, ItemKey, MemoryWrite, Requests};
 pub use transactional_backend::{Commit, Failure, LimitError, TransactionalBackend};

@@ -9,7 +9,7 @@ use super::{Attributes, Backend, Put, StoreError, Update, Updated, max_result_by
 use crate::state::{IdempotencyRecord, Status, truncate_error};
 
 mod carried;
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(any(test, doc, feature = "test-util"))]
 mod in_memory;
 mod new_item;
 mod single_write;
