@@ -82,8 +82,10 @@ link-check:
 # walks rustdoc's JSON; its own tests, shared/api/test_public_api.py, run first). rustdoc's JSON
 # output is unstable: RUSTC_BOOTSTRAP=1 lets the stable toolchain write it, and the walker refuses
 # a format version it does not know, naming it. The HTML docs are built too, for their warnings.
-API_JSON = RUSTC_BOOTSTRAP=1 $(CARGO) rustdoc --quiet -p lambda-idempotency --all-features -- \
-	-D warnings -Z unstable-options --output-format json
+# The JSON flags are set in RUSTDOCFLAGS, which cargo compares to tell whether the documentation
+# is fresh: the JSON build is never taken for the HTML one.
+API_JSON = RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings -Z unstable-options --output-format json" \
+	$(CARGO) rustdoc --quiet -p lambda-idempotency --all-features
 api-check:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
 	$(API_JSON)

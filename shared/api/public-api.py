@@ -3,11 +3,11 @@
 
 Reads the JSON that
 
-    RUSTC_BOOTSTRAP=1 cargo rustdoc -p lambda-idempotency --all-features -- \\
-        -Z unstable-options --output-format json
+    RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-Z unstable-options --output-format json" \\
+        cargo rustdoc -p lambda-idempotency --all-features
 
-wrote (JSON_FILE, default: the workspace's target/doc/lambda_idempotency.json) and prints one line
-per public item, with its whole signature: every module, type, function, constant, re-export,
+(as `make api-check` runs it) wrote (JSON_FILE, default: the workspace's
+target/doc/lambda_idempotency.json) and prints one line per public item, with its whole signature: every module, type, function, constant, re-export,
 struct field and enum variant; every trait with its bounds and each of its items (methods with
 their signatures, associated types and constants, `{ .. }` after a provided one); every method and
 associated item of an inherent impl; every trait impl of a public type (blanket impls left out;
@@ -543,9 +543,8 @@ def listing(doc):
 
 def load():
     if not os.path.isfile(JSON_FILE):
-        sys.exit(f"public-api: no rustdoc JSON at {JSON_FILE}: run `RUSTC_BOOTSTRAP=1 cargo rustdoc "
-                 "-p lambda-idempotency --all-features -- -Z unstable-options --output-format json` "
-                 "first (make api-check does)")
+        sys.exit(f"public-api: no rustdoc JSON at {JSON_FILE}: run `make api-check` (it writes "
+                 "it with `cargo rustdoc`, see the Makefile's API_JSON)")
     with open(JSON_FILE, encoding="utf-8") as f:
         doc = json.load(f)
     try:
