@@ -11,7 +11,8 @@
 #                          + link-check
 #   make link-check        the Markdown's relative links and anchors resolve, and every code block
 #                          that rustdoc compiles names its language (docs/check-links.py)
-#   make api-check         the library's docs without warnings, and its public modules and items
+#   make api-check         the library's docs without warnings, and its public API (every item,
+#                          method, trait item and impl, with its signature, from rustdoc's JSON)
 #                          as listed in shared/api/public-api.txt (make api-update rewrites it)
 #   make publish-check     what publishing lambda-idempotency needs: publish dry run, docs
 #                          without warnings, cargo-deny licenses and bans
@@ -76,14 +77,23 @@ lint: template-lint api-check link-check
 link-check:
 	python3 $(ROOT)/docs/check-links.py
 
-# The public API of lambda-idempotency: every module and item rustdoc renders (every feature, as
-# docs.rs builds it), against the committed listing, so that none appears or disappears unlisted.
+# The public API of lambda-idempotency (every feature, as docs.rs builds it) against the committed
+# listing, so that any change of it shows in review: one line per public item with its whole
+# signature, every method, trait item and trait impl included (shared/api/public-api.py, which
+# walks rustdoc's JSON; its own tests, shared/api/test_public_api.py, run first). rustdoc's JSON
+# output is unstable: RUSTC_BOOTSTRAP=1 lets the stable toolchain write it, and the walker refuses
+# a format version it does not know, naming it. The HTML docs are built too, for their warnings.
+# The JSON flags are set in RUSTDOCFLAGS, which cargo compares to tell whether the documentation
+# is fresh: the JSON build is never taken for the HTML one.
+API_JSON = RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings -Z unstable-options --output-format json" \
+	$(CARGO) rustdoc --quiet -p lambda-idempotency --all-features
 api-check:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
+	$(API_JSON)
 	python3 $(ROOT)/shared/api/public-api.py check
 
 api-update:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --quiet -p lambda-idempotency --no-deps --all-features
+	$(API_JSON)
 	python3 $(ROOT)/shared/api/public-api.py update
 
 # --- publishing the library --------------------------------------------------

@@ -164,3 +164,14 @@ impl Clients {
             .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
     }
 }
+
+/// The text of a panic's payload (a `&str` or a `String`, as `panic!` makes them).
+pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => match payload.downcast_ref::<&str>() {
+            Some(text) => (*text).to_owned(),
+            None => "non-string panic payload".to_owned(),
+        },
+    }
+}

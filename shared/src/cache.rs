@@ -36,7 +36,7 @@
 //! cache.insert("b", "hash-b", Some("42".into()), 1_000, i64::MAX);
 //! cache.insert("c", "hash-c", None, 1_000, i64::MAX); // "a" was the least recently used
 //! assert!(cache.get("a", 1_000).is_none());
-//! assert_eq!(cache.get("b", 1_000).unwrap().result.as_deref(), Some("42"));
+//! assert_eq!(cache.get("b", 1_000).unwrap().result(), Some("42"));
 //! assert!(cache.get("b", 61_001).is_none(), "past its time to live");
 //! assert_eq!(cache.len(), 1);
 //! ```
@@ -54,12 +54,26 @@ use crate::store::{Backend, Commit, Failure, LimitError, StoreError, Transaction
 /// A completed key, as the cache keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cached {
+    payload_hash: String,
+    result: Option<String>,
+    until_ms: i64,
+}
+
+impl Cached {
     /// The payload hash the key was completed with.
-    pub payload_hash: String,
+    pub fn payload_hash(&self) -> &str {
+        &self.payload_hash
+    }
+
     /// The stored result (JSON), if one was stored.
-    pub result: Option<String>,
+    pub fn result(&self) -> Option<&str> {
+        self.result.as_deref()
+    }
+
     /// When the entry stops counting, epoch milliseconds.
-    pub until_ms: i64,
+    pub fn until_ms(&self) -> i64 {
+        self.until_ms
+    }
 }
 
 /// A bounded in-process LRU of completed keys with a time to live; clones share it.

@@ -207,7 +207,7 @@ impl std::error::Error for PermanentError {
 }
 
 /// The text of a panic payload.
-pub fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

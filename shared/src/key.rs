@@ -12,7 +12,7 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
-pub use crate::payload::sha256_hex;
+use crate::payload::sha256_hex;
 use crate::payload::{PayloadHash, canonical_sha256};
 
 /// Longest partition key DynamoDB accepts, in bytes. Longer keys are hashed, never truncated.
@@ -293,6 +293,9 @@ impl KeyConfig {
 
 /// SHA-256 (hex) of a JSON value in canonical form (object keys sorted, no white space), without
 /// a scheme tag; [`PayloadHash::of_json`] is the payload hash of a value.
+// Not API: the payments API's stored request fingerprints have this form (bare hex), which
+// records written before hash schemes also hold.
+#[doc(hidden)]
 pub fn canonical_hash(value: &Value) -> String {
     canonical_sha256(value)
 }

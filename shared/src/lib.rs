@@ -121,7 +121,8 @@
 //!
 //! - `dynamodb` (default): [`store::DynamoDbBackend`], the DynamoDB actions of
 //!   [`transaction::Transaction`] (`put`, `update`, `delete`, `condition_check`), the inline
-//!   mode's [`store::NewItem`], `Consumer::from_env`, and the `aws-sdk-dynamodb` dependency.
+//!   mode's [`store::NewItem`], `Consumer::from_env`, and the `aws-sdk-dynamodb` dependency,
+//!   whose types a consumer writes with are re-exported in [`dynamodb`].
 //!   Without it the engine, the transactional mode, the batch processor, the publisher, the
 //!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
 //!   (or the in-memory backend of `test-util`, in tests):
@@ -180,6 +181,9 @@ pub mod cache;
 pub mod consumer;
 pub mod count;
 pub mod dead_letter;
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub mod dynamodb;
 pub mod error;
 pub mod iam;
 pub mod idempotency;

@@ -82,6 +82,8 @@ pub fn key_missing<T>(report: &BatchReport<T>, function: &str) -> Option<Metrics
 
 /// Turns [`Metrics::emit`] on or off for the whole process (on by default). For local runs and
 /// tests, where stdout is for people.
+// Not API: the payments pipeline's local runs and tests turn the lines off.
+#[doc(hidden)]
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
 }

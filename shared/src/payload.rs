@@ -26,7 +26,7 @@
 //! assert!(compact.as_str().starts_with("json:"));
 //! assert_ne!(compact, PayloadHash::of_bytes(br#"{"paymentId":"p-1","amountCents":11}"#));
 //! // Not JSON: the bytes themselves.
-//! assert_eq!(PayloadHash::of_bytes(b"abc").as_str(), lambda_idempotency::key::sha256_hex(b"abc"));
+//! assert_eq!(PayloadHash::of_bytes(b"abc"), PayloadHash::raw(b"abc"));
 //! ```
 
 use serde_json::Value;
@@ -36,15 +36,8 @@ use sha2::{Digest, Sha256};
 /// The scheme tag of a hash over canonical JSON.
 pub(crate) const JSON_SCHEME: &str = "json:";
 
-/// SHA-256 of `bytes`, as 64 lower-case hex digits.
-///
-/// ```
-/// assert_eq!(
-///     lambda_idempotency::payload::sha256_hex(b""),
-///     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-/// );
-/// ```
-pub fn sha256_hex(bytes: &[u8]) -> String {
+/// SHA-256 of `bytes`, as 64 lower-case hex digits ([`PayloadHash::raw`] is the public form).
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
@@ -108,16 +101,16 @@ impl PayloadHash {
     /// written before hash schemes (bare hex), the hash that version computed.
     ///
     /// ```
-    /// use lambda_idempotency::{key::sha256_hex, payload::PayloadHash};
+    /// use lambda_idempotency::payload::PayloadHash;
     ///
     /// let body = br#"{"id": 1}"#;
     /// let hash = PayloadHash::of_bytes(body);
     /// assert!(hash.matches(hash.as_str()));
     /// // A record of the previous version: the raw body's hash.
-    /// assert!(hash.matches(&sha256_hex(body)));
+    /// assert!(hash.matches(PayloadHash::raw(body).as_str()));
     /// // The same payload written otherwise, stored by the previous version, stays a conflict
     /// // there as it was: that version compared bytes.
-    /// assert!(!hash.matches(&sha256_hex(br#"{"id":1}"#)));
+    /// assert!(!hash.matches(PayloadHash::raw(br#"{"id":1}"#).as_str()));
     /// ```
     pub fn matches(&self, stored: &str) -> bool {
         stored == self.hash

@@ -9,9 +9,11 @@
 //! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
 //! ([`KeyConfig`]); the bound of a consumer generic over its backend ([`TransactionalBackend`]);
 //! and on DynamoDB the backend, the inline mode's item and the SDK's
-//! `AttributeValue`. `Error` is Lambda's boxed error.
+//! `AttributeValue` (the SDK's other types a transaction is written with, at this crate's
+//! version, are in [`dynamodb`](crate::dynamodb)). `Error` is Lambda's boxed error.
 
 pub use crate::Idempotency;
+pub use aws_lambda_events::sqs::SqsMessage;
 pub use crate::batch::{
     BoxRecordHandler, Deduplicated, PermanentError, RecordContext, RecordError, RecordHandler,
     RecordHandlerExt, json, message,

@@ -13,7 +13,7 @@
 pub(crate) const REDACTED: &str = "<redacted>";
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `...` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }

@@ -54,7 +54,7 @@ impl Clock for SystemClock {
 }
 
 /// Milliseconds since the Unix epoch of `time` (negative before it).
-pub fn system_time_ms(time: SystemTime) -> i64 {
+pub(crate) fn system_time_ms(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),

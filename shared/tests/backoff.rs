@@ -13,7 +13,7 @@ use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{
     BatchProcessor, RecordContext, RecordError, RecordHandler, message,
 };
-use lambda_idempotency::time::system_time_ms;
+use lambda_idempotency::time::Deadline;
 use lambda_runtime::{Context, LambdaEvent};
 
 fn record(id: &str, body: &str, receives: u32, group: Option<&str>) -> SqsMessage {
@@ -192,7 +192,7 @@ async fn blocked_fifo_records_come_back_with_the_failed_one_and_in_progress_at_l
         record("b1", "busy", 1, Some("B")),
         record("c1", "busy2h", 1, Some("C")),
     ];
-    let now = system_time_ms(SystemTime::now());
+    let now = Deadline::from(SystemTime::now()).epoch_ms();
     let handler = Handler {
         lease: now + 30_000,
         attempts: 3,
@@ -227,7 +227,7 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
             .base(Duration::from_secs(2))
             .max(Duration::from_secs(60)),
     );
-    let now = system_time_ms(SystemTime::now());
+    let now = Deadline::from(SystemTime::now()).epoch_ms();
     for (lease_ms, expected) in [
         (7_200_000, 7_199..=7_200),
         (20 * 3_600_000, 43_200..=43_200),

@@ -12,7 +12,7 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::state::IdempotencyRecord;
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
-use lambda_idempotency::time::system_time_ms;
+use lambda_idempotency::time::Deadline;
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
 
@@ -38,7 +38,7 @@ fn event(records: Vec<SqsMessage>) -> LambdaEvent<SqsEvent> {
 }
 
 fn with_deadline(mut event: LambdaEvent<SqsEvent>, from_now: Duration) -> LambdaEvent<SqsEvent> {
-    event.context.deadline = system_time_ms(SystemTime::now() + from_now) as u64;
+    event.context.deadline = Deadline::from(SystemTime::now() + from_now).epoch_ms() as u64;
     event
 }
 

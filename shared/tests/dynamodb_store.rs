@@ -105,8 +105,10 @@ impl Items<TransactWriteItem> for Effects {
     }
     async fn record(&self, id: &str) -> Option<IdempotencyRecord> {
         let item = self.item_of(id).await?;
-        item.contains_key(&Attributes::inline().status)
-            .then(|| self.reader.record_from_item(&item).unwrap())
+        if !item.contains_key(&Attributes::inline().status) {
+            return None;
+        }
+        self.reader.get(id, 0).await.unwrap()
     }
     async fn put_foreign(&self, id: &str, value: &str) {
         self.client
@@ -248,7 +250,7 @@ async fn a_record_without_a_lease_attribute_is_held_until_it_expires() {
     let client = common::dynamodb(&f.counter).await;
     let table = dynamodb.backend().table().to_owned();
     let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.into());
-    let hash = lambda_idempotency::key::sha256_hex(b"body");
+    let hash = lambda_idempotency::payload::PayloadHash::raw(b"body").to_string();
     client
         .put_item()
         .table_name(&table)

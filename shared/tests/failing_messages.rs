@@ -18,7 +18,7 @@ use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::state::{IdempotencyRecord, Status};
 use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
-use lambda_idempotency::time::system_time_ms;
+use lambda_idempotency::time::Deadline;
 use lambda_idempotency::{Acquired, Idempotency};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
@@ -313,7 +313,8 @@ async fn the_stop_margin_cancels_the_handler_never_the_completion_that_follows_i
     .idempotent(store.clone())
     .with_keys(KeyConfig::json_pointer("/id"));
     let mut e = event(vec![record("m1", &body("p", 1), None, 1)]);
-    e.context.deadline = system_time_ms(SystemTime::now() + Duration::from_secs(3)) as u64;
+    e.context.deadline =
+        Deadline::from(SystemTime::now() + Duration::from_secs(3)).epoch_ms() as u64;
     let processor = BatchProcessor::new()
         .start_margin(Duration::from_millis(2000))
         .stop_margin(Duration::from_millis(1500))
@@ -341,7 +342,8 @@ async fn a_handler_past_the_stop_margin_is_cancelled_and_its_failure_recorded() 
     .idempotent(store.clone())
     .with_keys(KeyConfig::json_pointer("/id"));
     let mut e = event(vec![record("m1", &body("p", 1), None, 1)]);
-    e.context.deadline = system_time_ms(SystemTime::now() + Duration::from_millis(2500)) as u64;
+    e.context.deadline =
+        Deadline::from(SystemTime::now() + Duration::from_millis(2500)).epoch_ms() as u64;
     let report = BatchProcessor::new().process(&e, &handler).await.unwrap();
     let Err(error) = &report.records[0].result else {
         panic!("cancelled")
@@ -386,7 +388,7 @@ async fn dead_letter_sends_and_visibility_changes_fit_before_the_deadline() {
         record("m2", &body("b", -1), None, 1),
     ]);
     let deadline = SystemTime::now() + Duration::from_millis(3500);
-    e.context.deadline = system_time_ms(deadline) as u64;
+    e.context.deadline = Deadline::from(deadline).epoch_ms() as u64;
     let started = Instant::now();
     let report = processor.process(&e, &handler).await.unwrap();
     assert!(
@@ -431,7 +433,8 @@ async fn a_record_cut_by_the_deadline_before_its_handler_starts_spends_no_attemp
         .finish_margin(Duration::from_millis(100));
     for round in 0..3 {
         let mut e = event(vec![record("m1", &body("p", 1), None, round + 1)]);
-        e.context.deadline = system_time_ms(SystemTime::now() + Duration::from_millis(2500)) as u64;
+        e.context.deadline =
+            Deadline::from(SystemTime::now() + Duration::from_millis(2500)).epoch_ms() as u64;
         let report = processor.process(&e, &lease_mode).await.unwrap();
         let Err(error) = &report.records[0].result else {
             panic!("not run")

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use backend_suite::{Operations, Suite};
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::key::sha256_hex;
+use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::store::{Backend, RedisBackend, RedisConnectError, StoreError, Updated};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
@@ -267,7 +267,7 @@ async fn a_record_without_a_lease_field_is_held_until_it_expires() {
             .arg("status")
             .arg("IN_PROGRESS")
             .arg("payload_hash")
-            .arg(sha256_hex(b"body"))
+            .arg(PayloadHash::raw(b"body").as_str())
             .arg("expiration")
             .arg(now_s + 100),
     )

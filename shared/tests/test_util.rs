@@ -8,7 +8,9 @@ use lambda_idempotency::consumer::Consumer;
 use lambda_idempotency::dead_letter::{Copied, REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 use lambda_idempotency::prelude::*;
 use lambda_idempotency::state::IdempotencyRecord;
-use lambda_idempotency::store::{Backend, InMemoryBackend, Put, StoreError, Update, Updated};
+use lambda_idempotency::store::{
+    Backend, InMemoryBackend, MemoryWrite, Put, StoreError, Update, Updated,
+};
 use lambda_idempotency::test_util::{InMemorySqs, SqsEventBuilder, sqs_event};
 
 /// A store that never answers: every request fails as a throttled or unreachable one does.
@@ -164,4 +166,50 @@ fn a_group_before_any_message_names_the_mistake() {
 #[should_panic(expected = "`arn:aws:sqs:orders` is not an SQS queue ARN")]
 fn a_malformed_queue_arn_is_refused() {
     let _ = SqsEventBuilder::new().queue_arn("arn:aws:sqs:orders");
+}
+
+/// The README's first consumer, with its item lookup: message A of an order fails four times,
+/// message B of the same order writes it, then message C of the same order fails once. C is a
+/// duplicate (its failure read the order's item), and nothing reaches the dead-letter queue.
+#[tokio::test]
+async fn a_consumer_with_an_item_lookup_never_dead_letters_a_key_whose_work_is_done() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        order_id: String,
+    }
+    fn order_item(order_id: &str) -> MemoryWrite {
+        MemoryWrite::put_if_absent("orders", order_id, "placed")
+    }
+    let backend = Arc::new(InMemoryBackend::default());
+    let sqs = InMemorySqs::new();
+    let consumer = Consumer::builder(backend.clone())
+        .with_in_memory_sqs(&sqs)
+        .max_attempts(5)
+        .with_keys(KeyConfig::json_pointer("/order_id"))
+        .with_item_lookup(|order_id: &str, _: &SqsMessage| Some(order_item(order_id)))
+        .inline(json(|order: Order, ctx: RecordContext| async move {
+            match ctx.message_id.as_str() {
+                "m-b" => Ok(InlinePut::new((), order_item(&order.order_id))),
+                other => Err(Error::from(format!("{other}: the warehouse is down"))),
+            }
+        }));
+    let body = r#"{"order_id": "o-1"}"#;
+    for receive in 1..=4 {
+        let event = SqsEventBuilder::new()
+            .message("m-a", body)
+            .receive_count(receive)
+            .build();
+        let report = consumer.process(&event).await.unwrap();
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+    }
+    let report = consumer.process(&sqs_event([("m-b", body)])).await.unwrap();
+    assert!(report.response().batch_item_failures.is_empty(), "B writes the order");
+    let report = consumer.process(&sqs_event([("m-c", body)])).await.unwrap();
+    assert!(report.response().batch_item_failures.is_empty());
+    assert!(
+        report.successes().all(|(_, done)| done.is_duplicate()),
+        "C's failure after B wrote the order is a duplicate"
+    );
+    assert!(sqs.dead_letters().is_empty(), "{:?}", sqs.dead_letters());
+    assert_eq!(backend.item("orders", "o-1").as_deref(), Some("placed"));
 }

@@ -39,7 +39,7 @@ pub async fn record_order(
         );
         return Err(PermanentError::new(reason).into());
     }
-    let item = NewItem::new(table, "orderId", AttributeValue::S(order.order_id))
+    let item = order_item(&table, &order.order_id)
         .attribute("customerId", AttributeValue::S(order.customer_id))
         .attribute(
             "totalCents",
@@ -48,15 +48,24 @@ pub async fn record_order(
     Ok(InlinePut::new((), item))
 }
 
+/// The item of order `order_id` in `table`, by its key.
+pub fn order_item(table: &str, order_id: &str) -> NewItem {
+    NewItem::new(table, "orderId", AttributeValue::S(order_id.to_owned()))
+}
+
 /// The consumer, from `builder` (the environment's in the function, the in-memory backend's in
-/// tests), writing orders to `table`, keyed on the body's `/orderId`.
+/// tests), writing orders to `table`, keyed on the body's `/orderId`. A failure reads the
+/// order's item first ([`ConsumerBuilder::with_item_lookup`]): an order another delivery wrote is
+/// a duplicate, never an attempt towards the dead-letter queue.
 pub fn consumer<B>(builder: ConsumerBuilder<B>, table: String) -> Consumer<Deduplicated<()>>
 where
     B: TransactionalBackend + 'static,
     NewItem: Into<B::Write>,
 {
+    let lookup = table.clone();
     let handler = json(move |order, _ctx: RecordContext| record_order(table.clone(), order));
     builder
         .with_keys(KeyConfig::json_pointer("/orderId"))
+        .with_item_lookup(move |order_id: &str, _: &SqsMessage| Some(order_item(&lookup, order_id)))
         .inline(handler)
 }

@@ -15,10 +15,12 @@
 //! call it with the sample event.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_dynamodb::error::BuildError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+// The SDK's types at lambda-idempotency's version: no aws-sdk-dynamodb dependency of our own.
+use lambda_idempotency::dynamodb::{
+    AttributeValue, BuildError, Client, Put, TransactWriteItem, Update,
+};
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_idempotency::transaction::Transaction;
@@ -80,7 +82,7 @@ pub struct App {
 impl App {
     /// The app over the SDK configuration `sdk`.
     pub fn new(sdk: &aws_config::SdkConfig, config: Config) -> Self {
-        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let dynamodb = Client::new(sdk);
         let backend = DynamoDbBackend::new(dynamodb, config.idempotency_table.clone());
         Self {
             engine: Idempotency::new(backend).with_key_prefix("transactional"),

@@ -53,8 +53,9 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
-use lambda_idempotency::key::{canonical_hash, sha256_hex};
+use lambda_idempotency::key::canonical_hash;
 use lambda_idempotency::metrics::Metrics;
+use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
@@ -319,7 +320,7 @@ impl App {
         let hash = canonical_hash(&payment.json);
         // The request's fingerprint is canonical already (the validated payment's JSON): stored
         // as it is, the form payments and their records have always held.
-        let fingerprint = lambda_idempotency::payload::PayloadHash::stored(hash.clone());
+        let fingerprint = PayloadHash::stored(hash.clone());
         let (outcome, response) = match self
             .idempotency
             .acquire_hashed(&scoped_key, &fingerprint, deadline)
@@ -550,7 +551,7 @@ impl App {
 pub fn payment_id(key: &str) -> String {
     format!(
         "pay_{}",
-        &sha256_hex(format!("payments-api\n{key}").as_bytes())[..32]
+        &PayloadHash::raw(format!("payments-api\n{key}").as_bytes()).as_str()[..32]
     )
 }
 

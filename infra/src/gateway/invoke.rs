@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use lambda_http::{Body, IntoResponse};
-use lambda_idempotency::batch::panic_message;
 
 use super::answer::Answer;
 
@@ -51,7 +50,7 @@ where
         }
         Ok(Err(join_error)) => {
             let cause = if join_error.is_panic() {
-                panic_message(&join_error.into_panic())
+                crate::panic_text(join_error.into_panic())
             } else {
                 join_error.to_string()
             };

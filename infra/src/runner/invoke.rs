@@ -13,7 +13,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lambda_idempotency::batch::panic_message;
 use lambda_runtime::{Config, Context, LambdaEvent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -230,7 +229,7 @@ where
                 Ok(result) => result,
                 Err(e) if e.is_panic() => Err(InvokeError::Function(format!(
                     "panicked: {}",
-                    panic_message(&e.into_panic())
+                    crate::panic_text(e.into_panic())
                 ))),
                 Err(e) => Err(InvokeError::Function(e.to_string())),
             }

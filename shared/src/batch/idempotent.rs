@@ -118,6 +118,8 @@ pub trait Mode<H, B>: sealed::Sealed + Send + Sync + Sized {
     type Output: Send;
 
     /// Runs `wrapper`'s inner handler on `message` at most once per key, in effect.
+    // Not API: the trait is sealed, and only `Idempotent`'s `RecordHandler::handle` calls it.
+    #[doc(hidden)]
     fn handle(
         wrapper: &Idempotent<H, B, Self>,
         message: &SqsMessage,

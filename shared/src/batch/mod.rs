@@ -52,4 +52,4 @@ pub use report::{BatchError, BatchReport, RecordReport};
 pub use then::AndThen;
 pub use transactional::{Transactional, TransactionalMode};
 
-pub use crate::error::{PermanentError, RecordError, panic_message};
+pub use crate::error::{PermanentError, RecordError};

@@ -409,7 +409,6 @@ impl<B: Backend> ConsumerBuilder<B> {
     pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
     where
         B: TransactionalBackend,
-        B::Write: 'static,
         F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
         I: Into<B::Write>,
     {
@@ -421,7 +420,6 @@ impl<B: Backend> ConsumerBuilder<B> {
     fn item_lookup(&self) -> ItemLookup<B::Write>
     where
         B: TransactionalBackend,
-        B::Write: 'static,
     {
         self.item_lookup
             .as_ref()

@@ -9,7 +9,7 @@ use aws_sdk_sqs::types::{
 };
 
 use super::{MAX_ID_LEN, MAX_MESSAGE_BYTES};
-use crate::key::sha256_hex;
+use crate::payload::sha256_hex;
 
 /// Why an identifier or a message is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +46,7 @@ pub enum InvalidMessage {
         /// Its size.
         size: usize,
     },
-    /// The body or an attribute value has a character SQS rejects (see [`invalid_character`]).
+    /// The body or an attribute value has a character SQS rejects.
     #[error(
         "{field} has {ch:?} (U+{code:04X}) at position {position}: SQS accepts only #x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD and #x10000 to #x10FFFF",
         code = u32::from(*ch)
@@ -82,6 +82,9 @@ pub enum InvalidMessage {
 /// assert_eq!(invalid_character("bell\u{7}"), Some((4, '\u{7}')));
 /// assert_eq!(invalid_character("\u{FFFE}"), Some((0, '\u{FFFE}')));
 /// ```
+// Not API: the payments API refuses these characters in a request's fields with the publisher's
+// rule, before the payment is stored.
+#[doc(hidden)]
 pub fn invalid_character(text: &str) -> Option<(usize, char)> {
     text.chars().enumerate().find(|&(_, c)| {
         !matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
@@ -239,7 +242,7 @@ pub struct Message {
 
 impl Message {
     /// A FIFO message. The body must be at most 1 MiB and hold only characters SQS accepts
-    /// ([`invalid_character`]).
+    /// (see [`InvalidMessage::Character`]).
     ///
     /// ```
     /// use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId};

@@ -4,10 +4,10 @@
 //! [`Message::fifo`] cannot be built with an invalid `MessageGroupId` or
 //! `MessageDeduplicationId` (1 to 128 characters of `a-zA-Z0-9` and ASCII punctuation), nor with a
 //! message over 1 MiB or with a character SQS rejects in its body or attributes
-//! ([`invalid_character`]): what SQS would refuse on every retry is refused before the call. [`Publisher::send_all`] packs messages into `SendMessageBatch` calls of at
+//! (`#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF` only): what SQS would refuse on every retry is refused before the call. [`Publisher::send_all`] packs messages into `SendMessageBatch` calls of at
 //! most 10 entries and 1 MiB, keeps several in flight, retries only the entries in `Failed` (with
 //! bounded exponential backoff) and answers per message. A call refused as a whole for a
-//! reason of one of its entries (not of the queue: [`is_queue_level`]) is sent again one entry
+//! reason of one of its entries (not of the queue: a missing queue, denied access, unusable credentials or KMS key) is sent again one entry
 //! at a time, so that only the faulty message is refused.
 //!
 //! FIFO order: SQS enqueues the entries of one `SendMessageBatch` call in their order in the call,

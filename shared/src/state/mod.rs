@@ -500,7 +500,7 @@ pub fn classify_on_item(
 
 /// A new random owner token (32 hex characters) for one attempt: see
 /// [`IdempotencyRecord::owner`].
-pub fn new_owner_token() -> String {
+pub(crate) fn new_owner_token() -> String {
     use std::hash::{BuildHasher, Hasher};
     let random = || {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();

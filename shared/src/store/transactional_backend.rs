@@ -104,7 +104,7 @@ pub enum LimitError {
 pub trait TransactionalBackend: Backend {
     /// One of the handler's writes, in the store's own terms (DynamoDB:
     /// [`TransactWriteItem`](aws_sdk_dynamodb::types::TransactWriteItem)).
-    type Write: Clone + Send + Sync + std::fmt::Debug;
+    type Write: Clone + Send + Sync + std::fmt::Debug + 'static;
 
     /// Checks `record` and `writes` against the store's limits (actions and bytes per
     /// transaction, bytes per item), without a request: the record as an action of its own, or,

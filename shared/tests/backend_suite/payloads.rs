@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency::cache::LocalCache;
-use lambda_idempotency::key::sha256_hex;
 use lambda_idempotency::payload::PayloadHash;
-use lambda_idempotency::state::{IdempotencyRecord, Status, new_owner_token};
+use lambda_idempotency::state::{IdempotencyRecord, Status};
 use lambda_idempotency::store::{Backend, Put, StoreError, Update, Updated};
 use lambda_idempotency::time::Clock;
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Outcome};
@@ -132,14 +131,14 @@ pub async fn a_record_of_the_previous_hash_scheme_is_compared_under_it<
 ) {
     let body = br#"{"orderId": "o-1", "qty": 2}"#;
     let now_ms = s.clock.now_ms();
-    let owner = new_owner_token();
+    let owner = super::OWNER.to_owned();
     let legacy = IdempotencyRecord {
         key: s.engine.stored_key("o-1"),
         status: Status::InProgress,
         expires_at: now_ms / 1000 + 3600,
         lease_until_ms: Some(now_ms + 60_000),
         owner: Some(owner.clone()),
-        payload_hash: sha256_hex(body),
+        payload_hash: PayloadHash::raw(body).to_string(),
         attempts: 0,
         last_error: None,
         result: None,

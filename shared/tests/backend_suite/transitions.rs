@@ -3,7 +3,7 @@
 //! through the backend, the row's event is sent to it, and its answer and the record it stores
 //! afterwards must be what the table and the pure functions of `state` say.
 
-use lambda_idempotency::payload::{PayloadHash, sha256_hex};
+use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::state::table::{After, Before, Event, OWN, SAME, TRANSITIONS};
 use lambda_idempotency::state::{IdempotencyRecord, Put, Status, Update, classify};
 use lambda_idempotency::store::{Backend, Commit, Failure, TransactionalBackend};
@@ -67,7 +67,8 @@ async fn send<B: TransactionalBackend>(backend: &B, event: Event, key: &str, now
     let new = event.new_record(key, now_ms);
     match event {
         Event::CommitSame | Event::CommitOther => {
-            let token = &sha256_hex(key.as_bytes())[..32];
+            let hash = PayloadHash::raw(key.as_bytes());
+            let token = &hash.as_str()[..32];
             match backend.commit(&new, &[], token, now_ms).await.unwrap() {
                 Commit::Committed => After::Completed,
                 Commit::Exists(existing) => refused(existing),

@@ -93,7 +93,7 @@ async fn permanent_failure_with(
     // Received 7 times (blocked behind others, say): its first attempt all the same.
     let mut e = event(vec![record("m1", &body("p", 1), Some("g"), 7)]);
     let deadline = SystemTime::now() + Duration::from_millis(500) + time_left;
-    e.context.deadline = system_time_ms(deadline) as u64;
+    e.context.deadline = Deadline::from(deadline).epoch_ms() as u64;
     let report = processor.process(&e, &handler).await.unwrap();
     let told = told.lock().unwrap().clone();
     let sent = sent.lock().unwrap().clone();

@@ -142,7 +142,8 @@ fn run_generated(
             .idempotent(store);
         let mut e = event(records);
         if near_deadline {
-            e.context.deadline = system_time_ms(SystemTime::now() + Duration::from_secs(1)) as u64;
+            e.context.deadline =
+                Deadline::from(SystemTime::now() + Duration::from_secs(1)).epoch_ms() as u64;
         }
         let report = BatchProcessor::new()
             .with_dead_letter(dead_letter_queue(&Sent::default()))

@@ -130,7 +130,7 @@ impl DynamoDbBackend {
     }
 
     /// Reads an item as a record.
-    pub fn record_from_item(
+    pub(crate) fn record_from_item(
         &self,
         item: &HashMap<String, AttributeValue>,
     ) -> Result<IdempotencyRecord, StoreError> {
