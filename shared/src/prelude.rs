@@ -13,7 +13,6 @@
 //! version, are in [`dynamodb`](crate::dynamodb)). `Error` is Lambda's boxed error.
 
 pub use crate::Idempotency;
-pub use aws_lambda_events::sqs::SqsMessage;
 pub use crate::batch::{
     BoxRecordHandler, Deduplicated, PermanentError, RecordContext, RecordError, RecordHandler,
     RecordHandlerExt, json, message,
@@ -23,6 +22,7 @@ pub use crate::inline::InlinePut;
 pub use crate::key::KeyConfig;
 pub use crate::store::TransactionalBackend;
 pub use crate::transaction::Transaction;
+pub use aws_lambda_events::sqs::SqsMessage;
 pub use lambda_runtime::Error;
 
 #[cfg(feature = "dynamodb")]

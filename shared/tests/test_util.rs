@@ -203,7 +203,10 @@ async fn a_consumer_with_an_item_lookup_never_dead_letters_a_key_whose_work_is_d
         assert_eq!(report.response().batch_item_failures.len(), 1);
     }
     let report = consumer.process(&sqs_event([("m-b", body)])).await.unwrap();
-    assert!(report.response().batch_item_failures.is_empty(), "B writes the order");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "B writes the order"
+    );
     let report = consumer.process(&sqs_event([("m-c", body)])).await.unwrap();
     assert!(report.response().batch_item_failures.is_empty());
     assert!(

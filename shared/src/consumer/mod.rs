@@ -460,15 +460,11 @@ impl<B: Backend> ConsumerBuilder<B> {
         match self.local_cache.clone() {
             Some(cache) => self.compose_with(
                 |engine| engine.with_local_cache(cache),
-                |engine, keys| {
-                    (handler.transactional(engine).with_keys(keys)).with_lookup(lookup)
-                },
+                |engine, keys| (handler.transactional(engine).with_keys(keys)).with_lookup(lookup),
             ),
             None => self.compose_with(
                 |engine| engine,
-                |engine, keys| {
-                    (handler.transactional(engine).with_keys(keys)).with_lookup(lookup)
-                },
+                |engine, keys| (handler.transactional(engine).with_keys(keys)).with_lookup(lookup),
             ),
         }
     }

@@ -551,9 +551,7 @@ impl TransactionalBackend for InMemoryBackend {
         at: &MemoryWrite,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let items = self.items();
-        let carried = items
-            .get(&at.at())
-            .and_then(|item| item.record.clone());
+        let carried = items.get(&at.at()).and_then(|item| item.record.clone());
         Ok(carried.map(|record| IdempotencyRecord {
             key: key.to_owned(),
             ..record
