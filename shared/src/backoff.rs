@@ -86,7 +86,7 @@ impl VisibilityBackoff {
     /// ```
     #[cfg(any(test, doc, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn in_memory(sqs: &crate::test_util::InMemorySqs) -> Self {
+    pub fn in_memory(sqs: &crate::dead_letter::in_memory_sqs::InMemorySqs) -> Self {
         Self::with_sink(Sink::InMemory(sqs.clone()))
     }
 
@@ -297,7 +297,7 @@ impl VisibilityBackoff {
 enum Sink {
     Sqs(aws_sdk_sqs::Client),
     #[cfg(any(test, doc, feature = "test-util"))]
-    InMemory(crate::test_util::InMemorySqs),
+    InMemory(crate::dead_letter::in_memory_sqs::InMemorySqs),
 }
 
 impl Sink {
@@ -315,7 +315,7 @@ impl Sink {
 /// handle. Returns how many.
 #[cfg(any(test, doc, feature = "test-util"))]
 fn record_in_memory(
-    sqs: &crate::test_util::InMemorySqs,
+    sqs: &crate::dead_letter::in_memory_sqs::InMemorySqs,
     arn: &str,
     records: &[SqsMessage],
     visibility: &[(usize, i32)],
@@ -328,7 +328,7 @@ fn record_in_memory(
         let Some(handle) = record.receipt_handle.as_deref() else {
             continue;
         };
-        sqs.record_visibility_change(crate::test_util::VisibilityChange {
+        sqs.record_visibility_change(crate::dead_letter::in_memory_sqs::VisibilityChange {
             queue_arn: arn.to_owned(),
             message_id: record.message_id.clone().unwrap_or_default(),
             receipt_handle: handle.to_owned(),

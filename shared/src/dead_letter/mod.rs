@@ -65,6 +65,8 @@ use crate::redact::truncate;
 use crate::state::truncate_error;
 
 mod draft;
+#[cfg(any(test, doc, feature = "test-util"))]
+pub(crate) mod in_memory_sqs;
 use draft::Draft;
 
 /// Attribute with the error that sent a message to the dead-letter queue.
@@ -122,7 +124,7 @@ enum Sink {
         sqs: aws_sdk_sqs::Client,
     },
     #[cfg(any(test, doc, feature = "test-util"))]
-    InMemory(crate::test_util::InMemorySqs),
+    InMemory(in_memory_sqs::InMemorySqs),
 }
 
 /// Which copy [`DeadLetter::send`] sent.
@@ -173,7 +175,7 @@ impl DeadLetter {
     /// ```
     #[cfg(any(test, doc, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn in_memory(sqs: &crate::test_util::InMemorySqs, queue_url: impl Into<String>) -> Self {
+    pub fn in_memory(sqs: &in_memory_sqs::InMemorySqs, queue_url: impl Into<String>) -> Self {
         Self {
             queue_url: queue_url.into(),
             sink: Sink::InMemory(sqs.clone()),

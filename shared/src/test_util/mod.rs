@@ -119,10 +119,9 @@
 //! [`map_processor`](crate::consumer::ConsumerBuilder::map_processor)).
 
 mod event;
-mod sqs;
 
 pub use event::{DEFAULT_QUEUE_ARN, SqsEventBuilder, sqs_event};
-pub use sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};
+pub use crate::dead_letter::in_memory_sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};
 
 pub use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 pub use lambda_runtime::LambdaEvent;

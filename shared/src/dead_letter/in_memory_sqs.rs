@@ -1,9 +1,11 @@
-//! [`InMemorySqs`]: the dead-letter queue and the visibility changes of a consumer under test.
+//! [`InMemorySqs`]: the dead-letter queue and the visibility changes of a consumer under test
+//! (feature `test-util`, re-exported by [`crate::test_util`]). It lives beside the dead-letter
+//! queue, whose copies it records, so that neither module depends on the other's.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::dead_letter::Copied;
+use super::Copied;
 use crate::publish::Message;
 
 /// SQS in memory, for tests: what a consumer sends to its dead-letter queue and the visibility
