@@ -54,6 +54,12 @@
 //! - **inline, attempts read**: the inline mode with
 //!   [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), in addition to
 //!   the rows of **inline**.
+//! - **item lookup**: [`Inline::with_item_lookup`](crate::batch::Inline::with_item_lookup),
+//!   [`Transactional::with_item_lookup`](crate::batch::Transactional::with_item_lookup) (with the
+//!   record carried) or
+//!   [`ConsumerBuilder::with_item_lookup`](crate::consumer::ConsumerBuilder::with_item_lookup),
+//!   in addition to the rows of the mode: a failed attempt reads the message's item before it is
+//!   counted.
 //! - **local cache**: [`Idempotency::with_local_cache`](crate::Idempotency::with_local_cache), on
 //!   any mode (a consumer's `IDEMPOTENCY_LOCAL_CACHE`).
 //! - **attempt budget**: [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts).
@@ -121,6 +127,7 @@
 //! | inline | `dynamodb:PutItem` | effect tables | The handler's one new item with the record on it, one conditional `PutItem`; a duplicate is that write refused. |
 //! | inline | `dynamodb:UpdateItem` | idempotency table | A failed attempt's record (a failure has no item to ride on), and the reset of the attempts after dead-lettering. |
 //! | inline, attempts read | `dynamodb:GetItem` | idempotency table | The read of the failed record before a redelivery, so that the handler is told the store's attempt. |
+//! | item lookup | `dynamodb:GetItem` | effect tables | A failed attempt reads the message's item (one strongly consistent read) before it is counted: when the item carries the key's record (inline, or transactional with the record carried), another delivery did the work and the message is a duplicate. On the failure path only. |
 //! | local cache | none | none | Answers keys completed in this execution environment from memory: fewer requests, never other actions. |
 //! | attempt budget | none | none | Counted by the failure records of the mode (its `dynamodb:UpdateItem`); nothing of its own. |
 //! | backoff | `sqs:GetQueueUrl` | source queue | The queue's URL from the record's event source ARN, once per execution environment. |
@@ -142,7 +149,8 @@
 //! So to process its records a lease consumer needs `dynamodb:UpdateItem` on the idempotency
 //! table and no other item action there: neither `PutItem`, `GetItem` nor `DeleteItem`. A
 //! transactional one needs `PutItem`, `UpdateItem` and `GetItem` there; an inline one
-//! `UpdateItem` (and `GetItem` with the attempts read), plus `PutItem` on its item's table.
+//! `UpdateItem` (and `GetItem` with the attempts read), plus `PutItem` on its item's table (and
+//! `GetItem` there with the item lookup).
 //! Each also needs `dynamodb:DescribeTable` (and `dynamodb:DescribeTimeToLive`) on the
 //! idempotency table for its cold-start check, which finds a missing table or one keyed
 //! otherwise before a record runs, and explains a refused request: optional for processing
@@ -152,9 +160,10 @@
 //! # A policy for the common inline consumer
 //!
 //! An inline [`Consumer`](crate::consumer::Consumer) of `Consumer::from_env` with
-//! `DEAD_LETTER_QUEUE_URL` set: the rows of **inline** and of [a consumer's
-//! rows](#a-consumers-rows) (an attempt budget, backoff, the dead-letter queue and both
-//! cold-start checks), for a SAM function's `Policies` or an `AWS::IAM::Role`'s
+//! `DEAD_LETTER_QUEUE_URL` set and an item lookup
+//! ([`ConsumerBuilder::with_item_lookup`](crate::consumer::ConsumerBuilder::with_item_lookup)):
+//! the rows of **inline**, of **item lookup** and of [a consumer's rows](#a-consumers-rows) (an
+//! attempt budget, backoff, the dead-letter queue and both cold-start checks), for a SAM function's `Policies` or an `AWS::IAM::Role`'s
 //! `PolicyDocument`. `my-consumer` is the key prefix (`IDEMPOTENCY_KEY_PREFIX`, the function's
 //! name by default); `IdempotencyTable`, `ItemsTable` (the new items' table), `Queue`
 //! and `DeadLetterQueue` are the template's resources.
@@ -189,7 +198,9 @@
 //!     Resource: !GetAtt IdempotencyTable.Arn
 //!   - Sid: NewItems # the one new item, with its record
 //!     Effect: Allow
-//!     Action: [dynamodb:PutItem]
+//!     Action:
+//!       - dynamodb:PutItem # the item and its record, in one conditional write
+//!       - dynamodb:GetItem # a failed attempt reads the item, with the item lookup
 //!     Resource: !GetAtt ItemsTable.Arn
 //!   - Sid: DeadLetters
 //!     Effect: Allow
@@ -202,7 +213,8 @@
 //!
 //! Each statement's comments say what needs it; drop what none of a function's options does.
 //! With [`Inline::with_attempts_read`](crate::batch::Inline::with_attempts_read), add
-//! `dynamodb:GetItem` to `IdempotencyRecords`. Without a dead-letter queue (no
+//! `dynamodb:GetItem` to `IdempotencyRecords`. Without the item lookup, `dynamodb:GetItem`
+//! goes from `NewItems`. Without a dead-letter queue (no
 //! `DEAD_LETTER_QUEUE_URL`), `DeadLetters` keeps what the queue check reads
 //! (`sqs:GetQueueAttributes`, `sqs:GetQueueUrl`), and without the queue check either, it goes.
 //! Without backoff (`BACKOFF_BASE_SECONDS=0`), `sqs:ChangeMessageVisibility` goes, and

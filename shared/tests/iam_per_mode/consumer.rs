@@ -18,7 +18,8 @@ use lambda_idempotency::redrive_policy::{Finding, RedriveCheck};
 use lambda_idempotency::time::Clock;
 
 use crate::modes::{
-    Deliver, Mode, batches, event, inline_handler, lease_handler, transactional_handler,
+    Deliver, Mode, batches, event, inline_handler, item_lookup, lease_handler,
+    transactional_handler,
 };
 use crate::run::Run;
 use crate::table::consumer_defaults;
@@ -36,7 +37,7 @@ impl Deliver for Consumer<Deduplicated<String>> {
 }
 
 /// Runs a consumer of `mode` (lease, transactional with or without the record carried, or
-/// inline) with its defaults under the grants of its mode and a consumer's defaults: the
+/// inline; the last two with or without an item lookup) with its defaults under the grants of its mode and a consumer's defaults: the
 /// [`batches`], then its cold-start report.
 pub async fn run_consumer(mode: Mode) {
     let run = Run::new(with(mode, &[leaked(consumer_defaults())])).await;
@@ -60,6 +61,12 @@ pub async fn run_consumer(mode: Mode) {
             builder.transactional(transactional_handler(run.effects.clone(), carried))
         }
         Mode::Inline => builder.inline(inline_handler(run.effects.clone())),
+        Mode::InlineLookup => builder
+            .with_item_lookup(item_lookup(run.effects.clone(), mode))
+            .inline(inline_handler(run.effects.clone())),
+        Mode::CarriedLookup => builder
+            .with_item_lookup(item_lookup(run.effects.clone(), mode))
+            .transactional(transactional_handler(run.effects.clone(), true)),
         Mode::InlineRead => panic!("a consumer's inline mode reads no attempts"),
     };
 

@@ -48,6 +48,8 @@ const TRANSACTIONAL: &[&str] = &["transactional"];
 const CARRIED: &[&str] = &["transactional, carried record"];
 const INLINE: &[&str] = &["inline"];
 const INLINE_READ: &[&str] = &["inline", "inline, attempts read"];
+const INLINE_LOOKUP: &[&str] = &["inline", "item lookup"];
+const CARRIED_LOOKUP: &[&str] = &["transactional, carried record", "item lookup"];
 /// Every option of the batch processor, added to a mode.
 const OPTIONS: &[&str] = &[
     "attempt budget",
@@ -73,6 +75,8 @@ const ALL_LABEL_SETS: &[&[&str]] = &[
     CARRIED,
     INLINE,
     INLINE_READ,
+    INLINE_LOOKUP,
+    CARRIED_LOOKUP,
     OPTIONS,
     LOCAL_CACHE,
     DEAD_LETTERS,
@@ -104,9 +108,12 @@ fn a_lease_consumer_needs_update_item_alone_on_the_idempotency_table() {
     assert_eq!(granted(LEASE), expected);
 }
 
+/// The snippet is for an inline consumer with its item lookup (as the README's first consumer):
+/// the rows of **inline**, **item lookup** and a consumer's defaults, and the event source
+/// mapping's.
 #[test]
 fn the_policy_snippet_grants_the_inline_consumer_exactly_the_tables_actions() {
-    let mut needed = granted(&[INLINE, leaked(consumer_defaults())].concat());
+    let mut needed = granted(&[INLINE_LOOKUP, leaked(consumer_defaults())].concat());
     // Lambda's event source mapping, with the function's role.
     for action in [
         "sqs:ReceiveMessage",
@@ -170,6 +177,11 @@ each_mode! {
     Inline: inline_alone, inline_with_every_option, inline_with_every_option_and_the_local_cache;
     InlineRead: inline_with_its_attempts_read_alone, inline_with_its_attempts_read_and_every_option,
         inline_with_its_attempts_read_every_option_and_the_local_cache;
+    InlineLookup: inline_with_its_item_lookup_alone, inline_with_its_item_lookup_and_every_option,
+        inline_with_its_item_lookup_every_option_and_the_local_cache;
+    CarriedLookup: carried_record_with_its_item_lookup_alone,
+        carried_record_with_its_item_lookup_and_every_option,
+        carried_record_with_its_item_lookup_every_option_and_the_local_cache;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -193,6 +205,16 @@ async fn a_transactional_consumer_carrying_its_record_with_its_defaults() {
 #[tokio::test]
 async fn an_inline_consumer_with_its_defaults() {
     run_consumer(Mode::Inline).await;
+}
+
+#[tokio::test]
+async fn an_inline_consumer_with_its_item_lookup_and_its_defaults() {
+    run_consumer(Mode::InlineLookup).await;
+}
+
+#[tokio::test]
+async fn a_transactional_consumer_carrying_its_record_with_its_item_lookup_and_its_defaults() {
+    run_consumer(Mode::CarriedLookup).await;
 }
 
 // ---------------------------------------------------------------------------------------------

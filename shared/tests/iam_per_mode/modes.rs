@@ -27,7 +27,7 @@ use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::run::Run;
-use crate::{CARRIED, INLINE, INLINE_READ, LEASE, TRANSACTIONAL};
+use crate::{CARRIED, CARRIED_LOOKUP, INLINE, INLINE_LOOKUP, INLINE_READ, LEASE, TRANSACTIONAL};
 
 /// A message: its key, how many attempts fail before one succeeds, and padding.
 #[derive(serde::Deserialize)]
@@ -125,6 +125,20 @@ pub fn inline_handler(
     })
 }
 
+/// The item lookup of the inline and the carried-record modes: the key attributes of the item
+/// that carries the key's record (the receipt, or the order its `Update` carries the record on).
+pub fn item_lookup(
+    effects: String,
+    mode: Mode,
+) -> impl Fn(&str, &SqsMessage) -> Option<NewItem> + Send + Sync + 'static {
+    let kind = match mode {
+        Mode::InlineLookup => "receipt",
+        Mode::CarriedLookup => "order",
+        other => panic!("{other:?} has no item lookup"),
+    };
+    move |key: &str, _: &SqsMessage| Some(NewItem::new(&effects, "pk", s(&format!("{kind}-{key}"))))
+}
+
 /// A mode of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -133,6 +147,10 @@ pub enum Mode {
     Carried,
     Inline,
     InlineRead,
+    /// The inline mode with its item lookup.
+    InlineLookup,
+    /// The carried-record mode with its item lookup.
+    CarriedLookup,
 }
 
 impl Mode {
@@ -143,7 +161,15 @@ impl Mode {
             Mode::Carried => CARRIED,
             Mode::Inline => INLINE,
             Mode::InlineRead => INLINE_READ,
+            Mode::InlineLookup => INLINE_LOOKUP,
+            Mode::CarriedLookup => CARRIED_LOOKUP,
         }
+    }
+
+    /// The mode carries the record on one of the handler's items, and reads that item on a
+    /// failure.
+    fn looks_up(self) -> bool {
+        matches!(self, Mode::InlineLookup | Mode::CarriedLookup)
     }
 }
 
@@ -253,6 +279,20 @@ async fn deliveries<B>(
                 .with_attempts_read();
             batches(run, &(processor, &handler), mode, budget).await;
         }
+        Mode::InlineLookup => {
+            let handler = inline_handler(effects.clone())
+                .inline(engine)
+                .with_keys(keys)
+                .with_item_lookup(item_lookup(effects, mode));
+            batches(run, &(processor, &handler), mode, budget).await;
+        }
+        Mode::CarriedLookup => {
+            let handler = transactional_handler(effects.clone(), true)
+                .transactional(engine)
+                .with_keys(keys)
+                .with_item_lookup(item_lookup(effects, mode));
+            batches(run, &(processor, &handler), mode, budget).await;
+        }
     }
 }
 
@@ -310,6 +350,8 @@ fn outcomes(report: &BatchReport<Deduplicated<String>>) -> BTreeMap<String, &'st
 /// redelivery), a failure then a success, a record that fails until its attempt `budget` is used
 /// up (to the dead-letter queue, with the reset of the key's attempts, when there is one; without,
 /// it fails twice), backoff on the failures when there is backoff, and an expired record replaced.
+/// With an item lookup, a fourth batch between the second and the third: a message of a key whose
+/// item another message wrote fails, and its read of that item answers it as a duplicate.
 pub async fn batches(run: &Run, target: &impl Deliver, mode: Mode, budget: Option<u32>) {
     let a = r#"{"id": "a"}"#;
     let b = r#"{"id": "b", "fail": 1}"#;
@@ -388,6 +430,18 @@ pub async fn batches(run: &Run, target: &impl Deliver, mode: Mode, budget: Optio
         assert_eq!(attempts.as_deref(), Some("2"));
     }
 
+    // With an item lookup: a new message of `b`, whose first attempt fails after `m-b` wrote its
+    // item. The failure reads the item (a `GetItem` on the effect table), which carries the
+    // key's record: a duplicate, not a failure towards the budget.
+    if mode.looks_up() {
+        let report = target.deliver(vec![run.record("m-b2", b, 1).await]).await;
+        run.assert_nothing_refused();
+        assert_eq!(
+            outcomes(&report),
+            BTreeMap::from([("m-b2".into(), "duplicate")])
+        );
+    }
+
     // Past the records' expiry: the lease and transactional modes run the key again, its
     // expired record replaced; an item that carries its record (inline) answers for its key
     // whatever the record's expiry, and is never rewritten.
@@ -396,8 +450,8 @@ pub async fn batches(run: &Run, target: &impl Deliver, mode: Mode, budget: Optio
     let report = target.deliver(third).await;
     run.assert_nothing_refused();
     let after_expiry = match mode {
-        Mode::Inline | Mode::InlineRead => "duplicate",
-        Mode::Lease | Mode::Transactional | Mode::Carried => "processed",
+        Mode::Inline | Mode::InlineRead | Mode::InlineLookup => "duplicate",
+        Mode::Lease | Mode::Transactional | Mode::Carried | Mode::CarriedLookup => "processed",
     };
     assert_eq!(
         outcomes(&report),
