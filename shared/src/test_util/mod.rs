@@ -120,8 +120,8 @@
 
 mod event;
 
-pub use event::{DEFAULT_QUEUE_ARN, SqsEventBuilder, sqs_event};
 pub use crate::dead_letter::in_memory_sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};
+pub use event::{DEFAULT_QUEUE_ARN, SqsEventBuilder, sqs_event};
 
 pub use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 pub use lambda_runtime::LambdaEvent;
