@@ -9,7 +9,11 @@
 use std::fmt;
 use std::sync::Arc;
 
+use std::any::Any;
+
 use aws_lambda_events::sqs::SqsMessage;
+
+use crate::batch::Record;
 use serde_json::Value;
 
 use crate::payload::sha256_hex;
@@ -107,7 +111,7 @@ pub fn validate_prefix(prefix: &str) -> Result<(), PrefixError> {
     Ok(())
 }
 
-type KeyFn = dyn Fn(&SqsMessage) -> Result<String, KeyError> + Send + Sync;
+type KeyFn = dyn Fn(&dyn Any) -> Result<String, KeyError> + Send + Sync;
 
 /// Where the idempotency key of a message comes from.
 #[derive(Clone, Default)]
@@ -118,7 +122,8 @@ pub enum KeySource {
     /// A string or number in the JSON body, by [JSON pointer](https://www.rfc-editor.org/rfc/rfc6901)
     /// (`/paymentId`): also catches a producer that sends the same work twice.
     JsonPointer(String),
-    /// Any function of the message.
+    /// Any function of the record ([`KeyConfig::custom`] for SQS messages,
+    /// [`KeyConfig::custom_for`] for records of another source).
     Custom(Arc<KeyFn>),
 }
 
@@ -163,10 +168,26 @@ impl KeyConfig {
         }
     }
 
-    /// Keys from a function of the message.
+    /// Keys from a function of the SQS message.
     pub fn custom(
         f: impl Fn(&SqsMessage) -> Result<String, KeyError> + Send + Sync + 'static,
     ) -> Self {
+        Self::custom_for(f)
+    }
+
+    /// Keys from a function of a record of another source (a
+    /// [`KinesisEventRecord`](aws_lambda_events::kinesis::KinesisEventRecord), say). Used on
+    /// records of another type, it gives [`KeyError::Custom`] naming both.
+    pub fn custom_for<R: Record>(
+        f: impl Fn(&R) -> Result<String, KeyError> + Send + Sync + 'static,
+    ) -> Self {
+        let f = move |record: &dyn Any| match record.downcast_ref::<R>() {
+            Some(record) => f(record),
+            None => Err(KeyError::Custom(format!(
+                "the key function takes a {}, not this record",
+                R::KIND
+            ))),
+        };
         Self {
             key: KeySource::Custom(Arc::new(f)),
             payload_pointers: Vec::new(),
@@ -220,36 +241,40 @@ impl KeyConfig {
     }
 
     /// The message's idempotency key (before any prefix or hashing).
-    pub fn key(&self, message: &SqsMessage) -> Result<String, KeyError> {
+    pub fn key<R: Record>(&self, message: &R) -> Result<String, KeyError> {
         let mut body = None;
         self.key_with(message, &mut body)
     }
 
     /// The payload's hash ([`crate::payload`]): the whole body (canonical when it is JSON), or
     /// the fields at the payload pointers.
-    pub fn payload_hash(&self, message: &SqsMessage) -> Result<PayloadHash, KeyError> {
+    pub fn payload_hash<R: Record>(&self, message: &R) -> Result<PayloadHash, KeyError> {
         let mut body = None;
         self.hash_with(message, &mut body)
     }
 
     /// The key and the payload hash, parsing the body once.
-    pub fn key_and_payload_hash(
+    pub fn key_and_payload_hash<R: Record>(
         &self,
-        message: &SqsMessage,
+        message: &R,
     ) -> Result<(String, PayloadHash), KeyError> {
         let mut body = None;
         let key = self.key_with(message, &mut body)?;
         Ok((key, self.hash_with(message, &mut body)?))
     }
 
-    fn key_with(&self, message: &SqsMessage, body: &mut Option<Value>) -> Result<String, KeyError> {
+    fn key_with<R: Record>(
+        &self,
+        message: &R,
+        body: &mut Option<Value>,
+    ) -> Result<String, KeyError> {
         match &self.key {
-            KeySource::MessageId => match message.message_id.as_deref() {
-                Some(id) if !id.is_empty() => Ok(id.to_owned()),
+            KeySource::MessageId => match message.id() {
+                Some(id) if !id.is_empty() => Ok(id.into_owned()),
                 _ => Err(KeyError::MissingMessageId),
             },
             KeySource::JsonPointer(pointer) => key_at(parsed(message, body)?, pointer),
-            KeySource::Custom(f) => match f(message)? {
+            KeySource::Custom(f) => match f(message as &dyn Any)? {
                 key if key.is_empty() => Err(KeyError::Custom(
                     "the key function gave an empty key".into(),
                 )),
@@ -258,17 +283,18 @@ impl KeyConfig {
         }
     }
 
-    fn hash_with(
+    fn hash_with<R: Record>(
         &self,
-        message: &SqsMessage,
+        message: &R,
         body: &mut Option<Value>,
     ) -> Result<PayloadHash, KeyError> {
-        let text = message.body.as_deref().unwrap_or("");
+        let payload = message.payload();
+        let text: &[u8] = payload.as_deref().unwrap_or_default();
         match self.payload_pointers.as_slice() {
             [] => Ok(match body {
                 // Parsed for the key already.
-                Some(value) => PayloadHash::of_json(value).with_legacy(sha256_hex(text.as_bytes())),
-                None => PayloadHash::of_bytes(text.as_bytes()),
+                Some(value) => PayloadHash::of_json(value).with_legacy(sha256_hex(text)),
+                None => PayloadHash::of_bytes(text),
             }),
             [pointer] => {
                 let part = parsed(message, body)?
@@ -301,16 +327,16 @@ pub fn canonical_hash(value: &Value) -> String {
 }
 
 /// The parsed body, parsing it on first use.
-fn parsed<'a>(message: &SqsMessage, body: &'a mut Option<Value>) -> Result<&'a Value, KeyError> {
+fn parsed<'a, R: Record>(message: &R, body: &'a mut Option<Value>) -> Result<&'a Value, KeyError> {
     if body.is_none() {
         *body = Some(parse_body(message)?);
     }
     Ok(body.as_ref().expect("parsed above"))
 }
 
-fn parse_body(message: &SqsMessage) -> Result<Value, KeyError> {
-    let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
-    serde_json::from_str(body).map_err(|e| KeyError::InvalidJson(e.to_string()))
+fn parse_body<R: Record>(message: &R) -> Result<Value, KeyError> {
+    let body = message.payload().ok_or(KeyError::MissingBody)?;
+    serde_json::from_slice(&body).map_err(|e| KeyError::InvalidJson(e.to_string()))
 }
 
 fn key_at(body: &Value, pointer: &str) -> Result<String, KeyError> {

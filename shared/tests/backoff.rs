@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::ChangeMessageVisibilityBatchResultEntry;
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{
-    BatchProcessor, RecordContext, RecordError, RecordHandler, message,
+    BatchProcessor, HandlerOutput, RecordContext, RecordError, RecordHandler, message,
 };
 use lambda_idempotency::time::Deadline;
 use lambda_runtime::{Context, LambdaEvent};
@@ -148,8 +148,11 @@ struct Handler {
     attempts: u32,
 }
 
-impl RecordHandler for Handler {
+impl HandlerOutput for Handler {
     type Output = ();
+}
+
+impl RecordHandler for Handler {
     async fn handle(&self, m: &SqsMessage, _: &RecordContext) -> Result<(), RecordError> {
         match m.body.as_deref() {
             Some("fail") => Err(RecordError::Attempt {

@@ -6,7 +6,9 @@
 //! early message its account ([`payments_model::order`]).
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{Deduplicated, RecordContext, RecordError, RecordHandler};
+use lambda_idempotency::batch::{
+    Deduplicated, HandlerOutput, RecordContext, RecordError, RecordHandler,
+};
 use lambda_idempotency::state::Status;
 use lambda_idempotency::transaction::Rejection;
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
@@ -28,9 +30,11 @@ impl<'a> Verified<'a> {
     }
 }
 
-impl RecordHandler for Verified<'_> {
+impl HandlerOutput for Verified<'_> {
     type Output = Deduplicated<PaymentCharged>;
+}
 
+impl RecordHandler for Verified<'_> {
     async fn handle(
         &self,
         message: &SqsMessage,

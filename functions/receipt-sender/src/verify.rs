@@ -4,7 +4,7 @@
 use std::fmt;
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{RecordContext, RecordError, RecordHandler};
+use lambda_idempotency::batch::{HandlerOutput, RecordContext, RecordError, RecordHandler};
 use payments_model::stored::StoredPayment;
 use payments_model::{PaymentCharged, PaymentStatus};
 
@@ -192,9 +192,11 @@ impl<'a, H> Verified<'a, H> {
     }
 }
 
-impl<H: RecordHandler> RecordHandler for Verified<'_, H> {
+impl<H: HandlerOutput> HandlerOutput for Verified<'_, H> {
     type Output = H::Output;
+}
 
+impl<H: RecordHandler> RecordHandler for Verified<'_, H> {
     async fn handle(
         &self,
         message: &SqsMessage,

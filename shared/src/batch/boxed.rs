@@ -7,6 +7,8 @@ use std::pin::Pin;
 
 use aws_lambda_events::sqs::SqsMessage;
 
+use super::handler::HandlerOutput;
+use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 
@@ -14,43 +16,47 @@ use crate::error::RecordError;
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The object-safe form of [`RecordHandler`], which [`BoxRecordHandler`] holds.
-trait DynRecordHandler<O>: Send + Sync {
+trait DynRecordHandler<O, R>: Send + Sync {
     fn handle<'a>(
         &'a self,
-        message: &'a SqsMessage,
+        record: &'a R,
         ctx: &'a RecordContext,
     ) -> BoxFuture<'a, Result<O, RecordError>>;
-    fn key(&self, message: &SqsMessage) -> Option<String>;
+    fn key(&self, record: &R) -> Option<String>;
+    fn order_key(&self, record: &R) -> Option<String>;
     fn counts_attempts(&self) -> bool;
     fn dead_lettered<'a>(
         &'a self,
-        message: &'a SqsMessage,
+        record: &'a R,
         ctx: &'a RecordContext,
         error: &'a RecordError,
     ) -> BoxFuture<'a, ()>;
 }
 
-impl<H: RecordHandler> DynRecordHandler<H::Output> for H {
+impl<R: Record, H: RecordHandler<R>> DynRecordHandler<H::Output, R> for H {
     fn handle<'a>(
         &'a self,
-        message: &'a SqsMessage,
+        record: &'a R,
         ctx: &'a RecordContext,
     ) -> BoxFuture<'a, Result<H::Output, RecordError>> {
-        Box::pin(RecordHandler::handle(self, message, ctx))
+        Box::pin(RecordHandler::handle(self, record, ctx))
     }
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        RecordHandler::key(self, message)
+    fn key(&self, record: &R) -> Option<String> {
+        RecordHandler::key(self, record)
+    }
+    fn order_key(&self, record: &R) -> Option<String> {
+        RecordHandler::order_key(self, record)
     }
     fn counts_attempts(&self) -> bool {
         RecordHandler::counts_attempts(self)
     }
     fn dead_lettered<'a>(
         &'a self,
-        message: &'a SqsMessage,
+        record: &'a R,
         ctx: &'a RecordContext,
         error: &'a RecordError,
     ) -> BoxFuture<'a, ()> {
-        Box::pin(RecordHandler::dead_lettered(self, message, ctx, error))
+        Box::pin(RecordHandler::dead_lettered(self, record, ctx, error))
     }
 }
 
@@ -81,21 +87,21 @@ impl<H: RecordHandler> DynRecordHandler<H::Output> for H {
 /// assert_eq!(done, Deduplicated::Processed(42));
 /// # });
 /// ```
-pub struct BoxRecordHandler<O> {
-    inner: Box<dyn DynRecordHandler<O>>,
+pub struct BoxRecordHandler<O, R = SqsMessage> {
+    inner: Box<dyn DynRecordHandler<O, R>>,
 }
 
-impl<O> fmt::Debug for BoxRecordHandler<O> {
+impl<O, R> fmt::Debug for BoxRecordHandler<O, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "BoxRecordHandler<{}>", std::any::type_name::<O>())
     }
 }
 
-impl<O: Send + 'static> BoxRecordHandler<O> {
+impl<O: Send + 'static, R: Record> BoxRecordHandler<O, R> {
     /// `handler`, boxed.
     pub fn new<H>(handler: H) -> Self
     where
-        H: RecordHandler<Output = O> + 'static,
+        H: RecordHandler<R, Output = O> + 'static,
     {
         Self {
             inner: Box::new(handler),
@@ -103,19 +109,24 @@ impl<O: Send + 'static> BoxRecordHandler<O> {
     }
 }
 
-impl<O: Send> RecordHandler for BoxRecordHandler<O> {
+impl<O: Send, R: Record> HandlerOutput for BoxRecordHandler<O, R> {
     type Output = O;
+}
 
-    async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<O, RecordError> {
-        self.inner.handle(message, ctx).await
+impl<O: Send, R: Record> RecordHandler<R> for BoxRecordHandler<O, R> {
+    async fn handle(&self, record: &R, ctx: &RecordContext) -> Result<O, RecordError> {
+        self.inner.handle(record, ctx).await
     }
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.inner.key(message)
+    fn key(&self, record: &R) -> Option<String> {
+        self.inner.key(record)
+    }
+    fn order_key(&self, record: &R) -> Option<String> {
+        self.inner.order_key(record)
     }
     fn counts_attempts(&self) -> bool {
         self.inner.counts_attempts()
     }
-    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
-        self.inner.dead_lettered(message, ctx, error).await;
+    async fn dead_lettered(&self, record: &R, ctx: &RecordContext, error: &RecordError) {
+        self.inner.dead_lettered(record, ctx, error).await;
     }
 }

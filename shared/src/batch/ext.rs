@@ -3,16 +3,15 @@
 use std::future::Future;
 
 use super::boxed::BoxRecordHandler;
-use super::handler::{DeadLettered, OnDeadLetter, RecordContext, RecordHandler};
-use super::idempotent::Idempotent;
-use super::inline::Inline;
-use super::then::AndThen;
-use super::transactional::Transactional;
+use super::handler::{DeadLettered, HandlerOutput, OnDeadLetter, RecordContext, RecordHandler};
+use super::idempotent::{Idempotent, Inline, Transactional};
+use super::record::Record;
+use super::then::{AndThen, OrderedBy};
 use crate::Idempotency;
 use crate::store::{Backend, BoxError, TransactionalBackend};
 
-/// Composition helpers for every [`RecordHandler`].
-pub trait RecordHandlerExt: RecordHandler + Sized {
+/// Composition helpers for every [`RecordHandler`], whatever its source.
+pub trait RecordHandlerExt: HandlerOutput + Sized {
     /// Deduplicates this handler with `engine` (keyed on the message id; see
     /// [`Idempotent::with_keys`]).
     fn idempotent<B: Backend>(self, engine: Idempotency<B>) -> Idempotent<Self, B> {
@@ -85,23 +84,51 @@ pub trait RecordHandlerExt: RecordHandler + Sized {
     ///         tracing::error!(message_id = dead.ctx.message_id, reason = dead.reason, "gave up");
     ///     });
     /// ```
-    fn on_dead_letter<F, Fut>(self, hook: F) -> OnDeadLetter<Self, F>
+    ///
+    /// The hook takes a [`DeadLettered`](super::DeadLettered) of the handler's record type
+    /// (`DeadLettered` is of an SQS message; `DeadLettered<KinesisEventRecord>` of a Kinesis
+    /// record).
+    fn on_dead_letter<R, F, Fut>(self, hook: F) -> OnDeadLetter<Self, F, R>
     where
-        F: Fn(DeadLettered) -> Fut + Send + Sync,
+        R: Record,
+        F: Fn(DeadLettered<R>) -> Fut + Send + Sync,
         Fut: Future<Output = ()> + Send,
     {
         OnDeadLetter::new(self, hook)
     }
 
+    /// Runs this handler's records in order by `key` instead of the source's own order key
+    /// ([`RecordHandler::order_key`]), on streams and Kafka: records of one key run one after
+    /// the other, a failure holds the later records of its key, and other keys run on. For a
+    /// relay, the key whose order its receiver needs (an account, from a DynamoDB stream's new
+    /// image), rather than the item's keys. On a FIFO queue the message group decides.
+    ///
+    /// ```
+    /// use aws_lambda_events::kinesis::KinesisEventRecord;
+    /// use lambda_idempotency::batch::{RecordContext, RecordHandlerExt, json};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Payment { account_id: String }
+    ///
+    /// let handler = json(|p: Payment, _ctx: RecordContext| async move { Ok::<_, std::io::Error>(p.account_id) })
+    ///     .ordered_by(|r: &KinesisEventRecord| {
+    ///         let payment: Payment = serde_json::from_slice(&r.kinesis.data.0).ok()?;
+    ///         Some(payment.account_id)
+    ///     });
+    /// ```
+    fn ordered_by<F>(self, key: F) -> OrderedBy<Self, F> {
+        OrderedBy::new(self, key)
+    }
+
     /// This handler, boxed: a [`BoxRecordHandler`] of the same output, whose type can be named
     /// (a field of an application's state, a test's fixture), for one allocation per record.
-    fn boxed(self) -> BoxRecordHandler<Self::Output>
+    fn boxed<R: Record>(self) -> BoxRecordHandler<Self::Output, R>
     where
-        Self: 'static,
+        Self: RecordHandler<R> + 'static,
         Self::Output: 'static,
     {
         BoxRecordHandler::new(self)
     }
 }
 
-impl<H: RecordHandler> RecordHandlerExt for H {}
+impl<H: HandlerOutput> RecordHandlerExt for H {}

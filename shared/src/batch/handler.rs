@@ -8,20 +8,25 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aws_lambda_events::sqs::SqsMessage;
+use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 
-use crate::error::RecordError;
+use super::record::Record;
+use crate::error::{RecordError, panic_message};
 use crate::store::BoxError;
 use crate::time::{Clock, Deadline, SystemClock};
 
 /// What a handler knows about the record it is given.
 #[derive(Debug, Clone)]
 pub struct RecordContext {
-    /// The record's SQS message id (never empty).
+    /// The record's id (never empty; see [`Record::id`]): the SQS message id, a DynamoDB stream
+    /// record's `eventID`, a Kinesis record's shard and sequence number, a Kafka record's topic,
+    /// partition and offset.
     pub message_id: String,
     /// The invocation's deadline, if known: when Lambda stops it.
     pub deadline: Option<Deadline>,
-    /// `ApproximateReceiveCount` (1 on the first delivery; 0 when absent). SQS counts a receive
+    /// `ApproximateReceiveCount` (1 on the first delivery; 0 when absent, and always for stream
+    /// and Kafka records, whose retries the source does not count). SQS counts a receive
     /// for every delivery, including those of a FIFO record that did not run because an earlier
     /// one of its group failed: use [`attempt`](Self::attempt) to count the handler's own tries.
     pub receive_count: u32,
@@ -31,10 +36,12 @@ pub struct RecordContext {
     /// store's count ([`Inline::with_attempts_read`](super::Inline::with_attempts_read)); without
     /// a store, the receive count.
     pub attempt: u32,
-    /// `MessageGroupId`, on FIFO queues.
+    /// The key the record runs in order by: its `MessageGroupId` on FIFO queues; on streams and
+    /// Kafka, its order key ([`RecordHandler::order_key`]).
     pub group_id: Option<String>,
-    /// When SQS accepted the message (`SentTimestamp`), if the event carries it: the time from
-    /// a producer's write to `sent_at` is the relay's lag, from `sent_at` to now the queue's.
+    /// When the source accepted the record ([`Record::sent_at`]: SQS's `SentTimestamp`, a
+    /// stream record's arrival), if the event carries it: the time from a producer's write to
+    /// `sent_at` is the relay's lag, from `sent_at` to now the queue's.
     pub sent_at: Option<SystemTime>,
     /// The Lambda request id.
     pub request_id: String,
@@ -79,39 +86,97 @@ impl RecordContext {
         let Some(stop_at) = self.stop_at else {
             return work.await;
         };
+        // Never started: not an attempt (it spends none of the record's budget).
+        if let Some(error) = self.too_late_to_start() {
+            return Err(error);
+        }
         let left = stop_at.remaining(&*self.clock);
         let margin = self.deadline.map(|d| d.since(stop_at)).unwrap_or_default();
-        if left.is_zero() {
-            // Never started: not an attempt (it spends none of the record's budget).
-            return Err(RecordError::DeadlineNear { margin });
-        }
         tokio::time::timeout(left, work)
             .await
             .unwrap_or(Err(RecordError::DeadlineReached { margin }))
     }
+
+    /// [`RecordError::DeadlineNear`] when [`stop_at`](Self::stop_at) has passed: the handler's
+    /// work would not start, so neither a key is taken nor an attempt spent.
+    pub(crate) fn too_late_to_start(&self) -> Option<RecordError> {
+        let stop_at = self.stop_at?;
+        let margin = self.deadline.map(|d| d.since(stop_at)).unwrap_or_default();
+        too_late_to_start(&*self.clock, stop_at, margin)
+    }
+
+    /// `work` cancelled at [`stop_at`](Self::stop_at) (see [`cancellable`](Self::cancellable)),
+    /// with a panic caught as [`RecordError::Panicked`].
+    pub(crate) async fn guarded<T>(
+        &self,
+        work: impl Future<Output = Result<T, RecordError>>,
+    ) -> Result<T, RecordError> {
+        caught(self.cancellable(work)).await
+    }
 }
 
-/// Processes one SQS record.
-///
-/// Build one from a function with [`json`] (typed body) or [`message`] (the raw message), or
-/// implement it. Wrap it with [`RecordHandlerExt::idempotent`](super::RecordHandlerExt::idempotent) to deduplicate, and with
-/// [`RecordHandlerExt::on_dead_letter`](super::RecordHandlerExt::on_dead_letter) to hear of records moved to the dead-letter queue.
-pub trait RecordHandler: Send + Sync {
+/// [`RecordError::DeadlineNear`] (naming `margin`) once `latest` has passed: what no record or
+/// handler starts after.
+pub(crate) fn too_late_to_start(
+    clock: &dyn Clock,
+    latest: Deadline,
+    margin: std::time::Duration,
+) -> Option<RecordError> {
+    latest
+        .has_passed(clock)
+        .then_some(RecordError::DeadlineNear { margin })
+}
+
+/// `work`, with a panic caught as [`RecordError::Panicked`]: the one place a handler's panic is
+/// caught.
+pub(crate) async fn caught<T>(
+    work: impl Future<Output = Result<T, RecordError>>,
+) -> Result<T, RecordError> {
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
+    }
+}
+
+/// What a handler yields, whatever the source of its records: the part of a
+/// [`RecordHandler`] that does not depend on the record type, so that composition
+/// ([`RecordHandlerExt`](super::RecordHandlerExt)) knows a handler's output before it knows its
+/// source.
+pub trait HandlerOutput: Send + Sync {
     /// What a successful record yields.
     type Output: Send;
+}
 
-    /// Processes `message`.
+/// Processes one record of an event source: an SQS message (the default), a DynamoDB stream
+/// record, a Kinesis record or a Kafka record ([`Record`]).
+///
+/// Build one from a function with [`json`] (typed payload), [`message`] (the raw SQS message) or
+/// [`record`] (the raw record of any source), or implement it (with [`HandlerOutput`]). Wrap it
+/// with [`RecordHandlerExt::idempotent`](super::RecordHandlerExt::idempotent) to deduplicate, and with
+/// [`RecordHandlerExt::on_dead_letter`](super::RecordHandlerExt::on_dead_letter) to hear of records moved to the dead-letter queue.
+pub trait RecordHandler<R: Record = SqsMessage>: HandlerOutput {
+    /// Processes `record`.
     fn handle(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
     ) -> impl Future<Output = Result<Self::Output, RecordError>> + Send;
 
     /// The record's idempotency key, if the handler has one: records of one batch with the same
     /// key run one after the other, never at once.
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        let _ = message;
+    fn key(&self, record: &R) -> Option<String> {
+        let _ = record;
         None
+    }
+
+    /// The key the record runs in order by, on an ordered source: records of one key run one
+    /// after the other, in the source's order, and a failure holds the later ones of its key.
+    /// By default the source's own ([`Record::order_key`]: the FIFO message group, a DynamoDB
+    /// item's keys, a Kinesis partition key, a Kafka record's key); on streams and Kafka a
+    /// handler may choose another ([`RecordHandlerExt::ordered_by`](super::RecordHandlerExt::ordered_by)).
+    /// A FIFO queue's records always run by message group.
+    fn order_key(&self, record: &R) -> Option<String> {
+        record.order_key().map(Into::into)
     }
 
     /// True when the handler's failures carry the key's failed attempts from an idempotency
@@ -121,44 +186,50 @@ pub trait RecordHandler: Send + Sync {
         false
     }
 
-    /// Called once `message` is in the dead-letter queue, with the failure that sent it there.
+    /// Called once `record` is in the dead-letter queue, with the failure that sent it there.
     fn dead_lettered(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
         error: &RecordError,
     ) -> impl Future<Output = ()> + Send {
-        let _ = (message, ctx, error);
+        let _ = (record, ctx, error);
         std::future::ready(())
     }
 }
 
-impl<H: RecordHandler> RecordHandler for Arc<H> {
+impl<H: HandlerOutput> HandlerOutput for Arc<H> {
     type Output = H::Output;
+}
+
+impl<R: Record, H: RecordHandler<R>> RecordHandler<R> for Arc<H> {
     fn handle(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
     ) -> impl Future<Output = Result<Self::Output, RecordError>> + Send {
-        (**self).handle(message, ctx)
+        (**self).handle(record, ctx)
     }
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        (**self).key(message)
+    fn key(&self, record: &R) -> Option<String> {
+        (**self).key(record)
+    }
+    fn order_key(&self, record: &R) -> Option<String> {
+        (**self).order_key(record)
     }
     fn counts_attempts(&self) -> bool {
         (**self).counts_attempts()
     }
     fn dead_lettered(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
         error: &RecordError,
     ) -> impl Future<Output = ()> + Send {
-        (**self).dead_lettered(message, ctx, error)
+        (**self).dead_lettered(record, ctx, error)
     }
 }
 
-/// A handler over a typed JSON body; see [`json`].
+/// A handler over a typed payload; see [`json`].
 pub struct JsonHandler<T, F> {
     f: F,
     _body: PhantomData<fn() -> T>,
@@ -170,8 +241,11 @@ impl<T, F> fmt::Debug for JsonHandler<T, F> {
     }
 }
 
-/// A handler from an async function of the deserialized body. A body that does not deserialize
-/// fails its record with [`RecordError::Body`], naming the message id and the cause.
+/// A handler from an async function of the deserialized payload ([`Record::decode`]: an SQS
+/// body, a Kinesis record's data or a Kafka record's value as JSON; a DynamoDB stream record's
+/// new image, or its old one for a `REMOVE`). A payload that does not deserialize fails its
+/// record with [`RecordError::Body`], naming the record and the cause. A record without a
+/// payload (a Kafka tombstone) is read as JSON `null`: take an `Option<T>` to handle it.
 ///
 /// ```
 /// use lambda_idempotency::batch::{json, RecordContext};
@@ -197,7 +271,7 @@ where
     }
 }
 
-impl<T, F, Fut, O, E> RecordHandler for JsonHandler<T, F>
+impl<T, F, Fut, O, E> HandlerOutput for JsonHandler<T, F>
 where
     T: DeserializeOwned,
     F: Fn(T, RecordContext) -> Fut + Send + Sync,
@@ -206,29 +280,51 @@ where
     E: Into<BoxError>,
 {
     type Output = O;
+}
 
-    async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<O, RecordError> {
-        let body_error = |cause: String| RecordError::Body {
+impl<R, T, F, Fut, O, E> RecordHandler<R> for JsonHandler<T, F>
+where
+    R: Record,
+    T: DeserializeOwned,
+    F: Fn(T, RecordContext) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<O, E>> + Send,
+    O: Send,
+    E: Into<BoxError>,
+{
+    async fn handle(&self, record: &R, ctx: &RecordContext) -> Result<O, RecordError> {
+        let value: T = record.decode().map_err(|cause| RecordError::Body {
             message_id: ctx.message_id.clone(),
             type_name: std::any::type_name::<T>(),
             cause,
-        };
-        let body = message
-            .body
-            .as_deref()
-            .ok_or_else(|| body_error("the message has no body".into()))?;
-        let value: T = serde_json::from_str(body).map_err(|e| body_error(e.to_string()))?;
+        })?;
         let work = (self.f)(value, ctx.clone());
         ctx.cancellable(async { work.await.map_err(RecordError::handler) })
             .await
     }
 }
 
-/// A handler over the raw message; see [`message`].
-#[derive(Debug, Clone)]
-pub struct MessageHandler<F>(F);
+/// A handler over the raw record (an [`SqsMessage`] by default); see [`message`] and [`record`].
+pub struct MessageHandler<F, R = SqsMessage> {
+    f: F,
+    _record: PhantomData<fn(R)>,
+}
 
-/// A handler from an async function of the message (cloned) and its context.
+impl<F: Clone, R> Clone for MessageHandler<F, R> {
+    fn clone(&self) -> Self {
+        Self {
+            f: self.f.clone(),
+            _record: PhantomData,
+        }
+    }
+}
+
+impl<F, R> fmt::Debug for MessageHandler<F, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MessageHandler<{}>", std::any::type_name::<R>())
+    }
+}
+
+/// A handler from an async function of the SQS message (cloned) and its context.
 ///
 /// ```
 /// use lambda_idempotency::batch::message;
@@ -244,20 +340,54 @@ where
     Fut: Future<Output = Result<O, E>> + Send,
     E: Into<BoxError>,
 {
-    MessageHandler(f)
+    record(f)
 }
 
-impl<F, Fut, O, E> RecordHandler for MessageHandler<F>
+/// A handler from an async function of a record of any source (cloned) and its context: name
+/// the record's type in the function.
+///
+/// ```
+/// use aws_lambda_events::kinesis::KinesisEventRecord;
+/// use lambda_idempotency::batch::record;
+///
+/// let handler = record(|r: KinesisEventRecord, _ctx| async move {
+///     Ok::<_, std::io::Error>(r.kinesis.data.0.len())
+/// });
+/// ```
+pub fn record<R, F, Fut, O, E>(f: F) -> MessageHandler<F, R>
 where
-    F: Fn(SqsMessage, RecordContext) -> Fut + Send + Sync,
+    R: Record,
+    F: Fn(R, RecordContext) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<O, E>> + Send,
+    E: Into<BoxError>,
+{
+    MessageHandler {
+        f,
+        _record: PhantomData,
+    }
+}
+
+impl<R, F, Fut, O, E> HandlerOutput for MessageHandler<F, R>
+where
+    R: Record,
+    F: Fn(R, RecordContext) -> Fut + Send + Sync,
     Fut: Future<Output = Result<O, E>> + Send,
     O: Send,
     E: Into<BoxError>,
 {
     type Output = O;
+}
 
-    async fn handle(&self, message: &SqsMessage, ctx: &RecordContext) -> Result<O, RecordError> {
-        let work = (self.0)(message.clone(), ctx.clone());
+impl<R, F, Fut, O, E> RecordHandler<R> for MessageHandler<F, R>
+where
+    R: Record,
+    F: Fn(R, RecordContext) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<O, E>> + Send,
+    O: Send,
+    E: Into<BoxError>,
+{
+    async fn handle(&self, record: &R, ctx: &RecordContext) -> Result<O, RecordError> {
+        let work = (self.f)(record.clone(), ctx.clone());
         ctx.cancellable(async { work.await.map_err(RecordError::handler) })
             .await
     }
@@ -265,9 +395,9 @@ where
 
 /// A record moved to the dead-letter queue, as an [`OnDeadLetter`] hook receives it.
 #[derive(Debug, Clone)]
-pub struct DeadLettered {
-    /// The message, as it was received.
-    pub message: SqsMessage,
+pub struct DeadLettered<R = SqsMessage> {
+    /// The record, as it was received.
+    pub message: R,
     /// Its context.
     pub ctx: RecordContext,
     /// The failure that sent it there.
@@ -280,50 +410,74 @@ pub struct DeadLettered {
 
 /// A handler that calls a hook when one of its records is moved to the dead-letter queue; see
 /// [`RecordHandlerExt::on_dead_letter`](super::RecordHandlerExt::on_dead_letter).
-#[derive(Debug, Clone)]
-pub struct OnDeadLetter<H, F> {
+pub struct OnDeadLetter<H, F, R = SqsMessage> {
     inner: H,
     hook: F,
+    _record: PhantomData<fn(R)>,
 }
 
-impl<H, F> OnDeadLetter<H, F> {
+impl<H: Clone, F: Clone, R> Clone for OnDeadLetter<H, F, R> {
+    fn clone(&self) -> Self {
+        Self::new(self.inner.clone(), self.hook.clone())
+    }
+}
+
+impl<H: fmt::Debug, F, R> fmt::Debug for OnDeadLetter<H, F, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OnDeadLetter")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H, F, R> OnDeadLetter<H, F, R> {
     /// `inner`, with `hook` called once one of its records is in the dead-letter queue.
     pub fn new(inner: H, hook: F) -> Self {
-        Self { inner, hook }
+        Self {
+            inner,
+            hook,
+            _record: PhantomData,
+        }
     }
 }
 
-impl<H, F, Fut> RecordHandler for OnDeadLetter<H, F>
+impl<H: HandlerOutput, F: Send + Sync, R> HandlerOutput for OnDeadLetter<H, F, R> {
+    type Output = H::Output;
+}
+
+impl<R, H, F, Fut> RecordHandler<R> for OnDeadLetter<H, F, R>
 where
-    H: RecordHandler,
-    F: Fn(DeadLettered) -> Fut + Send + Sync,
+    R: Record,
+    H: RecordHandler<R>,
+    F: Fn(DeadLettered<R>) -> Fut + Send + Sync,
     Fut: Future<Output = ()> + Send,
 {
-    type Output = H::Output;
-
     fn handle(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
     ) -> impl Future<Output = Result<Self::Output, RecordError>> + Send {
-        self.inner.handle(message, ctx)
+        self.inner.handle(record, ctx)
     }
-    fn key(&self, message: &SqsMessage) -> Option<String> {
-        self.inner.key(message)
+    fn key(&self, record: &R) -> Option<String> {
+        self.inner.key(record)
+    }
+    fn order_key(&self, record: &R) -> Option<String> {
+        self.inner.order_key(record)
     }
     fn counts_attempts(&self) -> bool {
         self.inner.counts_attempts()
     }
-    async fn dead_lettered(&self, message: &SqsMessage, ctx: &RecordContext, error: &RecordError) {
+    async fn dead_lettered(&self, record: &R, ctx: &RecordContext, error: &RecordError) {
         // The application first, within the time the processor reserved for it.
         (self.hook)(DeadLettered {
-            message: message.clone(),
+            message: record.clone(),
             ctx: ctx.clone(),
             reason: error.to_string(),
             permanent: error.is_permanent(),
             attempts: error.attempts(),
         })
         .await;
-        self.inner.dead_lettered(message, ctx, error).await;
+        self.inner.dead_lettered(record, ctx, error).await;
     }
 }

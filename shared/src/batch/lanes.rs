@@ -6,20 +6,17 @@
 //! ([`safe_reason`](crate::redact::safe_reason)).
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use crate::time::Deadline;
-
-use aws_lambda_events::sqs::SqsMessage;
-use futures_util::FutureExt;
 use tracing::Instrument;
 
+use super::handler::{caught, too_late_to_start};
+use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::dead_letter::DeadLetter;
-use crate::error::{RecordError, panic_message};
-use crate::time::Clock;
+use crate::error::RecordError;
+use crate::time::{Clock, Deadline};
 
 /// How one record settled: its result, and whether it went to the dead-letter queue.
 pub(super) struct Settled<T> {
@@ -39,10 +36,10 @@ pub(super) struct Limits<'a> {
 }
 
 /// One batch being processed.
-pub(super) struct Run<'a, H> {
+pub(super) struct Run<'a, H, R> {
     limits: Limits<'a>,
     handler: &'a H,
-    records: &'a [SqsMessage],
+    records: &'a [&'a R],
     ids: &'a [&'a str],
     deadline: Option<Deadline>,
     request_id: &'a str,
@@ -52,11 +49,11 @@ pub(super) struct Run<'a, H> {
     key_locks: HashMap<usize, Arc<tokio::sync::Mutex<()>>>,
 }
 
-impl<'a, H: RecordHandler> Run<'a, H> {
+impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
     pub(super) fn new(
         limits: Limits<'a>,
         handler: &'a H,
-        records: &'a [SqsMessage],
+        records: &'a [&'a R],
         ids: &'a [&'a str],
         deadline: Option<Deadline>,
         request_id: &'a str,
@@ -72,7 +69,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         }
         let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, record) in records.iter().enumerate() {
-            if let Some(key) = handler.key(record) {
+            if let Some(key) = handler.key(*record) {
                 by_key.entry(key).or_default().push(i);
             }
         }
@@ -143,7 +140,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
             }
             let (ctx, result) = self.one(i).await;
             let dead_lettered = match &result {
-                Err(error) if self.goes_to_dead_letter(error, &self.records[i]) => {
+                Err(error) if self.goes_to_dead_letter(error, self.records[i]) => {
                     self.dead_letter(i, &ctx, error).await
                 }
                 _ => false,
@@ -164,7 +161,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
 
     /// True when `error` sends its record to the dead-letter queue: one is configured, and the
     /// error is permanent or the attempt budget is used up.
-    fn goes_to_dead_letter(&self, error: &RecordError, record: &SqsMessage) -> bool {
+    fn goes_to_dead_letter(&self, error: &RecordError, record: &R) -> bool {
         let p = &self.limits;
         if p.dead_letter.is_none() {
             return false;
@@ -211,7 +208,8 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         } else {
             format!("attempt budget used up: {error}")
         });
-        match tokio::time::timeout(budget, dead_letter.send(&self.records[i], &reason)).await {
+        let copy = self.records[i].dead_letter_copy();
+        match tokio::time::timeout(budget, dead_letter.send(&copy, &reason)).await {
             Ok(Ok(copied)) => {
                 tracing::warn!(
                     message_id,
@@ -225,7 +223,7 @@ impl<'a, H: RecordHandler> Run<'a, H> {
                 if let Some(attempts) = error.attempts() {
                     ctx.attempt = attempts;
                 }
-                let hook = self.handler.dead_lettered(&self.records[i], &ctx, error);
+                let hook = self.handler.dead_lettered(self.records[i], &ctx, error);
                 let left = self.time_left_until(ctx.finish_by).unwrap_or_default();
                 if tokio::time::timeout(left, hook).await.is_err() {
                     tracing::error!(
@@ -265,30 +263,23 @@ impl<'a, H: RecordHandler> Run<'a, H> {
     /// `DeadlineNear` when less than the start margin is left before the deadline.
     fn too_late_to_start(&self) -> Option<RecordError> {
         let p = &self.limits;
-        // Signed: a deadline already past is too late even with no margin.
         let latest_start = self.deadline?.earlier_by(p.start_margin);
-        (p.clock.now_ms() > latest_start.epoch_ms()).then_some(RecordError::DeadlineNear {
-            margin: p.start_margin,
-        })
+        too_late_to_start(&**p.clock, latest_start, p.start_margin)
     }
 
     /// Runs one record: deadline checks, the key's lock, panic isolation.
     async fn one(&self, i: usize) -> (RecordContext, Result<H::Output, RecordError>) {
         let p = &self.limits;
-        let message = &self.records[i];
-        let receive_count = receive_count(message);
+        let record = self.records[i];
+        let receive_count = record.receive_count().unwrap_or(0);
         let deadline = self.deadline();
         let ctx = RecordContext {
             message_id: self.ids[i].to_owned(),
             deadline,
             receive_count,
             attempt: receive_count.max(1),
-            group_id: message.attributes.get("MessageGroupId").cloned(),
-            sent_at: message
-                .attributes
-                .get("SentTimestamp")
-                .and_then(|ms| ms.parse().ok())
-                .map(at_ms),
+            group_id: self.handler.order_key(record),
+            sent_at: record.sent_at(),
             request_id: self.request_id.to_owned(),
             stop_at: deadline.map(|d| d.earlier_by(p.stop_margin)),
             finish_by: deadline.map(|d| d.earlier_by(p.finish_margin)),
@@ -310,50 +301,32 @@ impl<'a, H: RecordHandler> Run<'a, H> {
         let span = tracing::info_span!("record", message_id = ctx.message_id);
         // Boxed: keeps the future types of deeply composed handlers shallow enough for rustc's
         // layout recursion limit, for one allocation per record.
-        let outcome = {
-            let work = AssertUnwindSafe(Box::pin(self.handler.handle(message, &ctx)))
-                .catch_unwind()
-                .instrument(span);
-            let reached = || RecordError::DeadlineReached {
-                margin: p.finish_margin,
-            };
-            match self.time_left_until(ctx.finish_by) {
-                None => Ok(Err(reached())),
-                Some(left) => tokio::time::timeout(left, work)
+        let reached = || RecordError::DeadlineReached {
+            margin: p.finish_margin,
+        };
+        let result = match self.time_left_until(ctx.finish_by) {
+            None => Err(reached()),
+            Some(left) => {
+                let work = caught(Box::pin(self.handler.handle(record, &ctx))).instrument(span);
+                tokio::time::timeout(left, work)
                     .await
-                    .unwrap_or_else(|_| Ok(Err(reached()))),
+                    .unwrap_or_else(|_| Err(reached()))
             }
         };
-        let result =
-            outcome.unwrap_or_else(|panic| Err(RecordError::Panicked(panic_message(&panic))));
         (ctx, result)
     }
 }
 
 /// The attempt a failure counts as: the store's count when the handler keeps one, else the
 /// receive count.
-pub(super) fn attempt_of<H: RecordHandler>(
+pub(super) fn attempt_of<R: Record, H: RecordHandler<R>>(
     handler: &H,
     error: &RecordError,
-    record: &aws_lambda_events::sqs::SqsMessage,
+    record: &R,
 ) -> u32 {
     match error.attempts() {
         Some(attempts) => attempts,
         None if handler.counts_attempts() => 1,
-        None => receive_count(record).max(1),
+        None => record.receive_count().unwrap_or(0).max(1),
     }
-}
-
-/// `ApproximateReceiveCount` of `record` (0 when absent).
-pub(super) fn receive_count(record: &aws_lambda_events::sqs::SqsMessage) -> u32 {
-    record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
-/// `ms` epoch milliseconds as a time.
-pub(super) fn at_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }

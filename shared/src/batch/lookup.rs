@@ -27,7 +27,9 @@ impl<W> ItemLookup<W> {
     }
 
     /// The item of `message`, if the lookup knows it.
-    pub(crate) fn item(&self, key: &str, message: &SqsMessage) -> Option<W> {
+    /// The item of `record`'s work: of SQS messages only (a lookup takes an `SqsMessage`).
+    pub(crate) fn item<R: super::record::Record>(&self, key: &str, record: &R) -> Option<W> {
+        let message = (record as &dyn std::any::Any).downcast_ref::<SqsMessage>()?;
         self.0.as_ref().and_then(|locate| locate(key, message))
     }
 }

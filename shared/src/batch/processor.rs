@@ -1,6 +1,8 @@
-//! [`BatchProcessor`]: its settings, and `process`, which runs a handler over one SQS event.
+//! [`BatchProcessor`]: its settings, and `process`, which runs a handler over one event of any
+//! [`EventSource`].
 
-use std::collections::HashMap;
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,13 +11,16 @@ use futures_util::{FutureExt, StreamExt, stream};
 use lambda_runtime::LambdaEvent;
 
 use super::lanes::{Limits, Run, Settled, attempt_of};
+use super::record::Record;
+use super::source::EventSource;
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
 use crate::backoff::VisibilityBackoff;
 use crate::dead_letter::DeadLetter;
 use crate::error::RecordError;
 use crate::time::{Clock, Deadline, SystemClock};
 
-/// Runs a [`RecordHandler`] over SQS batches.
+/// Runs a [`RecordHandler`] over batches of SQS messages, DynamoDB stream records, Kinesis
+/// records or Kafka records ([`EventSource`]).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -185,7 +190,10 @@ impl BatchProcessor {
     }
 
     /// FIFO queues: stop the whole batch at the first failure (every later record is reported
-    /// failed), instead of only the failed record's message group.
+    /// failed), instead of only the failed record's message group. Streams and Kafka: stop each
+    /// shard (partition) at its first failure, its records run one at a time in order, instead
+    /// of holding only the failed record's key while other keys run on (Powertools .NET's
+    /// `StopOnFirstBatchItemFailure`).
     pub fn strict_order(mut self, strict: bool) -> Self {
         self.strict_order = strict;
         self
@@ -197,20 +205,32 @@ impl BatchProcessor {
         self
     }
 
-    /// Runs `handler` over every record of `event`.
-    pub async fn process<H: RecordHandler>(
+    /// Runs `handler` over every record of `event`: an SQS event, a DynamoDB stream event, a
+    /// Kinesis event or a Kafka event.
+    pub async fn process<E, H>(
         &self,
-        event: &LambdaEvent<SqsEvent>,
+        event: &LambdaEvent<E>,
         handler: &H,
-    ) -> Result<BatchReport<H::Output>, BatchError> {
-        let records = &event.payload.records;
-        let mut ids = Vec::with_capacity(records.len());
+    ) -> Result<BatchReport<H::Output, E>, BatchError>
+    where
+        E: EventSource,
+        H: RecordHandler<E::Record>,
+    {
+        let records = event.payload.records();
+        let mut owned_ids = Vec::with_capacity(records.len());
         for (index, record) in records.iter().enumerate() {
-            match record.message_id.as_deref() {
-                Some(id) if !id.is_empty() => ids.push(id),
+            if E::is_stream() && record.position().is_none() {
+                return Err(BatchError::MissingSequenceNumber {
+                    index,
+                    kind: <E::Record as Record>::KIND,
+                });
+            }
+            match record.id() {
+                Some(id) if !id.is_empty() => owned_ids.push(id.into_owned()),
                 _ => return Err(BatchError::MissingMessageId { index }),
             }
         }
+        let ids: Vec<&str> = owned_ids.iter().map(String::as_str).collect();
         let limits = Limits {
             start_margin: self.start_margin,
             stop_margin: self.stop_margin,
@@ -223,27 +243,14 @@ impl BatchProcessor {
         let run = Run::new(
             limits,
             handler,
-            records,
+            &records,
             &ids,
             Deadline::of(&event.context),
             &event.context.request_id,
         );
-        let is_fifo = records
-            .first()
-            .and_then(|r| r.event_source_arn.as_deref())
-            .is_some_and(|arn| arn.ends_with(".fifo"));
         let mut outcomes: Vec<Option<Settled<H::Output>>> =
             (0..records.len()).map(|_| None).collect();
-        let lanes: Vec<(Option<String>, Vec<usize>)> = if !is_fifo {
-            (0..records.len()).map(|i| (None, vec![i])).collect()
-        } else if self.strict_order {
-            vec![(None, (0..records.len()).collect())]
-        } else {
-            fifo_groups(records)
-                .into_iter()
-                .map(|(group, indices)| (Some(group), indices))
-                .collect()
-        };
+        let lanes = self.lanes::<E, H>(&records, handler, event.payload.ordered());
         let done: Vec<_> = stream::iter(lanes)
             .map(|(group, indices)| run.lane(indices, group).boxed())
             .buffer_unordered(self.concurrency)
@@ -252,7 +259,7 @@ impl BatchProcessor {
         for (i, outcome) in done.into_iter().flatten() {
             outcomes[i] = Some(outcome);
         }
-        let records = outcomes
+        let reports = outcomes
             .into_iter()
             .enumerate()
             .map(|(index, outcome)| {
@@ -265,18 +272,35 @@ impl BatchProcessor {
                 }
             })
             .collect::<Vec<_>>();
-        let report = BatchReport { records };
-        for r in report.failures() {
+        for r in reports.iter().filter(|r| r.is_reported()) {
             if let Err(e) = &r.result {
                 tracing::warn!(message_id = r.message_id, error = %e, "record failed");
             }
         }
-        if let Some(backoff) = &self.backoff {
+        // Never one whose id went to the dead-letter queue (a repeated id).
+        let dead: HashSet<&str> = reports
+            .iter()
+            .filter(|r| r.dead_lettered)
+            .map(|r| r.message_id.as_str())
+            .collect();
+        let failed: Vec<&E::Record> = reports
+            .iter()
+            .filter(|r| r.is_reported() && !dead.contains(r.message_id.as_str()))
+            .map(|r| records[r.index])
+            .collect();
+        let response = E::response(&failed);
+        let report = BatchReport {
+            records: reports,
+            response,
+        };
+        if let Some(backoff) = &self.backoff
+            && let Some(sqs) = (&event.payload as &dyn Any).downcast_ref::<SqsEvent>()
+        {
             let until = run.deadline().map(|d| d.earlier_by(RESPONSE_MARGIN));
-            let visibility = self.visibility(backoff, handler, &event.payload.records, &report);
+            let visibility = self.visibility(backoff, handler, &records, &report);
             backoff
                 .change(
-                    &event.payload.records,
+                    &sqs.records,
                     &visibility,
                     until,
                     &*self.clock,
@@ -287,15 +311,48 @@ impl BatchProcessor {
         Ok(report)
     }
 
+    /// The lanes of a batch: each record alone (a standard queue), or, on an ordered source,
+    /// the records of each key in order (a FIFO message group; a stream shard's order key),
+    /// or the whole batch (each stream shard) under [`strict_order`](Self::strict_order).
+    fn lanes<E: EventSource, H: RecordHandler<E::Record>>(
+        &self,
+        records: &[&E::Record],
+        handler: &H,
+        ordered: bool,
+    ) -> Vec<(Option<String>, Vec<usize>)> {
+        if !ordered {
+            return (0..records.len()).map(|i| (None, vec![i])).collect();
+        }
+        let shard = |r: &E::Record| r.position().map(|p| p.shard).unwrap_or_default();
+        if self.strict_order {
+            return in_order_by(records, |r| (shard(r), String::new()))
+                .into_iter()
+                .map(|(_, indices)| (None, indices))
+                .collect();
+        }
+        let key = |r: &E::Record| {
+            if E::is_stream() {
+                handler.order_key(r)
+            } else {
+                r.order_key().map(Into::into)
+            }
+            .unwrap_or_default()
+        };
+        in_order_by(records, |r| (shard(r), key(r)))
+            .into_iter()
+            .map(|((_, key), indices)| (Some(key), indices))
+            .collect()
+    }
+
     /// The visibility timeout (whole seconds) for each reported failure, by index: the backoff
     /// of its attempt, the end of another invocation's lease, or, for a FIFO record that did not
     /// run, that of the record that blocked it.
-    fn visibility<H: RecordHandler, T>(
+    fn visibility<R: Record, H: RecordHandler<R>, T, E: EventSource>(
         &self,
         backoff: &VisibilityBackoff,
         handler: &H,
-        records: &[aws_lambda_events::sqs::SqsMessage],
-        report: &BatchReport<T>,
+        records: &[&R],
+        report: &BatchReport<T, E>,
     ) -> Vec<(usize, i32)> {
         let now_ms = self.clock.now_ms();
         let mut by_id: HashMap<&str, i32> = HashMap::new();
@@ -308,7 +365,7 @@ impl BatchProcessor {
                     blocked.push((r.index, failed.as_str()));
                 }
                 _ => {
-                    let attempt = attempt_of(handler, error, &records[r.index]);
+                    let attempt = attempt_of(handler, error, records[r.index]);
                     let secs = backoff.visibility(error, attempt, now_ms);
                     by_id.insert(r.message_id.as_str(), secs);
                     out.push((r.index, secs));
@@ -338,23 +395,20 @@ pub(crate) fn panic_strategy_warning(aborts: bool) -> Option<&'static str> {
     )
 }
 
-/// The records of a FIFO batch by message group, each group in batch order, groups in order of
-/// first appearance. Records without a group id form one group.
-pub(crate) fn fifo_groups(
-    records: &[aws_lambda_events::sqs::SqsMessage],
-) -> Vec<(String, Vec<usize>)> {
-    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    let mut position: HashMap<&str, usize> = HashMap::new();
+/// The records by `key`, each key's in batch order, keys in order of first appearance.
+fn in_order_by<R, K: std::hash::Hash + Eq + Clone>(
+    records: &[&R],
+    key: impl Fn(&R) -> K,
+) -> Vec<(K, Vec<usize>)> {
+    let mut groups: Vec<(K, Vec<usize>)> = Vec::new();
+    let mut position: HashMap<K, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        let group = record
-            .attributes
-            .get("MessageGroupId")
-            .map_or("", String::as_str);
-        match position.get(group) {
+        let k = key(record);
+        match position.get(&k) {
             Some(&g) => groups[g].1.push(i),
             None => {
-                position.insert(group, groups.len());
-                groups.push((group.to_owned(), vec![i]));
+                position.insert(k.clone(), groups.len());
+                groups.push((k, vec![i]));
             }
         }
     }

@@ -1,9 +1,10 @@
 //! What a batch gave: one [`RecordReport`] per record, and the partial batch response.
 
-use std::collections::HashSet;
+use std::fmt;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
+use aws_lambda_events::sqs::SqsEvent;
 
+use super::source::EventSource;
 use crate::error::RecordError;
 
 /// Why a whole invocation fails (every record is redelivered).
@@ -18,6 +19,18 @@ pub enum BatchError {
         /// Its position in the batch.
         index: usize,
     },
+    /// A stream or Kafka record has no sequence number (offset) or no id, so no checkpoint can
+    /// name it.
+    #[error(
+        "record {index} of the batch (a {kind}) has no sequence number: a partial batch response \
+         cannot name it, so the whole batch fails and is retried"
+    )]
+    MissingSequenceNumber {
+        /// Its position in the batch.
+        index: usize,
+        /// What the record is ([`Record::KIND`](super::Record::KIND)).
+        kind: &'static str,
+    },
 }
 
 /// One record's result.
@@ -25,7 +38,8 @@ pub enum BatchError {
 pub struct RecordReport<T> {
     /// Position in the event's `Records`.
     pub index: usize,
-    /// The message id.
+    /// The record's id ([`Record::id`](super::Record::id)): the SQS message id, a stream
+    /// record's.
     pub message_id: String,
     /// What the handler gave.
     pub result: Result<T, RecordError>,
@@ -46,38 +60,34 @@ impl<T> RecordReport<T> {
     }
 }
 
-/// The result of every record of a batch, in batch order.
-#[derive(Debug)]
-pub struct BatchReport<T> {
+/// The result of every record of a batch, in batch order, and the partial batch response of
+/// its source (`E`: an SQS event by default).
+pub struct BatchReport<T, E: EventSource = SqsEvent> {
     /// One per record, in batch order.
     pub records: Vec<RecordReport<T>>,
+    pub(super) response: E::Response,
 }
 
-impl<T> BatchReport<T> {
-    /// The partial batch response: the failed records' message ids, each once, never one that
-    /// went to the dead-letter queue.
-    pub fn response(&self) -> SqsBatchResponse {
-        let dead: HashSet<&str> = self
-            .dead_lettered()
-            .map(|r| r.message_id.as_str())
-            .collect();
-        let mut seen = HashSet::new();
-        let mut response = SqsBatchResponse::default();
-        response.batch_item_failures = self
-            .failures()
-            .filter(|r| !dead.contains(r.message_id.as_str()))
-            .filter(|r| seen.insert(r.message_id.as_str()))
-            .map(|r| {
-                let mut failure = BatchItemFailure::default();
-                failure.item_identifier = r.message_id.clone();
-                failure
-            })
-            .collect();
-        response
+impl<T: fmt::Debug, E: EventSource> fmt::Debug for BatchReport<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchReport")
+            .field("records", &self.records)
+            .field("response", &self.response)
+            .finish()
+    }
+}
+
+impl<T, E: EventSource> BatchReport<T, E> {
+    /// The partial batch response. SQS: the failed records' message ids, each once, never one
+    /// that went to the dead-letter queue. Streams and Kafka: the checkpoint of each shard
+    /// (partition) with a failure, its lowest failed record.
+    pub fn response(&self) -> E::Response {
+        self.response.clone()
     }
 
     /// The failed records reported for redelivery (not those moved to the dead-letter queue,
-    /// nor repeats of a message id).
+    /// nor repeats of a message id). On a stream, Lambda delivers again from the lowest of each
+    /// shard, the later records too.
     pub fn failures(&self) -> impl Iterator<Item = &RecordReport<T>> {
         self.records.iter().filter(|r| r.is_reported())
     }

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::operation::{
     transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
 };
 use bench::{WriteRequest, write_units};
-use lambda_idempotency::batch::{RecordContext, RecordError, RecordHandler};
+use lambda_idempotency::batch::{HandlerOutput, RecordContext, RecordError, RecordHandler};
 use redis::aio::ConnectionLike;
 use redis::{RedisFuture, Value};
 
@@ -87,9 +87,11 @@ impl Intercept for PerDelivery {
 /// Runs the inner handler with its delivery marked, for the request counter.
 pub(crate) struct Counted<H>(pub(crate) H);
 
-impl<H: RecordHandler> RecordHandler for Counted<H> {
+impl<H: HandlerOutput> HandlerOutput for Counted<H> {
     type Output = H::Output;
+}
 
+impl<H: RecordHandler> RecordHandler for Counted<H> {
     fn handle(
         &self,
         message: &SqsMessage,

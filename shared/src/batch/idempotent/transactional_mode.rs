@@ -1,18 +1,16 @@
 //! The transactional mode of the [`Idempotent`] wrapper ([`Transactional`]): a handler whose DynamoDB writes commit with its idempotency
 //! record, in one request (see [`crate::transaction`]).
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-
 use aws_lambda_events::sqs::SqsMessage;
-use futures_util::FutureExt;
 use serde::Serialize;
 
-use super::idempotent::{Deduplicated, Idempotent, Mode};
-use super::lookup::ItemLookup;
-use super::{RecordContext, RecordHandler};
+use super::{Deduplicated, Idempotent, Mode, key_and_hash};
 use crate::Idempotency;
-use crate::error::{RecordError, panic_message};
+use crate::batch::handler::HandlerOutput;
+use crate::batch::lookup::ItemLookup;
+use crate::batch::record::Record;
+use crate::batch::{RecordContext, RecordHandler};
+use crate::error::RecordError;
 use crate::lease::AcquireError;
 use crate::payload::PayloadHash;
 use crate::store::{StoreError, TransactionalBackend};
@@ -139,10 +137,11 @@ pub(super) async fn start<B: TransactionalBackend, T>(
     key: &str,
     hash: &PayloadHash,
     ctx: &RecordContext,
+    first_delivery: bool,
 ) -> Result<Start<T>, RecordError> {
     let mut inner_ctx = ctx.clone();
     inner_ctx.attempt = 1;
-    if ctx.receive_count > 1 {
+    if !first_delivery {
         match engine.peek(key, hash).await {
             Ok(Peeked::Duplicate { result }) => {
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
@@ -158,21 +157,10 @@ pub(super) async fn start<B: TransactionalBackend, T>(
             Err(AcquireError::Store(e)) => return Err(RecordError::Store(e)),
         }
     }
-    if let Some(error) = super::idempotent::too_late_to_start(ctx) {
+    if let Some(error) = ctx.too_late_to_start() {
         return Err(error);
     }
     Ok(Start::Run(inner_ctx))
-}
-
-/// The inner handler's work, cancelled at the context's stop and with its panic caught.
-pub(super) async fn guarded<O>(
-    ctx: &RecordContext,
-    work: impl Future<Output = Result<O, RecordError>>,
-) -> Result<O, RecordError> {
-    match AssertUnwindSafe(ctx.cancellable(work)).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => Err(RecordError::Panicked(panic_message(&panic))),
-    }
 }
 
 /// The record's answer for what the engine did.
@@ -237,24 +225,28 @@ fn record_error(error: TransactError<RecordError>) -> RecordError {
 
 impl<H, B, T> Mode<H, B> for TransactionalMode<B::Write>
 where
-    H: RecordHandler<Output = Transaction<T, B::Write>>,
+    H: HandlerOutput<Output = Transaction<T, B::Write>>,
     T: Serialize + Send,
     B: TransactionalBackend,
 {
     type Output = Deduplicated<T>;
 
-    async fn handle(
+    async fn handle<R: Record>(
         this: &Transactional<H, B>,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
-    ) -> Result<Self::Output, RecordError> {
-        let (key, hash) = super::idempotent::key_and_hash(&this.keys, message, ctx)?;
-        let inner_ctx = match start(&this.engine, &key, &hash, ctx).await? {
+    ) -> Result<Self::Output, RecordError>
+    where
+        H: RecordHandler<R>,
+    {
+        let (key, hash) = key_and_hash(&this.keys, record, ctx)?;
+        let first = record.is_first_delivery();
+        let inner_ctx = match start(&this.engine, &key, &hash, ctx, first).await? {
             Start::Run(inner_ctx) => inner_ctx,
             Start::Done(duplicate) => return Ok(duplicate),
         };
-        let item = this.mode.lookup.item(&key, message);
-        let work = || guarded(ctx, this.inner.handle(message, &inner_ctx));
+        let item = this.mode.lookup.item(&key, record);
+        let work = || ctx.guarded(this.inner.handle(record, &inner_ctx));
         let result = this
             .engine
             .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)

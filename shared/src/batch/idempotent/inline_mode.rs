@@ -4,10 +4,12 @@
 use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
-use super::idempotent::{Deduplicated, Idempotent, Mode};
-use super::lookup::ItemLookup;
-use super::transactional::{Start, finish, guarded, start};
-use super::{RecordContext, RecordHandler};
+use super::transactional_mode::{Start, finish, start};
+use super::{Deduplicated, Idempotent, Mode, key_and_hash};
+use crate::batch::handler::HandlerOutput;
+use crate::batch::lookup::ItemLookup;
+use crate::batch::record::Record;
+use crate::batch::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::inline::InlinePut;
 use crate::store::TransactionalBackend;
@@ -148,35 +150,42 @@ impl<H, B: TransactionalBackend> Inline<H, B> {
 
 impl<H, B, T, I> Mode<H, B> for InlineMode<B::Write>
 where
-    H: RecordHandler<Output = InlinePut<T, I>>,
+    H: HandlerOutput<Output = InlinePut<T, I>>,
     T: Serialize + Send,
     I: Into<B::Write> + Send,
     B: TransactionalBackend,
 {
     type Output = Deduplicated<T>;
 
-    async fn handle(
+    async fn handle<R: Record>(
         this: &Inline<H, B>,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
-    ) -> Result<Self::Output, RecordError> {
-        let (key, hash) = super::idempotent::key_and_hash(&this.keys, message, ctx)?;
-        let inner_ctx = if this.mode.read_attempts {
-            match start(&this.engine, &key, &hash, ctx).await? {
+    ) -> Result<Self::Output, RecordError>
+    where
+        H: RecordHandler<R>,
+    {
+        let (key, hash) = key_and_hash(&this.keys, record, ctx)?;
+        // A stream record may be a replay of one dead-lettered before (settled in the engine's
+        // table, not on an item): it reads the table first, as with the attempts read.
+        let reads = this.mode.read_attempts || !R::redriven();
+        let inner_ctx = if reads {
+            let first = record.is_first_delivery() && R::redriven();
+            match start(&this.engine, &key, &hash, ctx, first).await? {
                 Start::Run(inner_ctx) => inner_ctx,
                 Start::Done(duplicate) => return Ok(duplicate),
             }
         } else {
-            if let Some(error) = super::idempotent::too_late_to_start(ctx) {
+            if let Some(error) = ctx.too_late_to_start() {
                 return Err(error);
             }
             let mut inner_ctx = ctx.clone();
             inner_ctx.attempt = ctx.receive_count.max(1);
             inner_ctx
         };
-        let item = this.mode.lookup.item(&key, message);
+        let item = this.mode.lookup.item(&key, record);
         let work = || async {
-            let put = guarded(ctx, this.inner.handle(message, &inner_ctx)).await?;
+            let put = ctx.guarded(this.inner.handle(record, &inner_ctx)).await?;
             Ok(Transaction::from(put))
         };
         let result = this

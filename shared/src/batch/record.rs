@@ -1,0 +1,173 @@
+//! [`Record`]: what the batch layer needs of one record of any source (an SQS message, a
+//! DynamoDB stream record, a Kinesis record, a Kafka record), so that one processor, one set of
+//! handlers and the three idempotency modes serve them all.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::time::SystemTime;
+
+use aws_lambda_events::sqs::SqsMessage;
+use serde::de::DeserializeOwned;
+
+/// One record of a batch. Implemented for the records of the four sources the
+/// [`BatchProcessor`](super::BatchProcessor) serves: [`SqsMessage`], the DynamoDB stream's
+/// [`EventRecord`](aws_lambda_events::dynamodb::EventRecord), Kinesis'
+/// [`KinesisEventRecord`](aws_lambda_events::kinesis::KinesisEventRecord) and Kafka's
+/// [`KafkaRecord`](aws_lambda_events::kafka::KafkaRecord) (with its topic and partition, as
+/// [`KafkaEvent`](aws_lambda_events::kafka::KafkaEvent) gives it).
+pub trait Record: Clone + Send + Sync + 'static {
+    /// What the record is, for messages and errors (`"SQS message"`, `"Kinesis record"`, ...).
+    const KIND: &'static str;
+
+    /// What identifies the record across its deliveries, and so its default idempotency key:
+    /// the SQS message id, the DynamoDB stream record's `eventID`, a Kinesis record's shard id
+    /// and sequence number (`shardId-000000000000:4959...`), a Kafka record's topic, partition
+    /// and offset (`payments-0@42`). `None` when the record has none.
+    fn id(&self) -> Option<Cow<'_, str>>;
+
+    /// The record's payload: what [`json`](super::json) handlers decode, a
+    /// [`KeyConfig::json_pointer`](crate::key::KeyConfig::json_pointer) reads and the payload
+    /// hash covers. The SQS body; a Kinesis record's data and a Kafka record's value (decoded
+    /// from base64); a DynamoDB stream record's new image (its old image for a `REMOVE`) as
+    /// plain JSON. `None` when there is none (a Kafka tombstone, an image the stream's view
+    /// type leaves out).
+    fn payload(&self) -> Option<Cow<'_, [u8]>>;
+
+    /// The payload as a `T` (no payload reads as JSON `null`). JSON for every source but DynamoDB streams, whose image is read as
+    /// DynamoDB's attribute values (`serde_dynamo`), so that a type that reads its table's items
+    /// reads its stream's records.
+    fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
+        match self.payload() {
+            Some(payload) => serde_json::from_slice(&payload).map_err(|e| e.to_string()),
+            // A tombstone: JSON null, which an `Option<T>` reads as `None`.
+            None => serde_json::from_str("null")
+                .map_err(|_| format!("the {} has no payload", Self::KIND)),
+        }
+    }
+
+    /// How many times the source delivered it (SQS's `ApproximateReceiveCount`); `None` for
+    /// sources that do not count (the streams and Kafka: a retried record looks like a new one).
+    fn receive_count(&self) -> Option<u32> {
+        None
+    }
+
+    /// True when the source says this is the record's first delivery (an SQS receive count of 1,
+    /// or none given), so that a mode may skip reading the store before its write. Never for
+    /// streams and Kafka: a replay from a checkpoint looks like a first delivery.
+    fn is_first_delivery(&self) -> bool {
+        false
+    }
+
+    /// When the source accepted it (SQS's `SentTimestamp`, a Kinesis record's arrival, a DynamoDB
+    /// change's creation, a Kafka record's timestamp).
+    fn sent_at(&self) -> Option<SystemTime> {
+        None
+    }
+
+    /// The key whose records must run in order: the SQS message group (FIFO queues), a DynamoDB
+    /// item's keys, a Kinesis partition key, a Kafka record's key.
+    fn order_key(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+
+    /// Where the record is in its stream: its shard (or partition) and sequence number (or
+    /// offset); `None` for SQS.
+    fn position(&self) -> Option<Position> {
+        None
+    }
+
+    /// The copy of the record a dead-letter queue receives: the message itself for SQS; for a
+    /// stream, a message whose body is the record as Lambda delivered it with its shard (or
+    /// partition) and sequence number (or offset).
+    fn dead_letter_copy(&self) -> SqsMessage;
+
+    /// True when a copy in a dead-letter queue comes back as this record (an SQS redrive), so that
+    /// its attempts start again; false for streams, where the shard moves past it and a replay of
+    /// the shard must skip it.
+    fn redriven() -> bool {
+        false
+    }
+}
+
+/// Where a stream record is: its shard (a Kafka topic's partition) and its sequence number (its
+/// offset), compared as numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// The shard id, or `topic-partition` for Kafka.
+    pub shard: String,
+    /// The sequence number or offset, in decimal.
+    pub sequence: String,
+}
+
+impl Position {
+    /// Compares two sequence numbers (decimal, of any length) as numbers: `"10"` is after `"9"`.
+    pub fn cmp_sequence(a: &str, b: &str) -> Ordering {
+        let a = a.trim_start_matches('0');
+        let b = b.trim_start_matches('0');
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+    }
+}
+
+impl Record for SqsMessage {
+    const KIND: &'static str = "SQS message";
+
+    fn id(&self) -> Option<Cow<'_, str>> {
+        self.message_id.as_deref().map(Cow::Borrowed)
+    }
+
+    fn payload(&self) -> Option<Cow<'_, [u8]>> {
+        self.body.as_deref().map(|b| Cow::Borrowed(b.as_bytes()))
+    }
+
+    fn receive_count(&self) -> Option<u32> {
+        self.attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|c| c.parse().ok())
+    }
+
+    fn is_first_delivery(&self) -> bool {
+        self.receive_count().is_none_or(|c| c <= 1)
+    }
+
+    fn sent_at(&self) -> Option<SystemTime> {
+        self.attributes
+            .get("SentTimestamp")
+            .and_then(|ms| ms.parse().ok())
+            .map(at_ms)
+    }
+
+    fn order_key(&self) -> Option<Cow<'_, str>> {
+        self.attributes
+            .get("MessageGroupId")
+            .map(|g| Cow::Borrowed(g.as_str()))
+    }
+
+    fn dead_letter_copy(&self) -> SqsMessage {
+        self.clone()
+    }
+
+    fn redriven() -> bool {
+        true
+    }
+}
+
+/// `ms` epoch milliseconds as a time.
+pub(crate) fn at_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Position;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn sequence_numbers_compare_as_numbers_not_as_text() {
+        assert_eq!(Position::cmp_sequence("10", "9"), Ordering::Greater);
+        assert_eq!(Position::cmp_sequence("009", "9"), Ordering::Equal);
+        let long = "49590338271490256608559692538361571095921575989136588898";
+        let longer = "149590338271490256608559692538361571095921575989136588898";
+        assert_eq!(Position::cmp_sequence(long, longer), Ordering::Less);
+        assert_eq!(Position::cmp_sequence("0", "00"), Ordering::Equal);
+    }
+}

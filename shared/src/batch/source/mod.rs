@@ -1,0 +1,74 @@
+//! The event sources the [`BatchProcessor`](super::BatchProcessor) serves ([`EventSource`]):
+//! SQS queues, DynamoDB streams, Kinesis data streams and Kafka topics (Amazon MSK and
+//! self-managed), and the partial batch response each expects.
+//!
+//! - **SQS**: every failed message is named (`itemIdentifier` = its message id); SQS redelivers
+//!   those alone.
+//! - **Streams and Kafka**: Lambda restarts a shard (a partition) from the *lowest* sequence
+//!   number (offset) reported, and delivers everything after it again. So the response names, per
+//!   shard, the checkpoint: the lowest failed record, never a later one, and never an identifier
+//!   Lambda does not know (an empty or unknown one fails the whole batch). The records after it
+//!   that succeeded come back too: under an idempotency mode they are duplicates and do not run
+//!   again.
+
+mod dynamodb;
+mod kafka;
+mod kinesis;
+mod sqs;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::record::{Position, Record};
+
+pub use kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage};
+
+/// An event the [`BatchProcessor`](super::BatchProcessor) processes: its records, whether they run
+/// in order, and the partial batch response for the records that failed. Implemented for
+/// [`SqsEvent`](aws_lambda_events::sqs::SqsEvent), the DynamoDB stream's
+/// [`Event`](aws_lambda_events::dynamodb::Event), [`KinesisEvent`](aws_lambda_events::kinesis::KinesisEvent)
+/// and [`KafkaEvent`](aws_lambda_events::kafka::KafkaEvent).
+pub trait EventSource: Send + Sync + 'static {
+    /// One record.
+    type Record: Record;
+    /// The partial batch response (`{"batchItemFailures": [...]}`).
+    type Response: Clone + fmt::Debug + Serialize + Send + Sync + 'static;
+
+    /// The records, in the order the source delivered them (a Kafka event's partitions in the
+    /// order of their names, each in offset order).
+    fn records(&self) -> Vec<&Self::Record>;
+
+    /// True when records run in order: each stream shard (Kafka partition) by key, a FIFO queue
+    /// by message group. False for a standard SQS queue, whose records run concurrently.
+    fn ordered(&self) -> bool;
+
+    /// True for a stream source (DynamoDB Streams, Kinesis, Kafka): the response is a checkpoint
+    /// per shard, and every record must have a [`Record::position`].
+    fn is_stream() -> bool {
+        false
+    }
+
+    /// The response naming `failed` (the records to retry, in batch order; never empty of
+    /// identifiers Lambda knows).
+    fn response(failed: &[&Self::Record]) -> Self::Response;
+}
+
+/// The checkpoint of each shard among `failed`: its record of the lowest sequence number.
+pub(crate) fn checkpoints<'a, R: Record>(failed: &[&'a R]) -> Vec<&'a R> {
+    let mut lowest: BTreeMap<String, (Position, &'a R)> = BTreeMap::new();
+    for record in failed {
+        let Some(position) = record.position() else {
+            continue;
+        };
+        match lowest.get(&position.shard) {
+            Some((low, _)) if Position::cmp_sequence(&low.sequence, &position.sequence).is_le() => {
+            }
+            _ => {
+                lowest.insert(position.shard.clone(), (position, *record));
+            }
+        }
+    }
+    lowest.into_values().map(|(_, record)| record).collect()
+}
