@@ -13,7 +13,7 @@ use std::any::Any;
 
 use aws_lambda_events::sqs::SqsMessage;
 
-use crate::batch::Record;
+use crate::record::Record;
 use serde_json::Value;
 
 use crate::payload::sha256_hex;

@@ -194,6 +194,7 @@ pub mod metrics;
 pub mod payload;
 pub mod prelude;
 pub mod publish;
+pub mod record;
 pub mod redact;
 pub mod redrive_policy;
 pub mod state;

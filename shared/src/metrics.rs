@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value, json};
 
-use crate::batch::{BatchReport, Deduplicated};
+use crate::batch::{BatchReport, Deduplicated, EventSource};
 use crate::error::RecordError;
 use crate::key::KeyError;
 use crate::time::{Clock, SystemClock};
@@ -53,13 +53,20 @@ pub const KEY_MISSING: &str = "KeyMissing";
 /// The [`KEY_MISSING`] metric of a batch, `None` when every key was found.
 ///
 /// ```
-/// use lambda_idempotency::batch::BatchReport;
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use lambda_idempotency::batch::{BatchProcessor, message};
 /// use lambda_idempotency::metrics;
+/// use lambda_idempotency::test_util::sqs_event;
 ///
-/// let report: BatchReport<()> = BatchReport { records: Vec::new() };
+/// let handler = message(|_m, _ctx| async { Ok::<_, std::io::Error>(()) });
+/// let report = BatchProcessor::new().process(&sqs_event([("m-1", "{}")]), &handler).await.unwrap();
 /// assert!(metrics::key_missing(&report, "orders").is_none());
+/// # });
 /// ```
-pub fn key_missing<T>(report: &BatchReport<T>, function: &str) -> Option<Metrics> {
+pub fn key_missing<T, E: EventSource>(
+    report: &BatchReport<T, E>,
+    function: &str,
+) -> Option<Metrics> {
     let missing = report
         .records
         .iter()
@@ -184,7 +191,7 @@ pub struct BatchCounts {
 
 impl BatchCounts {
     /// Counts the records of `report`.
-    pub fn of<T>(report: &BatchReport<Deduplicated<T>>) -> Self {
+    pub fn of<T, E: EventSource>(report: &BatchReport<Deduplicated<T>, E>) -> Self {
         let mut counts = Self::default();
         for r in &report.records {
             match &r.result {

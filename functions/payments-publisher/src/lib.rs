@@ -3,36 +3,44 @@
 //! source's filter), sends each new payment to `payments.fifo` with the library's
 //! [`Publisher`]: group = account, deduplication id = the payment id.
 //!
+//! It is the library's DynamoDB stream processor ([`BatchProcessor`] over the stream's
+//! [`Event`]) with a handler per record, ordered by account ([`RecordHandlerExt::ordered_by`]),
+//! without an idempotency store: the deduplication id makes a resend harmless, and Lambda's own
+//! retry bound (`MaximumRetryAttempts`) ends a record that keeps failing. The sends of a batch's
+//! records go out together ([`Batcher`]: one `SendMessageBatch` call per ten records).
+//!
 //! What it guarantees, with the event source's settings in `template.yaml`
 //! (`ReportBatchItemFailures`, bisect on error, bounded retries, an on-failure queue):
 //!
-//! - **Nothing stays unpublished.** A payment whose send fails is reported in
-//!   `batchItemFailures`; Lambda retries the shard from the lowest such record. A crash or a
-//!   timeout fails the whole batch, which is retried the same way. After the retries, Lambda puts
-//!   the batch's shard and sequence numbers on the on-failure queue (and its alarm fires).
+//! - **Nothing stays unpublished.** A payment whose send fails is reported as the shard's
+//!   checkpoint (the lowest failed sequence number); Lambda retries the shard from it. A crash or
+//!   a timeout fails the whole batch, which is retried the same way. After the retries, Lambda
+//!   puts the batch's shard and sequence numbers on the on-failure queue (and its alarm fires).
 //! - **Nothing is sent twice to the consumer's effects.** A record retried after its send
 //!   succeeded is sent again with the same deduplication id (SQS drops it within 5 minutes), and
 //!   payment-processor deduplicates on the payment id beyond that.
 //! - **Order per account, as the stream gives it.** A payment whose send failed holds back the
-//!   later payments of its account in the batch ([`PublishError::EarlierInGroupFailed`]), so a
-//!   retry never lands behind a later payment of the same account.
+//!   later payments of its account in the batch ([`RecordError::GroupBlocked`]), so a retry
+//!   never lands behind a later payment of the same account; other accounts go on.
 //! - **A record that can never be sent** (not a payment item, or text SQS would reject) does not
-//!   block the shard: it goes to `DEAD_LETTER_QUEUE_URL` (the on-failure queue) with the reason,
-//!   and the batch moves on. Only if that send fails is it reported as a batch item failure.
-//!
-//! [`PublishError::EarlierInGroupFailed`]: lambda_idempotency::publish::PublishError::EarlierInGroupFailed
+//!   block the shard: it goes to `DEAD_LETTER_QUEUE_URL` (the on-failure queue) with the record,
+//!   its sequence number and the reason, and the batch moves on. Only if that send fails is it
+//!   reported.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
-use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_lambda_events::streams::DynamoDbEventResponse;
+use lambda_idempotency::batch::{
+    BatchError, BatchProcessor, BatchReport, RecordContext, RecordError, RecordHandlerExt, record,
+};
+use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::metrics::Metrics;
-use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_idempotency::publish::{Batcher, DeduplicationId, Message, MessageGroupId, Publisher};
+use lambda_runtime::{Context, Error, LambdaEvent};
 use payments_config::{ConfigError, Settings};
 use payments_model::metrics::{self, publisher};
 use payments_model::{METRICS_NAMESPACE, PaymentItem, PaymentStatus};
-use serde_json::json;
 
 pub mod republish;
 
@@ -73,52 +81,84 @@ pub enum Unrelayable {
     },
 }
 
+/// What one record came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The payment was sent (its id, the lag from its write to the send in ms).
+    Sent(String, i64),
+    /// Not an outbox entry: not an INSERT (the event source filter drops those), or an item
+    /// payment-processor created itself.
+    Skipped,
+}
+
 /// What one batch came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Relayed {
     /// Payments sent (payment id, lag from its write to the send in ms), in stream order.
     pub sent: Vec<(String, i64)>,
-    /// Records that are not outbox entries, skipped: not INSERTs (the event source filter drops
-    /// those), or items payment-processor created itself.
+    /// Records that are not outbox entries, skipped.
     pub skipped: usize,
     /// Records that can never be sent, moved to the dead-letter queue (sequence number, why).
     pub dead_lettered: Vec<(String, String)>,
-    /// Sequence numbers of the records to retry.
+    /// Sequence numbers of the records that failed or were held behind one of their account.
     pub failed: Vec<String>,
+    /// The response to Lambda: the shard's checkpoint, the lowest of `failed`.
+    pub response: DynamoDbEventResponse,
 }
 
 impl Relayed {
-    /// The response to Lambda: the failed records' sequence numbers.
+    /// The response to Lambda: the checkpoint.
     pub fn response(&self) -> DynamoDbEventResponse {
-        let mut response = DynamoDbEventResponse::default();
-        response.batch_item_failures = self
-            .failed
-            .iter()
-            .map(|sequence| {
-                let mut failure = DynamoDbBatchItemFailure::default();
-                failure.item_identifier = Some(sequence.clone());
-                failure
-            })
-            .collect();
-        response
+        self.response.clone()
+    }
+
+    fn of(report: &BatchReport<Outcome, Event>, records: &[EventRecord]) -> Self {
+        let sequence = |index: usize| {
+            records[index]
+                .change
+                .sequence_number
+                .clone()
+                .unwrap_or_default()
+        };
+        let mut relayed = Relayed {
+            response: report.response(),
+            ..Relayed::default()
+        };
+        for r in &report.records {
+            match &r.result {
+                Ok(Outcome::Sent(payment_id, lag)) => {
+                    relayed.sent.push((payment_id.clone(), *lag));
+                }
+                Ok(Outcome::Skipped) => relayed.skipped += 1,
+                Err(e) if r.dead_lettered => {
+                    relayed
+                        .dead_lettered
+                        .push((sequence(r.index), e.to_string()));
+                }
+                Err(_) => relayed.failed.push(sequence(r.index)),
+            }
+        }
+        relayed
     }
 }
 
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
 pub struct App {
-    payments: Publisher,
-    dead_letter: Option<Publisher>,
+    payments: Batcher,
+    processor: BatchProcessor,
 }
 
 impl App {
     /// An app over this client.
     pub fn new(sqs: aws_sdk_sqs::Client, config: Config) -> Self {
+        let mut processor = BatchProcessor::new();
+        if let Some(url) = config.dead_letter_queue_url {
+            processor = processor.with_dead_letter(DeadLetter::new(sqs.clone(), url));
+        }
         Self {
-            payments: Publisher::new(sqs.clone(), config.payments_queue_url),
-            dead_letter: config
-                .dead_letter_queue_url
-                .map(|url| Publisher::new(sqs, url)),
+            payments: Batcher::new(Publisher::new(sqs, config.payments_queue_url)),
+            processor,
         }
     }
 
@@ -133,9 +173,9 @@ impl App {
         ))
     }
 
-    /// Handles one batch of stream records; reports the records to retry.
+    /// Handles one batch of stream records; reports the shard's checkpoint.
     pub async fn handle(&self, event: LambdaEvent<Event>) -> Result<DynamoDbEventResponse, Error> {
-        let relayed = self.relay(&event.payload.records).await;
+        let relayed = self.relay_event(&event).await?;
         let max_lag = relayed.sent.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
         Metrics::new(METRICS_NAMESPACE)
             .dimension(
@@ -150,75 +190,66 @@ impl App {
         Ok(relayed.response())
     }
 
-    /// Sends the new payments among `records`, in order.
+    /// Sends the new payments among `records`, in order per account (without a deadline).
     pub async fn relay(&self, records: &[EventRecord]) -> Relayed {
-        let mut relayed = Relayed::default();
-        let mut to_send = Vec::new(); // (sequence number, payment id, created at, message)
-        for record in records {
-            let sequence = record.change.sequence_number.clone().unwrap_or_default();
-            if record.event_name != "INSERT" || !is_outbox_entry(record) {
-                relayed.skipped += 1;
-                continue;
-            }
-            match message_of(record) {
-                Ok((item, message)) => {
-                    to_send.push((sequence, item.payment_id, item.created_at, message))
-                }
-                Err(why) => self.dead_letter(record, &sequence, why, &mut relayed).await,
-            }
-        }
-        let messages = to_send.iter().map(|(.., m)| m.clone()).collect();
-        let results = self.payments.send_all(messages).await;
-        let now = now_ms();
-        for ((sequence, payment_id, created_at, _), result) in to_send.into_iter().zip(results) {
-            match result {
-                Ok(_) => {
-                    tracing::info!(payment_id, lag_ms = now - created_at, "payment relayed");
-                    relayed.sent.push((payment_id, now - created_at));
-                }
-                Err(e) => {
-                    tracing::warn!(payment_id, sequence, error = %e, "payment not relayed; the stream retries it");
-                    relayed.failed.push(sequence);
+        let mut event = Event::default();
+        event.records = records.to_vec();
+        match self
+            .relay_event(&LambdaEvent::new(event, Context::default()))
+            .await
+        {
+            Ok(relayed) => relayed,
+            Err(e) => {
+                // A record without a sequence number: the whole batch is retried.
+                tracing::error!(error = %e, "the batch cannot be answered record by record");
+                Relayed {
+                    failed: records
+                        .iter()
+                        .filter_map(|r| r.change.sequence_number.clone())
+                        .collect(),
+                    ..Relayed::default()
                 }
             }
         }
-        relayed
     }
 
-    async fn dead_letter(
-        &self,
-        record: &EventRecord,
-        sequence: &str,
-        why: Unrelayable,
-        relayed: &mut Relayed,
-    ) {
-        tracing::error!(sequence, event_id = record.event_id, error = %why, "stream record cannot be relayed");
-        let body = json!({
-            "reason": why.to_string(),
-            "eventID": record.event_id,
-            "sequenceNumber": sequence,
-            "eventSourceARN": record.event_source_arn,
-            "keys": record.change.keys,
-        })
-        .to_string();
-        let sent = match (&self.dead_letter, Message::standard(body)) {
-            (Some(queue), Ok(message)) => queue.send(message).await.map_err(|e| e.to_string()),
-            (None, _) => Err("no DEAD_LETTER_QUEUE_URL".to_owned()),
-            (_, Err(e)) => Err(e.to_string()),
-        };
-        match sent {
-            Ok(_) => relayed
-                .dead_lettered
-                .push((sequence.to_owned(), why.to_string())),
-            Err(e) => {
-                tracing::error!(
-                    sequence,
-                    error = e,
-                    "could not dead-letter the record; the stream retries it"
-                );
-                relayed.failed.push(sequence.to_owned());
-            }
+    /// Runs the processor over one event.
+    async fn relay_event(&self, event: &LambdaEvent<Event>) -> Result<Relayed, BatchError> {
+        let handler = record(|r: EventRecord, ctx: RecordContext| self.relay_one(r, ctx))
+            .ordered_by(account_of);
+        let report = self.processor.process(event, &handler).await?;
+        Ok(Relayed::of(&report, &event.payload.records))
+    }
+
+    /// Sends one record's payment, if it is an outbox entry.
+    async fn relay_one(&self, r: EventRecord, ctx: RecordContext) -> Result<Outcome, RecordError> {
+        if r.event_name != "INSERT" || !is_outbox_entry(&r) {
+            return Ok(Outcome::Skipped);
         }
+        let (item, message) = message_of(&r).map_err(RecordError::permanent)?;
+        let sent = ctx.cancellable(async {
+            self.payments
+                .send(message)
+                .await
+                .map_err(RecordError::handler)
+        });
+        sent.await?;
+        let lag = now_ms() - item.created_at;
+        tracing::info!(
+            payment_id = item.payment_id,
+            lag_ms = lag,
+            "payment relayed"
+        );
+        Ok(Outcome::Sent(item.payment_id, lag))
+    }
+}
+
+/// The account a record's payment is of: the key its records run in order by (the stream's key
+/// is the payment).
+fn account_of(record: &EventRecord) -> Option<String> {
+    match record.change.new_image.get("accountId") {
+        Some(serde_dynamo::AttributeValue::S(account)) => Some(account.clone()),
+        _ => None,
     }
 }
 

@@ -46,7 +46,7 @@ impl App {
             }
         }
         let messages = to_send.iter().map(|(_, m)| m.clone()).collect();
-        let results = self.payments.send_all(messages).await;
+        let results = self.payments.publisher().send_all(messages).await;
         for ((payment_id, _), result) in to_send.into_iter().zip(results) {
             match result {
                 Ok(_) => {

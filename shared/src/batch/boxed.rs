@@ -8,9 +8,9 @@ use std::pin::Pin;
 use aws_lambda_events::sqs::SqsMessage;
 
 use super::handler::HandlerOutput;
-use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::error::RecordError;
+use crate::record::Record;
 
 /// A future boxed for [`BoxRecordHandler`].
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

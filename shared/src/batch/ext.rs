@@ -5,9 +5,9 @@ use std::future::Future;
 use super::boxed::BoxRecordHandler;
 use super::handler::{DeadLettered, HandlerOutput, OnDeadLetter, RecordContext, RecordHandler};
 use super::idempotent::{Idempotent, Inline, Transactional};
-use super::record::Record;
 use super::then::{AndThen, OrderedBy};
 use crate::Idempotency;
+use crate::record::Record;
 use crate::store::{Backend, BoxError, TransactionalBackend};
 
 /// Composition helpers for every [`RecordHandler`], whatever its source.

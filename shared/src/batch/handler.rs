@@ -11,8 +11,8 @@ use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 
-use super::record::Record;
 use crate::error::{RecordError, panic_message};
+use crate::record::Record;
 use crate::store::BoxError;
 use crate::time::{Clock, Deadline, SystemClock};
 

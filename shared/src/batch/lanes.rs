@@ -12,10 +12,10 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use super::handler::{caught, too_late_to_start};
-use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::dead_letter::DeadLetter;
 use crate::error::RecordError;
+use crate::record::Record;
 use crate::time::{Clock, Deadline};
 
 /// How one record settled: its result, and whether it went to the dead-letter queue.

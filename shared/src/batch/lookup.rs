@@ -28,7 +28,7 @@ impl<W> ItemLookup<W> {
 
     /// The item of `message`, if the lookup knows it.
     /// The item of `record`'s work: of SQS messages only (a lookup takes an `SqsMessage`).
-    pub(crate) fn item<R: super::record::Record>(&self, key: &str, record: &R) -> Option<W> {
+    pub(crate) fn item<R: crate::record::Record>(&self, key: &str, record: &R) -> Option<W> {
         let message = (record as &dyn std::any::Any).downcast_ref::<SqsMessage>()?;
         self.0.as_ref().and_then(|locate| locate(key, message))
     }

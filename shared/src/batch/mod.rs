@@ -45,11 +45,11 @@ mod idempotent;
 mod lanes;
 mod lookup;
 mod processor;
-mod record;
 mod report;
 mod source;
 mod then;
 
+pub use crate::record::{Position, Record};
 pub use boxed::BoxRecordHandler;
 pub use ext::RecordHandlerExt;
 pub use handler::{
@@ -61,7 +61,6 @@ pub use idempotent::{
 };
 pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
-pub use record::{Position, Record};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use source::{
     EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage,

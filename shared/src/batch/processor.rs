@@ -11,12 +11,12 @@ use futures_util::{FutureExt, StreamExt, stream};
 use lambda_runtime::LambdaEvent;
 
 use super::lanes::{Limits, Run, Settled, attempt_of};
-use super::record::Record;
 use super::source::EventSource;
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
 use crate::backoff::VisibilityBackoff;
 use crate::dead_letter::DeadLetter;
 use crate::error::RecordError;
+use crate::record::Record;
 use crate::time::{Clock, Deadline, SystemClock};
 
 /// Runs a [`RecordHandler`] over batches of SQS messages, DynamoDB stream records, Kinesis

@@ -3,9 +3,9 @@
 use std::future::Future;
 
 use super::handler::HandlerOutput;
-use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::error::RecordError;
+use crate::record::Record;
 use crate::store::BoxError;
 
 /// A handler that runs a follow-up on each successful output of its inner handler; see

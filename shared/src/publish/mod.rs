@@ -19,6 +19,7 @@
 //! later message of its group. With many groups, calls still hold 10 entries; the messages of a
 //! single group go one per call.
 
+mod batcher;
 mod fault;
 mod message;
 mod plan;
@@ -27,6 +28,7 @@ mod publisher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+pub use batcher::Batcher;
 pub use fault::{error_text, is_missing_queue, is_queue_level};
 pub(crate) use message::attribute_size;
 pub use message::{DeduplicationId, InvalidMessage, Message, MessageGroupId, invalid_character};

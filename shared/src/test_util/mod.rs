@@ -119,9 +119,11 @@
 //! [`map_processor`](crate::consumer::ConsumerBuilder::map_processor)).
 
 mod event;
+mod stream_event;
 
 pub use crate::dead_letter::in_memory_sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};
 pub use event::{DEFAULT_QUEUE_ARN, SqsEventBuilder, sqs_event};
+pub use stream_event::{DYNAMODB_STREAM_ARN, KAFKA_TOPIC, KINESIS_STREAM_ARN, StreamEventBuilder};
 
 pub use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 pub use lambda_runtime::LambdaEvent;

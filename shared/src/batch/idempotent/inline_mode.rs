@@ -8,10 +8,10 @@ use super::transactional_mode::{Start, finish, start};
 use super::{Deduplicated, Idempotent, Mode, key_and_hash};
 use crate::batch::handler::HandlerOutput;
 use crate::batch::lookup::ItemLookup;
-use crate::batch::record::Record;
 use crate::batch::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::inline::InlinePut;
+use crate::record::Record;
 use crate::store::TransactionalBackend;
 use crate::transaction::Transaction;
 

@@ -5,10 +5,10 @@ use serde::Serialize;
 
 use super::{Deduplicated, Idempotent, Mode, bounded, key_and_hash};
 use crate::batch::handler::HandlerOutput;
-use crate::batch::record::Record;
 use crate::batch::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::lease::{AcquireError, Acquired, Lease};
+use crate::record::Record;
 use crate::store::{Backend, Updated};
 
 /// The lease mode (see [`Idempotent`]): an in-progress record with a lease to the deadline,

@@ -16,13 +16,13 @@ pub use lease_mode::LeaseMode;
 pub use transactional_mode::{Transactional, TransactionalMode};
 
 use super::handler::HandlerOutput;
-use super::record::Record;
 use super::{RecordContext, RecordHandler};
 use crate::Idempotency;
 use crate::error::RecordError;
 use crate::key::KeyConfig;
 use crate::lease::Acquired;
 use crate::payload::PayloadHash;
+use crate::record::Record;
 use crate::store::Backend;
 
 /// What an [`Idempotent`] handler did with a record.

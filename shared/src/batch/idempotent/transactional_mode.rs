@@ -8,11 +8,11 @@ use super::{Deduplicated, Idempotent, Mode, key_and_hash};
 use crate::Idempotency;
 use crate::batch::handler::HandlerOutput;
 use crate::batch::lookup::ItemLookup;
-use crate::batch::record::Record;
 use crate::batch::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::lease::AcquireError;
 use crate::payload::PayloadHash;
+use crate::record::Record;
 use crate::store::{StoreError, TransactionalBackend};
 use crate::transaction::{Peeked, TransactError, Transacted, Transaction};
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dynamodb::stream_copy;
 use super::{EventSource, checkpoints};
-use crate::batch::record::{Position, Record};
+use crate::record::{Position, Record};
 
 /// A Kafka record decoded: its key and value (base64 in the event), its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]

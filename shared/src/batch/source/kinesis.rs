@@ -10,7 +10,7 @@ use aws_lambda_events::streams::KinesisEventResponse;
 
 use super::dynamodb::stream_copy;
 use super::{EventSource, checkpoints};
-use crate::batch::record::{Position, Record};
+use crate::record::{Position, Record};
 
 impl Record for KinesisEventRecord {
     const KIND: &'static str = "Kinesis record";

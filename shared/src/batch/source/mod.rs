@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::record::{Position, Record};
+use crate::record::{Position, Record};
 
 pub use kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage};
 

@@ -1,6 +1,7 @@
-//! [`Record`]: what the batch layer needs of one record of any source (an SQS message, a
-//! DynamoDB stream record, a Kinesis record, a Kafka record), so that one processor, one set of
-//! handlers and the three idempotency modes serve them all.
+//! [`Record`]: what the batch layer and the keys need of one record of any source (an SQS
+//! message, a DynamoDB stream record, a Kinesis record, a Kafka record), so that one processor,
+//! one set of handlers and the three idempotency modes serve them all. The sources' own
+//! implementations are in [`batch`](crate::batch)'s, beside their responses.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -10,7 +11,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use serde::de::DeserializeOwned;
 
 /// One record of a batch. Implemented for the records of the four sources the
-/// [`BatchProcessor`](super::BatchProcessor) serves: [`SqsMessage`], the DynamoDB stream's
+/// [`BatchProcessor`](crate::batch::BatchProcessor) serves: [`SqsMessage`], the DynamoDB stream's
 /// [`EventRecord`](aws_lambda_events::dynamodb::EventRecord), Kinesis'
 /// [`KinesisEventRecord`](aws_lambda_events::kinesis::KinesisEventRecord) and Kafka's
 /// [`KafkaRecord`](aws_lambda_events::kafka::KafkaRecord) (with its topic and partition, as
@@ -25,7 +26,7 @@ pub trait Record: Clone + Send + Sync + 'static {
     /// and offset (`payments-0@42`). `None` when the record has none.
     fn id(&self) -> Option<Cow<'_, str>>;
 
-    /// The record's payload: what [`json`](super::json) handlers decode, a
+    /// The record's payload: what [`json`](crate::batch::json) handlers decode, a
     /// [`KeyConfig::json_pointer`](crate::key::KeyConfig::json_pointer) reads and the payload
     /// hash covers. The SQS body; a Kinesis record's data and a Kafka record's value (decoded
     /// from base64); a DynamoDB stream record's new image (its old image for a `REMOVE`) as
