@@ -29,7 +29,14 @@
 //!   (`sqs:ReceiveMessage`, `sqs:DeleteMessage`, `sqs:GetQueueAttributes`, as in
 //!   `AWSLambdaSQSQueueExecutionRole`), and the function writes its logs
 //!   (`logs:CreateLogStream`, `logs:PutLogEvents`). Those are Lambda's, not the library's, and
-//!   are not in the table.
+//!   are not in the table. For a stream or Kafka source the mapping's reads are Lambda's too:
+//!   `dynamodb:DescribeStream`, `dynamodb:GetRecords`, `dynamodb:GetShardIterator`,
+//!   `dynamodb:ListStreams` on a DynamoDB stream (`AWSLambdaDynamoDBExecutionRole`);
+//!   `kinesis:DescribeStream`, `kinesis:DescribeStreamSummary`, `kinesis:GetRecords`,
+//!   `kinesis:GetShardIterator`, `kinesis:ListShards`, `kinesis:ListStreams`,
+//!   `kinesis:SubscribeToShard` on a Kinesis stream (`AWSLambdaKinesisExecutionRole`); the MSK
+//!   cluster's and its network's on Kafka (`AWSLambdaMSKExecutionRole`); and `sqs:SendMessage`
+//!   (or `sns:Publish`) on the mapping's own on-failure destination.
 //!
 //! # The modes and options
 //!
@@ -83,7 +90,16 @@
 //! - **get**, **forget**: [`Idempotency::get`](crate::Idempotency::get) and
 //!   [`Idempotency::forget`](crate::Idempotency::forget), for an operator's tool or a test; the
 //!   modes never call them.
-//! - **publisher**: [`publish::Publisher`](crate::publish::Publisher).
+//! - **publisher**: [`publish::Publisher`](crate::publish::Publisher) (and
+//!   [`publish::Batcher`](crate::publish::Batcher)).
+//! - **stream source**: any mode over DynamoDB stream, Kinesis or Kafka records
+//!   ([`EventSource`](crate::batch::EventSource)), in addition to the mode's rows: a replay
+//!   from a checkpoint looks like a first delivery, so the transactional and inline modes read
+//!   the record before their write, and a dead-lettered record is settled in the idempotency
+//!   table so that a replay skips it.
+//! - **mapping check**: a stream or Kafka [`Consumer`](crate::consumer::Consumer)'s cold-start
+//!   check of its event source mapping (feature `mapping-check`, on by default). Optional for
+//!   processing: without the grant, a warning that the check could not run.
 //!
 //! The resources: the **idempotency table** (the backend's), the **effect tables** (the tables
 //! of the handler's writes), the **source queue** (the queue of the event), the **dead-letter
@@ -145,6 +161,9 @@
 //! | get | `dynamodb:GetItem` | idempotency table | The record of a key. |
 //! | forget | `dynamodb:DeleteItem` | idempotency table | The record of a key deleted, so that its next attempt runs. |
 //! | publisher | `sqs:SendMessage` | publisher's queue | The messages, in `SendMessageBatch` calls. |
+//! | stream source | `dynamodb:GetItem` | idempotency table | The transactional and inline modes' read before the write ([`Idempotency::peek`](crate::Idempotency::peek)): a duplicate of a record dead-lettered or done before is answered by it. |
+//! | stream source | `dynamodb:UpdateItem` | idempotency table | A dead-lettered record's key settled (taken and completed, `{"deadLettered": reason}` as its result), so that a replay of its shard neither runs it nor sends it to the dead-letter queue again. |
+//! | mapping check | `lambda:ListEventSourceMappings` | `*` (the action takes no resource) | The mapping of the function and its source: its `FunctionResponseTypes`, `MaximumRetryAttempts`, `MaximumRecordAgeInSeconds` and on-failure destination, warned about when unsafe. |
 //!
 //! So to process its records a lease consumer needs `dynamodb:UpdateItem` on the idempotency
 //! table and no other item action there: neither `PutItem`, `GetItem` nor `DeleteItem`. A

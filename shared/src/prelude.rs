@@ -4,7 +4,8 @@
 //! use lambda_idempotency::prelude::*;
 //! ```
 //!
-//! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`]),
+//! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`],
+//! [`record`]) and the output trait a hand-written handler implements ([`HandlerOutput`]),
 //! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
 //! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
 //! ([`KeyConfig`]); the bound of a consumer generic over its backend ([`TransactionalBackend`]);
@@ -14,8 +15,8 @@
 
 pub use crate::Idempotency;
 pub use crate::batch::{
-    BoxRecordHandler, Deduplicated, PermanentError, RecordContext, RecordError, RecordHandler,
-    RecordHandlerExt, json, message,
+    BoxRecordHandler, Deduplicated, HandlerOutput, PermanentError, RecordContext, RecordError,
+    RecordHandler, RecordHandlerExt, json, message, record,
 };
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;

@@ -5,19 +5,20 @@
 //! once beside the names there are, and an alarm on the metric tells it from a producer's bad
 //! message within minutes.
 
-use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-use crate::batch::BatchReport;
+use crate::batch::{BatchReport, EventSource};
 use crate::error::RecordError;
 use crate::key::KeyError;
+use crate::record::Record;
 
 /// At most this many field names in a line, so that a large object keeps it short.
 const MAX_NAMES: usize = 50;
 
 /// Logs each record of `report` whose key pointer found nothing, and emits the batch's metric.
-pub(super) fn report<T>(event: &LambdaEvent<SqsEvent>, report: &BatchReport<T>) {
+pub(super) fn report<T, E: EventSource>(event: &LambdaEvent<E>, report: &BatchReport<T, E>) {
+    let records = event.payload.records();
     for record in &report.records {
         let Err(RecordError::Key {
             message_id,
@@ -26,11 +27,8 @@ pub(super) fn report<T>(event: &LambdaEvent<SqsEvent>, report: &BatchReport<T>) 
         else {
             continue;
         };
-        let body = event
-            .payload
-            .records
-            .get(record.index)
-            .and_then(|m| m.body.as_deref());
+        let payload = records.get(record.index).and_then(|r| r.payload());
+        let body = payload.as_deref().and_then(|p| std::str::from_utf8(p).ok());
         let fields = field_names(body);
         tracing::error!(
             pointer,

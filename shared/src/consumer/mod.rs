@@ -1,5 +1,8 @@
 //! [`Consumer`]: an SQS consumer with idempotency, its settings from the environment and its
-//! safe configuration by default. The one way in for a Lambda function that reads a queue.
+//! safe configuration by default. The one way in for a Lambda function that reads a queue, and,
+//! with [`ConsumerBuilder::source`], a DynamoDB stream, a Kinesis stream or a Kafka topic (with
+//! a cold-start check of the event source mapping's retry limits, partial batch responses and
+//! on-failure destination).
 //!
 //! ```no_run
 //! use lambda_idempotency::prelude::*;
@@ -60,11 +63,14 @@
 mod cold_start;
 mod config;
 mod key_missing;
+mod mapping_check;
 
 use std::any::Any;
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use std::marker::PhantomData;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
@@ -78,8 +84,8 @@ use self::cold_start::TableCheckFn;
 use crate::Idempotency;
 use crate::backoff::VisibilityBackoff;
 use crate::batch::{
-    BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, ItemLookup,
-    RecordHandler, RecordHandlerExt,
+    BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, EventSource,
+    HandlerOutput, ItemLookup, RecordHandler, RecordHandlerExt,
 };
 use crate::cache::LocalCache;
 use crate::dead_letter::DeadLetter;
@@ -101,16 +107,30 @@ pub enum ConsumerError {
     Batch(#[from] BatchError),
 }
 
-/// An SQS consumer: a [`BatchProcessor`] and a boxed handler of output `O`, with its cold-start
-/// checks; see the [module](self). Its type names no closure, so that a test or an
-/// application's state holds it.
-pub struct Consumer<O> {
+/// A consumer of an event source (`E`: an SQS queue by default; a DynamoDB stream, a Kinesis
+/// stream or a Kafka topic with [`ConsumerBuilder::source`]): a [`BatchProcessor`] and a boxed
+/// handler of output `O`, with its cold-start checks; see the [module](self). Its type names no
+/// closure, so that a test or an application's state holds it.
+pub struct Consumer<O, E: EventSource = SqsEvent> {
     processor: BatchProcessor,
-    handler: BoxRecordHandler<O>,
+    handler: BoxRecordHandler<O, E::Record>,
     cold_start: ColdStartChecks,
+    mapping_check: Option<MappingCheckFn>,
+    mapping_checked: std::sync::Once,
 }
 
-impl<O> std::fmt::Debug for Consumer<O> {
+/// The event source mapping's check (see `mapping_check`): of the function's name and the
+/// source's ARN.
+type MappingCheckFn = Arc<
+    dyn Fn(
+            String,
+            Option<String>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+impl<O, E: EventSource> std::fmt::Debug for Consumer<O, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
             .field("processor", &self.processor)
@@ -139,28 +159,37 @@ impl Consumer<()> {
     }
 }
 
-impl<O: Send + 'static> Consumer<O> {
-    /// Processes one SQS event and answers with its partial batch response: what the function's
+impl<O: Send + 'static, E: EventSource + serde::de::DeserializeOwned> Consumer<O, E> {
+    /// Processes one event and answers with its partial batch response: what the function's
     /// `service_fn` calls.
     pub async fn handle(
         &self,
-        event: LambdaEvent<SqsEvent>,
-    ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+        event: LambdaEvent<E>,
+    ) -> Result<E::Response, lambda_runtime::Error> {
         Ok(self.process(&event).await?.response())
     }
 
-    /// Processes one SQS event and reports each record: its output, or its failure and whether
-    /// it went to the dead-letter queue.
+    /// Processes one event and reports each record: its output, or its failure and whether it
+    /// went to the dead-letter queue.
     pub async fn process(
         &self,
-        event: &LambdaEvent<SqsEvent>,
-    ) -> Result<BatchReport<O>, ConsumerError> {
-        let arn = event
-            .payload
-            .records
-            .first()
+        event: &LambdaEvent<E>,
+    ) -> Result<BatchReport<O, E>, ConsumerError> {
+        // The source queue's check runs on an SQS event's queue only.
+        let arn = (&event.payload as &dyn Any)
+            .downcast_ref::<SqsEvent>()
+            .and_then(|sqs| sqs.records.first())
             .and_then(|r| r.event_source_arn.as_deref());
         self.cold_start.ready(arn).await?;
+        if E::is_stream()
+            && let Some(check) = &self.mapping_check
+        {
+            self.mapping_checked.call_once(|| {
+                let function = event.context.env_config.function_name.clone();
+                let source = event.payload.source_arn().map(str::to_owned);
+                tokio::spawn(check(function, source));
+            });
+        }
         let report = self.processor.process(event, &self.handler).await?;
         key_missing::report(event, &report);
         Ok(report)
@@ -214,8 +243,9 @@ impl Sqs {
 }
 
 /// Builds a [`Consumer`]: its engine, keys, budget, backoff, dead-letter queue and checks,
-/// then its handler in one of the three modes. See the [module](self).
-pub struct ConsumerBuilder<B> {
+/// then its handler in one of the three modes. See the [module](self). `E` is the event source
+/// (an SQS queue unless [`source`](Self::source) says otherwise).
+pub struct ConsumerBuilder<B, E: EventSource = SqsEvent> {
     engine: Idempotency<B>,
     keys: KeyConfig,
     config: ConsumerConfig,
@@ -226,9 +256,12 @@ pub struct ConsumerBuilder<B> {
     /// The inline and transactional modes' item lookup: an `ItemLookup` of the backend's
     /// write, set by [`with_item_lookup`](Self::with_item_lookup).
     item_lookup: Option<Arc<dyn Any + Send + Sync>>,
+    /// The event source mapping's check, for stream and Kafka sources.
+    mapping_check: Option<MappingCheckFn>,
+    source: PhantomData<fn() -> E>,
 }
 
-impl<B: std::fmt::Debug> std::fmt::Debug for ConsumerBuilder<B> {
+impl<B: std::fmt::Debug, E: EventSource> std::fmt::Debug for ConsumerBuilder<B, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerBuilder")
             .field("engine", &self.engine)
@@ -249,7 +282,16 @@ impl ConsumerBuilder<crate::store::DynamoDbBackend> {
         config: ConsumerConfig,
     ) -> Result<Self, ConfigError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        Self::from_clients(dynamodb, aws_sdk_sqs::Client::new(sdk), config)
+        #[allow(unused_mut)]
+        let mut builder = Self::from_clients(dynamodb, aws_sdk_sqs::Client::new(sdk), config)?;
+        #[cfg(feature = "mapping-check")]
+        {
+            let lambda = aws_sdk_lambda::Client::new(sdk);
+            builder.mapping_check = Some(Arc::new(move |function, source| {
+                Box::pin(mapping_check::check(lambda.clone(), function, source))
+            }));
+        }
+        Ok(builder)
     }
 
     /// [`from_config`](Self::from_config) with clients of your own (their timeouts, retries,
@@ -273,7 +315,7 @@ impl ConsumerBuilder<crate::store::DynamoDbBackend> {
 
 impl<B: Backend> ConsumerBuilder<B> {
     /// A builder over `backend` with the default settings ([`ConsumerConfig::default`]) and no
-    /// SQS client.
+    /// SQS client, for an SQS queue.
     pub fn new(backend: B) -> Self {
         Self::with_config(backend, ConsumerConfig::default())
     }
@@ -302,6 +344,51 @@ impl<B: Backend> ConsumerBuilder<B> {
             processor: BatchProcessor::new(),
             local_cache,
             item_lookup: None,
+            mapping_check: None,
+            source: PhantomData,
+        }
+    }
+}
+
+impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
+    /// A consumer of another event source: a DynamoDB stream
+    /// ([`dynamodb::Event`](aws_lambda_events::dynamodb::Event)), a Kinesis stream
+    /// ([`KinesisEvent`](aws_lambda_events::kinesis::KinesisEvent)) or a Kafka topic
+    /// ([`KafkaEvent`](aws_lambda_events::kafka::KafkaEvent)), with the same settings. The
+    /// dead-letter queue is still an SQS queue (the record, its shard or partition and sequence
+    /// number, and the reason); the visibility backoff and the source queue's check are SQS's
+    /// alone; an item lookup is of SQS messages.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), lambda_runtime::Error> {
+    /// use aws_lambda_events::kinesis::KinesisEvent;
+    /// use lambda_idempotency::prelude::*;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Payment { payment_id: String }
+    ///
+    /// Consumer::from_env()
+    ///     .await?
+    ///     .source::<KinesisEvent>()
+    ///     .idempotent(json(|p: Payment, _ctx: RecordContext| async move {
+    ///         Ok::<_, std::io::Error>(p.payment_id)
+    ///     }))
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    pub fn source<E2: EventSource>(self) -> ConsumerBuilder<B, E2> {
+        ConsumerBuilder {
+            engine: self.engine,
+            keys: self.keys,
+            config: self.config,
+            sqs: self.sqs,
+            table_check: self.table_check,
+            processor: self.processor,
+            local_cache: self.local_cache,
+            item_lookup: self.item_lookup,
+            mapping_check: self.mapping_check,
+            source: PhantomData,
         }
     }
 
@@ -430,9 +517,9 @@ impl<B: Backend> ConsumerBuilder<B> {
 
     /// A consumer in the lease mode: `handler` runs at most once per key in effect, its record
     /// written before and completed after ([`RecordHandlerExt::idempotent`]).
-    pub fn idempotent<H>(self, handler: H) -> Consumer<Deduplicated<H::Output>>
+    pub fn idempotent<H>(self, handler: H) -> Consumer<Deduplicated<H::Output>, E>
     where
-        H: RecordHandler + 'static,
+        H: RecordHandler<E::Record> + 'static,
         H::Output: Serialize + 'static,
         B: 'static,
     {
@@ -450,9 +537,9 @@ impl<B: Backend> ConsumerBuilder<B> {
 
     /// A consumer in the transactional mode: `handler` returns its writes, which commit with the
     /// record in one transaction ([`RecordHandlerExt::transactional`]).
-    pub fn transactional<H, T>(self, handler: H) -> Consumer<Deduplicated<T>>
+    pub fn transactional<H, T>(self, handler: H) -> Consumer<Deduplicated<T>, E>
     where
-        H: RecordHandler<Output = Transaction<T, B::Write>> + 'static,
+        H: RecordHandler<E::Record> + HandlerOutput<Output = Transaction<T, B::Write>> + 'static,
         T: Serialize + Send + 'static,
         B: TransactionalBackend + 'static,
     {
@@ -471,9 +558,9 @@ impl<B: Backend> ConsumerBuilder<B> {
 
     /// A consumer in the inline mode: `handler` returns its one new item, written with the
     /// record on it in one conditional write ([`RecordHandlerExt::inline`]).
-    pub fn inline<H, T, I>(self, handler: H) -> Consumer<Deduplicated<T>>
+    pub fn inline<H, T, I>(self, handler: H) -> Consumer<Deduplicated<T>, E>
     where
-        H: RecordHandler<Output = InlinePut<T, I>> + 'static,
+        H: RecordHandler<E::Record> + HandlerOutput<Output = InlinePut<T, I>> + 'static,
         T: Serialize + Send + 'static,
         I: Into<B::Write> + Send + 'static,
         B: TransactionalBackend + 'static,
@@ -500,9 +587,9 @@ impl<B: Backend> ConsumerBuilder<B> {
     pub fn compose<H>(
         mut self,
         make: impl FnOnce(Idempotency<B>, KeyConfig) -> H,
-    ) -> Consumer<H::Output>
+    ) -> Consumer<H::Output, E>
     where
-        H: RecordHandler + 'static,
+        H: RecordHandler<E::Record> + 'static,
         H::Output: 'static,
     {
         if self.local_cache.take().is_some() {
@@ -520,10 +607,10 @@ impl<B: Backend> ConsumerBuilder<B> {
         self,
         layer: impl FnOnce(Idempotency<B>) -> Idempotency<B2>,
         make: impl FnOnce(Idempotency<B2>, KeyConfig) -> H,
-    ) -> Consumer<H::Output>
+    ) -> Consumer<H::Output, E>
     where
         B2: Backend,
-        H: RecordHandler + 'static,
+        H: RecordHandler<E::Record> + 'static,
         H::Output: 'static,
     {
         let Self {
@@ -535,6 +622,8 @@ impl<B: Backend> ConsumerBuilder<B> {
             mut processor,
             local_cache: _,
             item_lookup: _,
+            mapping_check,
+            source: _,
         } = self;
         let engine = layer(engine);
         if let Some(attempts) = config.max_attempts {
@@ -544,7 +633,8 @@ impl<B: Backend> ConsumerBuilder<B> {
             Some(Sqs::Client(client)) => Some(client.clone()),
             _ => None,
         };
-        let queue = client.map(|sqs| QueueToCheck {
+        // The source queue's check is of SQS queues.
+        let queue = client.filter(|_| !E::is_stream()).map(|sqs| QueueToCheck {
             sqs,
             source: config.source_queue_url.clone().map(QueueRef::Url),
             batch_size: config.batch_size,
@@ -577,11 +667,13 @@ impl<B: Backend> ConsumerBuilder<B> {
                     .max(config.backoff_max.max(config.backoff_base)),
             );
         }
-        let handler = make(engine, keys).boxed();
+        let handler = BoxRecordHandler::new(make(engine, keys));
         Consumer {
             processor,
             handler,
             cold_start: ColdStartChecks::start_with(table_check, queue),
+            mapping_check: mapping_check.filter(|_| E::is_stream()),
+            mapping_checked: std::sync::Once::new(),
         }
     }
 }

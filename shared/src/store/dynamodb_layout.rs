@@ -142,6 +142,7 @@ pub(crate) fn carried_record_bytes(attributes: &Attributes, record: &Idempotency
 
 /// The bytes of `record`'s own item in the idempotency table, under `attributes`: what a
 /// transaction's action for the record writes when the record is not carried.
+#[cfg(any(test, doc, feature = "test-util"))]
 pub(crate) fn record_item_bytes(attributes: &Attributes, record: &IdempotencyRecord) -> usize {
     let a = attributes;
     let optional = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());

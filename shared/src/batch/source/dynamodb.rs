@@ -112,6 +112,12 @@ impl EventSource for Event {
         self.records.iter().collect()
     }
 
+    fn source_arn(&self) -> Option<&str> {
+        self.records
+            .first()
+            .and_then(|r| r.event_source_arn.as_deref())
+    }
+
     fn ordered(&self) -> bool {
         true
     }

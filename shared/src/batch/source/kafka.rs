@@ -158,6 +158,10 @@ impl EventSource for KafkaEvent {
             .collect()
     }
 
+    fn source_arn(&self) -> Option<&str> {
+        self.event_source_arn.as_deref()
+    }
+
     fn ordered(&self) -> bool {
         true
     }

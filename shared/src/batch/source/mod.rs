@@ -44,6 +44,11 @@ pub trait EventSource: Send + Sync + 'static {
     /// by message group. False for a standard SQS queue, whose records run concurrently.
     fn ordered(&self) -> bool;
 
+    /// The ARN of the event's source (a queue, a stream, an MSK cluster), if the event names it.
+    fn source_arn(&self) -> Option<&str> {
+        None
+    }
+
     /// True for a stream source (DynamoDB Streams, Kinesis, Kafka): the response is a checkpoint
     /// per shard, and every record must have a [`Record::position`].
     fn is_stream() -> bool {

@@ -14,6 +14,12 @@ impl EventSource for SqsEvent {
         self.records.iter().collect()
     }
 
+    fn source_arn(&self) -> Option<&str> {
+        self.records
+            .first()
+            .and_then(|r| r.event_source_arn.as_deref())
+    }
+
     fn ordered(&self) -> bool {
         self.records
             .first()
