@@ -613,6 +613,7 @@ Resources:
         )]
         .into(),
         tables: Default::default(),
+        kinesis_streams: Default::default(),
         functions: [("Worker".to_owned(), "worker".to_owned())].into(),
     };
     let [m] = EventSourceMapping::for_function(worker, &provisioned)

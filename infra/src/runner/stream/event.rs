@@ -249,8 +249,10 @@ pub fn invocation_record(given_up: &GivenUp<'_>) -> Value {
         "timestamp".into(),
         json!(timestamp(DateTime::from(SystemTime::now()))),
     );
+    let kind =
+        super::StreamKind::of_arn(given_up.stream_arn).unwrap_or(super::StreamKind::DynamoDb);
     out.insert(
-        "DDBStreamBatchInfo".into(),
+        kind.batch_info_key().into(),
         json!({
             "shardId": given_up.shard_id,
             "startSequenceNumber": first.map(|r| &r.sequence_number),

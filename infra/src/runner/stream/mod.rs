@@ -23,14 +23,15 @@
 //! starting position again.
 
 mod event;
+mod kinesis;
 mod shard;
+mod source;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodbstreams::types::{Shard as StreamShard, ShardIteratorType};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +39,9 @@ pub use event::{
     Condition, EVENT_VERSION, GivenUp, LastInvocation, ShardRecord, invocation_record,
     stream_event, stream_record,
 };
+pub use kinesis::{KINESIS_SCHEMA_VERSION, kinesis_record};
+pub(crate) use source::Source;
+pub use source::StreamKind;
 
 use super::{Counters, Invoker, RunnerError};
 use crate::provision::{Provisioned, ProvisionedQueue};
@@ -118,53 +122,81 @@ impl StreamEventSourceMapping {
         }
     }
 
-    /// The enabled DynamoDB stream event sources of `function`, resolved against `provisioned`.
+    /// The enabled DynamoDB and Kinesis stream event sources of `function`, resolved against
+    /// `provisioned`.
     pub fn for_function(
         function: &Function,
         provisioned: &Provisioned,
     ) -> Result<Vec<Self>, RunnerError> {
-        function
-            .dynamodb_events
-            .iter()
-            .filter(|e| e.enabled)
-            .map(|e| {
-                let table = provisioned
-                    .tables
-                    .get(&e.table)
-                    .ok_or_else(|| RunnerError::TableNotProvisioned(e.table.clone()))?;
-                let stream_arn = table
-                    .stream_arn
-                    .as_deref()
-                    .ok_or_else(|| RunnerError::NoStream(e.table.clone()))?;
-                let on_failure = e
-                    .on_failure_queue
-                    .as_ref()
-                    .map(|q| {
-                        provisioned
-                            .queues
-                            .get(q)
-                            .cloned()
-                            .ok_or_else(|| RunnerError::QueueNotProvisioned(q.clone()))
-                    })
-                    .transpose()?;
-                let mut mapping = Self::new(&function.name, stream_arn, function.timeout())
-                    .starting_position(e.starting_position)
-                    .batch_size(e.batch_size)
-                    .maximum_batching_window(Duration::from_secs(
-                        e.maximum_batching_window_in_seconds.into(),
-                    ))
-                    .report_batch_item_failures(e.reports_batch_item_failures())
-                    .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
-                    .maximum_retry_attempts(e.maximum_retry_attempts())
-                    .maximum_record_age(e.maximum_record_age())
-                    .filters(e.filters.clone())
-                    .on_failure(on_failure);
-                mapping.memory_size = function.memory_size;
-                mapping.binary = function.binary.clone();
-                mapping.function_arn = provisioned.function_arn(&function.name);
-                Ok(mapping)
-            })
-            .collect()
+        let on_failure = |queue: &Option<String>| {
+            queue
+                .as_ref()
+                .map(|q| {
+                    provisioned
+                        .queues
+                        .get(q)
+                        .cloned()
+                        .ok_or_else(|| RunnerError::QueueNotProvisioned(q.clone()))
+                })
+                .transpose()
+        };
+        let mut out = Vec::new();
+        for e in function.dynamodb_events.iter().filter(|e| e.enabled) {
+            let table = provisioned
+                .tables
+                .get(&e.table)
+                .ok_or_else(|| RunnerError::TableNotProvisioned(e.table.clone()))?;
+            let stream_arn = table
+                .stream_arn
+                .as_deref()
+                .ok_or_else(|| RunnerError::NoStream(e.table.clone()))?;
+            let mapping = Self::new(&function.name, stream_arn, function.timeout())
+                .starting_position(e.starting_position)
+                .batch_size(e.batch_size)
+                .maximum_batching_window(Duration::from_secs(
+                    e.maximum_batching_window_in_seconds.into(),
+                ))
+                .report_batch_item_failures(e.reports_batch_item_failures())
+                .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
+                .maximum_retry_attempts(e.maximum_retry_attempts())
+                .maximum_record_age(e.maximum_record_age())
+                .filters(e.filters.clone())
+                .on_failure(on_failure(&e.on_failure_queue)?);
+            out.push(mapping.of_function(function, provisioned));
+        }
+        for e in function.kinesis_events.iter().filter(|e| e.enabled) {
+            let stream = provisioned
+                .kinesis_streams
+                .get(&e.stream)
+                .ok_or_else(|| RunnerError::KinesisStreamNotProvisioned(e.stream.clone()))?;
+            let mapping = Self::new(&function.name, &stream.arn, function.timeout())
+                .starting_position(e.starting_position)
+                .batch_size(e.batch_size)
+                .maximum_batching_window(Duration::from_secs(
+                    e.maximum_batching_window_in_seconds.into(),
+                ))
+                .report_batch_item_failures(e.reports_batch_item_failures())
+                .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
+                .maximum_retry_attempts(e.maximum_retry_attempts())
+                .maximum_record_age(e.maximum_record_age())
+                .filters(e.filters.clone())
+                .on_failure(on_failure(&e.on_failure_queue)?);
+            out.push(mapping.of_function(function, provisioned));
+        }
+        Ok(out)
+    }
+
+    /// The function's memory, binary and ARN.
+    fn of_function(mut self, function: &Function, provisioned: &Provisioned) -> Self {
+        self.memory_size = function.memory_size;
+        self.binary = function.binary.clone();
+        self.function_arn = provisioned.function_arn(&function.name);
+        self
+    }
+
+    /// Which service the stream belongs to (`None`: the ARN names neither).
+    pub fn kind(&self) -> Option<StreamKind> {
+        StreamKind::of_arn(&self.stream_arn)
     }
 
     /// The table of the stream (from its ARN, `...:table/NAME/stream/LABEL`).
@@ -362,7 +394,7 @@ impl StreamProgress {
 pub(super) struct MappingContext {
     pub(super) mapping: StreamEventSourceMapping,
     pub(super) invoker: Arc<dyn Invoker>,
-    pub(super) streams: aws_sdk_dynamodbstreams::Client,
+    pub(super) source: Source,
     pub(super) sqs: aws_sdk_sqs::Client,
     pub(super) counters: Arc<Counters>,
     pub(super) options: StreamOptions,
@@ -370,53 +402,19 @@ pub(super) struct MappingContext {
 }
 
 impl MappingContext {
-    /// Every shard of the stream (`DescribeStream`, page by page).
-    async fn describe_shards(&self) -> Result<Vec<StreamShard>, String> {
-        let mut shards = Vec::new();
-        let mut start: Option<String> = None;
-        loop {
-            let out = self
-                .streams
-                .describe_stream()
-                .stream_arn(&self.mapping.stream_arn)
-                .set_exclusive_start_shard_id(start.take())
-                .send()
-                .await
-                .map_err(|e| aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())?;
-            let description = out
-                .stream_description
-                .ok_or("DescribeStream: the answer has no StreamDescription")?;
-            shards.extend(description.shards.unwrap_or_default());
-            match description.last_evaluated_shard_id {
-                Some(last) => start = Some(last),
-                None => return Ok(shards),
-            }
-        }
-    }
-
-    /// Whether `ListStreams` for the table lists the stream (a warning when it does not: the
-    /// table's stream was replaced, or the ARN is wrong).
+    /// Whether the stream's table lists it (a warning when it does not: the table's stream was
+    /// replaced, or the ARN is wrong). DynamoDB streams only.
     async fn check_listed(&self) {
         let m = &self.mapping;
-        let Some(table) = m.table_name() else {
-            return;
-        };
-        match self.streams.list_streams().table_name(table).send().await {
-            Ok(out) => {
-                let listed = out
-                    .streams
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|s| s.stream_arn.as_deref() == Some(m.stream_arn.as_str()));
-                if !listed {
-                    tracing::warn!(function = %m.function_name, stream = %m.stream_arn,
-                        "ListStreams does not list the stream of the mapping for table {table}");
-                }
+        match self.source.listed(&m.stream_arn).await {
+            Ok(Some(false)) => {
+                tracing::warn!(function = %m.function_name, stream = %m.stream_arn,
+                    "ListStreams does not list the stream of the mapping for its table");
             }
+            Ok(_) => {}
             Err(e) => {
                 Counters::add(&self.counters.receive_errors, 1);
-                tracing::warn!(function = %m.function_name, "ListStreams failed: {}",
-                    aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e));
+                tracing::warn!(function = %m.function_name, "ListStreams failed: {e}");
             }
         }
     }
@@ -436,30 +434,30 @@ pub(super) fn spawn_mapping(
         let mut first_look = true;
         while !shutdown.is_cancelled() {
             let started = Instant::now();
-            match ctx.describe_shards().await {
+            match ctx.source.shards(&ctx.mapping.stream_arn).await {
                 Ok(shards) => {
                     let known: HashMap<String, Arc<ShardProgress>> = lock(&ctx.progress.shards)
                         .iter()
                         .map(|(k, v)| (k.clone(), Arc::clone(v)))
                         .collect();
-                    for s in &shards {
-                        let Some(id) = s.shard_id.clone() else {
-                            continue;
-                        };
+                    for s in shards {
+                        let id = s.id;
                         if known.contains_key(&id) {
                             continue;
                         }
                         let progress = Arc::new(ShardProgress::default());
                         lock(&ctx.progress.shards).insert(id.clone(), Arc::clone(&progress));
                         Counters::add(&ctx.counters.shards, 1);
-                        // A child waits for its parent (when the mapping knows the parent).
-                        let parent = s
-                            .parent_shard_id
-                            .as_ref()
-                            .and_then(|p| lock(&ctx.progress.shards).get(p).cloned());
+                        // A child waits for its parents (those the mapping knows): the shard
+                        // split (or the two merged) into it.
+                        let parents: Vec<Arc<ShardProgress>> = s
+                            .parents
+                            .iter()
+                            .filter_map(|p| lock(&ctx.progress.shards).get(p).cloned())
+                            .collect();
                         let start = match (first_look, ctx.mapping.starting_position) {
-                            (true, StartingPosition::Latest) => ShardIteratorType::Latest,
-                            _ => ShardIteratorType::TrimHorizon,
+                            (true, StartingPosition::Latest) => StartingPosition::Latest,
+                            _ => StartingPosition::TrimHorizon,
                         };
                         let shard = shard::Shard {
                             ctx: Arc::clone(&ctx),
@@ -469,7 +467,7 @@ pub(super) fn spawn_mapping(
                         };
                         let shutdown = shutdown.clone();
                         shard_tasks.push(tokio::spawn(async move {
-                            if let Some(parent) = parent {
+                            for parent in parents {
                                 tokio::select! {
                                     _ = shutdown.cancelled() => return,
                                     _ = parent.wait_finished() => {}
@@ -484,7 +482,8 @@ pub(super) fn spawn_mapping(
                 Err(e) => {
                     Counters::add(&ctx.counters.receive_errors, 1);
                     tracing::warn!(function = %ctx.mapping.function_name,
-                        stream = %ctx.mapping.stream_arn, "DescribeStream failed: {e}");
+                        stream = %ctx.mapping.stream_arn, "listing the shards ({}) failed: {e}",
+                        ctx.source.name());
                 }
             }
             tokio::select! {
