@@ -114,14 +114,28 @@ pub fn start(
     seen: &Seen,
     respond: impl Fn(usize, &[Seen1]) -> Result<KinesisEventResponse, String> + Send + Sync + 'static,
 ) -> RunningRunner {
-    let (seen, respond) = (seen.clone(), Arc::new(respond));
+    start_paced(clients, mapping, seen, |_| Duration::ZERO, respond)
+}
+
+/// [`start`], the handler first waiting `pause(batch)` (without holding the runtime up), and
+/// recording the batch when it is done.
+pub fn start_paced(
+    clients: &Clients,
+    mapping: StreamEventSourceMapping,
+    seen: &Seen,
+    pause: impl Fn(&KinesisEvent) -> Duration + Send + Sync + 'static,
+    respond: impl Fn(usize, &[Seen1]) -> Result<KinesisEventResponse, String> + Send + Sync + 'static,
+) -> RunningRunner {
+    let (seen, pause, respond) = (seen.clone(), Arc::new(pause), Arc::new(respond));
     Runner::from_clients(clients)
         .stream_options(fast())
         .stream_mapping(
             mapping,
             InProcess::new(move |event: LambdaEvent<KinesisEvent>| {
-                let (seen, respond) = (seen.clone(), Arc::clone(&respond));
+                let (seen, pause, respond) =
+                    (seen.clone(), Arc::clone(&pause), Arc::clone(&respond));
                 async move {
+                    tokio::time::sleep(pause(&event.payload)).await;
                     let index = seen.batches().len();
                     let batch = seen.record(&event.payload);
                     respond(index, &batch).map_err(Error::from)
