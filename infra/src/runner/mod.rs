@@ -18,9 +18,10 @@
 //! invisible while earlier ones are in flight, and redrive to the dead-letter queue happens in
 //! SQS after `maxReceiveCount` receives, as in AWS.
 //!
-//! **DynamoDB streams** ([`StreamEventSourceMapping`]): each shard read in order, one batch at
-//! a time, filtered, retried from the first reported failure, bisected, and given up on to the
-//! on-failure queue; see the [`stream`] module.
+//! **DynamoDB streams and Kinesis data streams** ([`StreamEventSourceMapping`]): each shard
+//! read in order, one batch at a time (a child shard after its parents), filtered, retried from
+//! the first reported failure, bisected, and given up on to the on-failure queue; see the
+//! [`stream`] module.
 //!
 //! ```no_run
 //! # async fn f(clients: local_aws::Clients, template: local_aws::template::Template,
@@ -77,8 +78,8 @@ pub enum RunnerError {
     /// No function has that `FunctionName` or logical id.
     #[error("no function named {0} in the template")]
     NoSuchFunction(String),
-    /// The function has no (enabled) SQS or DynamoDB stream event source.
-    #[error("function {0} has no enabled SQS or DynamoDB stream event source")]
+    /// The function has no (enabled) SQS, DynamoDB stream or Kinesis event source.
+    #[error("function {0} has no enabled SQS, DynamoDB stream or Kinesis event source")]
     NoSqsEvents(String),
     /// The event source's queue (or on-failure queue) was not provisioned.
     #[error("queue {0} is not provisioned")]
@@ -229,7 +230,7 @@ impl Runner {
         Ok(any)
     }
 
-    /// Adds every enabled event source (SQS queues and DynamoDB streams) of the function with
+    /// Adds every enabled event source (SQS queues, DynamoDB and Kinesis streams) of the function with
     /// `FunctionName` or logical id `function`, invoking it with `invoker`.
     pub fn function(
         mut self,
@@ -252,7 +253,7 @@ impl Runner {
 
     /// Adds every enabled event source of every function, all invoked with `invoker` (e.g. one
     /// [`HttpInvoker`], which routes by function name). Functions with a stream need a runner
-    /// with a DynamoDB Streams client ([`from_clients`](Self::from_clients)).
+    /// with a DynamoDB Streams or Kinesis client ([`from_clients`](Self::from_clients)).
     pub fn all_functions(
         mut self,
         template: &Template,
@@ -271,7 +272,7 @@ impl Runner {
         self.mappings.iter().map(|(m, _)| m)
     }
 
-    /// The DynamoDB stream mappings added so far.
+    /// The stream mappings (DynamoDB and Kinesis) added so far.
     pub fn stream_mappings(&self) -> impl Iterator<Item = &StreamEventSourceMapping> {
         self.stream_mappings.iter().map(|(m, _)| m)
     }

@@ -1,13 +1,25 @@
-//! Lambda's DynamoDB Streams event source mapping: what Lambda does between a table's stream
-//! and a function.
+//! Lambda's stream event source mappings, DynamoDB Streams and Kinesis Data Streams: what
+//! Lambda does between a table's stream or a Kinesis data stream and a function.
 //!
-//! At start the mapping looks the stream up (`ListStreams` for its table, `DescribeStream` for
-//! its shards) and then looks for new shards every [`StreamOptions::shard_refresh_interval`]; a
-//! child shard waits until its parent is done. Each shard is read in order, one batch at a time
-//! (`ParallelizationFactor` 1): from `TRIM_HORIZON` or `LATEST` (shards found later from their
-//! start), polled every [`StreamOptions::poll_interval`]. Records no filter pattern matches are
-//! consumed without an invocation; the others are gathered into batches of up to `BatchSize`
-//! within `MaximumBatchingWindowInSeconds`, sent as the Lambda DynamoDB event, and then:
+//! Both are streams of shards read in order with shard iterators, so one machinery serves both
+//! (a [`StreamEventSourceMapping`] whose `stream_arn` names a DynamoDB stream or a Kinesis
+//! stream, see [`StreamKind`]); only the calls and the record shape differ:
+//!
+//! | | DynamoDB Streams | Kinesis Data Streams |
+//! | --- | --- | --- |
+//! | shards | `DescribeStream`; a child waits for its parent | `ListShards`; a child waits for its parent and, after a merge, its adjacent parent |
+//! | a record | [`stream_record`] (`aws_lambda_events::dynamodb::EventRecord`) | [`kinesis_record`] (`aws_lambda_events::kinesis::KinesisEventRecord`): `kinesis.{partitionKey, sequenceNumber, data (base64), approximateArrivalTimestamp, kinesisSchemaVersion}`, `eventID` `<shard id>:<sequence number>`, `invokeIdentityArn` (locally the role named after the function) |
+//! | `itemIdentifier` of a partial batch response | the record's `dynamodb.SequenceNumber` | the record's `kinesis.sequenceNumber` (not its `eventID`) |
+//! | on-failure invocation record | `DDBStreamBatchInfo` | `KinesisBatchInfo` (same fields: `shardId`, `startSequenceNumber`, `endSequenceNumber`, `approximateArrivalOfFirstRecord`, `approximateArrivalOfLastRecord`, `batchSize`, `streamArn`) |
+//!
+//! At start the mapping lists the stream's shards and then looks for new shards every
+//! [`StreamOptions::shard_refresh_interval`]; a child shard waits until its parents are done
+//! (read to their end: a closed shard's last `GetRecords` has no next iterator). Each shard is
+//! read in order, one batch at a time (`ParallelizationFactor` 1): from `TRIM_HORIZON` or
+//! `LATEST` (shards found later from their start), polled every
+//! [`StreamOptions::poll_interval`]. Records no filter pattern matches are consumed without an
+//! invocation; the others are gathered into batches of up to `BatchSize` within
+//! `MaximumBatchingWindowInSeconds`, sent as the Lambda event (`{"Records": [...]}`), and then:
 //!
 //! | outcome | next |
 //! | --- | --- |
@@ -17,10 +29,35 @@
 //!
 //! Retries wait [`StreamOptions::retry_delay`] (short, so tests run fast). After
 //! `MaximumRetryAttempts` retries, or once records are older than `MaximumRecordAgeInSeconds`,
-//! the batch is given up on: its invocation record ([`invocation_record`], with
-//! `DDBStreamBatchInfo`) goes to the `OnFailure` SQS queue (or the records are discarded without
-//! one) and the shard moves on. Checkpoints live in memory: a new runner starts from the
-//! starting position again.
+//! the batch is given up on: its invocation record ([`invocation_record`]) goes to the
+//! `OnFailure` SQS queue (or the records are discarded without one) and the shard moves on.
+//! Checkpoints live in memory: a new runner starts from the starting position again.
+//!
+//! A Kinesis mapping in a test:
+//!
+//! ```no_run
+//! # async fn f(clients: local_aws::Clients, stream_arn: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use aws_lambda_events::kinesis::KinesisEvent;
+//! use aws_lambda_events::streams::KinesisEventResponse;
+//! use lambda_runtime::{Error, LambdaEvent};
+//! use local_aws::runner::{InProcess, Runner, StreamEventSourceMapping};
+//!
+//! let mapping = StreamEventSourceMapping::new("consumer", stream_arn, Duration::from_secs(5))
+//!     .batch_size(10)
+//!     .report_batch_item_failures(true);
+//! let running = Runner::from_clients(&clients)
+//!     .stream_mapping(mapping, InProcess::new(|event: LambdaEvent<KinesisEvent>| async move {
+//!         let _ = event.payload.records; // ... process; report failures by sequence number
+//!         Ok::<_, Error>(KinesisEventResponse::default())
+//!     }))?
+//!     .start(tokio_util::sync::CancellationToken::new());
+//! // ... PutRecord(s); then wait until every record written so far is done with:
+//! running.wait_stream_caught_up("consumer", Duration::from_secs(20)).await?;
+//! let stats = running.stop().await["consumer"];
+//! println!("{} processed, {} retries", stats.stream.records_processed, stats.stream.retries);
+//! # Ok(()) }
+//! ```
 
 mod event;
 mod kinesis;
@@ -47,7 +84,8 @@ use super::{Counters, Invoker, RunnerError};
 use crate::provision::{Provisioned, ProvisionedQueue};
 use crate::template::{FilterPattern, Function, StartingPosition};
 
-/// One DynamoDB stream event source mapping, resolved: which stream feeds which function, how.
+/// One stream event source mapping (a DynamoDB stream or a Kinesis stream, as `stream_arn`
+/// says), resolved: which stream feeds which function, how.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,7 +114,7 @@ pub struct StreamEventSourceMapping {
     pub memory_size: u32,
     /// The function `Timeout`: the deadline of each invocation.
     pub timeout: Duration,
-    /// The stream's ARN (`eventSourceARN`).
+    /// The stream's ARN (`eventSourceARN`): a DynamoDB stream's or a Kinesis stream's.
     pub stream_arn: String,
     /// `StartingPosition`.
     pub starting_position: StartingPosition,
