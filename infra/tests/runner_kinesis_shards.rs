@@ -112,3 +112,74 @@ async fn kinesis_a_split_while_reading_moves_on_to_the_children() {
     assert_eq!(stats.stream.shards, 3);
     assert_eq!(stats.stream.records_processed, 10);
 }
+
+#[tokio::test]
+async fn kinesis_a_merged_shard_is_read_only_after_both_its_parents_end() {
+    let clients = common::clients().await;
+    let s = stream(&clients, 2).await;
+    let (first, second) = (PARENT, "shardId-000000000001");
+    // Two records in each parent (by explicit hash key), then the merge, then three in the child.
+    for (i, data) in ["r01", "r02", "r03", "r04"].iter().enumerate() {
+        let hash = if i % 2 == 0 { 0u128 } else { 1u128 << 127 };
+        clients
+            .kinesis
+            .put_record()
+            .stream_arn(&s.arn)
+            .partition_key("k")
+            .explicit_hash_key(hash.to_string())
+            .data(aws_sdk_kinesis::primitives::Blob::new(*data))
+            .send()
+            .await
+            .expect("PutRecord");
+    }
+    clients
+        .kinesis
+        .merge_shards()
+        .stream_arn(&s.arn)
+        .shard_to_merge(first)
+        .adjacent_shard_to_merge(second)
+        .send()
+        .await
+        .expect("MergeShards");
+    put_all(&clients, &s, &keys(7)[4..]).await;
+    let seen = Seen::default();
+    // The adjacent parent's batch is slow: the child would be read before it ends if it waited
+    // for its first parent only.
+    let running = start_paced(
+        &clients,
+        mapping("merged", &s),
+        &seen,
+        move |e: &KinesisEvent| {
+            let from = |shard: &str| {
+                e.records.iter().any(|r| {
+                    r.event_id
+                        .as_deref()
+                        .is_some_and(|id| id.starts_with(shard))
+                })
+            };
+            if from(second) {
+                Duration::from_millis(500)
+            } else if from(first) {
+                Duration::from_millis(50)
+            } else {
+                Duration::ZERO
+            }
+        },
+        |_, _| Ok(KinesisEventResponse::default()),
+    );
+    running.wait_stream_caught_up("merged", WAIT).await.unwrap();
+    let flat = seen.flat();
+    let mut parents: Vec<&str> = flat[..4].iter().map(|r| r.data.as_str()).collect();
+    parents.sort_unstable();
+    assert_eq!(parents, ["r01", "r02", "r03", "r04"], "{flat:#?}");
+    let child: Vec<&str> = flat[4..].iter().map(|r| r.data.as_str()).collect();
+    assert_eq!(child, ["r05", "r06", "r07"], "{flat:#?}");
+    assert!(
+        flat[4..]
+            .iter()
+            .all(|r| r.shard_id == "shardId-000000000002"),
+        "{flat:#?}"
+    );
+    let stats = running.stop().await["merged"];
+    assert_eq!(stats.stream.shards, 3);
+}
