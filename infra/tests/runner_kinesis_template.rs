@@ -174,3 +174,20 @@ async fn kinesis_a_template_s_stream_and_event_source_come_up_and_run() {
     assert_eq!(records[0]["KinesisBatchInfo"]["batchSize"], 1);
     assert_eq!(records[0]["KinesisBatchInfo"]["streamArn"], provisioned.arn);
 }
+
+#[test]
+fn kinesis_an_on_failure_destination_that_is_fifo_is_a_finding() {
+    assert_eq!(template("kc").check(), []);
+    let fifo = TEMPLATE.replace(
+        "  EventsFailed:\n    Type: AWS::SQS::Queue\n",
+        "  EventsFailed:\n    Type: AWS::SQS::Queue\n    Properties: { FifoQueue: true }\n",
+    );
+    let t = Template::parse(&fifo, &TemplateOptions::default()).unwrap();
+    let findings: Vec<String> = t.check().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        findings,
+        [
+            "EventsConsumer.Events.Payments: on-failure destination EventsFailed is a FIFO queue: Lambda sends to standard queues only"
+        ]
+    );
+}

@@ -381,6 +381,13 @@ impl Template {
             .flat_map(|f| f.dynamodb_events.iter().map(move |e| (f, e)))
     }
 
+    /// Every (function, Kinesis stream event source) pair, enabled or not.
+    pub fn kinesis_event_sources(&self) -> impl Iterator<Item = (&Function, &KinesisEventSource)> {
+        self.functions
+            .values()
+            .flat_map(|f| f.kinesis_events.iter().map(move |e| (f, e)))
+    }
+
     /// Maps the `byQueue` sources of every `RedriveAllowPolicy` written as ARNs to the queues of
     /// the template they name (by the name before [`Naming`]).
     fn resolve_redrive_allow_sources(&mut self) -> Result<()> {

@@ -219,7 +219,8 @@ impl Source {
                         .shard_iterator_type(KinesisIteratorType::AfterSequenceNumber)
                         .starting_sequence_number(seq),
                 };
-                // Kinesis starts a trimmed position at the trim horizon itself.
+                // A position past retention is not told apart here: its error is counted and the
+                // read tried again, like any other.
                 match request.send().await {
                     Ok(out) => Ok(out.shard_iterator().map(str::to_owned)),
                     Err(e) => Err(IteratorError {
