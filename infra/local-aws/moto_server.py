@@ -36,6 +36,13 @@
   A Put whose item lacks a key attribute of its table is refused as DynamoDB refuses it (a
   ValidationException, "Missing the key ... in the item"), not with a server error.
 
+- Kinesis: a shard that is split or merged is closed and keeps its records; new records go to
+  the open shards that cover their hash key, and reading a closed shard to its end returns no
+  NextShardIterator, so a reader knows it is done and moves to the children. moto moved a split
+  shard's records into its children (delivering them again, under new sequence numbers), kept
+  putting new records into the closed parent (it chose among all shards, closed ones first), and
+  returned a NextShardIterator for a closed shard forever, so a reader never finished it.
+
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
 
@@ -58,6 +65,8 @@ from moto.dynamodb.exceptions import (
 from moto.dynamodb.models import DynamoDBBackend, dynamo_type
 from moto.dynamodb.models.utilities import bytesize
 from moto.core.utils import unix_time_millis
+from moto.kinesis.models import KinesisBackend, Stream as KinesisStream
+from moto.kinesis.utils import decompose_shard_iterator
 from moto.sqs.exceptions import InvalidAttributeValue
 from moto.sqs.models import Message, Queue, SQSBackend
 
@@ -329,6 +338,58 @@ def _transact_write_items(self, transact_items):
 
 
 DynamoDBBackend.transact_write_items = _transact_write_items
+
+
+_split_shard_once = KinesisStream.split_shard
+_merge_shards_once = KinesisStream.merge_shards
+_get_shard_for_key_all = KinesisStream.get_shard_for_key
+_get_records_once = KinesisBackend.get_records
+
+
+def _keeping_records(method):
+    """Closes the shards as moto does, without moving their records: they stay where they were
+    written, and only records written afterwards go to the new shards."""
+
+    @functools.wraps(method)
+    def wrapper(self, *shard_ids_and_args):
+        shards = [self.shards[a] for a in shard_ids_and_args if isinstance(a, str) and a in self.shards]
+        kept = [(shard, shard.records) for shard in shards]
+        for shard in shards:
+            shard.records = type(shard.records)()
+        try:
+            return method(self, *shard_ids_and_args)
+        finally:
+            for shard, records in kept:
+                shard.records = records
+
+    return wrapper
+
+
+def _get_shard_for_key(self, partition_key, explicit_hash_key):
+    open_shards = {k: v for k, v in self.shards.items() if v.is_open}
+    every = self.shards
+    self.shards = open_shards
+    try:
+        return _get_shard_for_key_all(self, partition_key, explicit_hash_key)
+    finally:
+        self.shards = every
+
+
+def _get_records(self, stream_arn, shard_iterator, limit):
+    next_iterator, records, millis_behind = _get_records_once(self, stream_arn, shard_iterator, limit)
+    stream_name, shard_id, _ = decompose_shard_iterator(next_iterator)
+    stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
+    shard = stream.get_shard(shard_id)
+    _, _, last = decompose_shard_iterator(next_iterator)
+    if not shard.is_open and int(last) >= shard.get_max_sequence_number():
+        next_iterator = None
+    return next_iterator, records, millis_behind
+
+
+KinesisStream.split_shard = _keeping_records(_split_shard_once)
+KinesisStream.merge_shards = _keeping_records(_merge_shards_once)
+KinesisStream.get_shard_for_key = _get_shard_for_key
+KinesisBackend.get_records = _get_records
 
 if __name__ == "__main__":
     server.main()

@@ -139,6 +139,9 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// DynamoDB Streams (what stream event source mappings read with).
     pub dynamodb_streams: aws_sdk_dynamodbstreams::Client,
+    /// Kinesis Data Streams (what Kinesis event source mappings read with, and where the
+    /// template's `AWS::Kinesis::Stream`s are created).
+    pub kinesis: aws_sdk_kinesis::Client,
 }
 
 impl Clients {
@@ -148,6 +151,7 @@ impl Clients {
             sqs: aws_sdk_sqs::Client::new(config),
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             dynamodb_streams: aws_sdk_dynamodbstreams::Client::new(config),
+            kinesis: aws_sdk_kinesis::Client::new(config),
         }
     }
 

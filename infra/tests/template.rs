@@ -613,6 +613,7 @@ Resources:
         )]
         .into(),
         tables: Default::default(),
+        kinesis_streams: Default::default(),
         functions: [("Worker".to_owned(), "worker".to_owned())].into(),
     };
     let [m] = EventSourceMapping::for_function(worker, &provisioned)
@@ -646,17 +647,15 @@ fn what_sam_makes_that_the_harness_does_not_emulate_is_refused_by_name() {
             .unwrap_err()
             .to_string()
     };
-    let kinesis = with_event(
-        "{ Type: Kinesis, Properties: { Stream: !GetAtt S.Arn, StartingPosition: LATEST } }",
+    // Kinesis is emulated (tests/runner_kinesis_template.rs); an MSK cluster is not.
+    let msk = with_event(
+        "{ Type: MSK, Properties: { Stream: 'arn:aws:kafka:us-east-1:123456789012:cluster/c/1', Topics: [t], StartingPosition: LATEST } }",
     );
     assert!(
-        kinesis.contains("Resources.FE.Properties.EventSourceArn"),
-        "{kinesis}"
+        msk.contains("Resources.FE.Properties.EventSourceArn"),
+        "{msk}"
     );
-    assert!(
-        kinesis.contains("not emulated by the local harness"),
-        "{kinesis}"
-    );
+    assert!(msk.contains("not emulated by the local harness"), "{msk}");
     let iam = with_event(
         "{ Type: HttpApi, Properties: { ApiId: !Ref Api, Auth: { Authorizer: AWS_IAM } } }",
     );

@@ -1,4 +1,4 @@
-//! Creates the template's queues and tables on the endpoint, and checks what exists against it.
+//! Creates the template's queues, tables and Kinesis streams on the endpoint, and checks what exists against it.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,9 +21,12 @@ use serde::Serialize;
 use crate::Clients;
 use crate::template::{Expr, Function, Part, Template};
 
+mod kinesis;
 mod queues;
 mod tables;
 
+pub use kinesis::create_kinesis_stream;
+use kinesis::verify_kinesis_stream;
 use queues::verify_queue;
 pub use queues::{create_queue, redrive_allow_policy_document, set_redrive_allow_policy};
 pub use tables::create_table;
@@ -104,6 +107,15 @@ pub struct ProvisionedTable {
     pub stream_arn: Option<String>,
 }
 
+/// A provisioned Kinesis data stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProvisionedKinesisStream {
+    /// Stream name (what `!Ref` gives).
+    pub name: String,
+    /// Stream ARN (`!GetAtt S.Arn`: what a Kinesis event source mapping reads).
+    pub arn: String,
+}
+
 /// What [`provision`] created (or found), by logical id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Provisioned {
@@ -115,6 +127,8 @@ pub struct Provisioned {
     pub queues: BTreeMap<String, ProvisionedQueue>,
     /// Tables by logical id.
     pub tables: BTreeMap<String, ProvisionedTable>,
+    /// Kinesis data streams by logical id.
+    pub kinesis_streams: BTreeMap<String, ProvisionedKinesisStream>,
     /// Function names by logical id (functions are not deployed; this resolves `!Ref F`).
     pub functions: BTreeMap<String, String>,
 }
@@ -126,7 +140,7 @@ impl Provisioned {
     }
 
     /// The value of `expr` with every reference resolved: `!Ref` a queue is its URL, a table
-    /// its name, a function its name; `!GetAtt` `Arn`, `QueueName`, `QueueUrl`, a table's
+    /// or a Kinesis stream its name, a function its name; `!GetAtt` `Arn`, `QueueName`, `QueueUrl`, a table's
     /// `StreamArn`; pseudo parameters from the endpoint. The error names the first reference it cannot resolve.
     pub fn resolve(&self, expr: &Expr) -> Result<String, String> {
         let mut out = String::new();
@@ -144,6 +158,7 @@ impl Provisioned {
                     .get(name)
                     .map(|q| q.url.clone())
                     .or_else(|| self.tables.get(name).map(|t| t.name.clone()))
+                    .or_else(|| self.kinesis_streams.get(name).map(|s| s.name.clone()))
                     .or_else(|| self.functions.get(name).cloned()),
                 Part::GetAtt(name, attribute) => match attribute.as_str() {
                     "Arn" => self
@@ -151,6 +166,7 @@ impl Provisioned {
                         .get(name)
                         .map(|q| q.arn.clone())
                         .or_else(|| self.tables.get(name).map(|t| t.arn.clone()))
+                        .or_else(|| self.kinesis_streams.get(name).map(|s| s.arn.clone()))
                         .or_else(|| self.functions.get(name).map(|f| self.function_arn(f))),
                     "QueueName" => self.queues.get(name).map(|q| q.name.clone()),
                     "StreamArn" => self.tables.get(name).and_then(|t| t.stream_arn.clone()),
@@ -224,9 +240,9 @@ impl Provisioned {
 }
 
 /// Creates every queue (dead-letter queues first, with their redrive-allow policies; redrive
-/// policies with their ARNs) and every table of `template` (with its stream), idempotently: what
-/// exists is kept (queues get the template's attributes, tables a missing TTL or stream).
-/// Returns where everything is, stream ARNs included.
+/// policies with their ARNs), every table of `template` (with its stream) and every Kinesis
+/// data stream, idempotently: what exists is kept (queues get the template's attributes,
+/// tables a missing TTL or stream). Returns where everything is, stream ARNs included.
 ///
 /// ```no_run
 /// # async fn f(clients: local_aws::Clients) -> Result<(), Box<dyn std::error::Error>> {
@@ -259,6 +275,13 @@ pub async fn provision(
             create_table(&clients.dynamodb, table).await?,
         );
     }
+    let mut kinesis_streams = BTreeMap::new();
+    for stream in template.kinesis_streams.values() {
+        kinesis_streams.insert(
+            stream.logical_id.clone(),
+            create_kinesis_stream(&clients.kinesis, stream).await?,
+        );
+    }
     let account_id = queues
         .values()
         .next()
@@ -271,6 +294,7 @@ pub async fn provision(
         account_id,
         queues,
         tables,
+        kinesis_streams,
         functions: template
             .functions
             .iter()
@@ -334,9 +358,10 @@ impl Diffs<'_> {
 
 pub(super) const ABSENT: &str = "(absent)";
 
-/// Reads back every queue and table of `template` from the endpoint and lists how they differ
-/// from it (missing resources, queue attributes, redrive and redrive-allow policies, key schema,
-/// billing mode, TTL, stream).
+/// Reads back every queue, table and Kinesis stream of `template` from the endpoint and lists
+/// how they differ from it (missing resources, queue attributes, redrive and redrive-allow
+/// policies, key schema, billing mode, TTL, stream, a Kinesis stream's shard count and
+/// retention).
 /// An empty list means the endpoint matches the template.
 ///
 /// ```no_run
@@ -356,6 +381,9 @@ pub async fn verify(
     }
     for table in template.tables.values() {
         out.extend(verify_table(&clients.dynamodb, table).await?);
+    }
+    for stream in template.kinesis_streams.values() {
+        out.extend(verify_kinesis_stream(&clients.kinesis, stream).await?);
     }
     Ok(out)
 }

@@ -18,9 +18,10 @@
 //! invisible while earlier ones are in flight, and redrive to the dead-letter queue happens in
 //! SQS after `maxReceiveCount` receives, as in AWS.
 //!
-//! **DynamoDB streams** ([`StreamEventSourceMapping`]): each shard read in order, one batch at
-//! a time, filtered, retried from the first reported failure, bisected, and given up on to the
-//! on-failure queue; see the [`stream`] module.
+//! **DynamoDB streams and Kinesis data streams** ([`StreamEventSourceMapping`]): each shard
+//! read in order, one batch at a time (a child shard after its parents), filtered, retried from
+//! the first reported failure, bisected, and given up on to the on-failure queue; see the
+//! [`stream`] module.
 //!
 //! ```no_run
 //! # async fn f(clients: local_aws::Clients, template: local_aws::template::Template,
@@ -61,8 +62,9 @@ pub use sqs::{
 };
 pub use stats::{Stats, StreamStats};
 pub use stream::{
-    Condition, GivenUp, LastInvocation, ShardRecord, StreamEventSourceMapping, StreamOptions,
-    invocation_record, stream_event, stream_record,
+    Condition, GivenUp, KINESIS_SCHEMA_VERSION, LastInvocation, ShardRecord,
+    StreamEventSourceMapping, StreamKind, StreamOptions, invocation_record, kinesis_record,
+    stream_event, stream_record,
 };
 
 use crate::Clients;
@@ -76,8 +78,8 @@ pub enum RunnerError {
     /// No function has that `FunctionName` or logical id.
     #[error("no function named {0} in the template")]
     NoSuchFunction(String),
-    /// The function has no (enabled) SQS or DynamoDB stream event source.
-    #[error("function {0} has no enabled SQS or DynamoDB stream event source")]
+    /// The function has no (enabled) SQS, DynamoDB stream or Kinesis event source.
+    #[error("function {0} has no enabled SQS, DynamoDB stream or Kinesis event source")]
     NoSqsEvents(String),
     /// The event source's queue (or on-failure queue) was not provisioned.
     #[error("queue {0} is not provisioned")]
@@ -93,12 +95,31 @@ pub enum RunnerError {
         "function {0} reads a DynamoDB stream: build the runner with Runner::from_clients (or .dynamodb_streams(client))"
     )]
     NoStreamsClient(String),
+    /// A Kinesis mapping was added to a runner without a Kinesis client.
+    #[error(
+        "function {0} reads a Kinesis stream: build the runner with Runner::from_clients (or .kinesis(client))"
+    )]
+    NoKinesisClient(String),
+    /// A stream mapping's ARN names neither a DynamoDB stream nor a Kinesis stream.
+    #[error(
+        "function {function}: {arn:?} is neither a DynamoDB stream ARN (arn:aws:dynamodb:REGION:ACCOUNT:table/T/stream/LABEL) nor a Kinesis stream ARN (arn:aws:kinesis:REGION:ACCOUNT:stream/NAME)"
+    )]
+    NotAStream {
+        /// The function.
+        function: String,
+        /// The ARN given.
+        arn: String,
+    },
+    /// The Kinesis event source's stream was not provisioned.
+    #[error("Kinesis stream {0} is not provisioned")]
+    KinesisStreamNotProvisioned(String),
 }
 
 /// Builds the set of mappings to run; [`start`](Runner::start) runs them.
 pub struct Runner {
     sqs: aws_sdk_sqs::Client,
     streams: Option<aws_sdk_dynamodbstreams::Client>,
+    kinesis: Option<aws_sdk_kinesis::Client>,
     wait_time_seconds: i32,
     stream_options: StreamOptions,
     mappings: Vec<(EventSourceMapping, Arc<dyn Invoker>)>,
@@ -112,6 +133,7 @@ impl Runner {
         Self {
             sqs,
             streams: None,
+            kinesis: None,
             wait_time_seconds: 20,
             stream_options: StreamOptions::default(),
             mappings: Vec::new(),
@@ -119,9 +141,36 @@ impl Runner {
         }
     }
 
-    /// A runner for queues and streams, with the SQS and DynamoDB Streams clients of `clients`.
+    /// A runner for queues and streams, with the SQS, DynamoDB Streams and Kinesis clients of
+    /// `clients`.
     pub fn from_clients(clients: &Clients) -> Self {
-        Self::new(clients.sqs.clone()).dynamodb_streams(clients.dynamodb_streams.clone())
+        Self::new(clients.sqs.clone())
+            .dynamodb_streams(clients.dynamodb_streams.clone())
+            .kinesis(clients.kinesis.clone())
+    }
+
+    /// The Kinesis client the Kinesis stream mappings read with.
+    pub fn kinesis(mut self, client: aws_sdk_kinesis::Client) -> Self {
+        self.kinesis = Some(client);
+        self
+    }
+
+    /// Whether the runner has the client `mapping` reads with.
+    fn check_client(&self, mapping: &StreamEventSourceMapping) -> Result<(), RunnerError> {
+        match StreamKind::of_arn(&mapping.stream_arn) {
+            Some(StreamKind::DynamoDb) if self.streams.is_some() => Ok(()),
+            Some(StreamKind::DynamoDb) => {
+                Err(RunnerError::NoStreamsClient(mapping.function_name.clone()))
+            }
+            Some(StreamKind::Kinesis) if self.kinesis.is_some() => Ok(()),
+            Some(StreamKind::Kinesis) => {
+                Err(RunnerError::NoKinesisClient(mapping.function_name.clone()))
+            }
+            None => Err(RunnerError::NotAStream {
+                function: mapping.function_name.clone(),
+                arn: mapping.stream_arn.clone(),
+            }),
+        }
     }
 
     /// The DynamoDB Streams client the stream mappings read with.
@@ -149,15 +198,14 @@ impl Runner {
         self
     }
 
-    /// Adds one DynamoDB stream mapping (the runner needs a DynamoDB Streams client).
+    /// Adds one stream mapping: a DynamoDB stream or a Kinesis stream, as its ARN says (the
+    /// runner needs the DynamoDB Streams or the Kinesis client).
     pub fn stream_mapping(
         mut self,
         mapping: StreamEventSourceMapping,
         invoker: impl Invoker,
     ) -> Result<Self, RunnerError> {
-        if self.streams.is_none() {
-            return Err(RunnerError::NoStreamsClient(mapping.function_name));
-        }
+        self.check_client(&mapping)?;
         self.stream_mappings.push((mapping, Arc::new(invoker)));
         Ok(self)
     }
@@ -171,8 +219,8 @@ impl Runner {
     ) -> Result<bool, RunnerError> {
         let sqs = EventSourceMapping::for_function(f, provisioned)?;
         let streams = StreamEventSourceMapping::for_function(f, provisioned)?;
-        if !streams.is_empty() && self.streams.is_none() {
-            return Err(RunnerError::NoStreamsClient(f.name.clone()));
+        for mapping in &streams {
+            self.check_client(mapping)?;
         }
         let any = !sqs.is_empty() || !streams.is_empty();
         self.mappings
@@ -182,7 +230,7 @@ impl Runner {
         Ok(any)
     }
 
-    /// Adds every enabled event source (SQS queues and DynamoDB streams) of the function with
+    /// Adds every enabled event source (SQS queues, DynamoDB and Kinesis streams) of the function with
     /// `FunctionName` or logical id `function`, invoking it with `invoker`.
     pub fn function(
         mut self,
@@ -205,7 +253,7 @@ impl Runner {
 
     /// Adds every enabled event source of every function, all invoked with `invoker` (e.g. one
     /// [`HttpInvoker`], which routes by function name). Functions with a stream need a runner
-    /// with a DynamoDB Streams client ([`from_clients`](Self::from_clients)).
+    /// with a DynamoDB Streams or Kinesis client ([`from_clients`](Self::from_clients)).
     pub fn all_functions(
         mut self,
         template: &Template,
@@ -224,7 +272,7 @@ impl Runner {
         self.mappings.iter().map(|(m, _)| m)
     }
 
-    /// The DynamoDB stream mappings added so far.
+    /// The stream mappings (DynamoDB and Kinesis) added so far.
     pub fn stream_mappings(&self) -> impl Iterator<Item = &StreamEventSourceMapping> {
         self.stream_mappings.iter().map(|(m, _)| m)
     }
@@ -248,14 +296,20 @@ impl Runner {
                 &shutdown,
             ));
         }
-        if let Some(streams) = self.streams {
-            for (mapping, invoker) in self.stream_mappings {
+        for (mapping, invoker) in self.stream_mappings {
+            let source = match StreamKind::of_arn(&mapping.stream_arn) {
+                Some(StreamKind::DynamoDb) => self.streams.clone().map(stream::Source::DynamoDb),
+                Some(StreamKind::Kinesis) => self.kinesis.clone().map(stream::Source::Kinesis),
+                None => None,
+            };
+            // Checked when the mapping was added.
+            if let Some(source) = source {
                 let counters = running.counters(&mapping.function_name);
                 let progress = running.stream_progress(&mapping.function_name);
                 let ctx = stream::MappingContext {
                     mapping,
                     invoker,
-                    streams: streams.clone(),
+                    source,
                     sqs: self.sqs.clone(),
                     counters,
                     options: self.stream_options,

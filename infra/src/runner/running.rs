@@ -13,7 +13,7 @@ use super::{Counters, DrainError, Stats, queue_depth, wait_drained};
 #[derive(Debug, thiserror::Error)]
 pub enum StreamWaitError {
     /// The runner has no stream mapping for the function.
-    #[error("function {0} has no DynamoDB stream mapping in this runner")]
+    #[error("function {0} has no stream mapping (DynamoDB or Kinesis) in this runner")]
     NoStreamMapping(String),
     /// Records written before the wait began were still not processed at the timeout.
     #[error(

@@ -24,12 +24,12 @@ pub struct Stats {
     pub timeouts: u64,
     /// Invocations whose partial batch response was invalid.
     pub invalid_responses: u64,
-    /// Failed ReceiveMessage calls (stream mappings: failed DescribeStream, GetShardIterator
+    /// Failed ReceiveMessage calls (stream mappings: failed DescribeStream or ListShards, GetShardIterator
     /// and GetRecords calls).
     pub receive_errors: u64,
     /// Records whose deletion failed.
     pub delete_errors: u64,
-    /// What the function's DynamoDB stream mappings did (zeros without one).
+    /// What the function's stream mappings (DynamoDB and Kinesis) did (zeros without one).
     pub stream: StreamStats,
 }
 
@@ -41,7 +41,7 @@ impl Stats {
     }
 }
 
-/// What a function's DynamoDB stream mappings did so far.
+/// What a function's stream mappings (DynamoDB and Kinesis) did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StreamStats {
     /// Shards found in the streams.

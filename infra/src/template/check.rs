@@ -22,8 +22,9 @@ impl Template {
     /// of its dead-letter retention still finds its record), and when the value comes from a
     /// parameter, that parameter's `MinValue` must be too (or a deployment could go below).
     ///
-    /// DynamoDB stream sources: the table must have a stream (`StreamSpecification`), and the
-    /// on-failure destination must be a standard queue (Lambda sends to no FIFO queue).
+    /// DynamoDB stream sources: the table must have a stream (`StreamSpecification`). DynamoDB
+    /// and Kinesis stream sources: the on-failure destination must be a standard queue (Lambda
+    /// sends to no FIFO queue).
     ///
     /// ```
     /// use local_aws::template::{Template, TemplateOptions};
@@ -155,6 +156,26 @@ impl Template {
                 self.check_idempotency_expiry(f, q, &mut finding);
             }
         }
+        let on_failure = self
+            .dynamodb_event_sources()
+            .map(|(f, e)| (f, &e.name, &e.on_failure_queue))
+            .chain(
+                self.kinesis_event_sources()
+                    .map(|(f, e)| (f, &e.name, &e.on_failure_queue)),
+            );
+        for (f, name, queue) in on_failure {
+            if let Some(q) = queue.as_ref().and_then(|q| self.queues.get(q))
+                && q.fifo
+            {
+                finding(
+                    &format!("{}.Events.{name}", f.logical_id),
+                    format!(
+                        "on-failure destination {} is a FIFO queue: Lambda sends to standard queues only",
+                        q.logical_id
+                    ),
+                );
+            }
+        }
         for (f, e) in self.dynamodb_event_sources() {
             let at = format!("{}.Events.{}", f.logical_id, e.name);
             if self
@@ -167,17 +188,6 @@ impl Template {
                     format!(
                         "table {} has no stream (StreamSpecification): the event source has nothing to read",
                         e.table
-                    ),
-                );
-            }
-            if let Some(q) = e.on_failure_queue.as_ref().and_then(|q| self.queues.get(q))
-                && q.fifo
-            {
-                finding(
-                    &at,
-                    format!(
-                        "on-failure destination {} is a FIFO queue: Lambda sends to standard queues only",
-                        q.logical_id
                     ),
                 );
             }

@@ -1,4 +1,4 @@
-//! A function's event sources: SQS queues, DynamoDB streams and HTTP API routes, as SAM's
+//! A function's event sources: SQS queues, DynamoDB and Kinesis streams and HTTP API routes, as SAM's
 //! translator writes them (`AWS::Lambda::EventSourceMapping` resources, the routes of an
 //! `AWS::ApiGatewayV2::Api`'s OpenAPI `Body`); [`sources`](super::sources) reads them.
 
@@ -111,14 +111,116 @@ impl DynamoDbEventSource {
     /// Retries of a failing batch before it goes to the on-failure destination; `None`:
     /// without limit.
     pub fn maximum_retry_attempts(&self) -> Option<u32> {
-        u32::try_from(self.maximum_retry_attempts).ok()
+        retry_limit(self.maximum_retry_attempts)
     }
 
     /// The age after which a record is no longer sent to the function; `None`: without limit.
     pub fn maximum_record_age(&self) -> Option<Duration> {
-        u64::try_from(self.maximum_record_age_in_seconds)
-            .ok()
-            .map(Duration::from_secs)
+        age_limit(self.maximum_record_age_in_seconds)
+    }
+}
+
+fn retry_limit(maximum_retry_attempts: i32) -> Option<u32> {
+    u32::try_from(maximum_retry_attempts).ok()
+}
+
+fn age_limit(maximum_record_age_in_seconds: i32) -> Option<Duration> {
+    u64::try_from(maximum_record_age_in_seconds)
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// A Kinesis stream event source of a function (SAM's `Events.X.Type: Kinesis`: an
+/// `AWS::Lambda::EventSourceMapping` on a data stream). The settings are those of a
+/// [`DynamoDbEventSource`], with the same defaults and limits.
+///
+/// ```
+/// use local_aws::template::{StartingPosition, Template, TemplateOptions};
+///
+/// let yaml = r#"
+/// Transform: AWS::Serverless-2016-10-31
+/// Resources:
+///   Events:
+///     Type: AWS::Kinesis::Stream
+///     Properties: { ShardCount: 1 }
+///   Failed:
+///     Type: AWS::SQS::Queue
+///   Consumer:
+///     Type: AWS::Serverless::Function
+///     Properties:
+///       Runtime: provided.al2023
+///       Handler: bootstrap
+///       CodeUri: .
+///       Events:
+///         Stream:
+///           Type: Kinesis
+///           Properties:
+///             Stream: !GetAtt Events.Arn
+///             StartingPosition: TRIM_HORIZON
+///             BatchSize: 50
+///             FunctionResponseTypes: [ReportBatchItemFailures]
+///             BisectBatchOnFunctionError: true
+///             MaximumRetryAttempts: 3
+///             DestinationConfig:
+///               OnFailure:
+///                 Destination: !GetAtt Failed.Arn
+/// "#;
+/// let template = Template::parse(yaml, &TemplateOptions::default()).unwrap();
+/// let source = &template.functions["Consumer"].kinesis_events[0];
+/// assert_eq!(source.stream, "Events");
+/// assert_eq!(source.starting_position, StartingPosition::TrimHorizon);
+/// assert_eq!(source.batch_size, 50);
+/// assert!(source.reports_batch_item_failures() && source.bisect_batch_on_function_error);
+/// assert_eq!(source.maximum_retry_attempts(), Some(3));
+/// assert_eq!(source.maximum_record_age(), None);
+/// assert_eq!(source.on_failure_queue.as_deref(), Some("Failed"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KinesisEventSource {
+    /// The event's name in `Events` (the mapping's logical id without the function's in front).
+    pub name: String,
+    /// Logical id of the `AWS::Kinesis::Stream` it reads (`Stream: !GetAtt S.Arn`).
+    pub stream: String,
+    /// `StartingPosition`.
+    pub starting_position: StartingPosition,
+    /// `BatchSize` (default 100).
+    pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds` (default 0).
+    pub maximum_batching_window_in_seconds: u32,
+    /// `FunctionResponseTypes`.
+    pub function_response_types: Vec<String>,
+    /// `BisectBatchOnFunctionError` (default false).
+    pub bisect_batch_on_function_error: bool,
+    /// `MaximumRetryAttempts` (default -1: until the record expires).
+    pub maximum_retry_attempts: i32,
+    /// `MaximumRecordAgeInSeconds` (default -1: until the record expires).
+    pub maximum_record_age_in_seconds: i32,
+    /// `FilterCriteria.Filters[].Pattern`: a record is delivered when one of them matches
+    /// (every record when there is none).
+    pub filters: Vec<FilterPattern>,
+    /// Logical id of the SQS queue of `DestinationConfig.OnFailure`.
+    pub on_failure_queue: Option<String>,
+    /// `Enabled` (default true).
+    pub enabled: bool,
+}
+
+impl KinesisEventSource {
+    /// Whether the function returns partial batch responses (`ReportBatchItemFailures`).
+    pub fn reports_batch_item_failures(&self) -> bool {
+        self.function_response_types
+            .iter()
+            .any(|t| t == REPORT_BATCH_ITEM_FAILURES)
+    }
+
+    /// Retries of a failing batch before it goes to the on-failure destination; `None`:
+    /// without limit.
+    pub fn maximum_retry_attempts(&self) -> Option<u32> {
+        retry_limit(self.maximum_retry_attempts)
+    }
+
+    /// The age after which a record is no longer sent to the function; `None`: without limit.
+    pub fn maximum_record_age(&self) -> Option<Duration> {
+        age_limit(self.maximum_record_age_in_seconds)
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::{
-    Ctx, DynamoDbEventSource, Expr, HttpRoute, Part, Result, SqsEventSource, invalid, key_str,
-    parse_expr,
+    Ctx, DynamoDbEventSource, Expr, HttpRoute, KinesisEventSource, Part, Result, SqsEventSource,
+    invalid, key_str, parse_expr,
 };
 
 /// A function: SAM's `AWS::Serverless::Function`, as its translator writes it
@@ -34,6 +34,8 @@ pub struct Function {
     pub sqs_events: Vec<SqsEventSource>,
     /// DynamoDB stream event sources (its `AWS::Lambda::EventSourceMapping`s on streams).
     pub dynamodb_events: Vec<DynamoDbEventSource>,
+    /// Kinesis stream event sources (its `AWS::Lambda::EventSourceMapping`s on Kinesis streams).
+    pub kinesis_events: Vec<KinesisEventSource>,
     /// HTTP API routes (the API `Body` paths and methods it integrates), in the `Body`'s order.
     pub http_routes: Vec<HttpRoute>,
     /// Whether it has a function URL (`FunctionUrlConfig`: an `AWS::Lambda::Url`).
@@ -95,6 +97,7 @@ impl Ctx<'_> {
             environment_parameters,
             sqs_events: Vec::new(),
             dynamodb_events: Vec::new(),
+            kinesis_events: Vec::new(),
             http_routes: Vec::new(),
             function_url: false,
         })

@@ -1,6 +1,7 @@
 //! The SAM template as a model: parameters, SQS queues (with their redrive and redrive-allow
-//! policies), DynamoDB tables (with their streams) and functions with their event sources (SQS
-//! queues, DynamoDB streams with their filters and on-failure queues) and HTTP routes.
+//! policies), DynamoDB tables (with their streams), Kinesis data streams and functions with
+//! their event sources (SQS queues, DynamoDB and Kinesis streams with their filters and
+//! on-failure queues) and HTTP routes.
 //!
 //! SAM is AWS's to expand: a template with `AWS::Serverless::*` resources goes through SAM's own
 //! translator first ([`translated`]: the pinned `aws-sam-translator`, cached per template text),
@@ -56,6 +57,7 @@ mod expr;
 mod filter;
 mod functions;
 mod indexes;
+mod kinesis;
 mod mappings;
 mod naming;
 mod parameters;
@@ -66,13 +68,15 @@ mod translate;
 
 pub use conditions::Conditions;
 pub use events::{
-    DynamoDbEventSource, HttpRoute, JwtConfiguration, SqsEventSource, StartingPosition,
+    DynamoDbEventSource, HttpRoute, JwtConfiguration, KinesisEventSource, SqsEventSource,
+    StartingPosition,
 };
 pub use expr::intrinsic;
 pub(crate) use expr::pseudo;
 pub use expr::{Expr, Part};
 pub use filter::{FilterError, FilterPattern};
 pub use functions::Function;
+pub use kinesis::KinesisStream;
 pub use mappings::{MapValue, Mappings};
 pub use naming::{Naming, TemplateOptions};
 pub use parameters::Parameter;
@@ -88,6 +92,7 @@ use parse::Ctx;
 
 const QUEUE: &str = "AWS::SQS::Queue";
 const TABLE: &str = "AWS::DynamoDB::Table";
+const KINESIS_STREAM: &str = "AWS::Kinesis::Stream";
 const FUNCTION: &str = "AWS::Lambda::Function";
 const EVENT_SOURCE_MAPPING: &str = "AWS::Lambda::EventSourceMapping";
 const HTTP_API: &str = "AWS::ApiGatewayV2::Api";
@@ -157,6 +162,8 @@ pub struct Template {
     pub queues: BTreeMap<String, Queue>,
     /// DynamoDB tables by logical id.
     pub tables: BTreeMap<String, Table>,
+    /// Kinesis data streams by logical id.
+    pub kinesis_streams: BTreeMap<String, KinesisStream>,
     /// Functions by logical id.
     pub functions: BTreeMap<String, Function>,
     /// The HTTP APIs' JWT authorizers by name (what [`HttpRoute::authorizer`] names).
@@ -264,6 +271,7 @@ impl Template {
             parameters: parameters.clone(),
             queues: BTreeMap::new(),
             tables: BTreeMap::new(),
+            kinesis_streams: BTreeMap::new(),
             functions: BTreeMap::new(),
             jwt_authorizers: BTreeMap::new(),
             mappings: mappings.clone(),
@@ -288,6 +296,10 @@ impl Template {
                 TABLE => {
                     let table = ctx.table(id, props, &at)?;
                     template.tables.insert(id.to_owned(), table);
+                }
+                KINESIS_STREAM => {
+                    let stream = ctx.kinesis_stream(id, props, &at)?;
+                    template.kinesis_streams.insert(id.to_owned(), stream);
                 }
                 FUNCTION => {
                     let function = ctx.function(id, resource, props, &at)?;
@@ -367,6 +379,13 @@ impl Template {
         self.functions
             .values()
             .flat_map(|f| f.dynamodb_events.iter().map(move |e| (f, e)))
+    }
+
+    /// Every (function, Kinesis stream event source) pair, enabled or not.
+    pub fn kinesis_event_sources(&self) -> impl Iterator<Item = (&Function, &KinesisEventSource)> {
+        self.functions
+            .values()
+            .flat_map(|f| f.kinesis_events.iter().map(move |e| (f, e)))
     }
 
     /// Maps the `byQueue` sources of every `RedriveAllowPolicy` written as ARNs to the queues of

@@ -29,9 +29,12 @@ impl Ctx<'_> {
                 }
                 Part::Ref(name) if PSEUDO.contains(&name.as_str()) => out.push(Part::Ref(name)),
                 Part::Ref(name) => match self.types.get(&name).map(String::as_str) {
-                    Some("AWS::SQS::Queue" | "AWS::DynamoDB::Table" | "AWS::Lambda::Function") => {
-                        out.push(Part::Ref(name))
-                    }
+                    Some(
+                        "AWS::SQS::Queue"
+                        | "AWS::DynamoDB::Table"
+                        | "AWS::Kinesis::Stream"
+                        | "AWS::Lambda::Function",
+                    ) => out.push(Part::Ref(name)),
                     Some(t) => {
                         return Err(invalid(
                             at,
@@ -53,7 +56,9 @@ impl Ctx<'_> {
                         Some("AWS::DynamoDB::Table") => {
                             matches!(attribute.as_str(), "Arn" | "StreamArn")
                         }
-                        Some("AWS::Lambda::Function") => attribute == "Arn",
+                        Some("AWS::Kinesis::Stream" | "AWS::Lambda::Function") => {
+                            attribute == "Arn"
+                        }
                         Some(_) => false,
                         None => {
                             return Err(invalid(

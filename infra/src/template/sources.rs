@@ -1,5 +1,5 @@
 //! Reading a function's event sources from the translated template: its
-//! `AWS::Lambda::EventSourceMapping`s (SQS queues, DynamoDB streams), the routes of the
+//! `AWS::Lambda::EventSourceMapping`s (SQS queues, DynamoDB and Kinesis streams), the routes of the
 //! `AWS::ApiGatewayV2::Api`s whose integration it is, and its `AWS::Lambda::Url`.
 //!
 //! What the harness does not emulate is refused by name, never skipped.
@@ -10,8 +10,8 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::events::REPORT_BATCH_ITEM_FAILURES;
 use super::{
-    Ctx, DynamoDbEventSource, FilterPattern, HttpRoute, JwtConfiguration, Part, Result,
-    SqsEventSource, StartingPosition, Template, invalid, key_str, parse_expr,
+    Ctx, DynamoDbEventSource, FilterPattern, HttpRoute, JwtConfiguration, KinesisEventSource, Part,
+    Result, SqsEventSource, StartingPosition, Template, invalid, key_str, parse_expr,
 };
 
 /// Properties of a stream mapping that change what it does and are not emulated.
@@ -22,6 +22,19 @@ const UNSUPPORTED_STREAM_PROPERTIES: &[&str] = &[
     "MetricsConfig",
     "ProvisionedPollerConfig",
 ];
+
+/// What DynamoDB and Kinesis stream mappings share.
+struct StreamSettings {
+    starting_position: StartingPosition,
+    batch_size: u32,
+    maximum_batching_window_in_seconds: u32,
+    function_response_types: Vec<String>,
+    bisect_batch_on_function_error: bool,
+    maximum_retry_attempts: i32,
+    maximum_record_age_in_seconds: i32,
+    filters: Vec<FilterPattern>,
+    enabled: bool,
+}
 
 /// The OpenAPI method of SAM's `ANY`.
 const ANY_METHOD: &str = "x-amazon-apigateway-any-method";
@@ -76,13 +89,47 @@ impl Ctx<'_> {
             [Part::GetAtt(t, a)] if a == "StreamArn" && template.tables.contains_key(t) => {
                 let on_failure =
                     self.on_failure_queue(|q| template.queues.contains_key(q), p, &at)?;
-                let event = self.dynamodb_event(name, t, on_failure, p, &at)?;
+                let s = self.stream_settings(p, &at, "a DynamoDB stream")?;
+                let event = DynamoDbEventSource {
+                    name,
+                    table: t.clone(),
+                    starting_position: s.starting_position,
+                    batch_size: s.batch_size,
+                    maximum_batching_window_in_seconds: s.maximum_batching_window_in_seconds,
+                    function_response_types: s.function_response_types,
+                    bisect_batch_on_function_error: s.bisect_batch_on_function_error,
+                    maximum_retry_attempts: s.maximum_retry_attempts,
+                    maximum_record_age_in_seconds: s.maximum_record_age_in_seconds,
+                    filters: s.filters,
+                    on_failure_queue: on_failure,
+                    enabled: s.enabled,
+                };
                 template.function_mut(&function).dynamodb_events.push(event);
+            }
+            [Part::GetAtt(k, a)] if a == "Arn" && template.kinesis_streams.contains_key(k) => {
+                let on_failure =
+                    self.on_failure_queue(|q| template.queues.contains_key(q), p, &at)?;
+                let s = self.stream_settings(p, &at, "a Kinesis stream")?;
+                let event = KinesisEventSource {
+                    name,
+                    stream: k.clone(),
+                    starting_position: s.starting_position,
+                    batch_size: s.batch_size,
+                    maximum_batching_window_in_seconds: s.maximum_batching_window_in_seconds,
+                    function_response_types: s.function_response_types,
+                    bisect_batch_on_function_error: s.bisect_batch_on_function_error,
+                    maximum_retry_attempts: s.maximum_retry_attempts,
+                    maximum_record_age_in_seconds: s.maximum_record_age_in_seconds,
+                    filters: s.filters,
+                    on_failure_queue: on_failure,
+                    enabled: s.enabled,
+                };
+                template.function_mut(&function).kinesis_events.push(event);
             }
             _ => {
                 return Err(invalid(
                     &source_at,
-                    "must be !GetAtt <queue in this template>.Arn or !GetAtt <table in this template>.StreamArn: other event sources are not emulated by the local harness",
+                    "must be !GetAtt <queue in this template>.Arn, !GetAtt <table in this template>.StreamArn or !GetAtt <Kinesis stream in this template>.Arn: other event sources are not emulated by the local harness",
                 ));
             }
         }
@@ -113,14 +160,9 @@ impl Ctx<'_> {
         })
     }
 
-    fn dynamodb_event(
-        &self,
-        name: String,
-        table: &str,
-        on_failure_queue: Option<String>,
-        p: &Mapping,
-        at: &str,
-    ) -> Result<DynamoDbEventSource> {
+    /// The settings of a DynamoDB or Kinesis stream mapping (`what` names the stream in
+    /// errors).
+    fn stream_settings(&self, p: &Mapping, at: &str, what: &str) -> Result<StreamSettings> {
         for key in UNSUPPORTED_STREAM_PROPERTIES {
             if p.get(*key).is_some() {
                 return Err(invalid(
@@ -141,13 +183,13 @@ impl Ctx<'_> {
             other => {
                 return Err(invalid(
                     &format!("{at}.StartingPosition"),
-                    format!("{other:?}: a DynamoDB stream starts at TRIM_HORIZON or LATEST"),
+                    format!(
+                        "{other:?}: {what} starts at TRIM_HORIZON or LATEST in the local harness"
+                    ),
                 ));
             }
         };
-        Ok(DynamoDbEventSource {
-            name,
-            table: table.to_owned(),
+        Ok(StreamSettings {
             starting_position,
             batch_size: self.u32_in(p, "BatchSize", at, 100, 1..=10_000)?,
             maximum_batching_window_in_seconds: self.batching_window(p, at)?,
@@ -170,7 +212,6 @@ impl Ctx<'_> {
                 "-1 (no limit) or in 60..=604800",
             )?,
             filters: self.filters(p, at)?,
-            on_failure_queue,
             enabled: self.opt_bool(p, "Enabled", at)?.unwrap_or(true),
         })
     }

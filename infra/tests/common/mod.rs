@@ -1,6 +1,7 @@
 //! Shared set-up for the tests against the local AWS endpoint (moto, started by `make test`).
 #![allow(dead_code)]
 
+pub mod kinesis;
 pub mod split_stream;
 pub mod stream;
 

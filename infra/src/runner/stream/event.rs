@@ -1,5 +1,5 @@
 //! The Lambda event for DynamoDB stream records, and the invocation record Lambda sends to an
-//! on-failure destination.
+//! on-failure destination (for DynamoDB and Kinesis streams).
 
 use std::time::{Duration, SystemTime};
 
@@ -187,7 +187,8 @@ fn timestamp(t: DateTime) -> String {
 }
 
 /// The invocation record Lambda sends to the on-failure destination of a stream mapping: the
-/// request and response context, and `DDBStreamBatchInfo` naming the shard, the first and last
+/// request and response context, and `DDBStreamBatchInfo` (`KinesisBatchInfo` for a Kinesis
+/// stream's ARN) naming the shard, the first and last
 /// sequence numbers, their approximate arrival and the batch size. It carries no record data:
 /// the records are read back from the stream (within its 24-hour retention).
 ///
@@ -249,8 +250,10 @@ pub fn invocation_record(given_up: &GivenUp<'_>) -> Value {
         "timestamp".into(),
         json!(timestamp(DateTime::from(SystemTime::now()))),
     );
+    let kind =
+        super::StreamKind::of_arn(given_up.stream_arn).unwrap_or(super::StreamKind::DynamoDb);
     out.insert(
-        "DDBStreamBatchInfo".into(),
+        kind.batch_info_key().into(),
         json!({
             "shardId": given_up.shard_id,
             "startSequenceNumber": first.map(|r| &r.sequence_number),

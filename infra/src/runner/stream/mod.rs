@@ -1,13 +1,25 @@
-//! Lambda's DynamoDB Streams event source mapping: what Lambda does between a table's stream
-//! and a function.
+//! Lambda's stream event source mappings, DynamoDB Streams and Kinesis Data Streams: what
+//! Lambda does between a table's stream or a Kinesis data stream and a function.
 //!
-//! At start the mapping looks the stream up (`ListStreams` for its table, `DescribeStream` for
-//! its shards) and then looks for new shards every [`StreamOptions::shard_refresh_interval`]; a
-//! child shard waits until its parent is done. Each shard is read in order, one batch at a time
-//! (`ParallelizationFactor` 1): from `TRIM_HORIZON` or `LATEST` (shards found later from their
-//! start), polled every [`StreamOptions::poll_interval`]. Records no filter pattern matches are
-//! consumed without an invocation; the others are gathered into batches of up to `BatchSize`
-//! within `MaximumBatchingWindowInSeconds`, sent as the Lambda DynamoDB event, and then:
+//! Both are streams of shards read in order with shard iterators, so one machinery serves both
+//! (a [`StreamEventSourceMapping`] whose `stream_arn` names a DynamoDB stream or a Kinesis
+//! stream, see [`StreamKind`]); only the calls and the record shape differ:
+//!
+//! | | DynamoDB Streams | Kinesis Data Streams |
+//! | --- | --- | --- |
+//! | shards | `DescribeStream`; a child waits for its parent | `ListShards`; a child waits for its parent and, after a merge, its adjacent parent |
+//! | a record | [`stream_record`] (`aws_lambda_events::dynamodb::EventRecord`) | [`kinesis_record`] (`aws_lambda_events::kinesis::KinesisEventRecord`): `kinesis.{partitionKey, sequenceNumber, data (base64), approximateArrivalTimestamp, kinesisSchemaVersion}`, `eventID` `<shard id>:<sequence number>`, `invokeIdentityArn` (locally the role named after the function) |
+//! | `itemIdentifier` of a partial batch response | the record's `dynamodb.SequenceNumber` | the record's `kinesis.sequenceNumber` (not its `eventID`) |
+//! | on-failure invocation record | `DDBStreamBatchInfo` | `KinesisBatchInfo` (same fields: `shardId`, `startSequenceNumber`, `endSequenceNumber`, `approximateArrivalOfFirstRecord`, `approximateArrivalOfLastRecord`, `batchSize`, `streamArn`) |
+//!
+//! At start the mapping lists the stream's shards and then looks for new shards every
+//! [`StreamOptions::shard_refresh_interval`]; a child shard waits until its parents are done
+//! (read to their end: a closed shard's last `GetRecords` has no next iterator). Each shard is
+//! read in order, one batch at a time (`ParallelizationFactor` 1): from `TRIM_HORIZON` or
+//! `LATEST` (shards found later from their start), polled every
+//! [`StreamOptions::poll_interval`]. Records no filter pattern matches are consumed without an
+//! invocation; the others are gathered into batches of up to `BatchSize` within
+//! `MaximumBatchingWindowInSeconds`, sent as the Lambda event (`{"Records": [...]}`), and then:
 //!
 //! | outcome | next |
 //! | --- | --- |
@@ -17,20 +29,46 @@
 //!
 //! Retries wait [`StreamOptions::retry_delay`] (short, so tests run fast). After
 //! `MaximumRetryAttempts` retries, or once records are older than `MaximumRecordAgeInSeconds`,
-//! the batch is given up on: its invocation record ([`invocation_record`], with
-//! `DDBStreamBatchInfo`) goes to the `OnFailure` SQS queue (or the records are discarded without
-//! one) and the shard moves on. Checkpoints live in memory: a new runner starts from the
-//! starting position again.
+//! the batch is given up on: its invocation record ([`invocation_record`]) goes to the
+//! `OnFailure` SQS queue (or the records are discarded without one) and the shard moves on.
+//! Checkpoints live in memory: a new runner starts from the starting position again.
+//!
+//! A Kinesis mapping in a test:
+//!
+//! ```no_run
+//! # async fn f(clients: local_aws::Clients, stream_arn: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use aws_lambda_events::kinesis::KinesisEvent;
+//! use aws_lambda_events::streams::KinesisEventResponse;
+//! use lambda_runtime::{Error, LambdaEvent};
+//! use local_aws::runner::{InProcess, Runner, StreamEventSourceMapping};
+//!
+//! let mapping = StreamEventSourceMapping::new("consumer", stream_arn, Duration::from_secs(5))
+//!     .batch_size(10)
+//!     .report_batch_item_failures(true);
+//! let running = Runner::from_clients(&clients)
+//!     .stream_mapping(mapping, InProcess::new(|event: LambdaEvent<KinesisEvent>| async move {
+//!         let _ = event.payload.records; // ... process; report failures by sequence number
+//!         Ok::<_, Error>(KinesisEventResponse::default())
+//!     }))?
+//!     .start(tokio_util::sync::CancellationToken::new());
+//! // ... PutRecord(s); then wait until every record written so far is done with:
+//! running.wait_stream_caught_up("consumer", Duration::from_secs(20)).await?;
+//! let stats = running.stop().await["consumer"];
+//! println!("{} processed, {} retries", stats.stream.records_processed, stats.stream.retries);
+//! # Ok(()) }
+//! ```
 
 mod event;
+mod kinesis;
 mod shard;
+mod source;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodbstreams::types::{Shard as StreamShard, ShardIteratorType};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -38,12 +76,16 @@ pub use event::{
     Condition, EVENT_VERSION, GivenUp, LastInvocation, ShardRecord, invocation_record,
     stream_event, stream_record,
 };
+pub use kinesis::{KINESIS_SCHEMA_VERSION, kinesis_record};
+pub(crate) use source::Source;
+pub use source::StreamKind;
 
 use super::{Counters, Invoker, RunnerError};
 use crate::provision::{Provisioned, ProvisionedQueue};
 use crate::template::{FilterPattern, Function, StartingPosition};
 
-/// One DynamoDB stream event source mapping, resolved: which stream feeds which function, how.
+/// One stream event source mapping (a DynamoDB stream or a Kinesis stream, as `stream_arn`
+/// says), resolved: which stream feeds which function, how.
 ///
 /// ```
 /// use std::time::Duration;
@@ -72,7 +114,7 @@ pub struct StreamEventSourceMapping {
     pub memory_size: u32,
     /// The function `Timeout`: the deadline of each invocation.
     pub timeout: Duration,
-    /// The stream's ARN (`eventSourceARN`).
+    /// The stream's ARN (`eventSourceARN`): a DynamoDB stream's or a Kinesis stream's.
     pub stream_arn: String,
     /// `StartingPosition`.
     pub starting_position: StartingPosition,
@@ -118,53 +160,81 @@ impl StreamEventSourceMapping {
         }
     }
 
-    /// The enabled DynamoDB stream event sources of `function`, resolved against `provisioned`.
+    /// The enabled DynamoDB and Kinesis stream event sources of `function`, resolved against
+    /// `provisioned`.
     pub fn for_function(
         function: &Function,
         provisioned: &Provisioned,
     ) -> Result<Vec<Self>, RunnerError> {
-        function
-            .dynamodb_events
-            .iter()
-            .filter(|e| e.enabled)
-            .map(|e| {
-                let table = provisioned
-                    .tables
-                    .get(&e.table)
-                    .ok_or_else(|| RunnerError::TableNotProvisioned(e.table.clone()))?;
-                let stream_arn = table
-                    .stream_arn
-                    .as_deref()
-                    .ok_or_else(|| RunnerError::NoStream(e.table.clone()))?;
-                let on_failure = e
-                    .on_failure_queue
-                    .as_ref()
-                    .map(|q| {
-                        provisioned
-                            .queues
-                            .get(q)
-                            .cloned()
-                            .ok_or_else(|| RunnerError::QueueNotProvisioned(q.clone()))
-                    })
-                    .transpose()?;
-                let mut mapping = Self::new(&function.name, stream_arn, function.timeout())
-                    .starting_position(e.starting_position)
-                    .batch_size(e.batch_size)
-                    .maximum_batching_window(Duration::from_secs(
-                        e.maximum_batching_window_in_seconds.into(),
-                    ))
-                    .report_batch_item_failures(e.reports_batch_item_failures())
-                    .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
-                    .maximum_retry_attempts(e.maximum_retry_attempts())
-                    .maximum_record_age(e.maximum_record_age())
-                    .filters(e.filters.clone())
-                    .on_failure(on_failure);
-                mapping.memory_size = function.memory_size;
-                mapping.binary = function.binary.clone();
-                mapping.function_arn = provisioned.function_arn(&function.name);
-                Ok(mapping)
-            })
-            .collect()
+        let on_failure = |queue: &Option<String>| {
+            queue
+                .as_ref()
+                .map(|q| {
+                    provisioned
+                        .queues
+                        .get(q)
+                        .cloned()
+                        .ok_or_else(|| RunnerError::QueueNotProvisioned(q.clone()))
+                })
+                .transpose()
+        };
+        let mut out = Vec::new();
+        for e in function.dynamodb_events.iter().filter(|e| e.enabled) {
+            let table = provisioned
+                .tables
+                .get(&e.table)
+                .ok_or_else(|| RunnerError::TableNotProvisioned(e.table.clone()))?;
+            let stream_arn = table
+                .stream_arn
+                .as_deref()
+                .ok_or_else(|| RunnerError::NoStream(e.table.clone()))?;
+            let mapping = Self::new(&function.name, stream_arn, function.timeout())
+                .starting_position(e.starting_position)
+                .batch_size(e.batch_size)
+                .maximum_batching_window(Duration::from_secs(
+                    e.maximum_batching_window_in_seconds.into(),
+                ))
+                .report_batch_item_failures(e.reports_batch_item_failures())
+                .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
+                .maximum_retry_attempts(e.maximum_retry_attempts())
+                .maximum_record_age(e.maximum_record_age())
+                .filters(e.filters.clone())
+                .on_failure(on_failure(&e.on_failure_queue)?);
+            out.push(mapping.of_function(function, provisioned));
+        }
+        for e in function.kinesis_events.iter().filter(|e| e.enabled) {
+            let stream = provisioned
+                .kinesis_streams
+                .get(&e.stream)
+                .ok_or_else(|| RunnerError::KinesisStreamNotProvisioned(e.stream.clone()))?;
+            let mapping = Self::new(&function.name, &stream.arn, function.timeout())
+                .starting_position(e.starting_position)
+                .batch_size(e.batch_size)
+                .maximum_batching_window(Duration::from_secs(
+                    e.maximum_batching_window_in_seconds.into(),
+                ))
+                .report_batch_item_failures(e.reports_batch_item_failures())
+                .bisect_batch_on_function_error(e.bisect_batch_on_function_error)
+                .maximum_retry_attempts(e.maximum_retry_attempts())
+                .maximum_record_age(e.maximum_record_age())
+                .filters(e.filters.clone())
+                .on_failure(on_failure(&e.on_failure_queue)?);
+            out.push(mapping.of_function(function, provisioned));
+        }
+        Ok(out)
+    }
+
+    /// The function's memory, binary and ARN.
+    fn of_function(mut self, function: &Function, provisioned: &Provisioned) -> Self {
+        self.memory_size = function.memory_size;
+        self.binary = function.binary.clone();
+        self.function_arn = provisioned.function_arn(&function.name);
+        self
+    }
+
+    /// Which service the stream belongs to (`None`: the ARN names neither).
+    pub fn kind(&self) -> Option<StreamKind> {
+        StreamKind::of_arn(&self.stream_arn)
     }
 
     /// The table of the stream (from its ARN, `...:table/NAME/stream/LABEL`).
@@ -362,7 +432,7 @@ impl StreamProgress {
 pub(super) struct MappingContext {
     pub(super) mapping: StreamEventSourceMapping,
     pub(super) invoker: Arc<dyn Invoker>,
-    pub(super) streams: aws_sdk_dynamodbstreams::Client,
+    pub(super) source: Source,
     pub(super) sqs: aws_sdk_sqs::Client,
     pub(super) counters: Arc<Counters>,
     pub(super) options: StreamOptions,
@@ -370,53 +440,19 @@ pub(super) struct MappingContext {
 }
 
 impl MappingContext {
-    /// Every shard of the stream (`DescribeStream`, page by page).
-    async fn describe_shards(&self) -> Result<Vec<StreamShard>, String> {
-        let mut shards = Vec::new();
-        let mut start: Option<String> = None;
-        loop {
-            let out = self
-                .streams
-                .describe_stream()
-                .stream_arn(&self.mapping.stream_arn)
-                .set_exclusive_start_shard_id(start.take())
-                .send()
-                .await
-                .map_err(|e| aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())?;
-            let description = out
-                .stream_description
-                .ok_or("DescribeStream: the answer has no StreamDescription")?;
-            shards.extend(description.shards.unwrap_or_default());
-            match description.last_evaluated_shard_id {
-                Some(last) => start = Some(last),
-                None => return Ok(shards),
-            }
-        }
-    }
-
-    /// Whether `ListStreams` for the table lists the stream (a warning when it does not: the
-    /// table's stream was replaced, or the ARN is wrong).
+    /// Whether the stream's table lists it (a warning when it does not: the table's stream was
+    /// replaced, or the ARN is wrong). DynamoDB streams only.
     async fn check_listed(&self) {
         let m = &self.mapping;
-        let Some(table) = m.table_name() else {
-            return;
-        };
-        match self.streams.list_streams().table_name(table).send().await {
-            Ok(out) => {
-                let listed = out
-                    .streams
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|s| s.stream_arn.as_deref() == Some(m.stream_arn.as_str()));
-                if !listed {
-                    tracing::warn!(function = %m.function_name, stream = %m.stream_arn,
-                        "ListStreams does not list the stream of the mapping for table {table}");
-                }
+        match self.source.listed(&m.stream_arn).await {
+            Ok(Some(false)) => {
+                tracing::warn!(function = %m.function_name, stream = %m.stream_arn,
+                    "ListStreams does not list the stream of the mapping for its table");
             }
+            Ok(_) => {}
             Err(e) => {
                 Counters::add(&self.counters.receive_errors, 1);
-                tracing::warn!(function = %m.function_name, "ListStreams failed: {}",
-                    aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e));
+                tracing::warn!(function = %m.function_name, "ListStreams failed: {e}");
             }
         }
     }
@@ -436,30 +472,30 @@ pub(super) fn spawn_mapping(
         let mut first_look = true;
         while !shutdown.is_cancelled() {
             let started = Instant::now();
-            match ctx.describe_shards().await {
+            match ctx.source.shards(&ctx.mapping.stream_arn).await {
                 Ok(shards) => {
                     let known: HashMap<String, Arc<ShardProgress>> = lock(&ctx.progress.shards)
                         .iter()
                         .map(|(k, v)| (k.clone(), Arc::clone(v)))
                         .collect();
-                    for s in &shards {
-                        let Some(id) = s.shard_id.clone() else {
-                            continue;
-                        };
+                    for s in shards {
+                        let id = s.id;
                         if known.contains_key(&id) {
                             continue;
                         }
                         let progress = Arc::new(ShardProgress::default());
                         lock(&ctx.progress.shards).insert(id.clone(), Arc::clone(&progress));
                         Counters::add(&ctx.counters.shards, 1);
-                        // A child waits for its parent (when the mapping knows the parent).
-                        let parent = s
-                            .parent_shard_id
-                            .as_ref()
-                            .and_then(|p| lock(&ctx.progress.shards).get(p).cloned());
+                        // A child waits for its parents (those the mapping knows): the shard
+                        // split (or the two merged) into it.
+                        let parents: Vec<Arc<ShardProgress>> = s
+                            .parents
+                            .iter()
+                            .filter_map(|p| lock(&ctx.progress.shards).get(p).cloned())
+                            .collect();
                         let start = match (first_look, ctx.mapping.starting_position) {
-                            (true, StartingPosition::Latest) => ShardIteratorType::Latest,
-                            _ => ShardIteratorType::TrimHorizon,
+                            (true, StartingPosition::Latest) => StartingPosition::Latest,
+                            _ => StartingPosition::TrimHorizon,
                         };
                         let shard = shard::Shard {
                             ctx: Arc::clone(&ctx),
@@ -469,7 +505,7 @@ pub(super) fn spawn_mapping(
                         };
                         let shutdown = shutdown.clone();
                         shard_tasks.push(tokio::spawn(async move {
-                            if let Some(parent) = parent {
+                            for parent in parents {
                                 tokio::select! {
                                     _ = shutdown.cancelled() => return,
                                     _ = parent.wait_finished() => {}
@@ -484,7 +520,8 @@ pub(super) fn spawn_mapping(
                 Err(e) => {
                     Counters::add(&ctx.counters.receive_errors, 1);
                     tracing::warn!(function = %ctx.mapping.function_name,
-                        stream = %ctx.mapping.stream_arn, "DescribeStream failed: {e}");
+                        stream = %ctx.mapping.stream_arn, "listing the shards ({}) failed: {e}",
+                        ctx.source.name());
                 }
             }
             tokio::select! {

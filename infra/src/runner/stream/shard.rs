@@ -4,24 +4,16 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use tokio_util::sync::CancellationToken;
 
 use super::event::{
     Condition, GivenUp, LastInvocation, ShardRecord, invocation_record, stream_event,
 };
+use super::source::Position;
 use super::{MappingContext, ShardProgress};
 use crate::runner::event::failed_items;
 use crate::runner::{Counters, Invocation};
-
-/// Where the shard's iterator (re)starts.
-#[derive(Clone, Debug)]
-enum Position {
-    /// The mapping's starting position (nothing read yet).
-    Start(ShardIteratorType),
-    /// After the last record read.
-    After(String),
-}
+use crate::template::StartingPosition;
 
 /// How one invocation of a batch ended.
 enum Outcome {
@@ -39,7 +31,7 @@ pub(super) struct Shard {
     pub(super) ctx: Arc<MappingContext>,
     pub(super) shard_id: String,
     pub(super) progress: Arc<ShardProgress>,
-    pub(super) start: ShardIteratorType,
+    pub(super) start: StartingPosition,
 }
 
 impl Shard {
@@ -54,35 +46,25 @@ impl Shard {
         }
     }
 
-    /// A shard iterator at `position`. A position the stream no longer has (trimmed after 24
-    /// hours) restarts at the oldest record there is, as Lambda does; the records in between
-    /// are lost, and said so.
+    /// A shard iterator at `position`. A position the stream no longer has (trimmed after its
+    /// retention) restarts at the oldest record there is, as Lambda does; the records in
+    /// between are lost, and said so.
     async fn iterator(&self, position: &mut Position) -> Result<Option<String>, String> {
         let m = &self.ctx.mapping;
-        let request = self
+        match self
             .ctx
-            .streams
-            .get_shard_iterator()
-            .stream_arn(&m.stream_arn)
-            .shard_id(&self.shard_id);
-        let request = match &*position {
-            Position::Start(t) => request.shard_iterator_type(t.clone()),
-            Position::After(seq) => request
-                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                .sequence_number(seq),
-        };
-        match request.send().await {
-            Ok(out) => Ok(out.shard_iterator),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_trimmed_data_access_exception()) =>
-            {
+            .source
+            .iterator(&m.stream_arn, &self.shard_id, position)
+            .await
+        {
+            Ok(it) => Ok(it),
+            Err(e) if e.trimmed => {
                 tracing::error!(function = %m.function_name, shard = %self.shard_id,
                     "{position:?} is past the stream's retention: records lost, reading from TRIM_HORIZON");
-                *position = Position::Start(ShardIteratorType::TrimHorizon);
-                Err(aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string())
+                *position = Position::Start(StartingPosition::TrimHorizon);
+                Err(e.message)
             }
-            Err(e) => Err(aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e).to_string()),
+            Err(e) => Err(e.message),
         }
     }
 
@@ -91,7 +73,7 @@ impl Shard {
     pub(super) async fn run(self, shutdown: CancellationToken) {
         let m = &self.ctx.mapping;
         let options = &self.ctx.options;
-        let mut position = Position::Start(self.start.clone());
+        let mut position = Position::Start(self.start);
         let mut iterator: Option<String> = None;
         let mut ended = false;
         let mut buffer: VecDeque<ShardRecord> = VecDeque::new();
@@ -114,26 +96,18 @@ impl Shard {
                 }
                 if let Some(it) = iterator.take() {
                     let started = Instant::now();
-                    match self
-                        .ctx
-                        .streams
-                        .get_records()
-                        .shard_iterator(it)
-                        .send()
-                        .await
-                    {
-                        Ok(out) => {
-                            iterator = out.next_shard_iterator;
+                    match self.ctx.source.records(m, &self.shard_id, it).await {
+                        Ok(page) => {
+                            iterator = page.next;
                             ended = iterator.is_none();
-                            let records = out.records.unwrap_or_default();
-                            read_nothing = records.is_empty();
-                            Counters::add(&self.counters().records_read, records.len());
-                            for record in &records {
-                                let Some(r) = ShardRecord::new(record, &m.stream_arn) else {
-                                    tracing::warn!(function = %m.function_name, shard = %self.shard_id,
-                                        "a stream record without a sequence number was skipped");
-                                    continue;
-                                };
+                            let read = page.records.len() + page.skipped;
+                            read_nothing = read == 0;
+                            Counters::add(&self.counters().records_read, read);
+                            if page.skipped > 0 {
+                                tracing::warn!(function = %m.function_name, shard = %self.shard_id,
+                                    skipped = page.skipped, "records without a sequence number were skipped");
+                            }
+                            for r in page.records {
                                 position = Position::After(r.sequence_number.clone());
                                 if m.matches(&r.event) {
                                     gathering_since.get_or_insert_with(Instant::now);
@@ -150,8 +124,7 @@ impl Shard {
                             // An expired or trimmed iterator is fetched again from the position.
                             Counters::add(&self.counters().receive_errors, 1);
                             tracing::warn!(function = %m.function_name, shard = %self.shard_id,
-                                "GetRecords failed: {}",
-                                aws_sdk_dynamodbstreams::error::DisplayErrorContext(&e));
+                                "GetRecords failed: {e}");
                             self.pause(&shutdown, options.poll_interval).await;
                             continue;
                         }
