@@ -117,10 +117,8 @@ impl App {
     pub fn new(sdk: &aws_config::SdkConfig, config: Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let backend = DynamoDbBackend::new(dynamodb.clone(), config.idempotency_table);
-        let dead_letter = DeadLetter::new(
-            aws_sdk_sqs::Client::new(sdk),
-            config.dead_letter_queue_url,
-        );
+        let dead_letter =
+            DeadLetter::new(aws_sdk_sqs::Client::new(sdk), config.dead_letter_queue_url);
         Self {
             // The prefix lets one idempotency table serve several functions.
             engine: Idempotency::new(backend).with_key_prefix("dynamodb-stream-consumer"),

@@ -134,7 +134,9 @@ async fn a_poison_order_is_dead_lettered_once_and_the_shard_moves_past_it() {
     assert_eq!(dead[0].body["sequenceNumber"], sequence_number(1).as_str());
     assert_eq!(dead[0].body["keys"]["orderId"]["S"], "order-1002");
     assert!(
-        dead[0].reason.contains("order order-1002 has a total of 0 cents"),
+        dead[0]
+            .reason
+            .contains("order order-1002 has a total of 0 cents"),
         "{}",
         dead[0].reason
     );
@@ -143,5 +145,9 @@ async fn a_poison_order_is_dead_lettered_once_and_the_shard_moves_past_it() {
     let replay = f.app.handle(event).await.unwrap();
     assert_eq!(checkpoints(&replay), Vec::<String>::new());
     assert_eq!(spent(&f, "cust-7").await, Some(4599 + 800));
-    assert!(dead_letters(&f.sqs, &f.dead_letter_queue_url).await.is_empty());
+    assert!(
+        dead_letters(&f.sqs, &f.dead_letter_queue_url)
+            .await
+            .is_empty()
+    );
 }

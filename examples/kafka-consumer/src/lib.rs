@@ -27,7 +27,7 @@ use lambda_idempotency::batch::{
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::{Error, LambdaEvent};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A record's value: a change of a product's stock.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -96,8 +96,8 @@ impl Config {
     }
 }
 
-/// What one record came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one record came to (stored with its idempotency record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
     /// The stock moved by this many units.
     Units(i64),
@@ -119,10 +119,8 @@ impl App {
     pub fn new(sdk: &aws_config::SdkConfig, config: Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let backend = DynamoDbBackend::new(dynamodb.clone(), config.idempotency_table);
-        let dead_letter = DeadLetter::new(
-            aws_sdk_sqs::Client::new(sdk),
-            config.dead_letter_queue_url,
-        );
+        let dead_letter =
+            DeadLetter::new(aws_sdk_sqs::Client::new(sdk), config.dead_letter_queue_url);
         Self {
             // The prefix lets one idempotency table serve several functions.
             engine: Idempotency::new(backend).with_key_prefix("kafka-consumer"),
@@ -136,17 +134,22 @@ impl App {
 
     /// Handles one Kafka batch: applies each new change once, in order per key, and answers with
     /// the checkpoint of each partition where a record failed.
-    pub async fn handle(&self, event: LambdaEvent<KafkaEvent>) -> Result<KafkaEventResponse, Error> {
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<KafkaEvent>,
+    ) -> Result<KafkaEventResponse, Error> {
         // A tombstone's value is JSON null: `None`.
-        let handler = json(|change: Option<StockChange>, ctx: RecordContext| async move {
-            match change {
-                Some(change) => self.apply(change, ctx).await.map(Applied::Units),
-                None => {
-                    tracing::info!(record = ctx.message_id, "tombstone: nothing to apply");
-                    Ok(Applied::Tombstone)
+        let handler = json(
+            |change: Option<StockChange>, ctx: RecordContext| async move {
+                match change {
+                    Some(change) => self.apply(change, ctx).await.map(Applied::Units),
+                    None => {
+                        tracing::info!(record = ctx.message_id, "tombstone: nothing to apply");
+                        Ok(Applied::Tombstone)
+                    }
                 }
-            }
-        })
+            },
+        )
         .idempotent(self.engine.clone());
         let report = self.processor.process(&event, &handler).await?;
         for dead in report.dead_lettered() {
@@ -159,7 +162,10 @@ impl App {
     /// moved, which the idempotency record stores.
     async fn apply(&self, change: StockChange, ctx: RecordContext) -> Result<i64, Error> {
         if change.delta == 0 {
-            let reason = format!("change {} of {} moves no units", change.change_id, change.sku);
+            let reason = format!(
+                "change {} of {} moves no units",
+                change.change_id, change.sku
+            );
             return Err(PermanentError::new(reason).into());
         }
         let update = self
@@ -167,7 +173,8 @@ impl App {
             .update_item()
             .table_name(&self.stock_table)
             .key("sku", AttributeValue::S(change.sku.clone()))
-            .update_expression("ADD units :delta")
+            .update_expression("ADD #units :delta")
+            .expression_attribute_names("#units", "units")
             .condition_expression("attribute_not_exists(stocktake)")
             .expression_attribute_values(":delta", AttributeValue::N(change.delta.to_string()))
             .send()

@@ -139,7 +139,9 @@ async fn a_change_that_can_never_apply_is_dead_lettered_with_its_partition_and_o
     assert_eq!(dead[0].body["partition"], 1);
     assert_eq!(dead[0].body["offset"], 2730);
     assert!(
-        dead[0].reason.contains("change c-3 of sku-2 moves no units"),
+        dead[0]
+            .reason
+            .contains("change c-3 of sku-2 moves no units"),
         "{}",
         dead[0].reason
     );
@@ -150,8 +152,14 @@ async fn aws_documented_sample_event_is_decoded() {
     let sample: KafkaEvent = serde_json::from_str(AWS_SAMPLE).expect("AWS's sample parses");
     let record = &sample.records["mytopic-0"][0];
     let message = KafkaMessage::decode(record).unwrap();
-    assert_eq!((message.topic.as_str(), message.partition, message.offset), ("mytopic", 0, 15));
-    assert_eq!(message.value.as_deref(), Some(&b"Hello, this is a test."[..]));
+    assert_eq!(
+        (message.topic.as_str(), message.partition, message.offset),
+        ("mytopic", 0, 15)
+    );
+    assert_eq!(
+        message.value.as_deref(),
+        Some(&b"Hello, this is a test."[..])
+    );
     assert_eq!(message.header("headerKey"), Some(&b"headerValue"[..]));
     assert!(message.key.is_some());
 }
@@ -165,5 +173,8 @@ async fn aws_documented_sample_event_is_dead_lettered_as_its_value_is_not_a_stoc
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].body["topic"], "mytopic");
     assert_eq!(dead[0].body["offset"], 15);
-    assert_eq!(dead[0].body["record"]["value"], "SGVsbG8sIHRoaXMgaXMgYSB0ZXN0Lg==");
+    assert_eq!(
+        dead[0].body["record"]["value"],
+        "SGVsbG8sIHRoaXMgaXMgYSB0ZXN0Lg=="
+    );
 }

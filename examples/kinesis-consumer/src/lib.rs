@@ -24,7 +24,9 @@ use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::streams::KinesisEventResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::batch::{
+    BatchProcessor, PermanentError, RecordContext, RecordHandlerExt, json,
+};
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::store::DynamoDbBackend;
@@ -46,9 +48,10 @@ pub struct Reading {
 /// Why a reading was not counted this time (it is retried from the checkpoint).
 #[derive(Debug, thiserror::Error)]
 pub enum CountError {
-    /// The meter is being replaced: its readings wait until it is back.
-    #[error("meter {0} is offline")]
-    MeterOffline(String),
+    /// The meter is out of service (`outOfService` set on its item): its readings wait until it
+    /// is back.
+    #[error("meter {0} is out of service")]
+    OutOfService(String),
     /// DynamoDB refused or failed the update.
     #[error(transparent)]
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
@@ -112,10 +115,8 @@ impl App {
     pub fn new(sdk: &aws_config::SdkConfig, config: Config) -> Self {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let backend = DynamoDbBackend::new(dynamodb.clone(), config.idempotency_table);
-        let dead_letter = DeadLetter::new(
-            aws_sdk_sqs::Client::new(sdk),
-            config.dead_letter_queue_url,
-        );
+        let dead_letter =
+            DeadLetter::new(aws_sdk_sqs::Client::new(sdk), config.dead_letter_queue_url);
         Self {
             // The prefix lets one idempotency table serve several functions.
             engine: Idempotency::new(backend).with_key_prefix("kinesis-consumer"),
@@ -143,7 +144,7 @@ impl App {
         Ok(report.response())
     }
 
-    /// The effect: adds the reading to its meter's total, unless the meter is offline. Returns
+    /// The effect: adds the reading to its meter's total, unless the meter is out of service. Returns
     /// the watt-hours counted, which the idempotency record stores.
     async fn count(&self, reading: Reading, ctx: RecordContext) -> Result<i64, Error> {
         if reading.watt_hours < 0 {
@@ -159,7 +160,7 @@ impl App {
             .table_name(&self.meters_table)
             .key("meterId", AttributeValue::S(reading.meter_id.clone()))
             .update_expression("ADD wattHours :wh")
-            .condition_expression("attribute_not_exists(offline)")
+            .condition_expression("attribute_not_exists(outOfService)")
             .expression_attribute_values(":wh", AttributeValue::N(reading.watt_hours.to_string()))
             .send()
             .await
@@ -167,7 +168,7 @@ impl App {
         match update {
             Ok(_) => {}
             Err(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_)) => {
-                return Err(CountError::MeterOffline(reading.meter_id).into());
+                return Err(CountError::OutOfService(reading.meter_id).into());
             }
             Err(other) => return Err(CountError::DynamoDb(other).into()),
         }

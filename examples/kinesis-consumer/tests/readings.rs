@@ -61,21 +61,27 @@ fn checkpoints(response: &KinesisEventResponse) -> Vec<String> {
 }
 
 async fn watt_hours(f: &Fixture, meter: &str) -> Option<i64> {
-    number(&f.dynamodb, &f.meters_table, ("meterId", meter), "wattHours").await
+    number(
+        &f.dynamodb,
+        &f.meters_table,
+        ("meterId", meter),
+        "wattHours",
+    )
+    .await
 }
 
-async fn set_offline(f: &Fixture, meter: &str, offline: bool) {
+async fn set_out_of_service(f: &Fixture, meter: &str, out: bool) {
     let update = f
         .dynamodb
         .update_item()
         .table_name(&f.meters_table)
         .key("meterId", AttributeValue::S(meter.to_owned()));
-    let update = if offline {
+    let update = if out {
         update
-            .update_expression("SET offline = :yes")
+            .update_expression("SET outOfService = :yes")
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
     } else {
-        update.update_expression("REMOVE offline")
+        update.update_expression("REMOVE outOfService")
     };
     update.send().await.unwrap();
 }
@@ -110,7 +116,7 @@ async fn a_reading_is_counted_once_however_often_it_is_delivered_or_put() {
 #[tokio::test]
 async fn a_failure_is_the_checkpoint_and_the_replay_from_it_redoes_nothing() {
     let f = fixture().await;
-    set_offline(&f, "meter-42", true).await;
+    set_out_of_service(&f, "meter-42", true).await;
 
     // Record 1 (meter-42) fails: the shard's checkpoint. Record 2 is another meter's: it runs.
     let first = f.app.handle(event_from(0)).await.unwrap();
@@ -119,7 +125,7 @@ async fn a_failure_is_the_checkpoint_and_the_replay_from_it_redoes_nothing() {
     assert_eq!(watt_hours(&f, "meter-42").await, None);
 
     // Lambda delivers the shard again from the checkpoint: record 2 is a duplicate.
-    set_offline(&f, "meter-42", false).await;
+    set_out_of_service(&f, "meter-42", false).await;
     let replay = f.app.handle(event_from(1)).await.unwrap();
     assert_eq!(checkpoints(&replay), Vec::<String>::new());
     assert_eq!(watt_hours(&f, "meter-42").await, Some(300));
@@ -145,7 +151,9 @@ async fn a_poison_reading_is_dead_lettered_and_the_shard_moves_past_it() {
     assert_eq!(dead[0].body["shardId"], "shardId-000000000000");
     assert_eq!(dead[0].body["sequenceNumber"], sequence_number(1).as_str());
     assert!(
-        dead[0].reason.contains("reading r-5002 of meter meter-42 is negative"),
+        dead[0]
+            .reason
+            .contains("reading r-5002 of meter meter-42 is negative"),
         "{}",
         dead[0].reason
     );
@@ -154,6 +162,10 @@ async fn a_poison_reading_is_dead_lettered_and_the_shard_moves_past_it() {
     // the queue shows only new messages).
     let replay = f.app.handle(event).await.unwrap();
     assert_eq!(checkpoints(&replay), Vec::<String>::new());
-    assert!(dead_letters(&f.sqs, &f.dead_letter_queue_url).await.is_empty());
+    assert!(
+        dead_letters(&f.sqs, &f.dead_letter_queue_url)
+            .await
+            .is_empty()
+    );
     assert_eq!(watt_hours(&f, "meter-17").await, Some(1200 + 450));
 }

@@ -129,8 +129,7 @@ pub async fn dead_letters(client: &aws_sdk_sqs::Client, url: &str) -> Vec<DeadLe
         .unwrap_or_default()
         .into_iter()
         .map(|m| DeadLetter {
-            body: serde_json::from_str(m.body.as_deref().unwrap_or_default())
-                .expect("a JSON body"),
+            body: serde_json::from_str(m.body.as_deref().unwrap_or_default()).expect("a JSON body"),
             reason: m
                 .message_attributes
                 .unwrap_or_default()
