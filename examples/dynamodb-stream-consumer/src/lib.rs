@@ -21,7 +21,7 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
     BatchProcessor, PermanentError, Record, RecordContext, RecordHandlerExt, json,
@@ -49,6 +49,15 @@ pub enum SpendError {
     /// The customer's account is closed: the spend waits until it is reopened.
     #[error("customer {0} is closed")]
     CustomerClosed(String),
+    /// The order is above the customer's limit per order (`orderLimitCents`): it waits for a
+    /// review to raise the limit, and the customer's later orders wait behind it.
+    #[error("order {order_id} is above the order limit of customer {customer_id}")]
+    OverLimit {
+        /// The order.
+        order_id: String,
+        /// Its customer.
+        customer_id: String,
+    },
     /// DynamoDB refused or failed the update.
     #[error(transparent)]
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
@@ -144,7 +153,8 @@ impl App {
         Ok(report.response())
     }
 
-    /// The effect: adds the order's total to its customer's spend, unless the customer is closed.
+    /// The effect: adds the order's total to its customer's spend, unless the customer is closed
+    /// or the order is above the customer's limit per order.
     /// Returns the cents counted, which the idempotency record stores.
     async fn count_spend(&self, order: Order, ctx: RecordContext) -> Result<i64, Error> {
         if order.total_cents <= 0 {
@@ -160,15 +170,30 @@ impl App {
             .table_name(&self.customers_table)
             .key("customerId", AttributeValue::S(order.customer_id.clone()))
             .update_expression("ADD spentCents :cents")
-            .condition_expression("attribute_not_exists(closed)")
+            .condition_expression(
+                "attribute_not_exists(closed) \
+                 AND (attribute_not_exists(orderLimitCents) OR orderLimitCents >= :cents)",
+            )
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .expression_attribute_values(":cents", AttributeValue::N(order.total_cents.to_string()))
             .send()
             .await
             .map_err(aws_sdk_dynamodb::Error::from);
         match update {
             Ok(_) => {}
-            Err(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_)) => {
-                return Err(SpendError::CustomerClosed(order.customer_id).into());
+            Err(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(refused)) => {
+                let closed = refused
+                    .item()
+                    .is_some_and(|item| item.contains_key("closed"));
+                return Err(if closed {
+                    SpendError::CustomerClosed(order.customer_id)
+                } else {
+                    SpendError::OverLimit {
+                        order_id: order.order_id,
+                        customer_id: order.customer_id,
+                    }
+                }
+                .into());
             }
             Err(other) => return Err(SpendError::DynamoDb(other).into()),
         }

@@ -78,6 +78,18 @@ async fn set_closed(f: &Fixture, customer: &str, closed: bool) {
     update.send().await.unwrap();
 }
 
+async fn set_order_limit(f: &Fixture, customer: &str, cents: i64) {
+    f.dynamodb
+        .update_item()
+        .table_name(&f.customers_table)
+        .key("customerId", AttributeValue::S(customer.to_owned()))
+        .update_expression("SET orderLimitCents = :cents")
+        .expression_attribute_values(":cents", AttributeValue::N(cents.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_batch_delivered_again_counts_each_order_once() {
     let f = fixture().await;
@@ -113,6 +125,27 @@ async fn a_failure_is_the_checkpoint_and_the_replay_from_it_redoes_nothing() {
     assert_eq!(checkpoints(&replay), Vec::<String>::new());
     assert_eq!(spent(&f, "cust-9").await, Some(1250));
     assert_eq!(spent(&f, "cust-7").await, Some(4599 + 800), "counted twice");
+}
+
+#[tokio::test]
+async fn a_customers_later_order_waits_behind_its_failed_one() {
+    let f = fixture().await;
+    set_order_limit(&f, "cust-7", 1000).await;
+
+    // Record 0 (cust-7, 4599 cents) is above the limit: the checkpoint. Record 2, another order of
+    // cust-7 (800 cents), would pass, but does not run before record 0: the records run in order
+    // per customer, not per order (`ordered_by`).
+    let first = f.app.handle(event_from(0)).await.unwrap();
+    assert_eq!(checkpoints(&first), [sequence_number(0)]);
+    assert_eq!(spent(&f, "cust-7").await, None, "a later order ran first");
+    assert_eq!(spent(&f, "cust-9").await, Some(1250));
+
+    // A review raises the limit; Lambda delivers the shard again from the checkpoint.
+    set_order_limit(&f, "cust-7", 10_000).await;
+    let replay = f.app.handle(event_from(0)).await.unwrap();
+    assert_eq!(checkpoints(&replay), Vec::<String>::new());
+    assert_eq!(spent(&f, "cust-7").await, Some(4599 + 800));
+    assert_eq!(spent(&f, "cust-9").await, Some(1250), "counted twice");
 }
 
 #[tokio::test]
