@@ -147,6 +147,9 @@ async fn a_change_that_can_never_apply_is_dead_lettered_with_its_partition_and_o
     );
 }
 
+/// The sample's key, `abcDEFghiJKLmnoPQRstuVWXyz1234==`, has non-zero trailing bits: a strict
+/// base64 decoder refuses it ("Invalid last symbol 52, offset 29"), where Python's `b64decode`
+/// (Powertools) reads it. `KafkaMessage::decode` must read what AWS prints.
 #[tokio::test]
 async fn aws_documented_sample_event_is_decoded() {
     let sample: KafkaEvent = serde_json::from_str(AWS_SAMPLE).expect("AWS's sample parses");
