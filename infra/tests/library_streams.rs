@@ -65,7 +65,7 @@ fn function(
     engine: Idempotency<DynamoDbBackend>,
     effects: &Effects,
     fail_once: &'static str,
-) -> InProcess {
+) -> impl local_aws::runner::Invoker + use<> {
     let e = effects.clone();
     let handler = Arc::new(
         record(move |r: EventRecord, _ctx: RecordContext| {
@@ -169,4 +169,95 @@ async fn across_a_shard_split_each_record_takes_effect_once_and_in_order() {
         ["r1", "r2", "r3", "r4", "r5"],
         "once each, the parent's before the child's"
     );
+}
+
+#[derive(serde::Deserialize)]
+struct Payment {
+    id: String,
+}
+
+#[tokio::test]
+async fn on_kinesis_a_failed_record_holds_its_key_and_the_retry_from_the_checkpoint_runs_nothing_twice()
+ {
+    use aws_lambda_events::kinesis::KinesisEvent;
+    use lambda_idempotency::batch::json;
+
+    let clients = common::clients().await;
+    let stream = common::kinesis::stream(&clients, 1).await;
+    // Two accounts, interleaved; a-2 fails on its first try.
+    for (account, id) in [
+        ("a", "a-1"),
+        ("b", "b-1"),
+        ("a", "a-2"),
+        ("b", "b-2"),
+        ("a", "a-3"),
+    ] {
+        common::kinesis::put(&clients, &stream, account, &format!(r#"{{"id":"{id}"}}"#)).await;
+    }
+    let effects = Effects::default();
+    let e = effects.clone();
+    let handler = Arc::new(
+        json(move |p: Payment, _ctx: RecordContext| {
+            let e = e.clone();
+            async move {
+                let first = {
+                    let mut tries = e.tries.lock().unwrap();
+                    tries.push(p.id.clone());
+                    tries.iter().filter(|k| **k == p.id).count() == 1
+                };
+                if p.id == "a-2" && first {
+                    return Err(RecordError::handler("a-2 failed once"));
+                }
+                e.done.lock().unwrap().push(p.id.clone());
+                Ok(p.id)
+            }
+        })
+        .idempotent(engine(&clients).await),
+    );
+    let responses = effects.responses.clone();
+    let running = Runner::from_clients(&clients)
+        .stream_options(fast())
+        .stream_mapping(
+            common::kinesis::mapping("kinesis-library", &stream)
+                .batch_size(10)
+                .report_batch_item_failures(true),
+            InProcess::new(move |event: LambdaEvent<KinesisEvent>| {
+                let (handler, responses) = (handler.clone(), responses.clone());
+                async move {
+                    let report = BatchProcessor::new().process(&event, &*handler).await?;
+                    let response = report.response();
+                    responses.lock().unwrap().push(
+                        response
+                            .batch_item_failures
+                            .iter()
+                            .filter_map(|f| f.item_identifier.clone())
+                            .collect(),
+                    );
+                    Ok::<_, Error>(response)
+                }
+            }),
+        )
+        .expect("a runner with a Kinesis client")
+        .start(CancellationToken::new());
+    running
+        .wait_stream_caught_up("kinesis-library", WAIT)
+        .await
+        .unwrap();
+    running.stop().await;
+    // a-3 waited behind a-2 (its key); b's records ran in the first invocation and were
+    // duplicates in the retry from a-2's checkpoint.
+    let done = effects.done.lock().unwrap().clone();
+    let of = |account: &str| -> Vec<String> {
+        done.iter()
+            .filter(|id| id.starts_with(account))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(of("a-"), ["a-1", "a-2", "a-3"], "{done:?}");
+    assert_eq!(of("b-"), ["b-1", "b-2"], "{done:?}");
+    assert_eq!(done.len(), 5, "each effect once: {done:?}");
+    let responses = effects.responses.lock().unwrap().clone();
+    assert_eq!(responses.len(), 2, "{responses:?}");
+    assert_eq!(responses[0].len(), 1, "the checkpoint alone: {responses:?}");
+    assert!(responses[1].is_empty(), "{responses:?}");
 }

@@ -225,6 +225,8 @@ pub mod docs_doctests {
     pub struct Costs;
     #[doc = include_str!("../../docs/guarantees.md")]
     pub struct Guarantees;
+    #[doc = include_str!("../../docs/streams.md")]
+    pub struct Streams;
     #[doc = include_str!("../../docs/pipeline.md")]
     pub struct Pipeline;
     #[doc = include_str!("../../docs/local-development.md")]

@@ -393,3 +393,32 @@ async fn the_sample_stream_events_parse_and_run() {
         .unwrap();
     assert_eq!(report.records.len(), 3);
 }
+
+#[tokio::test]
+async fn a_consumer_of_a_stream_answers_with_its_checkpoint_and_dead_letters_with_the_record() {
+    use aws_lambda_events::kinesis::KinesisEvent;
+    use lambda_idempotency::consumer::Consumer;
+
+    let world = World::default();
+    world.poison.lock().unwrap().insert("b1".into());
+    world.fail("a2");
+    let sqs = InMemorySqs::new();
+    let consumer = Consumer::builder(InMemoryBackend::default())
+        .with_in_memory_sqs(&sqs)
+        .source::<KinesisEvent>()
+        .idempotent(world.handler());
+    let response = consumer.handle(five().kinesis()).await.unwrap();
+    assert_eq!(reported(&response), ["102"]);
+    assert_eq!(sqs.dead_letters().len(), 1);
+    assert!(
+        sqs.visibility_changes().is_empty(),
+        "no visibility on a stream"
+    );
+    // The replay from the checkpoint: a2 and a3 (held behind it) run, b2 is a duplicate.
+    world.heal();
+    let mut replay = five().kinesis();
+    replay.payload.records.drain(..2);
+    let response = consumer.handle(replay).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(world.effects(), ["a1", "b2", "a2", "a3"]);
+}

@@ -7,12 +7,23 @@ use std::time::SystemTime;
 use aws_lambda_events::kafka::{KafkaEvent, KafkaRecord};
 use aws_lambda_events::sqs::SqsMessage;
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::{Deserialize, Serialize};
 
 use super::dynamodb::stream_copy;
 use super::{EventSource, checkpoints};
 use crate::record::{Position, Record};
+
+/// Base64 as Lambda's Kafka events carry it, read leniently, as Python's `b64decode` (which
+/// Powertools uses) reads it: AWS's own sample MSK event has a key whose last symbol leaves
+/// non-zero bits, and padding may be present or not.
+const STANDARD: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// A Kafka record decoded: its key and value (base64 in the event), its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
