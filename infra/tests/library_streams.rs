@@ -60,11 +60,13 @@ struct Effects {
 }
 
 /// The function: the library's processor over the stream's event, each record idempotent on the
-/// DynamoDB engine, `fail_once` failing on its first try.
+/// DynamoDB engine, `fail_once` failing on its first try; with `one_account`, every record is of
+/// one account and they run in order by it (else by the item's key, the stream's own order key).
 fn function(
     engine: Idempotency<DynamoDbBackend>,
     effects: &Effects,
     fail_once: &'static str,
+    one_account: bool,
 ) -> impl local_aws::runner::Invoker + use<> {
     let e = effects.clone();
     let handler = Arc::new(
@@ -84,7 +86,14 @@ fn function(
                 Ok(key)
             }
         })
-        .idempotent(engine),
+        .idempotent(engine)
+        .ordered_by(move |r: &EventRecord| {
+            if one_account {
+                Some("account".to_owned())
+            } else {
+                Some(key_of(r))
+            }
+        }),
     );
     let responses = effects.responses.clone();
     InProcess::new(move |event: LambdaEvent<Event>| {
@@ -119,7 +128,7 @@ async fn a_failure_in_the_middle_of_a_batch_is_retried_from_its_checkpoint_and_n
             mapping("library", &t)
                 .batch_size(10)
                 .report_batch_item_failures(true),
-            function(engine(&clients).await, &effects, "r02"),
+            function(engine(&clients).await, &effects, "r02", false),
         )
         .expect("a runner with a streams client")
         .start(CancellationToken::new());
@@ -146,7 +155,8 @@ async fn across_a_shard_split_each_record_takes_effect_once_and_in_order() {
     let engine = engine(&clients).await;
     let split = Arc::new(AtomicBool::new(true));
     let effects = Effects::default();
-    // Record r2 of the parent fails once: the child's records wait until the parent is done.
+    // Every record is of one account. Record r2 of the parent fails once: r3 waits behind it, and
+    // the child's records until the parent is done.
     let running = Runner::new(clients.sqs.clone())
         .dynamodb_streams(common::split_stream::client(split.clone()))
         .stream_options(fast())
@@ -157,7 +167,7 @@ async fn across_a_shard_split_each_record_takes_effect_once_and_in_order() {
                 Duration::from_secs(5),
             )
             .report_batch_item_failures(true),
-            function(engine, &effects, "r2"),
+            function(engine, &effects, "r2", true),
         )
         .unwrap()
         .start(CancellationToken::new());
