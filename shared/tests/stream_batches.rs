@@ -9,8 +9,8 @@ use std::time::Duration;
 use aws_lambda_events::kinesis::KinesisEventRecord;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchError, BatchProcessor, DeadLettered, HandlerOutput, KafkaMessage, RecordContext,
-    RecordError, RecordHandler, RecordHandlerExt, json, record,
+    BatchError, BatchProcessor, DeadLettered, KafkaMessage, RecordContext, RecordError,
+    RecordHandler, RecordHandlerExt, json, record,
 };
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::store::InMemoryBackend;
@@ -46,8 +46,7 @@ impl World {
     /// A handler that records its payment's effect, or fails as told.
     fn handler(
         &self,
-    ) -> impl HandlerOutput<Output = String>
-    + RecordHandler<KinesisEventRecord>
+    ) -> impl RecordHandler<KinesisEventRecord, Output = String>
     + RecordHandler<aws_lambda_events::kafka::KafkaRecord>
     + RecordHandler<aws_lambda_events::dynamodb::EventRecord>
     + 'static {
@@ -339,16 +338,18 @@ async fn a_kafka_record_is_decoded_with_its_headers_and_a_tombstone_is_handled()
         .await
         .unwrap();
     assert!(report.response().batch_item_failures.is_empty());
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 4);
-    let tombstones: Vec<_> = seen.iter().filter(|m| m.is_tombstone()).collect();
-    assert_eq!(tombstones.len(), 1);
-    assert!(tombstones[0].key.is_some());
-    let with_headers = seen.iter().find(|m| !m.headers.is_empty()).unwrap();
-    assert!(with_headers.header("content-type").is_some());
-    let value: serde_json::Value =
-        serde_json::from_slice(with_headers.value.as_deref().unwrap()).unwrap();
-    assert!(value.is_object());
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 4);
+        let tombstones: Vec<_> = seen.iter().filter(|m| m.is_tombstone()).collect();
+        assert_eq!(tombstones.len(), 1);
+        assert!(tombstones[0].key.is_some());
+        let with_headers = seen.iter().find(|m| !m.headers.is_empty()).unwrap();
+        assert!(with_headers.header("content-type").is_some());
+        let value: serde_json::Value =
+            serde_json::from_slice(with_headers.value.as_deref().unwrap()).unwrap();
+        assert!(value.is_object());
+    }
     // A typed handler reads a tombstone as `None`.
     let nones = Arc::new(Mutex::new(0));
     let n = nones.clone();

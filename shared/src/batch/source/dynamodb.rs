@@ -16,7 +16,7 @@ impl Record for EventRecord {
     const KIND: &'static str = "DynamoDB stream record";
 
     fn id(&self) -> Option<Cow<'_, str>> {
-        (!self.event_id.is_empty()).then(|| Cow::Borrowed(self.event_id.as_str()))
+        (!self.event_id.is_empty()).then_some(Cow::Borrowed(self.event_id.as_str()))
     }
 
     fn payload(&self) -> Option<Cow<'_, [u8]>> {
