@@ -1,8 +1,9 @@
 //! The IAM a function needs, per mode and per option: every AWS action the library's requests
 //! are authorized by, on which resource, and why.
 //!
-//! The table below is complete for the library: it is every request the crate sends (every
-//! `send()` of its DynamoDB and SQS clients), as IAM authorizes it. The test
+//! The table below is complete for the library's DynamoDB and SQS requests: it is every `send()`
+//! of its DynamoDB and SQS clients, as IAM authorizes it (a stream or Kafka consumer's one
+//! Lambda request is described in [its section](#stream-and-kafka-consumers)). The test
 //! `tests/iam_per_mode/` reads this table, runs each mode and option through the
 //! [`BatchProcessor`](crate::batch::BatchProcessor), and a [`Consumer`](crate::consumer::Consumer)
 //! of each mode with its defaults, on a local endpoint with clients that refuse any request the
@@ -92,14 +93,7 @@
 //!   modes never call them.
 //! - **publisher**: [`publish::Publisher`](crate::publish::Publisher) (and
 //!   [`publish::Batcher`](crate::publish::Batcher)).
-//! - **stream source**: any mode over DynamoDB stream, Kinesis or Kafka records
-//!   ([`EventSource`](crate::batch::EventSource)), in addition to the mode's rows: a replay
-//!   from a checkpoint looks like a first delivery, so the transactional and inline modes read
-//!   the record before their write, and a dead-lettered record is settled in the idempotency
-//!   table so that a replay skips it.
-//! - **mapping check**: a stream or Kafka [`Consumer`](crate::consumer::Consumer)'s cold-start
-//!   check of its event source mapping (feature `mapping-check`, on by default). Optional for
-//!   processing: without the grant, a warning that the check could not run.
+
 //!
 //! The resources: the **idempotency table** (the backend's), the **effect tables** (the tables
 //! of the handler's writes), the **source queue** (the queue of the event), the **dead-letter
@@ -161,9 +155,6 @@
 //! | get | `dynamodb:GetItem` | idempotency table | The record of a key. |
 //! | forget | `dynamodb:DeleteItem` | idempotency table | The record of a key deleted, so that its next attempt runs. |
 //! | publisher | `sqs:SendMessage` | publisher's queue | The messages, in `SendMessageBatch` calls. |
-//! | stream source | `dynamodb:GetItem` | idempotency table | The transactional and inline modes' read before the write ([`Idempotency::peek`](crate::Idempotency::peek)): a duplicate of a record dead-lettered or done before is answered by it. |
-//! | stream source | `dynamodb:UpdateItem` | idempotency table | A dead-lettered record's key settled (taken and completed, `{"deadLettered": reason}` as its result), so that a replay of its shard neither runs it nor sends it to the dead-letter queue again. |
-//! | mapping check | `lambda:ListEventSourceMappings` | `*` (the action takes no resource) | The mapping of the function and its source: its `FunctionResponseTypes`, `MaximumRetryAttempts`, `MaximumRecordAgeInSeconds` and on-failure destination, warned about when unsafe. |
 //!
 //! So to process its records a lease consumer needs `dynamodb:UpdateItem` on the idempotency
 //! table and no other item action there: neither `PutItem`, `GetItem` nor `DeleteItem`. A
@@ -175,6 +166,29 @@
 //! otherwise before a record runs, and explains a refused request: optional for processing
 //! (without it, a warning at cold start), but without it a table that does not fit is found
 //! only by its first refused write, and explained less.
+//!
+//! # Stream and Kafka consumers
+//!
+//! Over DynamoDB stream, Kinesis or Kafka records ([`EventSource`](crate::batch::EventSource)),
+//! a mode needs the rows above with these differences, all of actions the table already names:
+//!
+//! - A replay from a checkpoint looks like a first delivery, so the transactional and inline
+//!   modes read the record before their write: the inline mode needs the rows of **inline,
+//!   attempts read** (`dynamodb:GetItem` on the idempotency table); the transactional mode's
+//!   own rows have the read.
+//! - A dead-lettered record's key is settled in the idempotency table (taken and completed,
+//!   `{"deadLettered": reason}` as its result) instead of having its attempts reset, so that a
+//!   replay of its shard neither runs it nor sends it again: the same `dynamodb:UpdateItem` as
+//!   the **dead-letter queue** row.
+//! - There is no backoff and no source queue check (they are SQS's).
+//! - A [`Consumer`](crate::consumer::Consumer) of such a source checks its event source mapping
+//!   at cold start (feature `mapping-check`, on by default) with
+//!   `lambda:ListEventSourceMappings`, granted on `Resource: "*"` (the action names no
+//!   resource). Optional for processing: without the grant, a warning that the check could not
+//!   run. It is the one request of the library outside the table.
+//!
+//! The runs of `tests/iam_per_mode/` are of SQS consumers; these differences are not run under
+//! its guard yet.
 //!
 //! # A policy for the common inline consumer
 //!
