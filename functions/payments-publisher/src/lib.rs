@@ -217,7 +217,9 @@ impl App {
     async fn relay_event(&self, event: &LambdaEvent<Event>) -> Result<Relayed, BatchError> {
         let handler = record(|r: EventRecord, ctx: RecordContext| self.relay_one(r, ctx))
             .ordered_by(account_of);
-        let report = self.processor.process(event, &handler).await?;
+        // Boxed: a batch's future is large (every record's lane), and keeps the runtime's stack
+        // small.
+        let report = Box::pin(self.processor.process(event, &handler)).await?;
         Ok(Relayed::of(&report, &event.payload.records))
     }
 

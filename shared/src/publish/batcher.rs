@@ -104,7 +104,8 @@ impl Batcher {
                 std::mem::take(&mut pending.messages)
             };
             let (messages, answers): (Vec<_>, Vec<_>) = round.into_iter().unzip();
-            let results = self.publisher.send_all(messages).await;
+            // Boxed: the send's future is large, and this runs deep inside a record's handler.
+            let results = Box::pin(self.publisher.send_all(messages)).await;
             for (answer, result) in answers.into_iter().zip(results) {
                 let _ = answer.send(result);
             }
