@@ -333,7 +333,7 @@ bench:
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --records 2000
 	$(CARGO) build --release --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench-package -- \
-	  --bin-dir $(ROOT)/target/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
+	  --bin-dir $(TARGET_DIR)/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
 
 # The stream scenarios alone (a DynamoDB stream and a Kinesis stream, beside Powertools'
 # stream processors), into docs/benchmarks.md's stream section and docs/benchmarks.json; the
@@ -351,4 +351,4 @@ bench-smoke:
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --no-stream-callgrind --out $(ROOT)/target/bench-smoke
 	$(CARGO) build --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench-package -- --runs 2 \
-	  --bin-dir $(ROOT)/target/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke
+	  --bin-dir $(TARGET_DIR)/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke

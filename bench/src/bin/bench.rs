@@ -257,8 +257,19 @@ async fn main() -> Result<(), BoxError> {
 /// The report of a run that measured `sqs` and `streams` (either may be `None`: not measured),
 /// with what it did not measure kept from the `previous` report.
 fn combine(previous: Option<Report>, sqs: Option<Report>, streams: Option<StreamReport>) -> Report {
-    let _ = (previous, sqs, streams);
-    todo!()
+    let kept_streams = previous.as_ref().and_then(|p| p.streams.clone());
+    let mut report = sqs.or(previous).unwrap_or_else(|| Report {
+        machine: bench::machine(),
+        records: 0,
+        latency_ms: 0,
+        sdk_cpu_us_per_request: 0.0,
+        scenarios: Vec::new(),
+        publisher: Vec::new(),
+        instructions: None,
+        streams: None,
+    });
+    report.streams = streams.or(kept_streams);
+    report
 }
 
 /// The report at `path`.
