@@ -41,7 +41,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update link-check bench bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check bench bench-streams bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -323,8 +323,9 @@ up-ministack:
 # AWS Lambda Powertools (Python) on the same workload and local endpoint, directly
 # and through a +5 ms proxy, and each side's instructions per record under
 # valgrind's callgrind; writes docs/benchmarks-figures.md, docs/benchmarks.json and
-# the charts. Then each function's deploy package (its zip) and init under a Runtime
-# API, beside Powertools' (bench-package: docs/package.json). About 35 minutes on
+# the charts; then the same payments as a DynamoDB stream and a Kinesis stream (the
+# stream section). Then each function's deploy package (its zip) and init under a Runtime
+# API, beside Powertools' (bench-package: docs/package.json). About 50 minutes on
 # 2 cores.
 bench:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
@@ -332,13 +333,22 @@ bench:
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --records 2000
 	$(CARGO) build --release --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench-package -- \
-	  --bin-dir $(ROOT)/target/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
+	  --bin-dir $(TARGET_DIR)/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
 
-# The same with a tiny workload, so that the benchmark never rots (part of CI).
+# The stream scenarios alone (a DynamoDB stream and a Kinesis stream, beside Powertools'
+# stream processors), into docs/benchmarks.md's stream section and docs/benchmarks.json; the
+# SQS figures there are kept. About 15 minutes on 2 cores.
+bench-streams:
+	$(ROOT)/bench/powertools/setup.sh >/dev/null
+	$(CARGO) build --release --quiet -p bench --bins
+	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench -- --only streams --records 2000
+
+# The same with a tiny workload, so that the benchmark never rots (part of CI); the stream
+# scenarios without callgrind (Powertools takes minutes under it).
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --quiet -p bench --bins
-	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --out $(ROOT)/target/bench-smoke
+	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --no-stream-callgrind --out $(ROOT)/target/bench-smoke
 	$(CARGO) build --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
 	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench-package -- --runs 2 \
-	  --bin-dir $(ROOT)/target/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke
+	  --bin-dir $(TARGET_DIR)/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke

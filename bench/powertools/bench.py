@@ -3,7 +3,8 @@ import time; T0 = time.perf_counter(); T0_WALL_NS = time.time_ns()  # noqa: E702
 # bench.py: the Python side of the benchmark (`make bench`), AWS Lambda Powertools for Python on the
 # same work as the Rust library. See README.md beside this file.
 #
-#   python bench.py --events FILE --idempotency-table T --effects-table E (--standard|--fifo)
+#   python bench.py --events FILE --idempotency-table T --effects-table E
+#                   (--standard|--fifo|--dynamodb-streams|--kinesis)
 #                   --out RESULT.json [--started-at-ns NS] [--lambda-timeout-ms MS]
 #
 # Runs a Lambda-style `handler(event, context)` on each event of FILE ({"events": [{"Records":
@@ -13,6 +14,10 @@ import time; T0 = time.perf_counter(); T0_WALL_NS = time.time_ns()  # noqa: E702
 # handler decorated with `idempotent_function(data_keyword_argument="record")`, keyed on the
 # message id (`IdempotencyConfig(event_key_jmespath="messageId")`), persisted by
 # `DynamoDBPersistenceLayer`; the record handler does one `PutItem` into the effects table.
+# With --dynamodb-streams or --kinesis the events are a DynamoDB stream's or a Kinesis stream's,
+# the processor `BatchProcessor(event_type=EventType.DynamoDBStreams / KinesisDataStreams)`, the
+# key the record's `eventID` (the Kinesis one is the shard id and the sequence number), and the
+# payment the new image or the data.
 #
 # Talks only to AWS_ENDPOINT_URL (required: without it, or pointing at amazonaws.com, it refuses
 # to run). Exit status: 0 when every record succeeded, 2 when RESULT.json was written but some
@@ -35,13 +40,21 @@ def _die(msg: str) -> None:
 
 
 def _parse_args(argv):
-    p = argparse.ArgumentParser(prog="bench.py", description="Powertools side of the idempotent SQS benchmark")
+    p = argparse.ArgumentParser(prog="bench.py", description="Powertools side of the idempotent batch benchmark")
     p.add_argument("--events", required=True, help='JSON file {"events": [{"Records": [...]}, ...]}')
     p.add_argument("--idempotency-table", required=True, help="DynamoDB table for Powertools' idempotency records")
     p.add_argument("--effects-table", required=True, help="DynamoDB table the record handler writes to")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--fifo", action="store_true", help="FIFO queue events: SqsFifoPartialProcessor")
     mode.add_argument("--standard", action="store_true", help="standard queue events: BatchProcessor")
+    mode.add_argument(
+        "--dynamodb-streams",
+        action="store_true",
+        help="DynamoDB stream events: BatchProcessor(event_type=EventType.DynamoDBStreams)",
+    )
+    mode.add_argument(
+        "--kinesis", action="store_true", help="Kinesis events: BatchProcessor(event_type=EventType.KinesisDataStreams)"
+    )
     p.add_argument("--out", required=True, help="where to write RESULT.json")
     p.add_argument(
         "--started-at-ns",
@@ -81,7 +94,21 @@ def _check_endpoint() -> str:
     return endpoint
 
 
-def _load_events(path: str) -> tuple[list[tuple[int, int]], list[int], object]:
+def _source(args) -> str:
+    """The events' source: `standard`, `fifo`, `dynamodb-streams` or `kinesis`."""
+    if args.dynamodb_streams:
+        return "dynamodb-streams"
+    if args.kinesis:
+        return "kinesis"
+    return "fifo" if args.fifo else "standard"
+
+
+def _record_id_field(source: str) -> str:
+    """What identifies a record of `source` across deliveries (the idempotency key)."""
+    return "messageId" if source in ("standard", "fifo") else "eventID"
+
+
+def _load_events(path: str, id_field: str = "messageId") -> tuple[list[tuple[int, int]], list[int], object]:
     """Splits the workload into its events, each as compact JSON in an anonymous temporary file,
     read back and decoded just before its invocation (as the Lambda runtime decodes the event it
     receives): the process never holds the whole workload, which would show in the peak RSS.
@@ -102,8 +129,8 @@ def _load_events(path: str) -> tuple[list[tuple[int, int]], list[int], object]:
         if not isinstance(records, list) or not records:
             _die(f"{path}: event {i} has no Records")
         for r in records:
-            if not isinstance(r, dict) or not isinstance(r.get("messageId"), str):
-                _die(f"{path}: event {i} has a record without a messageId")
+            if not isinstance(r, dict) or not isinstance(r.get(id_field), str):
+                _die(f"{path}: event {i} has a record without a {id_field}")
         raw = json.dumps(event, separators=(",", ":")).encode()
         spill.write(raw)
         spans.append((offset, len(raw)))
@@ -144,6 +171,8 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
+    source = _source(args)
+    id_field = _record_id_field(source)
     endpoint = _check_endpoint()
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
@@ -153,7 +182,7 @@ def main(argv=None) -> int:
     if args.init_only:
         event_spans, record_counts, spill, spill_fd = [], [], None, -1
     else:
-        event_spans, record_counts, spill = _load_events(args.events)
+        event_spans, record_counts, spill = _load_events(args.events, id_field)
         spill_fd = spill.fileno()
     events_load_s = time.perf_counter() - t_load
 
@@ -189,19 +218,36 @@ def main(argv=None) -> int:
     handler_requests = [0]
 
     persistence = DynamoDBPersistenceLayer(table_name=args.idempotency_table, boto3_client=dynamodb)
-    config = IdempotencyConfig(event_key_jmespath="messageId")
+    config = IdempotencyConfig(event_key_jmespath=id_field)
     effects_table = args.effects_table
+
+    # The payment and the record's id, from each source's record as Powertools gives it.
+    if source == "dynamodb-streams":
+
+        def payment_of(record):
+            return record.dynamodb.new_image, record.event_id
+
+    elif source == "kinesis":
+
+        def payment_of(record):
+            return record.kinesis.data_as_json(), record.event_id
+
+    else:
+
+        def payment_of(record):
+            return json.loads(record.body), record.message_id
 
     @idempotent_function(data_keyword_argument="record", config=config, persistence_store=persistence)
     def record_handler(record):
-        payment = json.loads(record.body)
+        payment, record_id = payment_of(record)
         before = requests[0]
         dynamodb.put_item(
             TableName=effects_table,
             Item={
                 "id": {"S": payment["paymentId"]},
-                "messageId": {"S": record.message_id},
-                "amountCents": {"N": str(payment["amountCents"])},
+                "messageId": {"S": record_id},
+                # An int: the DynamoDB image's numbers come as Decimal.
+                "amountCents": {"N": str(int(payment["amountCents"]))},
             },
         )
         handler_requests[0] += requests[0] - before
@@ -222,7 +268,7 @@ def main(argv=None) -> int:
 
     class CountingMixin:
         def _process_record(self, record: dict):
-            message_id = record.get("messageId")
+            message_id = record.get(id_field)
             before, handler_before = requests[0], handler_requests[0]
             try:
                 return super()._process_record(record)
@@ -241,8 +287,12 @@ def main(argv=None) -> int:
     class CountingSqsFifoPartialProcessor(CountingMixin, SqsFifoPartialProcessor):
         pass
 
-    if args.fifo:
+    if source == "fifo":
         processor = CountingSqsFifoPartialProcessor()
+    elif source == "dynamodb-streams":
+        processor = CountingBatchProcessor(event_type=EventType.DynamoDBStreams)
+    elif source == "kinesis":
+        processor = CountingBatchProcessor(event_type=EventType.KinesisDataStreams)
     else:
         processor = CountingBatchProcessor(event_type=EventType.SQS)
 
@@ -325,7 +375,7 @@ def main(argv=None) -> int:
         "version": importlib.metadata.version("aws-lambda-powertools"),
         "boto3_version": boto3.__version__,
         "python": sys.version.split()[0],
-        "mode": "fifo" if args.fifo else "standard",
+        "mode": source,
         "records": n_records,
         "batches": len(batch_ms),
         "batch_ms": [round(x, 4) for x in batch_ms],

@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::sides::{BoxError, Run, run_side, write_events};
+use crate::streams::StreamSource;
 use crate::{Side, Workload};
 
 /// Each invocation's deadline under callgrind, ms (30 s without it).
@@ -88,12 +89,13 @@ pub fn valgrind_version() -> Option<String> {
 }
 
 /// Runs each of `sides` twice under callgrind against `endpoint`, on the first `batches[0]` and
-/// the first `batches[1]` events of `workload` (a standard queue's), with new tables created
-/// through `dynamodb`; files go into `dir`.
+/// the first `batches[1]` events of `workload` (a standard queue's, or `stream`'s), with new
+/// tables created through `dynamodb`; files go into `dir`.
 pub async fn measure(
     sides: &[Side],
     endpoint: &str,
     workload: &Workload,
+    stream: Option<StreamSource>,
     batches: [usize; 2],
     dynamodb: &aws_sdk_dynamodb::Client,
     dir: &Path,
@@ -110,7 +112,8 @@ pub async fn measure(
         )
         .into());
     }
-    let events = batches.map(|n| dir.join(format!("events-callgrind-{n}.json")));
+    let name = stream.map_or("sqs", StreamSource::key);
+    let events = batches.map(|n| dir.join(format!("events-callgrind-{name}-{n}.json")));
     for (n, path) in batches.iter().zip(&events) {
         write_events(path, &workload.events[..*n])?;
     }
@@ -126,11 +129,15 @@ pub async fn measure(
         };
         for i in 0..2 {
             eprintln!(
-                "bench: callgrind, {}, {} batches ...",
+                "bench: callgrind, {name}, {}, {} batches ...",
                 side.label(),
                 batches[i]
             );
-            let out = dir.join(format!("callgrind-{}-{}.out", side.key(), batches[i]));
+            let out = dir.join(format!(
+                "callgrind-{name}-{}-{}.out",
+                side.key(),
+                batches[i]
+            ));
             let mut file_flag = OsString::from("--callgrind-out-file=");
             file_flag.push(&out);
             let run = Run {
@@ -141,6 +148,7 @@ pub async fn measure(
                     file_flag,
                 ],
                 lambda_timeout_ms: LAMBDA_TIMEOUT_MS,
+                stream,
                 ..Run::new(endpoint, &events[i], false)
             };
             let t = Instant::now();

@@ -15,10 +15,11 @@ pub mod capacity;
 pub mod package;
 pub mod render;
 pub mod sides;
+pub mod streams;
 pub mod targets;
 
 pub use render::bar_chart;
-pub use sides::Side;
+pub use sides::{Side, machine};
 
 use std::collections::HashSet;
 
@@ -139,6 +140,9 @@ pub struct SideResult {
     pub version: String,
     /// Records processed.
     pub records: u64,
+    /// Of those, deliveries of a record delivered before (absent from older runs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicate_records: u64,
     /// Batches processed.
     pub batches: u64,
     /// Wall time of each batch, ms.
@@ -228,6 +232,10 @@ impl SideResult {
     pub fn wcu_per_record(&self, duplicate_share: f64) -> f64 {
         (1.0 - duplicate_share) * self.wcu_per_fresh() + duplicate_share * self.wcu_per_duplicate()
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A DynamoDB write request, for its on-demand write request units.
@@ -426,36 +434,6 @@ pub fn cost_per_million(
     let sqs = (1.0 + 0.1 + 0.1) * sqs_request;
     let parts = [lambda * 1e6, dynamodb * 1e6, sqs * 1e6];
     (parts.iter().sum(), parts)
-}
-
-/// The machine: its cores, CPU model and memory.
-pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .unwrap_or("0")
-                    .parse::<f64>()
-                    .unwrap_or(0.0)
-                    / 1024.0
-                    / 1024.0
-            })
-        })
-        .unwrap_or(0.0);
-    format!("{cores} cores ({cpu}), {mem:.0} GiB")
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::callgrind::Instructions;
 use crate::sides::BoxError;
+use crate::streams::{STREAM_FIGURES_END, STREAM_FIGURES_START, StreamReport};
 use crate::{PublisherResult, Scenario, Side, SideResult, cost_per_million};
 
 /// The share of the workload's records that are redeliveries.
@@ -17,7 +18,7 @@ pub const DUPLICATES: f64 = 0.2;
 pub const MEMORY_MB: f64 = 128.0;
 
 /// Everything a run measured: `benchmarks.json`.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// Cores, CPU and memory.
     pub machine: String,
@@ -34,6 +35,10 @@ pub struct Report {
     /// Instructions per record, by callgrind (absent when skipped, and from older runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<Instructions>,
+    /// The stream scenarios (absent when not measured; a run of them alone keeps the SQS
+    /// figures of the last full run, and a run of SQS alone the stream figures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<StreamReport>,
 }
 
 impl Report {
@@ -91,7 +96,7 @@ pub const NOT_APPLICABLE: &str = "n/a¹";
 pub const REDIS_FOOTNOTE: &str = "¹ Redis side: its store's requests are round trips to Redis (`acquire`, `complete`, ...; the handler's own `PutItem` still goes to DynamoDB). DynamoDB's write units and its price per request do not apply to a Redis server, paid by the hour for its instance whatever the requests, so neither WCU nor a cost per million messages is shown.";
 
 /// Writes `benchmarks.json`, `benchmarks-figures.md` and the charts into `out`, and the figures
-/// into `out/benchmarks.md` between its markers.
+/// into `out/benchmarks.md` between its markers (the stream figures between theirs).
 pub fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
     let scenarios = &report.scenarios;
     std::fs::write(
@@ -145,6 +150,16 @@ pub fn write_report(out: &Path, report: &Report) -> Result<(), BoxError> {
     std::fs::write(out.join("benchmarks-figures.md"), &figures)?;
     embed(&out.join("benchmarks.md"), &figures)?;
     println!("{figures}");
+    if let Some(streams) = &report.streams {
+        let figures = crate::streams::render(streams);
+        embed_between(
+            &out.join("benchmarks.md"),
+            STREAM_FIGURES_START,
+            STREAM_FIGURES_END,
+            &figures,
+        )?;
+        println!("{figures}");
+    }
     Ok(())
 }
 
@@ -580,6 +595,7 @@ mod tests {
             scenarios: vec![scenario],
             publisher: Vec::new(),
             instructions: None,
+            streams: None,
         };
         let mut md = String::new();
         floor_ratios(&mut md, &report);

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
 use serde_json::Value;
 
 use crate::SideResult;
+use crate::streams::StreamSource;
 
 /// The error of the driver's steps.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -112,6 +113,36 @@ impl Side {
     }
 }
 
+/// The machine: its cores, CPU model and memory.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+                    / 1024.0
+                    / 1024.0
+            })
+        })
+        .unwrap_or(0.0);
+    format!("{cores} cores ({cpu}), {mem:.0} GiB")
+}
+
 /// Creates an on-demand table with a string partition key `id`.
 pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> Result<(), BoxError> {
     dynamodb
@@ -196,6 +227,8 @@ pub struct Run<'a> {
     pub events: &'a Path,
     /// FIFO events (Powertools then uses its FIFO processor).
     pub fifo: bool,
+    /// Stream events of this source instead of SQS events.
+    pub stream: Option<StreamSource>,
     /// A command to run the side under (valgrind), with its arguments.
     pub under: Vec<OsString>,
     /// The deadline of each invocation, from its start (the Lambda function's timeout).
@@ -211,6 +244,7 @@ impl<'a> Run<'a> {
             endpoint,
             events,
             fifo,
+            stream: None,
             under: Vec::new(),
             lambda_timeout_ms: 30_000,
             redis_url: None,
@@ -242,13 +276,21 @@ pub async fn run_side(
             let root = repo_root();
             program.push(root.join(".venv-bench/bin/python").into());
             args.push(root.join("bench/powertools/bench.py").into());
-            args.push(if run.fifo { "--fifo" } else { "--standard" }.into());
+            args.push(match (run.stream, run.fifo) {
+                (Some(source), _) => format!("--{}", source.key()).into(),
+                (None, true) => "--fifo".into(),
+                (None, false) => "--standard".into(),
+            });
             args.push("--events".into());
             args.push(run.events.into());
         }
         rust => {
             program.push(worker()?.into());
             args.extend(rust.worker_args().iter().map(OsString::from));
+            if let Some(source) = run.stream {
+                args.push("--source".into());
+                args.push(source.key().into());
+            }
             // The same events, one per line, read one at a time.
             args.push("--events".into());
             args.push(run.events.with_extension("jsonl").into());

@@ -2,7 +2,9 @@
 //! every side (this project in the lease mode, the transactional mode, and the transactional mode
 //! with a local cache, `bench-worker`; the lease mode over Redis; Powertools,
 //! `bench/powertools/bench.py`), directly and through a proxy adding latency, counts each side's
-//! instructions per record under callgrind, measures the publisher, and writes the report.
+//! instructions per record under callgrind, measures the publisher, and writes the report. Then
+//! the same payments as a DynamoDB stream and a Kinesis stream, through the floor, the lease and
+//! inline modes and Powertools' stream processors (`--only streams`: those alone).
 //!
 //! `make bench` runs it with a fresh local endpoint (moto and a Redis server); `bench --help`
 //! lists the options. `bench --render DIR/benchmarks.json [--out DIR]` writes the report and
@@ -13,8 +15,11 @@ use std::time::{Duration, Instant};
 
 use bench::render::{DUPLICATES, Report, write_report};
 use bench::sides::{BoxError, Run, create_table, run_side, run_to_file, worker, write_events};
+use bench::streams::{
+    STREAM_SIDES, SourceInstructions, StreamReport, StreamSource, stream_workload,
+};
 use bench::{PublisherResult, Scenario, Side, callgrind, workload};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use latency_proxy::{Proxy, ProxyOptions, parse_endpoint};
 
@@ -61,6 +66,22 @@ struct Options {
     /// Skip the instruction counts (callgrind needs valgrind).
     #[arg(long, conflicts_with = "callgrind_batches")]
     no_callgrind: bool,
+    /// Skip the instruction counts of the stream scenarios only (Powertools takes minutes under
+    /// callgrind: `make bench-smoke` skips them).
+    #[arg(long)]
+    no_stream_callgrind: bool,
+    /// Run only these scenarios; the others' figures are kept from DIR/benchmarks.json (--out).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    only: Option<Only>,
+}
+
+/// The scenarios of `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Only {
+    /// The SQS queues (standard and FIFO) and the publisher.
+    Sqs,
+    /// A DynamoDB stream and a Kinesis stream.
+    Streams,
 }
 
 /// `SHORT,LONG`, two batch counts with 0 < SHORT < LONG.
@@ -200,12 +221,8 @@ async fn publisher(
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let o = Options::parse();
-    let (records, publisher_messages) = (o.records as usize, o.publisher_messages as usize);
     if let Some(figures) = &o.render {
-        let report: Report = serde_json::from_str(
-            &std::fs::read_to_string(figures)
-                .map_err(|e| format!("cannot read {}: {e}", figures.display()))?,
-        )?;
+        let report = read_report(figures)?;
         std::fs::create_dir_all(&o.out)?;
         return write_report(&o.out, &report);
     }
@@ -217,6 +234,62 @@ async fn main() -> Result<(), BoxError> {
     let work = std::env::temp_dir().join(format!("bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     std::fs::create_dir_all(&o.out)?;
+    // What is not measured now is kept from the last run's figures.
+    let previous_path = o.out.join("benchmarks.json");
+    let previous = match o.only {
+        Some(_) if previous_path.exists() => Some(read_report(&previous_path)?),
+        _ => None,
+    };
+    let instant = instant_endpoint().await?;
+    let sqs = match o.only {
+        Some(Only::Streams) => None,
+        _ => Some(measure_sqs(&o, &endpoint, &instant, &dynamodb, &work).await?),
+    };
+    let streams = match o.only {
+        Some(Only::Sqs) => None,
+        _ => Some(measure_streams(&o, &endpoint, &instant, &dynamodb, &work).await?),
+    };
+    write_report(&o.out, &combine(previous, sqs, streams))?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// The report of a run that measured `sqs` and `streams` (either may be `None`: not measured),
+/// with what it did not measure kept from the `previous` report.
+fn combine(previous: Option<Report>, sqs: Option<Report>, streams: Option<StreamReport>) -> Report {
+    let kept_streams = previous.as_ref().and_then(|p| p.streams.clone());
+    let mut report = sqs.or(previous).unwrap_or_else(|| Report {
+        machine: bench::machine(),
+        records: 0,
+        latency_ms: 0,
+        sdk_cpu_us_per_request: 0.0,
+        scenarios: Vec::new(),
+        publisher: Vec::new(),
+        instructions: None,
+        streams: None,
+    });
+    report.streams = streams.or(kept_streams);
+    report
+}
+
+/// The report at `path`.
+fn read_report(path: &Path) -> Result<Report, BoxError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a benchmark report: {e}", path.display()).into())
+}
+
+/// The SQS scenarios: each queue through every side, on moto and on the instant endpoint,
+/// straight and through the proxy; the publisher; the instruction counts.
+async fn measure_sqs(
+    o: &Options,
+    endpoint: &str,
+    instant: &str,
+    dynamodb: &aws_sdk_dynamodb::Client,
+    work: &Path,
+) -> Result<Report, BoxError> {
+    let (records, publisher_messages) = (o.records as usize, o.publisher_messages as usize);
     let redis = std::env::var("REDIS_URL").ok();
     if redis.is_none() {
         eprintln!("bench: REDIS_URL is not set: the Redis side is skipped");
@@ -235,7 +308,7 @@ async fn main() -> Result<(), BoxError> {
     let mut scenarios = Vec::new();
     let mut publishers = Vec::new();
     let floor_table = "bench-floor";
-    create_table(&dynamodb, floor_table).await?;
+    create_table(dynamodb, floor_table).await?;
     eprintln!("bench: the SDK's own CPU per request, against an endpoint that answers at once ...");
     // The same events for every side and network: as one JSON document for Python, one event
     // per line for the Rust worker.
@@ -248,8 +321,7 @@ async fn main() -> Result<(), BoxError> {
         };
         write_events(&work.join(format!("events-{queue}.json")), &w.events)?;
     }
-    let instant = instant_endpoint().await?;
-    let (floor_cpu_us, _) = sdk_floor(&instant, floor_table, 500, &work).await?;
+    let (floor_cpu_us, _) = sdk_floor(instant, floor_table, 500, work).await?;
     // moto straight and through the proxy; then, to show the client's side alone, an endpoint
     // that answers every request at once, in parallel, through the proxy.
     for (server, latency) in [
@@ -258,18 +330,14 @@ async fn main() -> Result<(), BoxError> {
         ("instant", 0),
         ("instant", o.latency_ms),
     ] {
-        let upstream = if server == "moto" {
-            &endpoint
-        } else {
-            &instant
-        };
+        let upstream = if server == "moto" { endpoint } else { instant };
         let proxy = Proxy::start(
             parse_endpoint(upstream)?,
             ProxyOptions::with_latency(Duration::from_millis(latency)),
         )
         .await?;
         let url = if latency == 0 {
-            upstream.clone()
+            upstream.to_owned()
         } else {
             proxy.url()
         };
@@ -283,7 +351,7 @@ async fn main() -> Result<(), BoxError> {
         };
         let redis_url = redis_proxy.as_ref().map(|(_, url)| url.clone());
         eprintln!("bench: {server}, one PutItem round trip, +{latency} ms each way ...");
-        let (_, round_trip_us) = sdk_floor(&url, floor_table, 100, &work).await?;
+        let (_, round_trip_us) = sdk_floor(&url, floor_table, 100, work).await?;
         for (queue, fifo) in [("standard", false), ("fifo", true)] {
             let events = work.join(format!("events-{queue}.json"));
             let mut scenario = Scenario {
@@ -302,7 +370,7 @@ async fn main() -> Result<(), BoxError> {
                     redis_url: redis_url.clone(),
                     ..Run::new(&url, &events, fifo)
                 };
-                let result = run_side(side, &run, &dynamodb, &work).await?;
+                let result = run_side(side, &run, dynamodb, work).await?;
                 scenario.set(side, result);
             }
             scenarios.push(scenario);
@@ -329,11 +397,12 @@ async fn main() -> Result<(), BoxError> {
             let t = Instant::now();
             let counts = callgrind::measure(
                 &callgrind_sides,
-                &instant,
+                instant,
                 &standard,
+                None,
                 batches,
-                &dynamodb,
-                &work,
+                dynamodb,
+                work,
             )
             .await?;
             eprintln!(
@@ -344,7 +413,7 @@ async fn main() -> Result<(), BoxError> {
         }
         None => None,
     };
-    let report = Report {
+    Ok(Report {
         machine: bench::machine(),
         records,
         latency_ms: o.latency_ms,
@@ -352,18 +421,164 @@ async fn main() -> Result<(), BoxError> {
         scenarios,
         publisher: publishers,
         instructions,
-    };
-    write_report(&o.out, &report)?;
-    let _ = std::fs::remove_dir_all(&work);
-    Ok(())
+        streams: None,
+    })
+}
+
+/// The stream scenarios: the same payments as a DynamoDB stream and as a Kinesis stream, with
+/// replays from a checkpoint, through [`STREAM_SIDES`] on moto and on the instant endpoint
+/// (+0 ms); the instruction counts of each source.
+async fn measure_streams(
+    o: &Options,
+    endpoint: &str,
+    instant: &str,
+    dynamodb: &aws_sdk_dynamodb::Client,
+    work: &Path,
+) -> Result<StreamReport, BoxError> {
+    let records = o.records as usize;
+    let workload = stream_workload(records, DUPLICATES, 10, 7);
+    let events = |source: StreamSource| work.join(format!("events-{}.json", source.key()));
+    for source in StreamSource::ALL {
+        write_events(&events(source), &workload.events(source).events)?;
+    }
+    let sides: Vec<Side> = STREAM_SIDES
+        .into_iter()
+        .filter(|side| !(o.rust_only && *side == Side::Powertools))
+        .collect();
+    let mut scenarios = Vec::new();
+    for (server, url) in [("moto", endpoint), ("instant", instant)] {
+        for source in StreamSource::ALL {
+            let mut scenario = Scenario {
+                endpoint: server.into(),
+                queue: source.key().into(),
+                ..Scenario::default()
+            };
+            for &side in &sides {
+                eprintln!("bench: {server}, {}: {} ...", source.label(), side.label());
+                let path = events(source);
+                let run = Run {
+                    stream: Some(source),
+                    ..Run::new(url, &path, false)
+                };
+                scenario.set(side, run_side(side, &run, dynamodb, work).await?);
+            }
+            scenarios.push(scenario);
+        }
+    }
+    let mut instructions = Vec::new();
+    if !(o.no_callgrind || o.no_stream_callgrind) {
+        let t = Instant::now();
+        for source in StreamSource::ALL {
+            let counts = callgrind::measure(
+                &sides,
+                instant,
+                workload.events(source),
+                Some(source),
+                o.callgrind_batches,
+                dynamodb,
+                work,
+            )
+            .await?;
+            instructions.push(SourceInstructions {
+                source: source.key().into(),
+                counts,
+            });
+        }
+        eprintln!(
+            "bench: callgrind of the streams took {:.1} minutes",
+            t.elapsed().as_secs_f64() / 60.0
+        );
+    }
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    Ok(StreamReport {
+        machine: bench::machine(),
+        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        command: format!("bench {}", command.join(" ")),
+        records,
+        scenarios,
+        instructions,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use bench::render::{FIGURES_END, FIGURES_START, embed};
+    use bench::render::{FIGURES_END, FIGURES_START, Report, embed};
+    use bench::streams::StreamReport;
     use clap::{CommandFactory, Parser};
 
-    use super::Options;
+    use super::{Only, Options, combine};
+
+    fn sqs_report(machine: &str) -> Report {
+        Report {
+            machine: machine.into(),
+            records: 2000,
+            latency_ms: 5,
+            sdk_cpu_us_per_request: 200.0,
+            scenarios: Vec::new(),
+            publisher: Vec::new(),
+            instructions: None,
+            streams: None,
+        }
+    }
+
+    fn stream_report(date: &str) -> StreamReport {
+        StreamReport {
+            date: date.into(),
+            ..StreamReport::default()
+        }
+    }
+
+    #[test]
+    fn a_run_keeps_the_figures_it_did_not_measure() {
+        let previous = Report {
+            streams: Some(stream_report("2026-11-01")),
+            ..sqs_report("old machine")
+        };
+        // --only streams: the SQS figures of the last run, the new stream figures.
+        let r = combine(
+            Some(previous.clone()),
+            None,
+            Some(stream_report("2026-11-28")),
+        );
+        assert_eq!(r.machine, "old machine");
+        assert_eq!(r.streams.unwrap().date, "2026-11-28");
+        // --only sqs: the new SQS figures, the stream figures of the last run.
+        let r = combine(
+            Some(previous.clone()),
+            Some(sqs_report("new machine")),
+            None,
+        );
+        assert_eq!(r.machine, "new machine");
+        assert_eq!(r.streams.unwrap().date, "2026-11-01");
+        // Everything: nothing of the last run.
+        let r = combine(
+            Some(previous),
+            Some(sqs_report("new machine")),
+            Some(stream_report("2026-11-28")),
+        );
+        assert_eq!(
+            (r.machine.as_str(), r.streams.unwrap().date.as_str()),
+            ("new machine", "2026-11-28")
+        );
+        // --only streams with no report yet: no SQS figures.
+        let r = combine(None, None, Some(stream_report("2026-11-28")));
+        assert!(r.scenarios.is_empty() && r.instructions.is_none());
+        assert_eq!(r.streams.unwrap().date, "2026-11-28");
+    }
+
+    #[test]
+    fn only_takes_sqs_or_streams() {
+        let o = Options::try_parse_from(["bench", "--only", "streams"]).unwrap();
+        assert_eq!(o.only, Some(Only::Streams));
+        let o =
+            Options::try_parse_from(["bench", "--only", "sqs", "--no-stream-callgrind"]).unwrap();
+        assert_eq!(o.only, Some(Only::Sqs));
+        assert!(o.no_stream_callgrind);
+        let error = Options::try_parse_from(["bench", "--only", "kafka"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--only"), "{error}");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

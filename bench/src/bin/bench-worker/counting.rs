@@ -2,9 +2,9 @@
 //! connection wrapper, and the record handler's own apart from the store's.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::config::interceptors::{
     BeforeSerializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
@@ -14,12 +14,21 @@ use aws_sdk_dynamodb::operation::{
     transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
 };
 use bench::{WriteRequest, write_units};
-use lambda_idempotency::batch::{HandlerOutput, RecordContext, RecordError, RecordHandler};
+use lambda_idempotency::batch::{HandlerOutput, Record, RecordContext, RecordError, RecordHandler};
 use redis::aio::ConnectionLike;
 use redis::{RedisFuture, Value};
 
+/// The batch being processed (its index in the workload).
+pub(crate) static BATCH: AtomicUsize = AtomicUsize::new(0);
+
+/// A delivery: a record (by its id) in one batch. A record is never twice in one batch, but may
+/// come again in a later one (an SQS redelivery, a stream's replay from a checkpoint).
+pub(crate) fn delivery(batch: usize, id: &str) -> String {
+    format!("{batch}/{id}")
+}
+
 tokio::task_local! {
-    /// The delivery (receipt handle) whose requests are being counted.
+    /// The delivery ([`delivery`]) whose requests are being counted.
     pub(crate) static DELIVERY: String;
     /// Set while the record handler's own work runs: its requests are not the store's.
     pub(crate) static IN_HANDLER: ();
@@ -91,14 +100,26 @@ impl<H: HandlerOutput> HandlerOutput for Counted<H> {
     type Output = H::Output;
 }
 
-impl<H: RecordHandler> RecordHandler for Counted<H> {
+impl<R: Record, H: RecordHandler<R>> RecordHandler<R> for Counted<H> {
     fn handle(
         &self,
-        message: &SqsMessage,
+        record: &R,
         ctx: &RecordContext,
     ) -> impl std::future::Future<Output = Result<Self::Output, RecordError>> + Send {
-        let delivery = message.receipt_handle.clone().unwrap_or_default();
-        DELIVERY.scope(delivery, self.0.handle(message, ctx))
+        let delivery = delivery(BATCH.load(Ordering::Relaxed), &ctx.message_id);
+        DELIVERY.scope(delivery, self.0.handle(record, ctx))
+    }
+
+    fn key(&self, record: &R) -> Option<String> {
+        self.0.key(record)
+    }
+
+    fn order_key(&self, record: &R) -> Option<String> {
+        self.0.order_key(record)
+    }
+
+    fn counts_attempts(&self) -> bool {
+        self.0.counts_attempts()
     }
 }
 

@@ -2,7 +2,8 @@
 //! (DynamoDB, or Redis/Valkey in the lease mode), over a workload file, in a process of its own.
 //! Writes a [`bench::SideResult`]. See `bench-worker --help` for the options.
 //!
-//! The events file has one Lambda SQS event per line; each is read and decoded just before its
+//! The events file has one Lambda event per line (SQS, or with `--source` a DynamoDB stream's
+//! or a Kinesis stream's: the same handlers run on their records); each is read and decoded just before its
 //! invocation, as the Lambda runtime would, so the process never holds the whole workload (which
 //! would show in its peak memory), and the decoding is kept out of the CPU time, like the Python
 //! side does.
@@ -33,23 +34,19 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::sqs::SqsEvent;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::AttributeValue;
 use bench::{SideResult, rusage};
 use clap::{Parser, ValueEnum};
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{
-    BatchProcessor, RecordContext, RecordHandler, RecordHandlerExt, json,
-};
+use lambda_idempotency::batch::{BatchProcessor, EventSource, Record, RecordHandler};
 use lambda_idempotency::cache::LocalCache;
 use lambda_idempotency::count::RequestCounter;
-use lambda_idempotency::inline::InlinePut;
-use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::store::{
-    Backend, DynamoDbBackend, NewItem, RedisBackend, TransactionalBackend,
-};
-use lambda_idempotency::transaction::Transaction;
+use lambda_idempotency::store::{DynamoDbBackend, RedisBackend};
 use lambda_runtime::{Context, LambdaEvent};
+use serde::de::DeserializeOwned;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -58,15 +55,10 @@ const CACHE_KEYS: usize = 10_000;
 const CACHE_TTL: Duration = Duration::from_secs(15 * 60);
 
 mod counting;
+mod handlers;
 
-use counting::{Counted, CountedConnection, IN_HANDLER, PerDelivery};
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Payment {
-    payment_id: String,
-    amount_cents: i64,
-}
+use counting::{CountedConnection, PerDelivery};
+use handlers::{DynamoDbSide, floor_handler, lease_handler};
 
 /// The deliveries of first-seen and of redelivered records, in order.
 #[derive(Default)]
@@ -88,6 +80,17 @@ enum Mode {
     Inline,
     /// No idempotency: the handler's `PutItem` alone (the floor).
     None,
+}
+
+/// The event source of `--source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Source {
+    /// SQS events.
+    Sqs,
+    /// DynamoDB stream events: the payment is the new image.
+    DynamodbStreams,
+    /// Kinesis events: the payment is the data.
+    Kinesis,
 }
 
 /// The idempotency store of `--store`.
@@ -114,9 +117,12 @@ Exit codes:
   2  bad command line (clap's usage error)"
 )]
 struct Cli {
-    /// The events: one Lambda SQS event (JSON) per line.
+    /// The events: one Lambda event (JSON) per line, of `--source`.
     #[arg(long, value_name = "FILE.jsonl", required_unless_present = "sdk_floor")]
     events: Option<PathBuf>,
+    /// What the events are.
+    #[arg(long, value_enum, default_value_t = Source::Sqs)]
+    source: Source,
     /// The DynamoDB table of the idempotency records (with `--store dynamodb`).
     #[arg(long, value_name = "TABLE")]
     idempotency_table: Option<String>,
@@ -228,65 +234,18 @@ async fn main() -> Result<(), BoxError> {
         seen: Seen::default(),
     };
     let operations = RequestCounter::default();
-    let seen = match cli.store {
-        _ if cli.mode == Mode::None => {
-            invocations
-                .run(&floor_handler(&dynamodb, &effects_table))
-                .await?
-        }
-        Store::Redis => {
-            let url = cli
-                .redis_url
-                .as_deref()
-                .ok_or("--store redis: REDIS_URL (or --redis-url) is not set")?;
-            let connection = ::redis::Client::open(url)
-                .map_err(|e| format!("REDIS_URL: not a Redis URL: {e}"))?
-                .get_connection_manager()
-                .await
-                .map_err(|e| format!("cannot connect to Redis at REDIS_URL: {e}"))?;
-            let backend = RedisBackend::new(CountedConnection {
-                inner: connection,
-                per_delivery: counter.clone(),
-            })
-            .with_namespace(format!("bench-{}:", uuid::Uuid::new_v4().simple()))
-            .with_counter(operations.clone());
-            // Up front, as `RedisBackend::connect` does: not a record's round trip.
-            backend.load_scripts().await?;
-            let store = Idempotency::new(backend);
-            match &cache {
-                Some(cache) => {
-                    let store = store.with_local_cache(cache.clone());
-                    invocations
-                        .run(&lease_handler(&dynamodb, &effects_table, store))
-                        .await?
-                }
-                None => {
-                    invocations
-                        .run(&lease_handler(&dynamodb, &effects_table, store))
-                        .await?
-                }
-            }
-        }
-        Store::Dynamodb => {
-            let table = cli
-                .idempotency_table
-                .clone()
-                .ok_or("--idempotency-table TABLE is required with --store dynamodb")?;
-            let store = Idempotency::new(DynamoDbBackend::new(dynamodb.clone(), table));
-            let side = DynamoDbSide {
-                dynamodb: &dynamodb,
-                effects_table: &effects_table,
-                mode: cli.mode,
-                boxed: cli.boxed,
-            };
-            match &cache {
-                Some(cache) => {
-                    side.run(invocations, store.with_local_cache(cache.clone()))
-                        .await?
-                }
-                None => side.run(invocations, store).await?,
-            }
-        }
+    let side = Sides {
+        cli: &cli,
+        dynamodb: &dynamodb,
+        effects_table: &effects_table,
+        counter: &counter,
+        cache: cache.as_ref(),
+        operations: &operations,
+    };
+    let seen = match cli.source {
+        Source::Sqs => side.run::<SqsEvent, _>(invocations).await?,
+        Source::DynamodbStreams => side.run::<DynamoDbEvent, _>(invocations).await?,
+        Source::Kinesis => side.run::<KinesisEvent, _>(invocations).await?,
     };
     let (_, peak_kib) = rusage();
     result.cpu_us_per_record = result.cpu_ms_total * 1000.0 / result.records.max(1) as f64;
@@ -305,6 +264,7 @@ async fn main() -> Result<(), BoxError> {
             / deliveries.len() as f64
     };
     let (fresh, duplicates) = (&seen.fresh, &seen.duplicates);
+    result.duplicate_records = duplicates.len() as u64;
     result.requests_per_fresh_record = mean(fresh, &|[all, _, _]| all);
     result.requests_per_duplicate_record = mean(duplicates, &|[all, _, _]| all);
     result.store_requests_per_fresh_record = mean(fresh, &|[all, handler, _]| all - handler);
@@ -317,128 +277,90 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The DynamoDB side: the lease mode's handler, the transactional one or the inline one, over a
-/// store with or without the local cache.
-struct DynamoDbSide<'a> {
+/// What every side needs, for the events of any source.
+struct Sides<'a> {
+    cli: &'a Cli,
     dynamodb: &'a aws_sdk_dynamodb::Client,
     effects_table: &'a str,
-    mode: Mode,
-    /// The inline handler as a `BoxRecordHandler`.
-    boxed: bool,
+    counter: &'a PerDelivery,
+    cache: Option<&'a LocalCache>,
+    operations: &'a RequestCounter,
 }
 
-impl DynamoDbSide<'_> {
-    async fn run<R: BufRead, B>(
+impl Sides<'_> {
+    /// Runs the side of the command line on `invocations`, events of `E`.
+    async fn run<E: EventSource + DeserializeOwned, Rd: BufRead>(
         &self,
-        invocations: Invocations<'_, R>,
-        store: Idempotency<B>,
-    ) -> Result<Seen, BoxError>
-    where
-        B: TransactionalBackend<Write = TransactWriteItem> + Clone + 'static,
-    {
-        if self.mode == Mode::Inline {
-            // The table for the life of the process: a boxed handler owns what it uses, and both
-            // inline sides run this same handler.
-            let effects_table: &'static str = Box::leak(self.effects_table.into());
-            // The handler's item, returned: the engine writes it with the record on it.
-            let handler = Counted(
-                json(move |p: Payment, ctx: RecordContext| {
-                    let table = effects_table;
-                    async move {
-                        let item = NewItem::new(table, "id", AttributeValue::S(p.payment_id))
-                            .attribute("messageId", AttributeValue::S(ctx.message_id))
-                            .attribute(
-                                "amountCents",
-                                AttributeValue::N(p.amount_cents.to_string()),
-                            );
-                        Ok::<_, std::convert::Infallible>(InlinePut::<(), NewItem>::new((), item))
-                    }
-                })
-                .inline(store)
-                .with_keys(KeyConfig::json_pointer("/paymentId")),
-            );
-            if self.boxed {
-                return invocations.run(&handler.boxed()).await;
+        invocations: Invocations<'_, Rd>,
+    ) -> Result<Seen, BoxError> {
+        let cli = self.cli;
+        let (dynamodb, effects_table) = (self.dynamodb, self.effects_table);
+        Ok(match cli.store {
+            _ if cli.mode == Mode::None => {
+                invocations
+                    .run::<E, _>(&floor_handler(dynamodb, effects_table))
+                    .await?
             }
-            invocations.run(&handler).await
-        } else if self.mode == Mode::Transactional {
-            // The handler's PutItem becomes the Put of the transaction: no request of its own.
-            let handler = Counted(
-                json(|p: Payment, ctx: RecordContext| {
-                    let table = self.effects_table;
-                    async move {
-                        let put = Put::builder()
-                            .table_name(table)
-                            .item("id", AttributeValue::S(p.payment_id))
-                            .item("messageId", AttributeValue::S(ctx.message_id))
-                            .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                            .build()?;
-                        Ok::<_, aws_sdk_dynamodb::error::BuildError>(
-                            Transaction::<(), TransactWriteItem>::new(()).put(put),
-                        )
-                    }
+            Store::Redis => {
+                let url = cli
+                    .redis_url
+                    .as_deref()
+                    .ok_or("--store redis: REDIS_URL (or --redis-url) is not set")?;
+                let connection = ::redis::Client::open(url)
+                    .map_err(|e| format!("REDIS_URL: not a Redis URL: {e}"))?
+                    .get_connection_manager()
+                    .await
+                    .map_err(|e| format!("cannot connect to Redis at REDIS_URL: {e}"))?;
+                let backend = RedisBackend::new(CountedConnection {
+                    inner: connection,
+                    per_delivery: self.counter.clone(),
                 })
-                .transactional(store),
-            );
-            invocations.run(&handler).await
-        } else {
-            invocations
-                .run(&lease_handler(self.dynamodb, self.effects_table, store))
-                .await
-        }
+                .with_namespace(format!("bench-{}:", uuid::Uuid::new_v4().simple()))
+                .with_counter(self.operations.clone());
+                // Up front, as `RedisBackend::connect` does: not a record's round trip.
+                backend.load_scripts().await?;
+                let store = Idempotency::new(backend);
+                match self.cache {
+                    Some(cache) => {
+                        let store = store.with_local_cache(cache.clone());
+                        invocations
+                            .run::<E, _>(&lease_handler(dynamodb, effects_table, store))
+                            .await?
+                    }
+                    None => {
+                        invocations
+                            .run::<E, _>(&lease_handler(dynamodb, effects_table, store))
+                            .await?
+                    }
+                }
+            }
+            Store::Dynamodb => {
+                let table = cli
+                    .idempotency_table
+                    .clone()
+                    .ok_or("--idempotency-table TABLE is required with --store dynamodb")?;
+                let store = Idempotency::new(DynamoDbBackend::new(dynamodb.clone(), table));
+                let side = DynamoDbSide {
+                    dynamodb,
+                    effects_table,
+                    mode: cli.mode,
+                    boxed: cli.boxed,
+                };
+                match self.cache {
+                    Some(cache) => {
+                        side.run::<E, _, _>(invocations, store.with_local_cache(cache.clone()))
+                            .await?
+                    }
+                    None => side.run::<E, _, _>(invocations, store).await?,
+                }
+            }
+        })
     }
 }
 
-/// The handler's own `PutItem` of the payment into `table`, counted apart from the store's.
-async fn put_payment(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    p: Payment,
-    ctx: RecordContext,
-) -> Result<
-    (),
-    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::put_item::PutItemError>,
-> {
-    IN_HANDLER
-        .scope((), async move {
-            dynamodb
-                .put_item()
-                .table_name(table)
-                .item("id", AttributeValue::S(p.payment_id))
-                .item("messageId", AttributeValue::S(ctx.message_id))
-                .item("amountCents", AttributeValue::N(p.amount_cents.to_string()))
-                .send()
-                .await
-                .map(|_| ())
-        })
-        .await
-}
-
-/// The lease mode's handler over `store`: its own `PutItem` into `table`.
-fn lease_handler<'a, B: Backend + 'a>(
-    dynamodb: &'a aws_sdk_dynamodb::Client,
-    table: &'a str,
-    store: Idempotency<B>,
-) -> impl RecordHandler + 'a {
-    Counted(
-        json(move |p: Payment, ctx: RecordContext| put_payment(dynamodb, table, p, ctx))
-            .idempotent(store),
-    )
-}
-
-/// The floor: the same handler with no idempotency, its `PutItem` for every delivery.
-fn floor_handler<'a>(
-    dynamodb: &'a aws_sdk_dynamodb::Client,
-    table: &'a str,
-) -> impl RecordHandler + 'a {
-    Counted(json(move |p: Payment, ctx: RecordContext| {
-        put_payment(dynamodb, table, p, ctx)
-    }))
-}
-
 /// The invocations of the workload, one event at a time, as one warm execution environment.
-struct Invocations<'a, R> {
-    events: R,
+struct Invocations<'a, Rd> {
+    events: Rd,
     events_path: &'a str,
     started: SystemTime,
     timeout: Duration,
@@ -446,10 +368,14 @@ struct Invocations<'a, R> {
     seen: Seen,
 }
 
-impl<R: BufRead> Invocations<'_, R> {
-    /// Runs `handler` on every event; fills in the times of the result, and returns which
-    /// deliveries were fresh and which duplicates.
-    async fn run<H: RecordHandler>(self, handler: &H) -> Result<Seen, BoxError> {
+impl<Rd: BufRead> Invocations<'_, Rd> {
+    /// Runs `handler` on every event (of `E`); fills in the times of the result, and returns
+    /// which deliveries were fresh and which duplicates.
+    async fn run<E, H>(self, handler: &H) -> Result<Seen, BoxError>
+    where
+        E: EventSource + DeserializeOwned,
+        H: RecordHandler<E::Record>,
+    {
         let Invocations {
             events,
             events_path,
@@ -461,18 +387,26 @@ impl<R: BufRead> Invocations<'_, R> {
         let processor = BatchProcessor::new();
         result.init_ms = SystemTime::now().duration_since(started)?.as_secs_f64() * 1000.0;
         for (i, line) in events.lines().enumerate() {
-            let event: SqsEvent = serde_json::from_str(&line?)
-                .map_err(|e| format!("{events_path}: event {i} is not an SQS event: {e}"))?;
-            for r in &event.records {
-                let id = r.message_id.clone().unwrap_or_default();
-                let delivery = r.receipt_handle.clone().unwrap_or_default();
+            let event: E = serde_json::from_str(&line?).map_err(|e| {
+                format!(
+                    "{events_path}: event {i} is not an event of {}s: {e}",
+                    E::Record::KIND
+                )
+            })?;
+            // The batch each record's requests are counted for.
+            counting::BATCH.store(i, std::sync::atomic::Ordering::Relaxed);
+            let records = event.records();
+            for r in &records {
+                let id = r.id().unwrap_or_default().into_owned();
+                let delivery = counting::delivery(i, &id);
                 if seen.ids.insert(id) {
                     seen.fresh.push(delivery)
                 } else {
                     seen.duplicates.push(delivery)
                 }
             }
-            result.records += event.records.len() as u64;
+            result.records += records.len() as u64;
+            drop(records);
             let mut context = Context::default();
             context.deadline = (SystemTime::now() + timeout)
                 .duration_since(SystemTime::UNIX_EPOCH)?
@@ -482,7 +416,8 @@ impl<R: BufRead> Invocations<'_, R> {
             let report = processor
                 .process(&LambdaEvent::new(event, context), handler)
                 .await?;
-            let response = report.response();
+            // Built in the time of the batch, as the runtime does when it answers.
+            std::hint::black_box(report.response());
             result.batch_ms.push(t.elapsed().as_secs_f64() * 1000.0);
             result.cpu_ms_total += rusage().0 - cpu_before;
             // A failed record makes the side's figures wrong: the driver stops, and this says why.
@@ -491,7 +426,7 @@ impl<R: BufRead> Invocations<'_, R> {
                     eprintln!("bench-worker: record {} failed: {e}", failed.message_id);
                 }
             }
-            result.failures += response.batch_item_failures.len() as u64;
+            result.failures += report.failures().count() as u64;
             result.batches += 1;
             if i == 0 {
                 result.cold_start_ms =
