@@ -226,11 +226,12 @@ impl BatchProcessor {
                 });
             }
             match record.id() {
-                Some(id) if !id.is_empty() => owned_ids.push(id.into_owned()),
+                Some(id) if !id.is_empty() => owned_ids.push(id),
                 _ => return Err(BatchError::MissingMessageId { index }),
             }
         }
-        let ids: Vec<&str> = owned_ids.iter().map(String::as_str).collect();
+        // Borrowed where the record holds its id (an SQS message): no copy per record.
+        let ids: Vec<&str> = owned_ids.iter().map(|id| id.as_ref()).collect();
         let limits = Limits {
             start_margin: self.start_margin,
             stop_margin: self.stop_margin,

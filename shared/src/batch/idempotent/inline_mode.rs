@@ -170,8 +170,7 @@ where
         // table, not on an item): it reads the table first, as with the attempts read.
         let reads = this.mode.read_attempts || !R::redriven();
         let inner_ctx = if reads {
-            let first = record.is_first_delivery() && R::redriven();
-            match start(&this.engine, &key, &hash, ctx, first).await? {
+            match start(&this.engine, &key, &hash, ctx, record.is_first_delivery()).await? {
                 Start::Run(inner_ctx) => inner_ctx,
                 Start::Done(duplicate) => return Ok(duplicate),
             }

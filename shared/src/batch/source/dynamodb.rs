@@ -9,7 +9,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use serde::de::DeserializeOwned;
 
-use super::{EventSource, checkpoints};
+use super::{EventSource, checkpoints, stream_copy};
 use crate::record::{Position, Record};
 
 impl Record for EventRecord {
@@ -81,27 +81,6 @@ fn image(record: &EventRecord) -> Option<&serde_dynamo::Item> {
     [&record.change.new_image, &record.change.old_image]
         .into_iter()
         .find(|image| !image.is_empty())
-}
-
-/// A dead-letter copy of a stream record: `body`, named by the record's id. A character SQS
-/// refuses in a message (U+FFFF, say, which JSON does not escape) is written as a JSON escape
-/// (`\uffff`), which reads back as the same text: a record SQS could never carry as it is still
-/// reaches the dead-letter queue.
-pub(super) fn stream_copy(id: Option<&str>, body: serde_json::Value) -> SqsMessage {
-    let text = body.to_string();
-    let mut safe = String::with_capacity(text.len());
-    for c in text.chars() {
-        if crate::publish::invalid_character(c.encode_utf8(&mut [0; 4])).is_some() {
-            // Outside JSON's strings only white space and ASCII occur, which SQS takes.
-            safe.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            safe.push(c);
-        }
-    }
-    let mut copy = SqsMessage::default();
-    copy.message_id = id.map(str::to_owned);
-    copy.body = Some(safe);
-    copy
 }
 
 impl EventSource for Event {

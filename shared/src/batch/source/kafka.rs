@@ -11,8 +11,7 @@ use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::{Deserialize, Serialize};
 
-use super::dynamodb::stream_copy;
-use super::{EventSource, checkpoints};
+use super::{EventSource, checkpoints, stream_copy};
 use crate::record::{Position, Record};
 
 /// Base64 as Lambda's Kafka events carry it, read leniently, as Python's `b64decode` (which

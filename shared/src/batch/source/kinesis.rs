@@ -8,8 +8,7 @@ use aws_lambda_events::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::sqs::SqsMessage;
 use aws_lambda_events::streams::KinesisEventResponse;
 
-use super::dynamodb::stream_copy;
-use super::{EventSource, checkpoints};
+use super::{EventSource, checkpoints, stream_copy};
 use crate::record::{Position, Record};
 
 impl Record for KinesisEventRecord {

@@ -19,6 +19,7 @@ mod sqs;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
 use crate::record::{Position, Record};
@@ -76,4 +77,25 @@ pub(crate) fn checkpoints<'a, R: Record>(failed: &[&'a R]) -> Vec<&'a R> {
         }
     }
     lowest.into_values().map(|(_, record)| record).collect()
+}
+
+/// A dead-letter copy of a stream record: `body`, named by the record's id. A character SQS
+/// refuses in a message (U+FFFF, say, which JSON does not escape) is written as a JSON escape
+/// (`\uffff`), which reads back as the same text: a record SQS could never carry as it is still
+/// reaches the dead-letter queue.
+pub(super) fn stream_copy(id: Option<&str>, body: serde_json::Value) -> SqsMessage {
+    let text = body.to_string();
+    let mut safe = String::with_capacity(text.len());
+    for c in text.chars() {
+        if crate::publish::invalid_character(c.encode_utf8(&mut [0; 4])).is_some() {
+            // Outside JSON's strings only white space and ASCII occur, which SQS takes.
+            safe.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            safe.push(c);
+        }
+    }
+    let mut copy = SqsMessage::default();
+    copy.message_id = id.map(str::to_owned);
+    copy.body = Some(safe);
+    copy
 }
