@@ -10,6 +10,14 @@
 //! [`BatchProcessor::max_attempts`](crate::batch::BatchProcessor::max_attempts)), never SQS's
 //! receive count, which grows for a FIFO record blocked behind a failing one without its running.
 //! Only a handler without an idempotency store falls back to the receive count.
+//!
+//! A failure that is not an attempt of the handler's own (the store or a follow-up service
+//! unreachable, a follow-up failed after the effect committed) is not the message's fault, and
+//! is never counted against its budget. SQS still counts its receives against the queue's
+//! `maxReceiveCount`, so its delay doubles with each receive, past `max` up to SQS's 12-hour limit
+//! ([`visibility_not_counted`](VisibilityBackoff::visibility_not_counted)): an outage of minutes
+//! costs a few receives, and one of days about two a day, never the dead-letter queue within a
+//! queue's retention when `maxReceiveCount` is at least 41 (14 days).
 //! A record in progress in another invocation comes back when that invocation's lease ends (up
 //! to SQS's 12-hour limit), and a FIFO record that did not run because an earlier one of its group
 //! failed comes back with that one.
@@ -134,17 +142,55 @@ impl VisibilityBackoff {
         self.base.saturating_mul(1 << exponent).min(self.max)
     }
 
+    /// The delay after a failure that is not an attempt of the handler's own (see
+    /// [`visibility_not_counted`](Self::visibility_not_counted)), for a message received
+    /// `receives` times, without jitter: `min(base * 2^(receives - 1), 12 h)`.
+    ///
+    /// ```
+    /// # use lambda_idempotency::backoff::VisibilityBackoff;
+    /// # use std::time::Duration;
+    /// # let client = aws_sdk_sqs::Client::from_conf(aws_sdk_sqs::Config::builder().behavior_version_latest().build());
+    /// let backoff = VisibilityBackoff::new(client).max(Duration::from_secs(60));
+    /// assert_eq!(backoff.delay_not_counted(3).as_secs(), 8);
+    /// // Past the backoff's max, up to SQS's 12-hour limit.
+    /// assert_eq!(backoff.delay_not_counted(8).as_secs(), 256);
+    /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 12 * 60 * 60);
+    /// ```
+    pub fn delay_not_counted(&self, receives: u32) -> Duration {
+        let exponent = receives.saturating_sub(1).min(31);
+        self.base.saturating_mul(1 << exponent).min(MAX_VISIBILITY)
+    }
+
     /// The visibility timeout (whole seconds) for a record that failed with `error` on its
     /// `attempt`-th attempt, at `now_ms`: the end of the lease of an invocation that holds its key
     /// (at most 12 hours away), otherwise the backoff's delay plus jitter (from 0 to a quarter of
     /// the delay, rounded up, so that even a 1 s delay gets some).
     pub fn visibility(&self, error: &RecordError, attempt: u32, now_ms: i64) -> i32 {
+        self.visibility_after(error, self.delay(attempt), now_ms)
+    }
+
+    /// The visibility timeout (whole seconds) for a record that failed with `error`, a failure
+    /// the attempt budget does not count (the store or a follow-up service unreachable, a
+    /// follow-up failed after the effect committed), on its `receives`-th receive: as
+    /// [`visibility`](Self::visibility), with [`delay_not_counted`](Self::delay_not_counted).
+    ///
+    /// SQS's `maxReceiveCount` counts every receive, and such a failure is not the message's
+    /// fault: its delay grows with the receives, past the backoff's `max` up to SQS's 12-hour
+    /// limit, so that however long an outage lasts, the receive count grows by about two a day
+    /// once the delay reaches 12 hours (from 2 s: after 16 receives and about 18 hours). A message
+    /// held behind it in its FIFO group comes back with it, so the group's receives grow as
+    /// slowly.
+    pub fn visibility_not_counted(&self, error: &RecordError, receives: u32, now_ms: i64) -> i32 {
+        self.visibility_after(error, self.delay_not_counted(receives), now_ms)
+    }
+
+    fn visibility_after(&self, error: &RecordError, delay: Duration, now_ms: i64) -> i32 {
         let secs = match error.cause() {
             RecordError::InProgress { lease_until_ms } => {
                 ((lease_until_ms - now_ms + 999) / 1000).clamp(1, MAX_VISIBILITY.as_secs() as i64)
             }
             _ => {
-                let d = self.delay(attempt).as_secs().max(1) as i64;
+                let d = delay.as_secs().max(1) as i64;
                 let spread = (d + 3) / 4;
                 d + (jitter_u64() % (spread as u64 + 1)) as i64
             }

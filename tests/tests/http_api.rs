@@ -451,6 +451,74 @@ async fn a_reused_key_is_refused_even_after_its_record_expired() {
     pipeline.stop().await;
 }
 
+/// A client that loops on a 422 (a key reused with another body after its record expired)
+/// takes no number of the account: no gap for payment-processor to pass over, so the account's
+/// next payment is charged on its first delivery, however long the loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_looping_on_422_takes_no_number_of_the_account() {
+    let pipeline = Pipeline::start(Options::default()).await.unwrap();
+    let http = pipeline.http().as_caller("acct-loop");
+    let key = uuid::Uuid::new_v4().to_string();
+    let first = r#"{"amountCents":100,"currency":"EUR"}"#;
+    assert_eq!(
+        http.post_payment(Some(&key), first).await.unwrap().status,
+        201
+    );
+    let caller = payments_api::identity::Caller {
+        id: "acct-loop".into(),
+        account: lambda_idempotency::publish::MessageGroupId::new("acct-loop").unwrap(),
+    };
+    let stored_key =
+        lambda_idempotency::key::stored_key(Some("payments-api"), &caller.scoped_key(&key));
+    pipeline
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(&pipeline.resources.tables["IdempotencyTable"].name)
+        .key("id", AttributeValue::S(stored_key))
+        .update_expression("SET expiration = :past")
+        .condition_expression("attribute_exists(id)")
+        .expression_attribute_values(":past", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let accounts = &pipeline.resources.tables["AccountsTable"].name;
+    let next = || async {
+        payments_model::order::Account::read(&pipeline.clients.dynamodb, accounts, "acct-loop")
+            .await
+            .unwrap()
+            .next
+    };
+    let before = next().await;
+    // Each 422 forgets the record its request took, so each repeat is a first request again.
+    for n in 0..30 {
+        let body = format!(r#"{{"amountCents":{},"currency":"EUR"}}"#, 200 + n);
+        let reused = http.post_payment(Some(&key), &body).await.unwrap();
+        assert_eq!(reused.status, 422, "{reused:?}");
+    }
+    assert_eq!(
+        next().await,
+        before,
+        "a request answered 422 took a number of the account"
+    );
+    let later = http
+        .post_payment(Some(&uuid::Uuid::new_v4().to_string()), first)
+        .await
+        .unwrap();
+    assert_eq!(later.status, 201, "{later:?}");
+    pipeline
+        .drain(Duration::from_secs(60), |_| {})
+        .await
+        .unwrap();
+    let stored = pipeline.stored().await.unwrap();
+    assert_eq!(
+        stored.balance("acct-loop", "EUR"),
+        Some((200, 2)),
+        "both payments charged, once each"
+    );
+    pipeline.stop().await;
+}
+
 /// 20 concurrent POSTs with one Idempotency-Key produce one payment, and every answer is the
 /// stored 201 or a 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

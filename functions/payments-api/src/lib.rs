@@ -449,6 +449,14 @@ impl App {
                 .expect("table and item are set");
             TransactWriteItem::builder().put(put).build()
         };
+        // A payment already stored under this key (its record expired) is answered from the
+        // payment, before a number of the account is taken: a refused write would leave the
+        // number without a payment, a gap payment-processor must pass over, and a client
+        // repeating such a request (answered 422 each time) would leave one gap per request.
+        // The key's lease keeps any other request with this key out meanwhile.
+        if let Some(stored) = self.read_payment(payment_id).await? {
+            return Ok(same_or_other(&stored, hash));
+        }
         let account = payment.account_id.as_str();
         match order::append(
             &self.dynamodb,
@@ -460,18 +468,11 @@ impl App {
         .await?
         {
             order::Appended::Numbered(_) => Ok(Written::New),
-            order::Appended::Refused => {
-                let stored = self.read_payment(payment_id).await?;
-                let stored_hash = stored
-                    .as_ref()
-                    .and_then(|i| i.get("requestHash"))
-                    .and_then(|v| v.as_s().ok());
-                Ok(if stored_hash.is_some_and(|h| h == hash) {
-                    Written::SameRequest
-                } else {
-                    Written::OtherRequest
-                })
-            }
+            // Written meanwhile by a request whose lease had ended.
+            order::Appended::Refused => Ok(self
+                .read_payment(payment_id)
+                .await?
+                .map_or(Written::OtherRequest, |stored| same_or_other(&stored, hash))),
         }
     }
 
@@ -631,6 +632,17 @@ fn stored_response(stored: &StoredResponse, replayed: bool) -> Response<Body> {
         headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     response
+}
+
+/// Whether a stored payment is the request with fingerprint `hash` ([`Written::SameRequest`])
+/// or another one under its key ([`Written::OtherRequest`]).
+fn same_or_other(stored: &Item, hash: &str) -> Written {
+    let stored_hash = stored.get("requestHash").and_then(|v| v.as_s().ok());
+    if stored_hash.is_some_and(|h| h == hash) {
+        Written::SameRequest
+    } else {
+        Written::OtherRequest
+    }
 }
 
 #[cfg(test)]

@@ -240,8 +240,15 @@ async fn post(prefer: &[&str], statuses: &[&'static str]) -> (Response<Body>, Ve
             c.push("transact");
             TransactWriteItemsOutput::builder().build()
         });
+    // Before its write, the payment is not there (the first request checks).
+    let c = calls.clone();
+    let absent = mock!(aws_sdk_dynamodb::Client::get_item)
+        .match_requests(move |r| {
+            r.table_name() == Some("payments") && !c.all().contains(&"transact")
+        })
+        .then_output(|| GetItemOutput::builder().build());
     let reads = payment_reads(statuses);
-    let response = app(&[&account, &record, &write, &reads])
+    let response = app(&[&account, &record, &write, &absent, &reads])
         .handle(with_prefer(request("POST", "/payments", PAYMENT), prefer))
         .await
         .unwrap();

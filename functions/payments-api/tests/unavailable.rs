@@ -64,7 +64,10 @@ async fn the_payments_table_down_is_a_503_and_the_key_stays_retryable() {
         .then_output(|| UpdateItemOutput::builder().build());
     let payments = mock!(aws_sdk_dynamodb::Client::transact_write_items)
         .then_error(|| TransactWriteItemsError::InternalServerError(internal()));
-    let app = app(&[&account, &store, &payments]);
+    // No payment under the key yet.
+    let absent = mock!(aws_sdk_dynamodb::Client::get_item)
+        .then_output(|| aws_sdk_dynamodb::operation::get_item::GetItemOutput::builder().build());
+    let app = app(&[&account, &store, &payments, &absent]);
     let (status, problem) = answer(&app, request("POST", "/payments", PAYMENT)).await;
     assert_eq!(status, 503);
     assert_eq!(problem["detail"], "the payments table is unavailable");

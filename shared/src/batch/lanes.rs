@@ -172,7 +172,7 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
         let Some(max) = p.max_attempts else {
             return false;
         };
-        if !error.is_attempt() || (self.handler.counts_attempts() && error.attempts().is_none()) {
+        if !error.is_attempt() || !is_counted(self.handler, error) {
             return false;
         }
         attempt_of(self.handler, error, record) >= max
@@ -315,6 +315,13 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
         };
         (ctx, result)
     }
+}
+
+/// True when a failure is an attempt of the handler's own: the store counted it, or the handler
+/// keeps no count (its attempts are then the receive count). A failure the store did not count
+/// (an outage, a failed follow-up after a committed effect) is not the message's fault.
+pub(super) fn is_counted<R: Record, H: RecordHandler<R>>(handler: &H, error: &RecordError) -> bool {
+    error.attempts().is_some() || !handler.counts_attempts()
 }
 
 /// The attempt a failure counts as: the store's count when the handler keeps one, else the

@@ -10,7 +10,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt, stream};
 use lambda_runtime::LambdaEvent;
 
-use super::lanes::{Limits, Run, Settled, attempt_of};
+use super::lanes::{Limits, Run, Settled, attempt_of, is_counted};
 use super::source::EventSource;
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
 use crate::backoff::VisibilityBackoff;
@@ -346,8 +346,9 @@ impl BatchProcessor {
     }
 
     /// The visibility timeout (whole seconds) for each reported failure, by index: the backoff
-    /// of its attempt, the end of another invocation's lease, or, for a FIFO record that did not
-    /// run, that of the record that blocked it.
+    /// of its attempt (by its receives, for a failure that is not counted), the end of another
+    /// invocation's lease, or, for a FIFO record that did not run, that of the record that
+    /// blocked it.
     fn visibility<R: Record, H: RecordHandler<R>, T, E: EventSource>(
         &self,
         backoff: &VisibilityBackoff,
@@ -364,6 +365,12 @@ impl BatchProcessor {
             match error.cause() {
                 RecordError::GroupBlocked { failed, .. } | RecordError::BatchStopped { failed } => {
                     blocked.push((r.index, failed.as_str()));
+                }
+                _ if !is_counted(handler, error) => {
+                    let receives = records[r.index].receive_count().unwrap_or(1);
+                    let secs = backoff.visibility_not_counted(error, receives, now_ms);
+                    by_id.insert(r.message_id.as_str(), secs);
+                    out.push((r.index, secs));
                 }
                 _ => {
                     let attempt = attempt_of(handler, error, records[r.index]);

@@ -6,7 +6,12 @@
 //! - a charged payment has exactly one ledger entry, with its amount, and exactly one receipt,
 //!   with that amount;
 //! - each balance (per account and currency) equals the sum of its ledger entries;
-//! - no receipt exists without its charged payment, and no ledger entry without it.
+//! - no receipt exists without its charged payment, and no ledger entry without it;
+//! - a ledger entry and a receipt name their payment's account;
+//! - an account's payments are charged in the order of their numbers (`sequence`);
+//! - no payment failed for what is not its fault: a crash, an outage or a timeout (a reason of
+//!   [`INNOCENT_REASONS`]); and where a test declares the failures it causes
+//!   ([`Scope::declaring_failures`]), no other payment failed.
 //!
 //! A [`Scope`] says which stages ran: a test that drives payments through charging only (no
 //! receipt-sender) is checked for the invariants of payments, ledger and balances, not for
@@ -40,6 +45,8 @@ pub struct Payment {
     pub created_at: i64,
     /// When payments-publisher's message was accepted by SQS (`queuedAt`, epoch ms), once charged.
     pub queued_at: Option<i64>,
+    /// Its number in its account's order (`sequence`), when it has one.
+    pub sequence: Option<i64>,
 }
 
 /// A ledger entry.
@@ -71,6 +78,8 @@ pub struct Balance {
 pub struct Receipt {
     /// Its payment.
     pub payment_id: String,
+    /// The account it names.
+    pub account: String,
     /// The amount it states, in minor units of `currency`.
     pub amount_cents: i64,
     /// Its currency.
@@ -98,6 +107,10 @@ pub struct Scope {
     pub receipts: bool,
     /// Work queues left holding messages on purpose (logical ids): not required drained.
     pub left: Vec<String>,
+    /// The payments a test made fail on purpose (a poison message, a tampered or never-accepted
+    /// message, a budget used up by the handler's own failures), when it declares them: any
+    /// other failed payment is a violation.
+    pub failures: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Scope {
@@ -106,6 +119,7 @@ impl Scope {
         Self {
             receipts: true,
             left: Vec::new(),
+            failures: None,
         }
     }
 
@@ -116,12 +130,22 @@ impl Scope {
         Self {
             receipts: false,
             left: vec!["ReceiptsQueue".to_owned()],
+            failures: None,
         }
     }
 
     /// This scope, with `queue` (a logical id) left holding messages on purpose.
     pub fn leaving(mut self, queue: &str) -> Self {
         self.left.push(queue.to_owned());
+        self
+    }
+
+    /// This scope, where only `payment_ids` may fail (each with a reason).
+    pub fn declaring_failures<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        payment_ids: I,
+    ) -> Self {
+        self.failures = Some(payment_ids.into_iter().map(Into::into).collect());
         self
     }
 
@@ -158,6 +182,40 @@ pub enum Violation {
     FailedWithoutReason {
         /// The payment.
         payment_id: String,
+    },
+    /// A payment failed for what is not its fault: a crash, an outage or a timeout.
+    FailedInnocent {
+        /// The payment.
+        payment_id: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A payment failed that the test did not make fail ([`Scope::declaring_failures`]).
+    UndeclaredFailure {
+        /// The payment.
+        payment_id: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A ledger entry or a receipt names another account than its payment's.
+    WrongAccount {
+        /// The payment.
+        payment_id: String,
+        /// `"ledger entry"` or `"receipt"`.
+        of: &'static str,
+        /// The payment's account.
+        payment: String,
+        /// The account the entry or receipt names.
+        named: String,
+    },
+    /// Two payments of an account were charged against the order of their numbers.
+    ChargeOrder {
+        /// The account.
+        account: String,
+        /// The payment with the lower number, charged later.
+        lower: String,
+        /// The payment with the higher number, charged first.
+        higher: String,
     },
     /// A charged payment has not exactly one ledger entry.
     LedgerEntries {
@@ -231,6 +289,31 @@ impl fmt::Display for Violation {
             Self::FailedWithoutReason { payment_id } => {
                 write!(f, "{payment_id} failed without a reason (no lastError)")
             }
+            Self::FailedInnocent { payment_id, reason } => write!(
+                f,
+                "{payment_id} failed for what is not its fault (a crash, an outage or a timeout): {reason}"
+            ),
+            Self::UndeclaredFailure { payment_id, reason } => write!(
+                f,
+                "{payment_id} failed, and the test made no such failure: {reason}"
+            ),
+            Self::WrongAccount {
+                payment_id,
+                of,
+                payment,
+                named,
+            } => write!(
+                f,
+                "{payment_id}: its {of} names account {named}, the payment's is {payment}"
+            ),
+            Self::ChargeOrder {
+                account,
+                lower,
+                higher,
+            } => write!(
+                f,
+                "account {account}: {higher} was charged before {lower}, which has a lower number"
+            ),
             Self::LedgerEntries {
                 payment_id,
                 entries,
@@ -294,6 +377,15 @@ fn shown(status: &str) -> String {
 const CHARGED: &str = "charged";
 const FAILED: &str = "failed";
 
+/// What a failed payment's reason says when the failure was not the payment's fault: SQS's own
+/// move to the dead-letter queue (after crashes or timeouts, as the reconciler records it), a
+/// service unavailable, a timeout.
+pub const INNOCENT_REASONS: [&str; 3] = [
+    "moved to the dead-letter queue by SQS",
+    "unavailable",
+    "timed out",
+];
+
 /// Every violation in `snapshot` of the invariants that apply in `scope`, sorted.
 pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
     let mut ledger: BTreeMap<&str, Vec<&LedgerEntry>> = BTreeMap::new();
@@ -348,13 +440,26 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
             FAILED if p.last_error.as_deref().is_none_or(str::is_empty) => {
                 out.push(Violation::FailedWithoutReason { payment_id });
             }
-            FAILED => {}
+            FAILED => {
+                let reason = p.last_error.clone().unwrap_or_default();
+                if INNOCENT_REASONS.iter().any(|r| reason.contains(r)) {
+                    out.push(Violation::FailedInnocent {
+                        payment_id: payment_id.clone(),
+                        reason: reason.clone(),
+                    });
+                }
+                if scope.failures.as_ref().is_some_and(|f| !f.contains(id)) {
+                    out.push(Violation::UndeclaredFailure { payment_id, reason });
+                }
+            }
             status => out.push(Violation::Unsettled {
                 payment_id,
                 status: status.to_owned(),
             }),
         }
     }
+    wrong_accounts(snapshot, scope, &mut out);
+    charge_order(snapshot, &mut out);
     let status = |id: &str| {
         snapshot
             .payments
@@ -402,6 +507,65 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
     }
     out.sort();
     out
+}
+
+/// Ledger entries and receipts that name another account than their payment's.
+fn wrong_accounts(snapshot: &Snapshot, scope: &Scope, out: &mut Vec<Violation>) {
+    let named = snapshot
+        .ledger
+        .iter()
+        .map(|e| ("ledger entry", &e.payment_id, &e.account))
+        .chain(
+            snapshot
+                .receipts
+                .iter()
+                .filter(|_| scope.receipts)
+                .map(|r| ("receipt", &r.payment_id, &r.account)),
+        );
+    for (of, payment_id, account) in named {
+        if let Some(p) = snapshot.payments.get(payment_id)
+            && p.account != *account
+        {
+            out.push(Violation::WrongAccount {
+                payment_id: payment_id.clone(),
+                of,
+                payment: p.account.clone(),
+                named: account.clone(),
+            });
+        }
+    }
+}
+
+/// Pairs of charged payments of one account whose ledger entries are in the opposite order of
+/// their numbers (each pair of neighbours by number).
+fn charge_order(snapshot: &Snapshot, out: &mut Vec<Violation>) {
+    let mut by_account: BTreeMap<&str, Vec<(i64, &str, i64)>> = BTreeMap::new();
+    for e in &snapshot.ledger {
+        if let Some(p) = snapshot.payments.get(&e.payment_id)
+            && p.status == CHARGED
+            && let Some(sequence) = p.sequence
+        {
+            by_account
+                .entry(p.account.as_str())
+                .or_default()
+                .push((sequence, e.payment_id.as_str(), e.created_at));
+        }
+    }
+    for (account, mut charges) in by_account {
+        charges.sort();
+        for pair in charges.windows(2) {
+            let [(_, lower, lower_at), (_, higher, higher_at)] = pair else {
+                continue;
+            };
+            if lower_at > higher_at {
+                out.push(Violation::ChargeOrder {
+                    account: account.to_owned(),
+                    lower: (*lower).to_owned(),
+                    higher: (*higher).to_owned(),
+                });
+            }
+        }
+    }
 }
 
 /// What differs between the violations found and those expected.

@@ -101,6 +101,7 @@ impl Snapshot {
                 last_error: item.get("lastError").and_then(|v| v.as_s().ok()).cloned(),
                 created_at: n(&item, "createdAt").unwrap_or(0),
                 queued_at: n(&item, "queuedAt"),
+                sequence: n(&item, "sequence"),
             };
             snapshot.payments.insert(s(&item, "paymentId"), payment);
         }
@@ -127,6 +128,7 @@ impl Snapshot {
             .iter()
             .map(|item| Receipt {
                 payment_id: s(item, "paymentId"),
+                account: s(item, "accountId"),
                 amount_cents: n(item, "amountCents").unwrap_or(0),
                 currency: s(item, "currency"),
             })

@@ -26,6 +26,7 @@ fn entry(payment_id: &str, account: &str, amount_cents: i64) -> LedgerEntry {
 fn receipt(payment_id: &str, amount_cents: i64) -> Receipt {
     Receipt {
         payment_id: payment_id.into(),
+        account: "a".into(),
         amount_cents,
         currency: "EUR".into(),
     }
@@ -332,4 +333,106 @@ fn a_scope_drains_every_work_queue_but_those_it_leaves() {
     assert!(!charging.drains("ReceiptsQueue"));
     let leaving = Scope::through_charging().leaving("PaymentsQueue");
     assert!(!leaving.drains("PaymentsQueue"));
+}
+
+/// Charged payments with their numbers, each ledger entry written at `at` ms.
+fn numbered(s: &mut Snapshot, charges: &[(&str, i64, i64)]) {
+    for (id, sequence, at) in charges {
+        s.payments.get_mut(*id).unwrap().sequence = Some(*sequence);
+        s.ledger
+            .iter_mut()
+            .find(|e| e.payment_id == *id)
+            .unwrap()
+            .created_at = *at;
+    }
+}
+
+#[test]
+fn charges_in_the_order_of_their_numbers_hold() {
+    let mut s = healthy();
+    numbered(&mut s, &[("p1", 1, 10), ("p2", 2, 20)]);
+    assert_eq!(violations(&s, &Scope::pipeline()), vec![]);
+}
+
+#[test]
+fn a_payment_charged_before_a_lower_number_is_reported() {
+    let mut s = healthy();
+    numbered(&mut s, &[("p1", 1, 30), ("p2", 2, 20)]);
+    assert_eq!(
+        violations(&s, &Scope::pipeline()),
+        vec![Violation::ChargeOrder {
+            account: "a".into(),
+            lower: "p1".into(),
+            higher: "p2".into(),
+        }]
+    );
+}
+
+#[test]
+fn a_ledger_entry_or_receipt_of_another_account_is_reported() {
+    let mut s = healthy();
+    s.ledger[0].account = "b".into();
+    s.receipts[1].account = "c".into();
+    // The balance of account b is its ledger's sum: only the accounts differ.
+    s.balances.insert(
+        ("b".into(), "EUR".into()),
+        Balance {
+            cents: 100,
+            charges: 1,
+        },
+    );
+    balance(&mut s, 250);
+    assert_eq!(
+        violations(&s, &Scope::pipeline()),
+        vec![
+            Violation::WrongAccount {
+                payment_id: "p1".into(),
+                of: "ledger entry",
+                payment: "a".into(),
+                named: "b".into(),
+            },
+            Violation::WrongAccount {
+                payment_id: "p2".into(),
+                of: "receipt",
+                payment: "a".into(),
+                named: "c".into(),
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_payment_failed_by_an_outage_or_sqs_move_is_reported() {
+    for reason in [
+        "moved to the dead-letter queue by SQS after its receive limit (crashes or timeouts)",
+        "the ledger table is unavailable",
+        "the charge timed out",
+    ] {
+        let mut s = healthy();
+        s.payments.get_mut("p3").unwrap().last_error = Some(reason.into());
+        assert_eq!(
+            violations(&s, &Scope::pipeline()),
+            vec![Violation::FailedInnocent {
+                payment_id: "p3".into(),
+                reason: reason.into(),
+            }],
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn only_declared_failures_may_happen_where_a_test_declares_them() {
+    let s = healthy();
+    assert_eq!(
+        violations(&s, &Scope::pipeline().declaring_failures(["p3"])),
+        vec![]
+    );
+    assert_eq!(
+        violations(&s, &Scope::pipeline().declaring_failures(["p9"])),
+        vec![Violation::UndeclaredFailure {
+            payment_id: "p3".into(),
+            reason: "injected permanent failure".into(),
+        }]
+    );
 }
