@@ -94,8 +94,11 @@ struct State {
     log: Vec<String>,
     /// The end of the outage, epoch ms on the test's clock.
     outage_until: Option<i64>,
-    /// Requests whose answer is to be lost, or after which the process crashes, by invocation id.
-    after: Vec<(String, Fault)>,
+    /// What to do with the answer of the request in flight: lose it, or crash after it. The
+    /// interceptor's hooks see no request once it is sent, so the armed request is told from
+    /// others by order: the client's requests must be sequential (as the exploration runs them,
+    /// one record at a time) for the fault to hit request `n` and no other in flight.
+    after: Option<Fault>,
     fired: bool,
 }
 
@@ -224,14 +227,6 @@ fn operation(request: &aws_smithy_runtime_api::http::Request) -> String {
         .to_owned()
 }
 
-fn invocation_id(request: &aws_smithy_runtime_api::http::Request) -> String {
-    request
-        .headers()
-        .get("amz-sdk-invocation-id")
-        .unwrap_or_default()
-        .to_owned()
-}
-
 impl Intercept for Faults {
     fn name(&self) -> &'static str {
         "Faults"
@@ -248,8 +243,7 @@ impl Intercept for Faults {
             Before::Send => Ok(()),
             Before::Refuse(why) => Err(why.into()),
             Before::SendThen(fault) => {
-                let id = invocation_id(request);
-                self.state.lock().unwrap().after.push((id, fault));
+                self.state.lock().unwrap().after = Some(fault);
                 Ok(())
             }
         }
@@ -257,19 +251,11 @@ impl Intercept for Faults {
 
     fn modify_before_deserialization(
         &self,
-        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &mut BeforeDeserializationInterceptorContextMut<'_>,
         _: &RuntimeComponents,
         _: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let Some(request) = context.inner().request() else {
-            return Ok(());
-        };
-        let id = invocation_id(request);
-        let then = {
-            let mut state = self.state.lock().unwrap();
-            let position = state.after.iter().position(|(i, _)| *i == id);
-            position.map(|p| state.after.remove(p).1)
-        };
+        let then = self.state.lock().unwrap().after.take();
         match then {
             Some(fault) => Err(self.after(fault).into()),
             None => Ok(()),
@@ -333,7 +319,10 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for Faulty
                 Before::Refuse(why) => return Err(redis_error(why)),
                 Before::SendThen(fault) => Some(fault),
             };
-            let answer = self.inner.req_packed_commands(pipeline, offset, count).await;
+            let answer = self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await;
             match then {
                 Some(fault) => Err(redis_error(self.faults.after(fault))),
                 None => answer,

@@ -17,6 +17,7 @@ mod common;
 mod fault;
 mod modes;
 mod queue;
+mod sqs_client;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -205,7 +206,13 @@ fn runs(log: &[String]) -> String {
         }
     }
     out.iter()
-        .map(|(op, n)| if *n == 1 { op.clone() } else { format!("{op} x{n}") })
+        .map(|(op, n)| {
+            if *n == 1 {
+                op.clone()
+            } else {
+                format!("{op} x{n}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -165,8 +165,7 @@ impl SimQueue {
         for m in self.messages.iter_mut().filter(|m| batch.contains(&m.id)) {
             if !failed.contains(&m.id) {
                 m.deleted = true;
-            } else if let Some((_, timeout)) = visibility.iter().rev().find(|(id, _)| *id == m.id)
-            {
+            } else if let Some((_, timeout)) = visibility.iter().rev().find(|(id, _)| *id == m.id) {
                 m.visible_at = now_ms + timeout.as_millis() as i64;
             }
         }
@@ -179,9 +178,15 @@ impl std::fmt::Display for SimQueue {
         let counts: Vec<String> = self
             .messages
             .iter()
-            .map(|m| format!("{}:{}{}", m.id, m.receives, if m.deleted { "" } else { "(live)" }))
+            .map(|m| {
+                format!(
+                    "{}:{}{}",
+                    m.id,
+                    m.receives,
+                    if m.deleted { "" } else { "(live)" }
+                )
+            })
             .collect();
         write!(f, "{}", counts.join(" "))
     }
 }
-
