@@ -63,7 +63,7 @@ pub struct Env {
 }
 
 impl Env {
-    pub fn new() -> Self {
+    fn new() -> Self {
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("store", crash.clone(), clock.clone());
