@@ -9,7 +9,17 @@
 //! the library or by SQS), the queue drained.
 //!
 //! Every case runs; the failures are listed together at the end. Each test prints its number of
-//! cases and its time.
+//! cases, its time, its invocations (and how many crashed) and the highest receive count seen.
+//!
+//! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
+//! and visibility changes are in memory here; the injector works on an SQS client, see
+//! [`sqs_client`]), records running concurrently (one at a time, so that request `n` is the same
+//! request in every run), the publisher and the pipeline's functions.
+//!
+//! The lease mode reports a record a success when the store refuses its completion after the
+//! handler succeeded (reporting it failed would run the effect again once the lease ends): the
+//! record stays in progress until its lease ends. The exploration counts those records and
+//! prints them, rather than failing them.
 
 #[path = "../common/mod.rs"]
 mod common;
