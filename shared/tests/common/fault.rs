@@ -1,0 +1,336 @@
+//! A fault injector for one service's requests: an SDK interceptor ([`Faults`] is an
+//! [`Intercept`], for the DynamoDB and the SQS clients alike) and a Redis connection wrapper
+//! ([`FaultyConnection`], any [`ConnectionLike`] under the Redis backend).
+//!
+//! Armed with a [`Fault`] at request `n` (counted from the arming, every request of the client,
+//! each try of an SDK retry included), it does one of:
+//! - [`Fault::Fail`]: fails the request before it is sent; the service never sees it.
+//! - [`Fault::LoseAnswer`]: sends it, the service applies it, and the caller gets an error instead
+//!   of the answer (an error the SDK does not retry: a connection cut after the send).
+//! - [`Fault::Crash`]: sends it, the service applies it, then the invocation ends as a crash
+//!   would: the [`Crash`] signal is raised, the caller never sees the answer, and every later
+//!   request of every client sharing the signal fails before it is sent, so that nothing the
+//!   dead process would never have done reaches a service before the harness drops its future.
+//! - [`Fault::Outage`]: request `n` and every later one fails before it is sent until the test's
+//!   clock passes the outage's end.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_sqs::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::box_error::BoxError;
+use lambda_idempotency::time::Clock;
+
+/// What happens at the armed request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fails before it is sent.
+    Fail,
+    /// Applied by the service, its answer lost.
+    LoseAnswer,
+    /// Applied by the service, then the invocation crashes.
+    Crash,
+    /// The service is down for this long from this request on.
+    Outage(Duration),
+}
+
+impl Fault {
+    pub fn label(self) -> String {
+        match self {
+            Fault::Fail => "fail".into(),
+            Fault::LoseAnswer => "lose-answer".into(),
+            Fault::Crash => "crash".into(),
+            Fault::Outage(d) => format!("outage-{}s", d.as_secs()),
+        }
+    }
+}
+
+/// The crash of the invocation: raised by a [`Fault::Crash`], seen by the harness (which drops
+/// the invocation's future) and by the test's handler (a crashed process runs nothing more).
+#[derive(Debug, Default)]
+pub struct Crash {
+    raised: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Crash {
+    pub fn raise(&self) {
+        self.raised.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the crash is raised.
+    pub async fn raised(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_raised() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// A new process: the next invocation runs.
+    pub fn reset(&self) {
+        self.raised.store(false, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    armed: Option<(u32, Fault)>,
+    /// Requests since the arming.
+    sent: u32,
+    /// Operations sent since the arming, in order.
+    log: Vec<String>,
+    /// The end of the outage, epoch ms on the test's clock.
+    outage_until: Option<i64>,
+    /// What to do with the answer of the request in flight: lose it, or crash after it. The
+    /// interceptor's hooks see no request once it is sent, so the armed request is told from
+    /// others by order: the client's requests must be sequential (as the exploration runs them,
+    /// one record at a time) for the fault to hit request `n` and no other in flight.
+    after: Option<Fault>,
+    fired: bool,
+}
+
+/// The fault injector of one service; clones share their state.
+#[derive(Clone)]
+pub struct Faults {
+    service: &'static str,
+    state: Arc<Mutex<State>>,
+    crash: Arc<Crash>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faults")
+            .field("service", &self.service)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+/// What to do with a request about to be sent.
+enum Before {
+    Send,
+    /// Send, then do this with its answer.
+    SendThen(Fault),
+    Refuse(String),
+}
+
+impl Faults {
+    pub fn new(service: &'static str, crash: Arc<Crash>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            service,
+            state: Arc::default(),
+            crash,
+            clock,
+        }
+    }
+
+    /// Arms `fault` at the `n`-th request from now (1 is the next), and counts from zero.
+    pub fn arm(&self, n: u32, fault: Fault) {
+        let mut state = self.state.lock().unwrap();
+        *state = State {
+            armed: Some((n, fault)),
+            ..State::default()
+        };
+    }
+
+    /// Counts requests from zero with nothing armed.
+    pub fn disarm(&self) {
+        *self.state.lock().unwrap() = State::default();
+    }
+
+    /// Requests sent (or refused) since the arming.
+    pub fn sent(&self) -> u32 {
+        self.state.lock().unwrap().sent
+    }
+
+    /// The operations since the arming, in order.
+    pub fn log(&self) -> Vec<String> {
+        self.state.lock().unwrap().log.clone()
+    }
+
+    /// True once the armed fault happened.
+    pub fn fired(&self) -> bool {
+        self.state.lock().unwrap().fired
+    }
+
+    /// True while an outage lasts.
+    pub fn in_outage(&self) -> bool {
+        let until = self.state.lock().unwrap().outage_until;
+        until.is_some_and(|until| self.clock.now_ms() < until)
+    }
+
+    fn before(&self, operation: &str) -> Before {
+        if self.crash.is_raised() {
+            return Before::Refuse(format!("{}: the process crashed", self.service));
+        }
+        let now = self.clock.now_ms();
+        let mut state = self.state.lock().unwrap();
+        state.sent += 1;
+        state.log.push(operation.to_owned());
+        if let Some(until) = state.outage_until
+            && now < until
+        {
+            return Before::Refuse(format!("{}: injected outage", self.service));
+        }
+        match state.armed {
+            Some((n, fault)) if n == state.sent => {
+                state.fired = true;
+                match fault {
+                    Fault::Fail => Before::Refuse(format!(
+                        "{}: injected failure of request {n} before it was sent",
+                        self.service
+                    )),
+                    Fault::Outage(length) => {
+                        state.outage_until = Some(now + length.as_millis() as i64);
+                        Before::Refuse(format!("{}: injected outage", self.service))
+                    }
+                    after => Before::SendThen(after),
+                }
+            }
+            _ => Before::Send,
+        }
+    }
+
+    /// What to do with the answer of a request sent with `then`: an error, and for a crash the
+    /// crash raised.
+    fn after(&self, then: Fault) -> String {
+        if then == Fault::Crash {
+            self.crash.raise();
+            format!("{}: the process crashed after the request", self.service)
+        } else {
+            format!("{}: injected loss of the answer", self.service)
+        }
+    }
+}
+
+/// The SDK operation of a request: the last part of `x-amz-target` (DynamoDB, SQS).
+fn operation(request: &aws_smithy_runtime_api::http::Request) -> String {
+    request
+        .headers()
+        .get("x-amz-target")
+        .and_then(|target| target.rsplit('.').next())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+impl Intercept for Faults {
+    fn name(&self) -> &'static str {
+        "Faults"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let request = context.request();
+        match self.before(&operation(request)) {
+            Before::Send => Ok(()),
+            Before::Refuse(why) => Err(why.into()),
+            Before::SendThen(fault) => {
+                self.state.lock().unwrap().after = Some(fault);
+                Ok(())
+            }
+        }
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        _: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let then = self.state.lock().unwrap().after.take();
+        match then {
+            Some(fault) => Err(self.after(fault).into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A Redis connection whose requests go through [`Faults`] (each command or pipeline one
+/// request, named by its first word).
+#[cfg(feature = "redis")]
+#[derive(Clone)]
+pub struct FaultyConnection<C> {
+    pub inner: C,
+    pub faults: Faults,
+}
+
+#[cfg(feature = "redis")]
+fn redis_error(why: String) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "injected fault", why))
+}
+
+#[cfg(feature = "redis")]
+fn command_name(packed: &[u8]) -> String {
+    // RESP: *<n>\r\n$<len>\r\n<NAME>\r\n...
+    String::from_utf8_lossy(packed)
+        .split("\r\n")
+        .nth(2)
+        .unwrap_or("?")
+        .to_ascii_uppercase()
+}
+
+#[cfg(feature = "redis")]
+impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for FaultyConnection<C> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            let then = match self.faults.before(&command_name(&cmd.get_packed_command())) {
+                Before::Send => None,
+                Before::Refuse(why) => return Err(redis_error(why)),
+                Before::SendThen(fault) => Some(fault),
+            };
+            let answer = self.inner.req_packed_command(cmd).await;
+            match then {
+                Some(fault) => Err(redis_error(self.faults.after(fault))),
+                None => answer,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            let then = match self.faults.before("PIPELINE") {
+                Before::Send => None,
+                Before::Refuse(why) => return Err(redis_error(why)),
+                Before::SendThen(fault) => Some(fault),
+            };
+            let answer = self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            match then {
+                Some(fault) => Err(redis_error(self.faults.after(fault))),
+                None => answer,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}

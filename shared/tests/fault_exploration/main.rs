@@ -1,0 +1,391 @@
+//! The fault exploration: each mode of the library, on DynamoDB (moto) and on Redis where the
+//! mode exists, through a batch processor as deployed (an attempt budget of 5 with a dead-letter
+//! queue, the visibility backoff), fed by a simulated SQS queue (standard and FIFO; see
+//! [`queue`]). For each queue, a clean run of a batch of three messages counts the requests the
+//! store's client makes; then for every request `n` of them and every [`Fault`], a fresh batch
+//! runs with the fault at request `n`, and is redelivered until the queue drains. Each case
+//! checks: each message's effect exactly once, its stored result, no failed attempt counted (the
+//! handler never fails: every failure is the store's), nothing moved to a dead-letter queue (by
+//! the library or by SQS), the queue drained.
+//!
+//! Every case runs; the failures are listed together at the end. Each test prints its number of
+//! cases, its time, its invocations (and how many crashed) and the highest receive count seen.
+//!
+//! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
+//! and visibility changes are in memory here; the injector works on an SQS client, see
+//! [`sqs_client`]), records running concurrently (one at a time, so that request `n` is the same
+//! request in every run), the publisher and the pipeline's functions.
+//!
+//! The lease mode reports a record a success when the store refuses its completion after the
+//! handler succeeded (reporting it failed would run the effect again once the lease ends): the
+//! record stays in progress until its lease ends. The exploration counts those records and
+//! prints them, rather than failing them.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/fault.rs"]
+mod fault;
+mod modes;
+mod queue;
+mod sqs_client;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use fault::{Crash, Fault, Faults};
+use lambda_idempotency::backoff::VisibilityBackoff;
+use lambda_idempotency::batch::{BatchProcessor, RecordHandler};
+use lambda_idempotency::dead_letter::DeadLetter;
+use lambda_idempotency::test_util::InMemorySqs;
+use lambda_idempotency::time::{Clock, ManualClock};
+use lambda_runtime::{Context, LambdaEvent};
+use queue::SimQueue;
+
+/// The function's timeout: each invocation's deadline is this far from its start.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// The attempt budget (the consumer's default `MAX_ATTEMPTS`).
+const MAX_ATTEMPTS: u32 = 5;
+/// Invocations after which a case counts as never draining.
+const MAX_INVOCATIONS: u32 = 300;
+/// Messages per batch.
+const MESSAGES: usize = 3;
+
+/// The faults every request is explored with. The long outage (ten minutes) is longer than
+/// `maxReceiveCount` receives at the backoff's first delays.
+pub const FAULTS: [Fault; 5] = [
+    Fault::Fail,
+    Fault::LoseAnswer,
+    Fault::Crash,
+    Fault::Outage(Duration::from_secs(30)),
+    Fault::Outage(Duration::from_secs(600)),
+];
+
+/// What a run of the harness shares: the clock, the crash, the store's fault injector, and the
+/// processor's SQS (the dead-letter queue and the visibility changes, in memory).
+pub struct Env {
+    pub clock: Arc<ManualClock>,
+    pub crash: Arc<Crash>,
+    pub faults: Faults,
+    sqs: InMemorySqs,
+    processor: BatchProcessor,
+}
+
+impl Env {
+    fn new() -> Self {
+        let clock = Arc::new(ManualClock::starting_now());
+        let crash = Arc::new(Crash::default());
+        let faults = Faults::new("store", crash.clone(), clock.clone());
+        let sqs = InMemorySqs::new();
+        let processor = BatchProcessor::new()
+            .with_clock(clock.clone() as Arc<dyn Clock>)
+            .max_attempts(MAX_ATTEMPTS)
+            .with_dead_letter(DeadLetter::in_memory(
+                &sqs,
+                "https://sqs.us-east-1.amazonaws.com/123456789012/explore-dlq",
+            ))
+            .with_backoff(VisibilityBackoff::in_memory(&sqs))
+            // One record at a time: request `n` is the same request in every run.
+            .concurrency(1);
+        Self {
+            clock,
+            crash,
+            faults,
+            sqs,
+            processor,
+        }
+    }
+}
+
+/// One mode under exploration: its handler, and what each message should have left.
+pub trait Explored {
+    type Handler: RecordHandler<SqsMessage>;
+
+    fn handler(&self) -> &Self::Handler;
+
+    /// What is wrong with what message `id` left (nothing: empty).
+    fn check(&self, id: &str) -> impl std::future::Future<Output = Vec<String>>;
+
+    /// What the mode's checks noted beside the failures.
+    fn notes(&self) -> String {
+        String::new()
+    }
+}
+
+/// How a batch's life went.
+pub struct Drained {
+    queue: SimQueue,
+    invocations: u32,
+    crashes: u32,
+    dead_letters: Vec<String>,
+}
+
+/// Delivers `messages` until the queue drains (or [`MAX_INVOCATIONS`]).
+async fn drain<H: RecordHandler<SqsMessage>>(
+    env: &Env,
+    handler: &H,
+    fifo: bool,
+    messages: &[(String, String)],
+) -> Drained {
+    let mut queue = SimQueue::new(fifo, messages, env.clock.now_ms());
+    let (mut invocations, mut crashes) = (0, 0);
+    let mut dead_letters = Vec::new();
+    while invocations < MAX_INVOCATIONS {
+        let Some(batch) = queue.receive(&env.clock) else {
+            break;
+        };
+        invocations += 1;
+        env.crash.reset();
+        env.sqs.clear();
+        let ids: Vec<String> = batch.iter().filter_map(|m| m.message_id.clone()).collect();
+        let mut context = Context::default();
+        context.request_id = format!("invocation-{invocations}");
+        context.deadline = (env.clock.now_ms() + FUNCTION_TIMEOUT.as_millis() as i64) as u64;
+        let mut event = SqsEvent::default();
+        event.records = batch;
+        let event = LambdaEvent::new(event, context);
+        let answered = tokio::select! {
+            biased;
+            () = env.crash.raised() => None,
+            report = env.processor.process(&event, handler) => Some(report),
+        };
+        let report = match answered {
+            Some(Ok(report)) if !env.crash.is_raised() => report,
+            Some(Err(e)) => panic!("the batch was refused: {e}"),
+            _ => {
+                // Lambda saw no answer: the batch comes back after the visibility timeout.
+                crashes += 1;
+                continue;
+            }
+        };
+        dead_letters.extend(
+            env.sqs
+                .dead_letters()
+                .into_iter()
+                .map(|d| format!("{}: {}", d.source_message_id, d.reason)),
+        );
+        let failed: HashSet<String> = report
+            .response()
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        let visibility: Vec<(String, Duration)> = env
+            .sqs
+            .visibility_changes()
+            .into_iter()
+            .map(|c| (c.message_id, c.visibility_timeout))
+            .collect();
+        queue.settle(&ids, &failed, &visibility, env.clock.now_ms());
+    }
+    Drained {
+        queue,
+        invocations,
+        crashes,
+        dead_letters,
+    }
+}
+
+/// What a mode's cases did, together.
+#[derive(Default)]
+struct Totals {
+    invocations: u32,
+    crashes: u32,
+    max_receives: u32,
+}
+
+/// A fresh batch: `(message id, body)` with the key `/id` unique to the case.
+fn batch() -> Vec<(String, String)> {
+    let case = common::unique("p");
+    (1..=MESSAGES)
+        .map(|i| {
+            let id = format!("{case}-{i}");
+            (format!("m-{id}"), format!(r#"{{"id":"{id}"}}"#))
+        })
+        .collect()
+}
+
+/// The operations in order, each run of one as `name xcount`.
+fn runs(log: &[String]) -> String {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for op in log {
+        match out.last_mut() {
+            Some((last, n)) if last == op => *n += 1,
+            _ => out.push((op.clone(), 1)),
+        }
+    }
+    out.iter()
+        .map(|(op, n)| {
+            if *n == 1 {
+                op.clone()
+            } else {
+                format!("{op} x{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs a batch with `fault` armed at request `n` (none: a clean run); what went wrong.
+async fn case<M: Explored>(
+    env: &Env,
+    mode: &M,
+    fifo: bool,
+    fault: Option<(u32, Fault)>,
+    totals: &mut Totals,
+) -> Vec<String> {
+    let messages = batch();
+    match fault {
+        Some((n, fault)) => env.faults.arm(n, fault),
+        None => env.faults.disarm(),
+    }
+    let drained = drain(env, mode.handler(), fifo, &messages).await;
+    totals.invocations += drained.invocations;
+    totals.crashes += drained.crashes;
+    totals.max_receives = totals.max_receives.max(drained.queue.max_receives);
+    let log = runs(&env.faults.log());
+    let fired = env.faults.fired();
+    env.faults.disarm();
+    env.crash.reset();
+    let mut problems = Vec::new();
+    if fault.is_some() && !fired {
+        problems.push(format!("the fault never fired (requests: {log})"));
+    }
+    if !drained.queue.drained() {
+        problems.push(format!(
+            "not drained after {} invocations",
+            drained.invocations
+        ));
+    }
+    for (id, receives) in &drained.queue.moved {
+        problems.push(format!(
+            "{id} moved to the dead-letter queue by SQS after {receives} receives"
+        ));
+    }
+    for dead in &drained.dead_letters {
+        problems.push(format!("dead-lettered by the library: {dead}"));
+    }
+    for (_, body) in &messages {
+        let id: serde_json::Value = serde_json::from_str(body).unwrap();
+        problems.extend(mode.check(id["id"].as_str().unwrap()).await);
+    }
+    if !problems.is_empty() {
+        problems.insert(
+            0,
+            format!(
+                "{} invocations, {} crashes, receive counts {}; requests {log}",
+                drained.invocations, drained.crashes, drained.queue
+            ),
+        );
+    }
+    problems
+}
+
+/// Explores `mode` on both queues, over every request of a clean run and every fault; prints
+/// the number of cases and the time; fails listing every failing case.
+async fn explore<M: Explored>(name: &str, env: &Env, mode: &M) {
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    let mut cases = 0;
+    let mut failures = Vec::new();
+    for fifo in [false, true] {
+        let queue = if fifo { "fifo" } else { "standard" };
+        let clean = case(env, mode, fifo, None, &mut totals).await;
+        cases += 1;
+        // The clean run's requests: the same batch again, counted.
+        env.faults.disarm();
+        let counted = batch();
+        drain(env, mode.handler(), fifo, &counted).await;
+        let requests = env.faults.sent();
+        env.faults.disarm();
+        if !clean.is_empty() {
+            failures.push(format!("{name} {queue} clean run: {}", clean.join("; ")));
+        }
+        for n in 1..=requests {
+            for fault in FAULTS {
+                cases += 1;
+                let problems = case(env, mode, fifo, Some((n, fault)), &mut totals).await;
+                if !problems.is_empty() {
+                    failures.push(format!(
+                        "{name} {queue} request {n} {}: {}",
+                        fault.label(),
+                        problems.join("; ")
+                    ));
+                }
+            }
+        }
+        println!("{name} {queue}: {requests} requests in a clean run of {MESSAGES} messages");
+    }
+    println!(
+        "{name}: {cases} cases in {:.1} s, {} failed; {} invocations, {} of them crashed, \
+         highest receive count {}; {}",
+        started.elapsed().as_secs_f64(),
+        failures.len(),
+        totals.invocations,
+        totals.crashes,
+        totals.max_receives,
+        mode.notes()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn fault_exploration_lease_on_dynamodb() {
+    let env = Env::new();
+    let mode = modes::Lease::on_dynamodb(&env).await;
+    explore("lease (DynamoDB)", &env, &mode).await;
+}
+
+#[tokio::test]
+async fn fault_exploration_lease_on_redis() {
+    let env = Env::new();
+    let mode = modes::Lease::on_redis(&env).await;
+    explore("lease (Redis)", &env, &mode).await;
+}
+
+#[tokio::test]
+async fn fault_exploration_transactional() {
+    let env = Env::new();
+    let mode = modes::Transactional::new(&env, false).await;
+    explore("transactional", &env, &mode).await;
+}
+
+#[tokio::test]
+async fn fault_exploration_carried_record() {
+    let env = Env::new();
+    let mode = modes::Transactional::new(&env, true).await;
+    explore("carried record", &env, &mode).await;
+}
+
+#[tokio::test]
+async fn fault_exploration_inline() {
+    let env = Env::new();
+    let mode = modes::Inline::new(&env).await;
+    explore("inline", &env, &mode).await;
+}
+
+/// The defect the exploration finds in every mode: a store outage of ten minutes from a batch's
+/// first request. Each delivery fails with a store error, which is not an attempt (the processor
+/// never dead-letters it), and comes back after the backoff of a first attempt (2 s); on the
+/// FIFO queue the messages behind it are received each time too. After 41 receives SQS moves
+/// them all to the dead-letter queue, none of them at fault.
+#[tokio::test]
+async fn fault_exploration_a_long_outage_moves_no_innocent_message() {
+    let env = Env::new();
+    let mode = modes::Transactional::new(&env, false).await;
+    let mut totals = Totals::default();
+    let mut problems = Vec::new();
+    for fifo in [false, true] {
+        let outage = Some((1, Fault::Outage(Duration::from_secs(600))));
+        for problem in case(&env, &mode, fifo, outage, &mut totals).await {
+            problems.push(format!("fifo {fifo}: {problem}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

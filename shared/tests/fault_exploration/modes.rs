@@ -1,0 +1,375 @@
+//! The modes under exploration: each its handler (which never fails: every failure is the
+//! store's), and what each message must have left.
+//!
+//! A crashed process runs nothing more: each handler waits forever once the crash is raised (the
+//! harness then drops the invocation).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::sqs::SqsMessage;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use lambda_idempotency::Idempotency;
+use lambda_idempotency::batch::{RecordContext, RecordHandler, RecordHandlerExt, json};
+use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::inline::InlinePut;
+use lambda_idempotency::key::KeyConfig;
+use lambda_idempotency::state::Status;
+use lambda_idempotency::store::{Backend, DynamoDbBackend, NewItem, RedisBackend};
+use lambda_idempotency::time::Clock;
+use lambda_idempotency::transaction::Transaction;
+
+use crate::common;
+use crate::fault::{Crash, FaultyConnection};
+use crate::{Env, Explored};
+
+#[derive(serde::Deserialize)]
+struct Message {
+    id: String,
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+/// The result each message's handler gives.
+fn result_of(id: &str) -> String {
+    format!("done-{id}")
+}
+
+/// Waits forever once the process crashed.
+async fn alive(crash: &Crash) {
+    if crash.is_raised() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A DynamoDB client whose requests go through the store's fault injector, without the SDK's
+/// retries: each fault reaches the library, as when the SDK's own retries are used up (and
+/// request `n` is the same request in every run).
+async fn faulty_dynamodb(env: &Env) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(&common::sdk_config().await)
+        .interceptor(env.faults.clone())
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// A DynamoDB engine on a fresh table, and a fresh table of the handler's items (`pk`).
+async fn dynamodb_engine(env: &Env) -> (Idempotency<DynamoDbBackend>, String) {
+    let client = faulty_dynamodb(env).await;
+    let table = common::create_table(&client, "id", "expiration").await;
+    let effects = common::create_table(&client, "pk", "ttl").await;
+    let engine = Idempotency::new(DynamoDbBackend::new(client, table))
+        .with_key_prefix("fn")
+        .with_clock(env.clock.clone() as Arc<dyn Clock>);
+    (engine, effects)
+}
+
+/// What is wrong with the stored record of `id` (completed, its result, no failed attempt).
+/// With `lost` (the lease mode), a record left in progress by a completion the store refused
+/// after the handler succeeded is counted there instead: the lease mode reports the record a
+/// success then (reporting it failed would run its effect again once the lease ends), and the
+/// record stays in progress until its lease ends.
+async fn check_record<B: Backend>(
+    engine: &Idempotency<B>,
+    id: &str,
+    lost: Option<&AtomicU32>,
+) -> Vec<String> {
+    match engine.get(id).await {
+        Ok(Some(record))
+            if record.status == Status::Completed
+                && record.result.as_deref() == Some(&format!("\"{}\"", result_of(id)))
+                && record.attempts == 0 =>
+        {
+            Vec::new()
+        }
+        Ok(Some(record))
+            if record.status == Status::InProgress
+                && record.attempts == 0
+                && record.result.is_none()
+                && let Some(lost) = lost =>
+        {
+            lost.fetch_add(1, Ordering::SeqCst);
+            Vec::new()
+        }
+        other => vec![format!(
+            "{id}: stored {other:?}, not completed with its result and no attempt"
+        )],
+    }
+}
+
+/// The lease mode, `json(f).idempotent(engine)`: the handler's effect is an entry in a map.
+pub struct Lease<B, H> {
+    engine: Idempotency<B>,
+    /// Records left in progress by a completion the store refused (see [`check_record`]).
+    completions_lost: AtomicU32,
+    effects: Arc<Mutex<HashMap<String, u32>>>,
+    handler: H,
+}
+
+fn lease<B: Backend + Clone>(
+    env: &Env,
+    engine: Idempotency<B>,
+) -> Lease<B, impl RecordHandler<SqsMessage> + use<B>> {
+    let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let (e, crash) = (effects.clone(), env.crash.clone());
+    let handler = json(move |m: Message, _ctx: RecordContext| {
+        let (e, crash) = (e.clone(), crash.clone());
+        async move {
+            alive(&crash).await;
+            *e.lock().unwrap().entry(m.id.clone()).or_default() += 1;
+            Ok::<_, std::io::Error>(result_of(&m.id))
+        }
+    })
+    .idempotent(engine.clone())
+    .with_keys(KeyConfig::json_pointer("/id"));
+    Lease {
+        engine,
+        completions_lost: AtomicU32::new(0),
+        effects,
+        handler,
+    }
+}
+
+impl Lease<(), ()> {
+    pub async fn on_dynamodb(
+        env: &Env,
+    ) -> Lease<DynamoDbBackend, impl RecordHandler<SqsMessage> + use<>> {
+        let (engine, _) = dynamodb_engine(env).await;
+        lease(env, engine)
+    }
+
+    pub async fn on_redis(
+        env: &Env,
+    ) -> Lease<
+        RedisBackend<FaultyConnection<redis::aio::ConnectionManager>>,
+        impl RecordHandler<SqsMessage> + use<>,
+    > {
+        let client = redis::Client::open(common::redis_url()).expect("REDIS_URL");
+        let inner = redis::aio::ConnectionManager::new(client)
+            .await
+            .expect("connect to REDIS_URL");
+        let connection = FaultyConnection {
+            inner,
+            faults: env.faults.clone(),
+        };
+        let backend = RedisBackend::new(connection)
+            .with_namespace(format!("{}:", common::unique("explore")))
+            .with_counter(RequestCounter::default());
+        backend.load_scripts().await.expect("load the scripts");
+        let engine = Idempotency::new(backend)
+            .with_key_prefix("fn")
+            .with_clock(env.clock.clone() as Arc<dyn Clock>);
+        lease(env, engine)
+    }
+}
+
+impl<B: Backend, H: RecordHandler<SqsMessage>> Explored for Lease<B, H> {
+    type Handler = H;
+
+    fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    async fn check(&self, id: &str) -> Vec<String> {
+        let mut problems = check_record(&self.engine, id, Some(&self.completions_lost)).await;
+        let runs = self.effects.lock().unwrap().get(id).copied().unwrap_or(0);
+        if runs != 1 {
+            problems.push(format!("{id}: the effect happened {runs} times"));
+        }
+        problems
+    }
+
+    fn notes(&self) -> String {
+        format!(
+            "{} records left in progress by a refused completion (the effect once, the message acknowledged)",
+            self.completions_lost.load(Ordering::SeqCst)
+        )
+    }
+}
+
+/// The handler's table, read without faults.
+struct Items {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl Items {
+    async fn new(table: String) -> Self {
+        Self {
+            client: common::dynamodb(&RequestCounter::default()).await,
+            table,
+        }
+    }
+
+    async fn get(&self, pk: &str) -> Option<HashMap<String, AttributeValue>> {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read the handler's table")
+            .item
+    }
+
+    /// What is wrong with the record carried by item `pk` for `id`.
+    async fn check_carried(&self, pk: &str, id: &str) -> Vec<String> {
+        let Some(item) = self.get(pk).await else {
+            return vec![format!("{id}: no item {pk}")];
+        };
+        let expected = (
+            Some(s("COMPLETED")),
+            Some(s(&format!("\"{}\"", result_of(id)))),
+        );
+        let found = (
+            item.get("idem_status").cloned(),
+            item.get("idem_data").cloned(),
+        );
+        if found == expected {
+            Vec::new()
+        } else {
+            vec![format!("{id}: item {pk} carries {item:?}")]
+        }
+    }
+}
+
+/// The transactional mode, `json(f).transactional(engine)`: an entry put and a counter added
+/// to in one transaction with the record; with `carried`, the counter's update carries the
+/// record (`update_carrying_record`).
+pub struct Transactional<H> {
+    engine: Idempotency<DynamoDbBackend>,
+    items: Items,
+    carried: bool,
+    handler: H,
+}
+
+type Tx = Transaction<String, TransactWriteItem>;
+
+impl Transactional<()> {
+    pub async fn new(
+        env: &Env,
+        carried: bool,
+    ) -> Transactional<impl RecordHandler<SqsMessage> + use<>> {
+        let (engine, effects) = dynamodb_engine(env).await;
+        let (table, crash) = (effects.clone(), env.crash.clone());
+        let handler = json(move |m: Message, _ctx: RecordContext| {
+            let (table, crash) = (table.clone(), crash.clone());
+            async move {
+                alive(&crash).await;
+                let entry = Put::builder()
+                    .table_name(&table)
+                    .item("pk", s(&format!("entry-{}", m.id)))
+                    .build()
+                    .unwrap();
+                let count = Update::builder()
+                    .table_name(&table)
+                    .key("pk", s(&format!("count-{}", m.id)))
+                    .update_expression("ADD applied :one")
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .build()
+                    .unwrap();
+                let tx = Tx::new(result_of(&m.id)).put(entry);
+                Ok::<_, std::io::Error>(if carried {
+                    tx.update_carrying_record(count)
+                } else {
+                    tx.update(count)
+                })
+            }
+        })
+        .transactional(engine.clone())
+        .with_keys(KeyConfig::json_pointer("/id"));
+        Transactional {
+            engine,
+            items: Items::new(effects).await,
+            carried,
+            handler,
+        }
+    }
+}
+
+impl<H: RecordHandler<SqsMessage>> Explored for Transactional<H> {
+    type Handler = H;
+
+    fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    async fn check(&self, id: &str) -> Vec<String> {
+        let count = format!("count-{id}");
+        let mut problems = if self.carried {
+            let mut problems = self.items.check_carried(&count, id).await;
+            match self.engine.get(id).await {
+                Ok(None) => {}
+                Ok(Some(record)) if record.attempts == 0 => {}
+                other => problems.push(format!("{id}: beside the item: {other:?}")),
+            }
+            problems
+        } else {
+            check_record(&self.engine, id, None).await
+        };
+        let applied = self
+            .items
+            .get(&count)
+            .await
+            .and_then(|item| item.get("applied").cloned());
+        if applied != Some(AttributeValue::N("1".into())) {
+            problems.push(format!("{id}: the effect applied {applied:?} times"));
+        }
+        if self.items.get(&format!("entry-{id}")).await.is_none() {
+            problems.push(format!("{id}: no entry"));
+        }
+        problems
+    }
+}
+
+/// The inline mode, `json(f).inline(engine)`: a new receipt carrying the record.
+pub struct Inline<H> {
+    engine: Idempotency<DynamoDbBackend>,
+    items: Items,
+    handler: H,
+}
+
+impl Inline<()> {
+    pub async fn new(env: &Env) -> Inline<impl RecordHandler<SqsMessage> + use<>> {
+        let (engine, effects) = dynamodb_engine(env).await;
+        let (table, crash) = (effects.clone(), env.crash.clone());
+        let handler = json(move |m: Message, _ctx: RecordContext| {
+            let (table, crash) = (table.clone(), crash.clone());
+            async move {
+                alive(&crash).await;
+                let receipt = NewItem::new(&table, "pk", s(&format!("receipt-{}", m.id)))
+                    .attribute("amount", AttributeValue::N("500".into()));
+                Ok::<_, std::io::Error>(InlinePut::new(result_of(&m.id), receipt))
+            }
+        })
+        .inline(engine.clone())
+        .with_keys(KeyConfig::json_pointer("/id"));
+        Inline {
+            engine,
+            items: Items::new(effects).await,
+            handler,
+        }
+    }
+}
+
+impl<H: RecordHandler<SqsMessage>> Explored for Inline<H> {
+    type Handler = H;
+
+    fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    async fn check(&self, id: &str) -> Vec<String> {
+        let mut problems = self.items.check_carried(&format!("receipt-{id}"), id).await;
+        match self.engine.get(id).await {
+            Ok(None) => {}
+            Ok(Some(record)) if record.attempts == 0 => {}
+            other => problems.push(format!("{id}: beside the receipt: {other:?}")),
+        }
+        problems
+    }
+}

@@ -1,0 +1,192 @@
+//! An SQS queue simulated on the test's clock: a standard or a FIFO queue, each message's receive
+//! count, its visibility (the queue's timeout from each receive, or what a visibility change
+//! set), a FIFO group held while one of its messages is in flight, the redelivery of what a batch
+//! reported failed or a crash dropped, and the move to the dead-letter queue as SQS makes it: on
+//! the receive after a message's count reached `maxReceiveCount`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::time::{Clock, ManualClock};
+
+/// The template's `maxReceiveCount`.
+pub const MAX_RECEIVE_COUNT: u32 = 41;
+/// The queue's visibility timeout: six times a 30 s function timeout.
+pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(180);
+/// SQS's largest batch for a Lambda event source.
+const BATCH_SIZE: usize = 10;
+
+#[derive(Debug)]
+struct Message {
+    id: String,
+    body: String,
+    group: Option<String>,
+    receives: u32,
+    visible_at: i64,
+    deleted: bool,
+}
+
+/// A simulated queue.
+#[derive(Debug)]
+pub struct SimQueue {
+    fifo: bool,
+    arn: String,
+    messages: Vec<Message>,
+    /// Messages SQS moved to the dead-letter queue, with their receive count.
+    pub moved: Vec<(String, u32)>,
+    /// The highest receive count a message reached.
+    pub max_receives: u32,
+}
+
+impl SimQueue {
+    /// A queue holding `messages` (`(id, body)`), all in one message group when `fifo`.
+    pub fn new(fifo: bool, messages: &[(String, String)], now_ms: i64) -> Self {
+        let arn = if fifo {
+            "arn:aws:sqs:us-east-1:123456789012:explore.fifo"
+        } else {
+            "arn:aws:sqs:us-east-1:123456789012:explore"
+        };
+        Self {
+            fifo,
+            arn: arn.to_owned(),
+            messages: messages
+                .iter()
+                .map(|(id, body)| Message {
+                    id: id.clone(),
+                    body: body.clone(),
+                    group: fifo.then(|| "group-1".to_owned()),
+                    receives: 0,
+                    visible_at: now_ms,
+                    deleted: false,
+                })
+                .collect(),
+            moved: Vec::new(),
+            max_receives: 0,
+        }
+    }
+
+    /// True when every message is deleted or moved.
+    pub fn drained(&self) -> bool {
+        self.messages.iter().all(|m| m.deleted)
+    }
+
+    /// The next batch, the clock moved to when one is visible; `None` once drained.
+    pub fn receive(&mut self, clock: &ManualClock) -> Option<Vec<SqsMessage>> {
+        loop {
+            if self.drained() {
+                return None;
+            }
+            let now = clock.now_ms();
+            let candidates = self.candidates(now);
+            let mut batch = Vec::new();
+            for i in candidates {
+                let m = &mut self.messages[i];
+                if m.receives >= MAX_RECEIVE_COUNT {
+                    // SQS's redrive: the receive after the count reached maxReceiveCount.
+                    m.deleted = true;
+                    self.moved.push((m.id.clone(), m.receives));
+                    continue;
+                }
+                if batch.len() == BATCH_SIZE {
+                    break;
+                }
+                m.receives += 1;
+                m.visible_at = now + VISIBILITY_TIMEOUT.as_millis() as i64;
+                self.max_receives = self.max_receives.max(m.receives);
+                batch.push(self.event_record(i));
+            }
+            if !batch.is_empty() {
+                return Some(batch);
+            }
+            if let Some(next) = self
+                .messages
+                .iter()
+                .filter(|m| !m.deleted && m.visible_at > now)
+                .map(|m| m.visible_at)
+                .min()
+            {
+                clock.set(next);
+            }
+        }
+    }
+
+    /// The indices SQS may return now, in order: every visible message (standard), or the
+    /// messages of each group none of whose messages is in flight (FIFO).
+    fn candidates(&self, now: i64) -> Vec<usize> {
+        let live = |m: &Message| !m.deleted;
+        if !self.fifo {
+            return (0..self.messages.len())
+                .filter(|&i| live(&self.messages[i]) && self.messages[i].visible_at <= now)
+                .collect();
+        }
+        let held: HashSet<&str> = self
+            .messages
+            .iter()
+            .filter(|m| live(m) && m.visible_at > now)
+            .filter_map(|m| m.group.as_deref())
+            .collect();
+        (0..self.messages.len())
+            .filter(|&i| {
+                let m = &self.messages[i];
+                live(m) && !m.group.as_deref().is_some_and(|g| held.contains(g))
+            })
+            .collect()
+    }
+
+    fn event_record(&self, i: usize) -> SqsMessage {
+        let m = &self.messages[i];
+        let mut record = SqsMessage::default();
+        record.message_id = Some(m.id.clone());
+        record.receipt_handle = Some(format!("rh-{}-{}", m.id, m.receives));
+        record.body = Some(m.body.clone());
+        record.event_source_arn = Some(self.arn.clone());
+        record
+            .attributes
+            .insert("ApproximateReceiveCount".into(), m.receives.to_string());
+        if let Some(group) = &m.group {
+            record
+                .attributes
+                .insert("MessageGroupId".into(), group.clone());
+        }
+        record
+    }
+
+    /// The end of an invocation that answered: the batch's messages not in `failed` deleted,
+    /// the failed ones visible again as `visibility` says (`(id, timeout)`), else after the
+    /// queue's visibility timeout from their receive.
+    pub fn settle(
+        &mut self,
+        batch: &[String],
+        failed: &HashSet<String>,
+        visibility: &[(String, Duration)],
+        now_ms: i64,
+    ) {
+        for m in self.messages.iter_mut().filter(|m| batch.contains(&m.id)) {
+            if !failed.contains(&m.id) {
+                m.deleted = true;
+            } else if let Some((_, timeout)) = visibility.iter().rev().find(|(id, _)| *id == m.id) {
+                m.visible_at = now_ms + timeout.as_millis() as i64;
+            }
+        }
+    }
+}
+
+/// Receive counts so far, for a failure's message.
+impl std::fmt::Display for SimQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let counts: Vec<String> = self
+            .messages
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}{}",
+                    m.id,
+                    m.receives,
+                    if m.deleted { "" } else { "(live)" }
+                )
+            })
+            .collect();
+        write!(f, "{}", counts.join(" "))
+    }
+}
