@@ -6,9 +6,13 @@
 //! seed. Whatever the mix, once the pipeline drains every invariant holds ([`Pipeline::stop`]
 //! checks them).
 //!
-//! The seed comes from `RANDOMIZED_SEED` (a fixed default otherwise) and is printed first, so
-//! that a failing run is repeated with `RANDOMIZED_SEED=<seed> cargo nextest run -p
-//! payments-e2e --test randomized`.
+//! Before any operator acts, the payments that failed must be exactly those the run made fail
+//! (refused by the failure switch): an outage, a crash or another client's traffic never fails
+//! an innocent payment.
+//!
+//! The seed comes from `RANDOMIZED_SEED`, or from the clock (a new one each run, CI's included),
+//! and is printed first, so that a failing run is repeated with `RANDOMIZED_SEED=<seed> cargo
+//! nextest run -p payments-e2e --test randomized`.
 
 use std::time::Duration;
 
@@ -22,9 +26,6 @@ use payments_operations::reopen::{Reopener, Reopening, Tables};
 
 /// The variable that sets the seed.
 const SEED_VAR: &str = "RANDOMIZED_SEED";
-
-/// The seed when the variable is not set (CI's).
-const DEFAULT_SEED: u64 = 20_261_127;
 
 /// Marks a payment that payment-processor fails permanently on its first attempt.
 const REFUSED: &str = "[refused]";
@@ -40,7 +41,9 @@ fn seed() -> u64 {
         Ok(v) => v
             .parse()
             .unwrap_or_else(|_| panic!("{SEED_VAR}={v:?} is not a seed: give a whole number")),
-        Err(_) => DEFAULT_SEED,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64 % 1_000_000_000_000),
     };
     eprintln!("randomized run, seed {seed} (repeat it with {SEED_VAR}={seed})");
     seed
@@ -211,6 +214,38 @@ async fn send_poison(pipeline: &Pipeline, account: &str) {
     send_to_receipts(pipeline, vec!["not json".into(), "{}".into()]).await;
 }
 
+/// Before any operator acts: the failed payments are exactly those the failure switch refused,
+/// each with its reason.
+async fn assert_failed_are_the_refused(pipeline: &Pipeline, accepted: &[Accepted]) {
+    let stored = Snapshot::read(&pipeline.clients.dynamodb, &pipeline.tables())
+        .await
+        .unwrap();
+    let failed: std::collections::BTreeMap<&str, Option<&str>> = stored
+        .payments
+        .iter()
+        .filter(|(_, p)| p.status == "failed")
+        .map(|(id, p)| (id.as_str(), p.last_error.as_deref()))
+        .collect();
+    let mut refused: Vec<&str> = accepted
+        .iter()
+        .filter(|a| a.planned.fault == Fault::Permanent)
+        .map(|a| a.payment_id.as_str())
+        .collect();
+    refused.sort_unstable();
+    refused.dedup();
+    assert_eq!(
+        failed.keys().copied().collect::<Vec<_>>(),
+        refused,
+        "the failed payments are not the refused ones: {failed:?}"
+    );
+    for (id, reason) in &failed {
+        assert!(
+            reason.is_some_and(|r| !r.is_empty()),
+            "{id} failed without a reason"
+        );
+    }
+}
+
 /// Reopens every failed payment, as an operator does once the cause is fixed.
 async fn reopen_failed(pipeline: &Pipeline) -> usize {
     let table = |id: &str| pipeline.resources.tables[id].name.clone();
@@ -281,11 +316,19 @@ async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
     // Concurrent bursts of two accounts, a few payments of a third; and, at the same time or
     // after them as the seed says, the adversary.
     let sizes = [rng.usize(5..=9), rng.usize(5..=9), rng.usize(2..=4)];
-    let mut accepted = Vec::new();
-    for (i, size) in sizes.iter().enumerate() {
-        let account = format!("acct-rnd-{seed}-{i}");
-        accepted.extend(burst(&pipeline, &mut rng, &account, *size).await);
-    }
+    let bursts = sizes.iter().enumerate().map(|(i, size)| {
+        let mut rng = rng.fork();
+        let pipeline = &pipeline;
+        async move {
+            let account = format!("acct-rnd-{seed}-{i}");
+            burst(pipeline, &mut rng, &account, *size).await
+        }
+    });
+    let accepted: Vec<Accepted> = join_all(bursts.collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let progress = |left: u64| {
         eprintln!(
             "{left} messages left at {:.1} s",
@@ -320,6 +363,7 @@ async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
     phase("resent");
     pipeline.drain(DRAIN, progress).await.unwrap();
     phase("drained");
+    assert_failed_are_the_refused(&pipeline, &accepted).await;
 
     // The operators: reopen what failed, redrive the dead letters, then let it drain again.
     let redrive_first = rng.bool();
