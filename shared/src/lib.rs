@@ -197,6 +197,7 @@ pub mod publish;
 pub mod record;
 pub mod redact;
 pub mod redrive_policy;
+pub mod runtime;
 pub mod state;
 pub mod store;
 #[cfg(any(test, doc, feature = "test-util"))]
