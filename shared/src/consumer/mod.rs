@@ -161,20 +161,26 @@ impl Consumer<()> {
 
 impl<O: Send + 'static, E: EventSource + serde::de::DeserializeOwned> Consumer<O, E> {
     /// Processes one event and answers with its partial batch response: what the function's
-    /// `service_fn` calls. The invocation's X-Ray trace id is its own within it
-    /// ([`runtime::trace_id`](crate::runtime::trace_id)), whatever else runs in the process.
+    /// `service_fn` calls.
     pub async fn handle(
         &self,
         event: LambdaEvent<E>,
     ) -> Result<E::Response, lambda_runtime::Error> {
-        let trace = event.context.xray_trace_id.clone();
-        let report = crate::runtime::with_trace_id(trace, self.process(&event)).await?;
-        Ok(report.response())
+        Ok(self.process(&event).await?.response())
     }
 
     /// Processes one event and reports each record: its output, or its failure and whether it
-    /// went to the dead-letter queue.
+    /// went to the dead-letter queue. The invocation's X-Ray trace id is its own within it
+    /// ([`runtime::trace_id`](crate::runtime::trace_id)), whatever else runs in the process.
     pub async fn process(
+        &self,
+        event: &LambdaEvent<E>,
+    ) -> Result<BatchReport<O, E>, ConsumerError> {
+        let trace = event.context.xray_trace_id.clone();
+        crate::runtime::with_trace_id(trace, self.process_traced(event)).await
+    }
+
+    async fn process_traced(
         &self,
         event: &LambdaEvent<E>,
     ) -> Result<BatchReport<O, E>, ConsumerError> {
