@@ -306,3 +306,76 @@ async fn interleaved_invocations_of_one_consumer_keep_their_own_state() {
     assert_eq!(requests.total(), requests_before, "every duplicate answered from the cache");
     assert_eq!((done[0].1.total(), done[1].1.total()), (0, 0));
 }
+
+/// What each request carried, as sent: its `X-Amzn-Trace-Id` and its body.
+#[derive(Debug, Clone, Default)]
+struct Sent(Arc<Mutex<Vec<(Option<String>, String)>>>);
+
+impl aws_sdk_sqs::config::Intercept for Sent {
+    fn name(&self) -> &'static str {
+        "Sent"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &aws_sdk_sqs::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        let request = context.request();
+        let trace = request.headers().get("x-amzn-trace-id").map(str::to_owned);
+        let body = String::from_utf8_lossy(request.body().bytes().unwrap_or_default()).into_owned();
+        self.0.lock().unwrap().push((trace, body));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sdk_request_carries_the_trace_id_and_counts_of_the_invocation_that_sent_it() {
+    use aws_sdk_sqs::operation::send_message::SendMessageOutput;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    let send = mock!(aws_sdk_sqs::Client::send_message)
+        .sequence()
+        .output(|| SendMessageOutput::builder().message_id("m").build())
+        .repeatedly()
+        .build();
+    let sent = Sent::default();
+    let clients = RequestCounter::default();
+    let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&send], |config| config
+        .interceptor(runtime::TraceHeader)
+        .interceptor(clients.clone())
+        .interceptor(sent.clone()));
+    // Both invocations send their first message, then both their second: interleaved.
+    let barrier = Arc::new(Barrier::new(2));
+    let invocation = |name: &'static str, sends: usize| {
+        let (sqs, barrier) = (sqs.clone(), barrier.clone());
+        let trace = format!("Root=1-{name}-0000;Sampled=1");
+        tokio::spawn(async move {
+            let requests = RequestCounter::default();
+            let work = async {
+                for n in 0..sends {
+                    barrier.wait().await;
+                    let body = format!("{name}-{n}");
+                    sqs.send_message().queue_url("q").message_body(body).send().await.unwrap();
+                }
+            };
+            requests.scope(runtime::with_trace_id(Some(trace), work)).await;
+            requests.count("SendMessage")
+        })
+    };
+    let (a, b) = (invocation("a", 2), invocation("b", 2));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!((a, b), (2, 2));
+    assert_eq!(clients.count("SendMessage"), 4);
+    let requests = sent.0.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    for (trace, body) in &requests {
+        let name = if body.contains("\"a-") { "a" } else { "b" };
+        assert_eq!(trace.as_deref(), Some(format!("Root=1-{name}-0000;Sampled=1").as_str()), "{body}");
+    }
+    // Outside any invocation, no trace header is added.
+    sqs.send_message().queue_url("q").message_body("none").send().await.unwrap();
+    let last = sent.0.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last.0, None, "{last:?}");
+}
