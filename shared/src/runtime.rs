@@ -27,6 +27,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::pin::Pin;
 
 use aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextMut;
 use aws_sdk_sqs::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -78,7 +79,10 @@ where
     let state: &'static T = Box::leak(Box::new(state));
     lambda_runtime::run_concurrent(lambda_runtime::service_fn(move |event: LambdaEvent<A>| {
         let trace = event.context.xray_trace_id.clone();
-        with_trace_id(trace, handler(state, event))
+        // Boxed: the runtime's own types stay shallow however deep the handler's future is.
+        let invocation: Pin<Box<dyn Future<Output = Result<R, Err>> + Send>> =
+            Box::pin(with_trace_id(trace, handler(state, event)));
+        invocation
     }))
     .await
 }
