@@ -139,7 +139,10 @@ impl Intercept for TraceHeader {
         if let Some(trace) = trace_id() {
             // An id that cannot be a header's value (a control character) is not sent: the
             // request goes on without it.
-            let _ = context.request_mut().headers_mut().try_insert(TRACE_HEADER, trace);
+            let _ = context
+                .request_mut()
+                .headers_mut()
+                .try_insert(TRACE_HEADER, trace);
         }
         Ok(())
     }

@@ -84,7 +84,13 @@ impl Invocation {
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
 }
 
 type Report = BatchReport<Deduplicated<String>, SqsEvent>;
@@ -201,7 +207,11 @@ async fn interleaved_invocations_of_one_consumer_keep_their_own_state() {
     let mut seen = seen.lock().unwrap().clone();
     seen.sort_by(|x, y| x.message_id.cmp(&y.message_id));
     let owners: std::collections::HashSet<_> = seen.iter().map(|s| s.owner.clone()).collect();
-    assert_eq!(owners.len(), records_in_flight, "one owner per attempt: {seen:?}");
+    assert_eq!(
+        owners.len(),
+        records_in_flight,
+        "one owner per attempt: {seen:?}"
+    );
     for s in &mut seen {
         assert!(s.owner.take().is_some(), "{s:?}");
     }
@@ -236,20 +246,33 @@ async fn interleaved_invocations_of_one_consumer_keep_their_own_state() {
                 "a-1".to_owned(),
                 Ok(Deduplicated::Processed("a-1 in request-a".to_owned()))
             ),
-            ("a-2".to_owned(), Err("handler failed: the handler's own failure (failed attempt 1)".to_owned())),
+            (
+                "a-2".to_owned(),
+                Err("handler failed: the handler's own failure (failed attempt 1)".to_owned())
+            ),
         ]
     );
     assert_eq!(
         BatchCounts::of(report_a),
-        BatchCounts { processed: 1, failed: 1, ..BatchCounts::default() }
+        BatchCounts {
+            processed: 1,
+            failed: 1,
+            ..BatchCounts::default()
+        }
     );
     assert_eq!(
         BatchCounts::of(report_b),
-        BatchCounts { processed: 3, ..BatchCounts::default() }
+        BatchCounts {
+            processed: 3,
+            ..BatchCounts::default()
+        }
     );
     let line_a: serde_json::Value =
         serde_json::from_str(&BatchCounts::of(report_a).metrics("Test", "f").to_json(now)).unwrap();
-    assert_eq!((line_a["processed"].as_i64(), line_a["failed"].as_i64()), (Some(1), Some(1)));
+    assert_eq!(
+        (line_a["processed"].as_i64(), line_a["failed"].as_i64()),
+        (Some(1), Some(1))
+    );
 
     // Request counts: each invocation counted its own (an acquire and a completion or a
     // failure per record), the shared counter both.
@@ -296,20 +319,33 @@ async fn interleaved_invocations_of_one_consumer_keep_their_own_state() {
     };
     assert_eq!(
         outputs(&done[0].0),
-        vec![duplicate("b-2", "b-2 in request-b"), duplicate("a-1", "a-1 in request-a")]
+        vec![
+            duplicate("b-2", "b-2 in request-b"),
+            duplicate("a-1", "a-1 in request-a")
+        ]
     );
     assert_eq!(
         outputs(&done[1].0),
-        vec![duplicate("b-1", "b-1 in request-b"), duplicate("b-3", "b-3 in request-b")]
+        vec![
+            duplicate("b-1", "b-1 in request-b"),
+            duplicate("b-3", "b-3 in request-b")
+        ]
     );
     assert_eq!(cache.hits() - hits_before, 4);
-    assert_eq!(requests.total(), requests_before, "every duplicate answered from the cache");
+    assert_eq!(
+        requests.total(),
+        requests_before,
+        "every duplicate answered from the cache"
+    );
     assert_eq!((done[0].1.total(), done[1].1.total()), (0, 0));
 }
 
-/// What each request carried, as sent: its `X-Amzn-Trace-Id` and its body.
+/// A request as sent: its `X-Amzn-Trace-Id` and its body.
+type Request = (Option<String>, String);
+
+/// Every request sent.
 #[derive(Debug, Clone, Default)]
-struct Sent(Arc<Mutex<Vec<(Option<String>, String)>>>);
+struct Sent(Arc<Mutex<Vec<Request>>>);
 
 impl aws_sdk_sqs::config::Intercept for Sent {
     fn name(&self) -> &'static str {
@@ -357,10 +393,17 @@ async fn each_sdk_request_carries_the_trace_id_and_counts_of_the_invocation_that
                 for n in 0..sends {
                     barrier.wait().await;
                     let body = format!("{name}-{n}");
-                    sqs.send_message().queue_url("q").message_body(body).send().await.unwrap();
+                    sqs.send_message()
+                        .queue_url("q")
+                        .message_body(body)
+                        .send()
+                        .await
+                        .unwrap();
                 }
             };
-            requests.scope(runtime::with_trace_id(Some(trace), work)).await;
+            requests
+                .scope(runtime::with_trace_id(Some(trace), work))
+                .await;
             requests.count("SendMessage")
         })
     };
@@ -372,10 +415,19 @@ async fn each_sdk_request_carries_the_trace_id_and_counts_of_the_invocation_that
     assert_eq!(requests.len(), 4, "{requests:?}");
     for (trace, body) in &requests {
         let name = if body.contains("\"a-") { "a" } else { "b" };
-        assert_eq!(trace.as_deref(), Some(format!("Root=1-{name}-0000;Sampled=1").as_str()), "{body}");
+        assert_eq!(
+            trace.as_deref(),
+            Some(format!("Root=1-{name}-0000;Sampled=1").as_str()),
+            "{body}"
+        );
     }
     // Outside any invocation, no trace header is added.
-    sqs.send_message().queue_url("q").message_body("none").send().await.unwrap();
+    sqs.send_message()
+        .queue_url("q")
+        .message_body("none")
+        .send()
+        .await
+        .unwrap();
     let last = sent.0.lock().unwrap().last().cloned().unwrap();
     assert_eq!(last.0, None, "{last:?}");
 }

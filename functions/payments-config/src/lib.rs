@@ -243,7 +243,8 @@ where
 {
     lambda_idempotency::runtime::run(
         (checks, app),
-        move |(checks, app), event: lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>| {
+        move |(checks, app),
+              event: lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>| {
             let handle = handle.clone();
             async move {
                 let queue = event
