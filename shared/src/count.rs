@@ -21,8 +21,12 @@
 //! println!("{} SendMessageBatch calls", counter.count("SendMessageBatch"));
 //! # }
 //! ```
+//!
+//! Where several invocations share the process (Lambda Managed Instances), the counter the
+//! clients share counts them all; [`RequestCounter::scope`] counts one invocation's alone.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef;
@@ -32,6 +36,11 @@ use aws_sdk_sqs::config::{ConfigBag, Intercept, RuntimeComponents};
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+tokio::task_local! {
+    /// The counter of the work this task runs ([`RequestCounter::scope`]).
+    static SCOPE: RequestCounter;
 }
 
 impl RequestCounter {
@@ -50,8 +59,42 @@ impl RequestCounter {
         self.lock().clone()
     }
 
-    /// Counts one request for `operation`.
+    /// Counts one request for `operation`, here and in the [`scope`](Self::scope) it is sent
+    /// within, if any.
     pub fn add(&self, operation: &str) {
+        self.add_here(operation);
+        let _outside_any_scope = SCOPE.try_with(|scope| {
+            if !Arc::ptr_eq(&scope.counts, &self.counts) {
+                scope.add_here(operation);
+            }
+        });
+    }
+
+    /// Runs `work` (an invocation, say) with this counter as its own: every request sent within
+    /// it, counted by any counter (the clients' shared one, the Redis backend's), is counted
+    /// here too, and none sent by other work running at the same time in the process. A task
+    /// `work` spawns is outside it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use lambda_idempotency::count::RequestCounter;
+    ///
+    /// let clients = RequestCounter::default(); // the one the SDK clients were built with
+    /// let (a, b) = (RequestCounter::default(), RequestCounter::default());
+    /// let invocation = |n| {
+    ///     let clients = clients.clone();
+    ///     async move { (0..n).for_each(|_| clients.add("UpdateItem")) }
+    /// };
+    /// futures_util::join!(a.scope(invocation(2)), b.scope(invocation(3)));
+    /// assert_eq!((a.count("UpdateItem"), b.count("UpdateItem")), (2, 3));
+    /// assert_eq!(clients.count("UpdateItem"), 5);
+    /// # });
+    /// ```
+    pub async fn scope<F: Future>(&self, work: F) -> F::Output {
+        SCOPE.scope(self.clone(), work).await
+    }
+
+    fn add_here(&self, operation: &str) {
         *self.lock().entry(operation.to_owned()).or_default() += 1;
     }
 

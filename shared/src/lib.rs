@@ -110,6 +110,7 @@
 //!    check that the queue's own redrive cannot dead-letter an innocent message.
 //! 10. Back in [`batch`]: the [`BatchReport`](batch::BatchReport) and its partial batch
 //!     response; [`metrics`] (CloudWatch EMF) and [`count`] (requests per operation).
+//!     [`runtime`]: Lambda's loop, several invocations at once on Lambda Managed Instances.
 //! 11. [`publish`]: messages out, batched to SQS (FIFO groups and deduplication ids);
 //!     [`redact`] keeps an item's values out of the reasons that are logged and sent.
 //! 12. [`iam`]: the IAM actions each mode and option needs, on which resource, and why.
@@ -197,6 +198,7 @@ pub mod publish;
 pub mod record;
 pub mod redact;
 pub mod redrive_policy;
+pub mod runtime;
 pub mod state;
 pub mod store;
 #[cfg(any(test, doc, feature = "test-util"))]
@@ -243,6 +245,8 @@ pub mod docs_doctests {
     pub struct Capacity;
     #[doc = include_str!("../../docs/benchmarks-figures.md")]
     pub struct BenchmarksFigures;
+    #[doc = include_str!("../../docs/managed-instances.md")]
+    pub struct ManagedInstances;
     /// The Redis backend's page: its example needs the feature `redis`.
     #[doc = include_str!("../../docs/redis.md")]
     #[cfg(feature = "redis")]

@@ -1,13 +1,14 @@
 use aws_lambda_events::kinesis::KinesisEvent;
 use kinesis_consumer::{App, Config};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let app = App::new(&aws_config::load_from_env().await, Config::from_env()?);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<KinesisEvent>| {
+    // Several invocations at once on Lambda Managed Instances, one after another elsewhere.
+    lambda_idempotency::runtime::run(app, |app, event: LambdaEvent<KinesisEvent>| {
         app.handle(event)
-    }))
+    })
     .await
 }

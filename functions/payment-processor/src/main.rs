@@ -19,5 +19,5 @@ async fn main() -> Result<(), Error> {
         &payments_config::Env,
         app.idempotency().expiry(),
     )?;
-    payments_config::run_consumer(checks, |event| app.handle(event)).await
+    payments_config::run_consumer(checks, app, |app, event| app.handle(event)).await
 }

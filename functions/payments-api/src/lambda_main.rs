@@ -21,7 +21,10 @@ pub async fn run() -> Result<(), Error> {
         &payments_config::Env,
         app.idempotency().expiry(),
     )?;
-    lambda_http::run(service_fn(|request: Request| async {
+    // Never dropped: the runtime's loop is the rest of the process. Several requests at once on
+    // Lambda Managed Instances (AWS_LAMBDA_MAX_CONCURRENCY above 1), one after another elsewhere.
+    let (app, checks): &'static _ = Box::leak(Box::new((app, checks)));
+    lambda_http::run_concurrent(service_fn(move |request: Request| async move {
         checks.ready(None).await?;
         app.handle(request).await
     }))

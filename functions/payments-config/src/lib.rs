@@ -221,32 +221,43 @@ pub fn cold_start_checks(
     Ok(ColdStartChecks::start(Some(backend), queue))
 }
 
-/// Runs a consumer's runtime loop: each batch first waits for `checks` to have passed (the
-/// table's check, awaited at the first batch, and again after a failure, which fails the batch
-/// whole), then goes to `handle`.
-pub async fn run_consumer<F, Fut>(
+/// Runs a consumer's runtime loop ([`lambda_idempotency::runtime::run`]: several batches at
+/// once on Lambda Managed Instances, one after another elsewhere): each batch first waits for
+/// `checks` to have passed (the table's check, awaited at the first batch, and again after a
+/// failure, which fails the batch whole), then goes to `handle`, with `app`.
+pub async fn run_consumer<A, F, Fut>(
     checks: lambda_idempotency::consumer::ColdStartChecks,
+    app: A,
     handle: F,
 ) -> Result<(), lambda_runtime::Error>
 where
-    F: Fn(lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>) -> Fut,
+    A: Send + Sync + 'static,
+    F: Fn(&'static A, lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>) -> Fut
+        + Clone
+        + Send
+        + 'static,
     Fut: std::future::Future<
             Output = Result<aws_lambda_events::sqs::SqsBatchResponse, lambda_runtime::Error>,
-        >,
+        > + Send
+        + 'static,
 {
-    let (checks, handle) = (&checks, &handle);
-    lambda_runtime::run(lambda_runtime::service_fn(
-        |event: lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>| async move {
-            let queue = event
-                .payload
-                .records
-                .first()
-                .and_then(|r| r.event_source_arn.clone());
-            checks.ready(queue.as_deref()).await?;
-            // Boxed: the handler's future is deep, and this one would nest it further.
-            Box::pin(handle(event)).await
+    lambda_idempotency::runtime::run(
+        (checks, app),
+        move |(checks, app),
+              event: lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent>| {
+            let handle = handle.clone();
+            async move {
+                let queue = event
+                    .payload
+                    .records
+                    .first()
+                    .and_then(|r| r.event_source_arn.clone());
+                checks.ready(queue.as_deref()).await?;
+                // Boxed: the handler's future is deep, and this one would nest it further.
+                Box::pin(handle(app, event)).await
+            }
         },
-    ))
+    )
     .await
 }
 

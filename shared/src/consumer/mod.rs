@@ -170,8 +170,17 @@ impl<O: Send + 'static, E: EventSource + serde::de::DeserializeOwned> Consumer<O
     }
 
     /// Processes one event and reports each record: its output, or its failure and whether it
-    /// went to the dead-letter queue.
+    /// went to the dead-letter queue. The invocation's X-Ray trace id is its own within it
+    /// ([`runtime::trace_id`](crate::runtime::trace_id)), whatever else runs in the process.
     pub async fn process(
+        &self,
+        event: &LambdaEvent<E>,
+    ) -> Result<BatchReport<O, E>, ConsumerError> {
+        let trace = event.context.xray_trace_id.clone();
+        crate::runtime::with_trace_id(trace, self.process_traced(event)).await
+    }
+
+    async fn process_traced(
         &self,
         event: &LambdaEvent<E>,
     ) -> Result<BatchReport<O, E>, ConsumerError> {
@@ -195,10 +204,16 @@ impl<O: Send + 'static, E: EventSource + serde::de::DeserializeOwned> Consumer<O
         Ok(report)
     }
 
-    /// Runs the function: Lambda's runtime loop over [`handle`](Self::handle).
-    pub async fn run(self) -> Result<(), lambda_runtime::Error> {
-        let this = &self;
-        lambda_runtime::run(lambda_runtime::service_fn(move |event| this.handle(event))).await
+    /// Runs the function: Lambda's runtime loop over [`handle`](Self::handle)
+    /// ([`runtime::run`](crate::runtime::run)), serving several invocations at once on Lambda
+    /// Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` above 1) and one after another
+    /// elsewhere.
+    pub async fn run(self) -> Result<(), lambda_runtime::Error>
+    where
+        E: Send + 'static,
+        E::Response: Send,
+    {
+        crate::runtime::run(self, |consumer, event| consumer.handle(event)).await
     }
 
     /// What the cold-start checks found, once they have finished (the queue's on
@@ -276,14 +291,26 @@ impl<B: std::fmt::Debug, E: EventSource> std::fmt::Debug for ConsumerBuilder<B, 
 #[cfg(feature = "dynamodb")]
 impl ConsumerBuilder<crate::store::DynamoDbBackend> {
     /// A builder from `config` with clients made from `sdk`: a DynamoDB backend on
-    /// `config.table` (required) with its cold-start check, and SQS.
+    /// `config.table` (required) with its cold-start check, and SQS, each request sent with its
+    /// invocation's X-Ray trace id ([`TraceHeader`](crate::runtime::TraceHeader)).
     pub fn from_config(
         sdk: &aws_config::SdkConfig,
         config: ConsumerConfig,
     ) -> Result<Self, ConfigError> {
-        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        // Each request in the trace of the invocation that sent it, however many run at once.
+        let trace = crate::runtime::TraceHeader;
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(sdk)
+                .interceptor(trace)
+                .build(),
+        );
+        let sqs = aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(sdk)
+                .interceptor(trace)
+                .build(),
+        );
         #[allow(unused_mut)]
-        let mut builder = Self::from_clients(dynamodb, aws_sdk_sqs::Client::new(sdk), config)?;
+        let mut builder = Self::from_clients(dynamodb, sqs, config)?;
         #[cfg(feature = "mapping-check")]
         {
             let lambda = aws_sdk_lambda::Client::new(sdk);
