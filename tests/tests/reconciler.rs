@@ -335,7 +335,11 @@ async fn a_dead_letter_out_of_sight_at_the_first_receive_is_found_and_not_receiv
     let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
 
     let report = reconciler.waiting(now_ms()).await.unwrap();
-    assert_eq!(report.marked_failed, vec![dead.payment_id.clone()], "{report:?}");
+    assert_eq!(
+        report.marked_failed,
+        vec![dead.payment_id.clone()],
+        "{report:?}"
+    );
     assert_eq!(report.resent, vec![lost.payment_id], "{report:?}");
 
     // The next pass has nothing to send (the lost payment was sent again moments ago): it does

@@ -545,10 +545,11 @@ fn charge_order(snapshot: &Snapshot, out: &mut Vec<Violation>) {
             && p.status == CHARGED
             && let Some(sequence) = p.sequence
         {
-            by_account
-                .entry(p.account.as_str())
-                .or_default()
-                .push((sequence, e.payment_id.as_str(), e.created_at));
+            by_account.entry(p.account.as_str()).or_default().push((
+                sequence,
+                e.payment_id.as_str(),
+                e.created_at,
+            ));
         }
     }
     for (account, mut charges) in by_account {
