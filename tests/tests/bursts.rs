@@ -1,7 +1,9 @@
 //! A burst of one account's payments through the local gateway: concurrent `POST /payments` with
 //! distinct Idempotency-Keys for the same account are all accepted (no 5xx), each with a number
 //! of its own, and the pipeline then charges each exactly once, in its account's order. The
-//! account's item stays as small, whatever the number of payments not yet settled.
+//! account's item stays as small, whatever the number of payments not yet settled. Those run
+//! without AWS's limits; the last test fires 200 POSTs at a gateway that applies them, as a
+//! client of the deployed API would see it (429s, throttled 500s, retries).
 
 use std::collections::HashMap;
 use std::sync::Arc;
