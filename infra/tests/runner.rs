@@ -429,6 +429,55 @@ async fn batch_size_and_maximum_concurrency_are_honoured() {
     assert_eq!(in_flight.max_total.load(Ordering::SeqCst), 2);
 }
 
+/// A function's reserved concurrency bounds its invocations across all its mappings: two queues
+/// with 3 pollers each, reserved concurrency 1, never two invocations at once; both drain.
+#[tokio::test]
+async fn reserved_concurrency_bounds_every_mapping_of_the_function() {
+    let clients = common::clients().await;
+    let (a, b) = (
+        common::queue(&clients, false, 30).await,
+        common::queue(&clients, false, 30).await,
+    );
+    common::send(&clients, &a, None, &["a1", "a2", "a3", "a4"]).await;
+    common::send(&clients, &b, None, &["b1", "b2", "b3", "b4"]).await;
+    let in_flight = InFlight::default();
+    let handler = |f: InFlight| {
+        InProcess::new(move |e: LambdaEvent<SqsEvent>| {
+            let keys = vec![e.context.request_id.clone()];
+            let f = f.clone();
+            async move {
+                f.enter(&keys);
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                f.leave(&keys);
+                Ok::<_, Error>(SqsBatchResponse::default())
+            }
+        })
+    };
+    let mapping = |queue: &ProvisionedQueue| {
+        let mut m = EventSourceMapping::new("reserved", queue, Duration::from_secs(5))
+            .batch_size(1)
+            .maximum_concurrency(3);
+        m.reserved_concurrency = Some(1);
+        m
+    };
+    let running = Runner::new(clients.sqs.clone())
+        .wait_time_seconds(1)
+        .mapping(mapping(&a), handler(in_flight.clone()))
+        .mapping(mapping(&b), handler(in_flight.clone()))
+        .start(CancellationToken::new());
+    running
+        .wait_drained(&[a.url.as_str(), b.url.as_str()], Duration::from_secs(30))
+        .await
+        .unwrap();
+    let stats = running.stop().await["reserved"];
+    assert_eq!(stats.records_deleted, 8);
+    assert_eq!(
+        in_flight.max_total.load(Ordering::SeqCst),
+        1,
+        "never more invocations at once than the reserved concurrency"
+    );
+}
+
 #[tokio::test]
 async fn fifo_groups_run_in_order_one_batch_at_a_time() {
     let clients = common::clients().await;

@@ -7,7 +7,9 @@
 //! | JWT authorizer refuses the token | 401 | `{"message":"Unauthorized"}`, plus `www-authenticate` |
 //! | token lacks the route's authorization scopes | 403 | `{"message":"Forbidden"}` |
 //! | the event is over Lambda's 6 MB | 413 | `{"message":"Request Too Long"}` |
+//! | the route's throttling refuses the request | 429 | `{"message":"Too Many Requests"}` |
 //! | the function errors, panics or times out | 500 | `{"message":"Internal Server Error"}` |
+//! | Lambda throttles the function (its reserved concurrency is in use) | 500 | `{"message":"Internal Server Error"}` |
 //! | the integration timeout (30 s) passes first | 503 | `{"message":"Service Unavailable"}` |
 //!
 //! Sources: the 404, 401 (with `www-authenticate: Bearer scope="" error="invalid_token"
@@ -16,7 +18,12 @@
 //! (Lambda reports `Task timed out`), hence 500, and the integration timeout itself is 503. The
 //! 413 body is what API Gateway was observed to send when Lambda rejects an oversized invoke
 //! (`RequestEntityTooLargeException`); that observation was on a REST API, and HTTP API's wording
-//! is not documented.
+//! is not documented. The 429 is API Gateway's throttling answer
+//! (<https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html>);
+//! a throttled invocation is a 500 like any invocation Lambda rejects
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/services-apigateway-errors.html>: "If the Lambda
+//! API rejects the invocation request, API Gateway returns a 500 error code"), with an HTTP
+//! API's body.
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
@@ -33,6 +40,11 @@ pub(crate) enum Answer {
     Refused(JwtError),
     /// The invocation payload is over Lambda's limit.
     RequestTooLong,
+    /// The route's throttling refused the request.
+    TooManyRequests,
+    /// Lambda throttled the invocation (`TooManyRequestsException`): the function is at its
+    /// reserved concurrency.
+    FunctionThrottled,
     /// The function failed: error, panic, or its own timeout.
     InternalServerError,
     /// The integration timeout passed before the function answered.
@@ -46,7 +58,10 @@ impl Answer {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::Refused(e) => e.status(),
             Self::RequestTooLong => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::InternalServerError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            Self::InternalServerError | Self::FunctionThrottled => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -57,7 +72,8 @@ impl Answer {
             Self::Refused(e) if e.status() == StatusCode::FORBIDDEN => "Forbidden",
             Self::Refused(_) => "Unauthorized",
             Self::RequestTooLong => "Request Too Long",
-            Self::InternalServerError => "Internal Server Error",
+            Self::TooManyRequests => "Too Many Requests",
+            Self::InternalServerError | Self::FunctionThrottled => "Internal Server Error",
             Self::ServiceUnavailable => "Service Unavailable",
         }
     }
@@ -87,6 +103,15 @@ impl Answer {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    fn headers_json() -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers
+    }
 
     async fn body(answer: Answer) -> (StatusCode, http::HeaderMap, String) {
         let (parts, body) = answer.into_response().into_parts();
@@ -128,6 +153,18 @@ mod tests {
         assert_eq!(
             body(Answer::RequestTooLong).await.0,
             StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            body(Answer::TooManyRequests).await,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                headers_json(),
+                r#"{"message":"Too Many Requests"}"#.to_owned()
+            )
+        );
+        assert_eq!(
+            body(Answer::FunctionThrottled).await.2,
+            r#"{"message":"Internal Server Error"}"#
         );
         assert_eq!(
             body(Answer::ServiceUnavailable).await.2,

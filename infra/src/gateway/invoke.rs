@@ -20,7 +20,7 @@ pub(crate) struct Limits {
     pub(crate) integration: Duration,
 }
 
-/// Runs `invocation` and returns the function's response, or API Gateway's answer when it
+/// Runs `invocation` (holding `unit` of the function's reserved concurrency) and returns the function's response, or API Gateway's answer when it
 /// errors or panics (500), runs past its timeout (500: Lambda reports `Task timed out`, a
 /// function error), or past the integration timeout first (503; the function keeps running
 /// until its own timeout, as on AWS).
@@ -29,13 +29,17 @@ pub(crate) async fn invoke<Fut, R, E>(
     request_id: &str,
     limits: Limits,
     invocation: Fut,
+    unit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<http::Response<Full<Bytes>>, Answer>
 where
     Fut: Future<Output = Result<R, E>> + Send + 'static,
     R: IntoResponse + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
+    // The unit of reserved concurrency is the invocation's until it ends, past the integration
+    // timeout too (the function keeps running on AWS).
     let mut task = tokio::spawn(async move {
+        let _unit = unit;
         match invocation.await {
             Ok(response) => Ok(response.into_response().await),
             Err(e) => Err(e.to_string()),

@@ -14,9 +14,26 @@
 //! [JWT authorizer](JwtAuthorizer) refuses the token, 403 `Forbidden` when the token has none of
 //! the route's authorization scopes, 413 `Request Too Long` over Lambda's
 //! payload limit, 500 `Internal Server Error` when the function errors, panics or times out,
-//! 503 `Service Unavailable` past the integration timeout. The real cause of a 5xx is logged
+//! 503 `Service Unavailable` past the integration timeout, 429 `Too Many Requests` past the
+//! route's throttling, and 500 when Lambda throttles the function (see **Limits** below). The real cause of a 5xx is logged
 //! (`tracing`), as it would be in the function's and the API's logs. Every response carries an
 //! `apigw-requestid` header, the request context's `requestId`.
+//!
+//! # Limits
+//!
+//! As on AWS, a burst is not served whole. A route's throttling in the stage
+//! ([`HttpRoute::throttling`], from the template's `DefaultRouteSettings` / `RouteSettings`) is a
+//! token bucket per route key: `ThrottlingBurstLimit` requests at once, then
+//! `ThrottlingRateLimit` a second; a request that finds the bucket empty is answered `429`
+//! `{"message":"Too Many Requests"}` before the authorizer or the function runs. A function's
+//! `ReservedConcurrentExecutions` ([`GatewayOptions::reserved_concurrency`]) bounds the
+//! invocations in progress: one more is throttled by Lambda (`TooManyRequestsException`,
+//! reason `ReservedFunctionConcurrentInvocationLimitExceeded`), which API Gateway answers `500`
+//! `{"message":"Internal Server Error"}`: it does not retry, and treats every rejected
+//! invocation as an internal error
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/services-apigateway-errors.html>). The
+//! function never runs for either answer, so a client may send the same request again.
+//! [`GatewayOptions::without_limits`] turns both off.
 //!
 //! # JWT authorizer
 //!
@@ -73,6 +90,7 @@ mod invoke;
 mod issuer;
 mod jwt;
 mod routes;
+mod throttle;
 mod token;
 
 use std::convert::Infallible;
@@ -97,6 +115,7 @@ pub use token::{signed_token, test_token};
 
 use answer::Answer;
 use invoke::Limits;
+use throttle::Throttles;
 
 use crate::template::{Function, HttpRoute};
 
@@ -135,6 +154,9 @@ pub struct GatewayOptions {
     pub function_arn: String,
     /// `MemorySize` in the Lambda context.
     pub memory_size: u32,
+    /// `ReservedConcurrentExecutions`: the most invocations in progress at once; one more is
+    /// throttled (500). `None`: no limit.
+    pub reserved_concurrency: Option<u32>,
     /// The function `Timeout`: each request's deadline.
     pub timeout: Duration,
     /// API Gateway's integration timeout of routes without their own
@@ -162,6 +184,7 @@ impl GatewayOptions {
             function_name: function_name.to_owned(),
             function_arn: crate::arn::function("aws", "us-east-1", "123456789012", function_name),
             memory_size: 128,
+            reserved_concurrency: None,
             timeout,
             integration_timeout: INTEGRATION_TIMEOUT,
             routes: Vec::new(),
@@ -170,11 +193,13 @@ impl GatewayOptions {
         }
     }
 
-    /// The function's name, timeout, memory and HTTP API routes from the template (not its
-    /// authorizer: add it with [`with_jwt_authorizer`](Self::with_jwt_authorizer)).
+    /// The function's name, timeout, memory, reserved concurrency and HTTP API routes (with
+    /// their throttling) from the template (not its authorizer: add it with
+    /// [`with_jwt_authorizer`](Self::with_jwt_authorizer)).
     pub fn for_function(function: &Function) -> Self {
         Self {
             memory_size: function.memory_size,
+            reserved_concurrency: function.reserved_concurrent_executions,
             routes: function.http_routes.clone(),
             ..Self::new(&function.name, function.timeout())
         }
@@ -221,6 +246,22 @@ impl GatewayOptions {
         self
     }
 
+    /// Without the routes' throttling and the functions' reserved concurrency (this one's and
+    /// every integration's): every request that passes the authorizer reaches its function,
+    /// however many arrive at once.
+    pub fn without_limits(mut self) -> Self {
+        self.reserved_concurrency = None;
+        for route in &mut self.routes {
+            route.throttling = None;
+        }
+        self.integrations = self
+            .integrations
+            .into_iter()
+            .map(Self::without_limits)
+            .collect();
+        self
+    }
+
     /// Sets the routes.
     pub fn routes(mut self, routes: Vec<HttpRoute>) -> Self {
         self.routes = routes;
@@ -253,6 +294,7 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let state = Arc::new(State {
+            throttles: Throttles::new(&options),
             options,
             handler,
             addr,
@@ -293,6 +335,7 @@ impl Drop for Gateway {
 
 struct State<H> {
     options: GatewayOptions,
+    throttles: Throttles,
     handler: H,
     addr: SocketAddr,
 }
@@ -384,6 +427,10 @@ where
     let (routes, targets) = options.all_routes();
     let route = routes::select(&routes, &parts.method, parts.uri.path()).ok_or(Answer::NotFound)?;
     let target = targets.get(route.index).copied().unwrap_or(options);
+    if !state.throttles.admit(&route.route_key, route.throttling) {
+        tracing::info!(request_id, route = %route.route_key, "route throttled: 429");
+        return Err(Answer::TooManyRequests);
+    }
 
     let jwt = match &options.authorizer {
         Some(_) if route.public => None,
@@ -444,11 +491,21 @@ where
         function: target.timeout,
         integration: integration_timeout.unwrap_or(options.integration_timeout),
     };
+    let Ok(unit) = state.throttles.invocation(&target.function_name) else {
+        tracing::error!(
+            function = %target.function_name,
+            request_id,
+            "TooManyRequestsException (ReservedFunctionConcurrentInvocationLimitExceeded): \
+             the function is at its reserved concurrency; throttled: 500"
+        );
+        return Err(Answer::FunctionThrottled);
+    };
     invoke::invoke(
         &target.function_name,
         request_id,
         limits,
         (state.handler)(request),
+        unit,
     )
     .await
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use http::Method;
 
-use crate::template::HttpRoute;
+use crate::template::{HttpRoute, Throttling};
 
 /// The route key and path parameters of a request, as API Gateway puts them in the request
 /// context.
@@ -20,6 +20,8 @@ pub(crate) struct Matched {
     pub(crate) authorization_scopes: Vec<String>,
     /// The route's integration timeout (`None`: the gateway's default).
     pub(crate) integration_timeout: Option<std::time::Duration>,
+    /// The route's throttling in the stage (`None`: not throttled).
+    pub(crate) throttling: Option<Throttling>,
     /// The route's position in the routes given to [`select`].
     pub(crate) index: usize,
 }
@@ -34,6 +36,7 @@ pub(crate) fn select(routes: &[HttpRoute], method: &Method, path: &str) -> Optio
             public: false,
             authorization_scopes: Vec::new(),
             integration_timeout: None,
+            throttling: None,
             index: 0,
         });
     }
@@ -43,6 +46,7 @@ pub(crate) fn select(routes: &[HttpRoute], method: &Method, path: &str) -> Optio
         public: r.is_public(),
         authorization_scopes: r.authorization_scopes.clone(),
         integration_timeout: r.integration_timeout,
+        throttling: r.throttling,
         index,
     })
 }

@@ -14,6 +14,10 @@
 //! | success with `ReportBatchItemFailures` | every record not in `batchItemFailures` |
 //! | function error or panic, timeout, or an invalid partial response (see [`failed_message_ids`]) | nothing: the whole batch comes back after the visibility timeout |
 //!
+//! A function's `ReservedConcurrentExecutions` bounds its invocations in progress across all its
+//! mappings: a poller receives only while it holds a unit of it, so a function at its reserved
+//! concurrency gets no more batches, and none waits received.
+//!
 //! Visibility is never changed, so a FIFO queue keeps a message group's later messages
 //! invisible while earlier ones are in flight, and redrive to the dead-letter queue happens in
 //! SQS after `maxReceiveCount` receives, as in AWS.
@@ -49,8 +53,10 @@ mod sqs;
 mod stats;
 pub mod stream;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use event::{InvalidResponse, failed_message_ids, sqs_event};
@@ -285,14 +291,24 @@ impl Runner {
     /// waited for).
     pub fn start(self, shutdown: CancellationToken) -> RunningRunner {
         let mut running = RunningRunner::new(self.sqs.clone(), shutdown.clone());
+        // One pool of reserved concurrency per function, whatever its number of mappings.
+        let mut reserved: HashMap<String, Arc<Semaphore>> = HashMap::new();
         for (mapping, invoker) in self.mappings {
             let counters = running.counters(&mapping.function_name);
+            let units = mapping.reserved_concurrency.map(|n| {
+                Arc::clone(
+                    reserved
+                        .entry(mapping.function_name.clone())
+                        .or_insert_with(|| Arc::new(Semaphore::new(n as usize))),
+                )
+            });
             running.add_tasks(sqs::spawn_pollers(
                 self.sqs.clone(),
                 self.wait_time_seconds,
                 mapping,
                 invoker,
                 counters,
+                units,
                 &shutdown,
             ));
         }

@@ -9,6 +9,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
 };
 use serde::Serialize;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::{Counters, Invocation, Invoker, RunnerError, failed_message_ids, sqs_event};
@@ -60,6 +61,9 @@ pub struct EventSourceMapping {
     pub report_batch_item_failures: bool,
     /// `ScalingConfig.MaximumConcurrency`: pollers, hence concurrent invocations.
     pub maximum_concurrency: u32,
+    /// The function's `ReservedConcurrentExecutions`: the invocations in progress at once
+    /// across every mapping of the function, whatever their pollers (`None`: no limit).
+    pub reserved_concurrency: Option<u32>,
 }
 
 /// Pollers when the template sets no `MaximumConcurrency` (Lambda starts with 5).
@@ -82,6 +86,7 @@ impl EventSourceMapping {
             maximum_batching_window: Duration::ZERO,
             report_batch_item_failures: true,
             maximum_concurrency: DEFAULT_CONCURRENCY,
+            reserved_concurrency: None,
         }
     }
 
@@ -107,6 +112,7 @@ impl EventSourceMapping {
                     .report_batch_item_failures(e.reports_batch_item_failures())
                     .maximum_concurrency(e.maximum_concurrency.unwrap_or(DEFAULT_CONCURRENCY));
                 mapping.memory_size = function.memory_size;
+                mapping.reserved_concurrency = function.reserved_concurrent_executions;
                 mapping.binary = function.binary.clone();
                 mapping.function_arn = provisioned.function_arn(&function.name);
                 Ok(mapping)
@@ -146,12 +152,15 @@ impl EventSourceMapping {
 }
 
 /// Starts the mapping's `MaximumConcurrency` pollers; they run until `shutdown` is cancelled.
+/// With `reserved`, the function's units of reserved concurrency (shared by its mappings), a
+/// poller receives only while it holds one.
 pub(super) fn spawn_pollers(
     sqs: aws_sdk_sqs::Client,
     wait_time_seconds: i32,
     mapping: EventSourceMapping,
     invoker: Arc<dyn Invoker>,
     counters: Arc<Counters>,
+    reserved: Option<Arc<Semaphore>>,
     shutdown: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let poller = Arc::new(Poller {
@@ -160,6 +169,7 @@ pub(super) fn spawn_pollers(
         mapping,
         invoker,
         counters,
+        reserved,
     });
     (0..poller.mapping.maximum_concurrency)
         .map(|_| {
@@ -175,6 +185,7 @@ struct Poller {
     mapping: EventSourceMapping,
     invoker: Arc<dyn Invoker>,
     counters: Arc<Counters>,
+    reserved: Option<Arc<Semaphore>>,
 }
 
 impl Poller {
@@ -199,6 +210,19 @@ impl Poller {
     async fn run(&self, shutdown: CancellationToken) {
         let m = &self.mapping;
         while !shutdown.is_cancelled() {
+            // At its reserved concurrency the function gets no more invocations: the poller
+            // waits for a unit before it receives, so it never holds a batch it could not
+            // invoke (Lambda's pollers scale down to the function's concurrency).
+            let _unit = match &self.reserved {
+                None => None,
+                Some(units) => tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    unit = Arc::clone(units).acquire_owned() => match unit {
+                        Ok(unit) => Some(unit),
+                        Err(_) => break,
+                    },
+                },
+            };
             // Not abandoned on shutdown: messages a dropped call had received would stay
             // invisible for the whole visibility timeout. It returns within WaitTimeSeconds.
             let received = self.receive(m.batch_size, self.wait_time_seconds).await;

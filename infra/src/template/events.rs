@@ -255,7 +255,39 @@ pub struct HttpRoute {
     /// The integration's `timeoutInMillis` (the event's `TimeoutInMillis`): API Gateway answers
     /// 503 past it. `None`: API Gateway's default (and maximum), 30 s.
     pub integration_timeout: Option<std::time::Duration>,
+    /// The logical id of the HTTP API (`AWS::ApiGatewayV2::Api`) the route belongs to; `None`
+    /// for a route made by hand.
+    pub api: Option<String>,
+    /// The route's throttling in its API's stage: the stage's `RouteSettings` for the route
+    /// key, else its `DefaultRouteSettings` (SAM's `HttpApi` `DefaultRouteSettings` and
+    /// `RouteSettings`). `None`: the stage sets none (only the account's limits apply, which
+    /// are not emulated).
+    pub throttling: Option<Throttling>,
 }
+
+/// The throttling of an HTTP API route: a token bucket of `burst_limit` tokens, refilled at
+/// `rate_limit` a second; a request takes a token, and one that finds none is answered `429`
+/// (<https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-throttling.html>).
+///
+/// ```
+/// use local_aws::template::{Template, TemplateOptions, Throttling};
+///
+/// let template = Template::load_project(&TemplateOptions::default()).unwrap();
+/// let routes = &template.functions["PaymentsApiFunction"].http_routes;
+/// let create = routes.iter().find(|r| r.method == "POST").unwrap();
+/// // ApiThrottlingRateLimit and ApiThrottlingBurstLimit, through DefaultRouteSettings.
+/// assert_eq!(create.throttling, Some(Throttling { rate_limit: 50.0, burst_limit: 100 }));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Throttling {
+    /// `ThrottlingRateLimit`: requests a second, steady state (the bucket's refill).
+    pub rate_limit: f64,
+    /// `ThrottlingBurstLimit`: the bucket's size, hence the most requests served at once.
+    pub burst_limit: u32,
+}
+
+// The parser accepts finite, non-negative rates only: equality is total.
+impl Eq for Throttling {}
 
 impl HttpRoute {
     /// A route with the API's default authorizer and no authorization scopes.
@@ -271,6 +303,8 @@ impl HttpRoute {
             authorizer: None,
             authorization_scopes: Vec::new(),
             integration_timeout: None,
+            api: None,
+            throttling: None,
         }
     }
 

@@ -24,6 +24,10 @@ pub struct Function {
     pub timeout_seconds: u32,
     /// `MemorySize` in MB (function, else `Globals`, else 128).
     pub memory_size: u32,
+    /// `ReservedConcurrentExecutions`: the most invocations that run at once (also its
+    /// ceiling); past it Lambda throttles an invocation (`TooManyRequestsException`). `None`:
+    /// the account's unreserved concurrency, not emulated (no limit).
+    pub reserved_concurrent_executions: Option<u32>,
     /// `Environment.Variables`: `Globals` merged with the function's own (which win), as the
     /// translator merges them.
     pub environment: BTreeMap<String, Expr>,
@@ -93,6 +97,11 @@ impl Ctx<'_> {
             binary,
             timeout_seconds,
             memory_size: self.opt_u32(props, "MemorySize", &at)?.unwrap_or(128),
+            reserved_concurrent_executions: self.opt_u32(
+                props,
+                "ReservedConcurrentExecutions",
+                &at,
+            )?,
             environment,
             environment_parameters,
             sqs_events: Vec::new(),

@@ -64,12 +64,13 @@ mod parameters;
 mod parse;
 mod resources;
 mod sources;
+mod stages;
 mod translate;
 
 pub use conditions::Conditions;
 pub use events::{
     DynamoDbEventSource, HttpRoute, JwtConfiguration, KinesisEventSource, SqsEventSource,
-    StartingPosition,
+    StartingPosition, Throttling,
 };
 pub use expr::intrinsic;
 pub(crate) use expr::pseudo;
@@ -96,6 +97,7 @@ const KINESIS_STREAM: &str = "AWS::Kinesis::Stream";
 const FUNCTION: &str = "AWS::Lambda::Function";
 const EVENT_SOURCE_MAPPING: &str = "AWS::Lambda::EventSourceMapping";
 const HTTP_API: &str = "AWS::ApiGatewayV2::Api";
+const HTTP_API_STAGE: &str = "AWS::ApiGatewayV2::Stage";
 const FUNCTION_URL: &str = "AWS::Lambda::Url";
 
 /// Why a template could not be turned into a [`Template`].
@@ -279,6 +281,7 @@ impl Template {
             naming: options.naming.clone(),
         };
         let mut attached = Vec::new();
+        let mut stages = Vec::new();
         let empty = Mapping::new();
         for (id, resource) in resources {
             let id = key_str(id, "Resources")?;
@@ -308,6 +311,7 @@ impl Template {
                 kind @ (EVENT_SOURCE_MAPPING | HTTP_API | FUNCTION_URL) => {
                     attached.push((kind, id, props))
                 }
+                HTTP_API_STAGE => stages.push((id, props)),
                 _ => {}
             }
         }
@@ -318,6 +322,10 @@ impl Template {
                 HTTP_API => ctx.http_api(&mut template, id, props)?,
                 _ => ctx.function_url(&mut template, id, props)?,
             }
+        }
+        // Once every route is known: the stages' throttling of their API's routes.
+        for (id, props) in stages {
+            ctx.http_api_stage(&mut template, id, props)?;
         }
         for queue in template.queues.values() {
             if let Some(redrive) = &queue.redrive

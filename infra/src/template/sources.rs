@@ -390,6 +390,7 @@ impl Ctx<'_> {
                 (route.authorizer, route.authorization_scopes) = self.security(operation, &at)?;
                 let function = self.integration(template, operation, &at)?;
                 route.integration_timeout = self.integration_timeout(operation, &at)?;
+                route.api = Some(id.to_owned());
                 template.function_mut(&function).http_routes.push(route);
             }
         }

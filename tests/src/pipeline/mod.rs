@@ -68,6 +68,13 @@ pub struct Options {
     pub parameters: Vec<(String, String)>,
     /// How the functions run.
     pub functions: Functions,
+    /// Apply AWS's limits at the local gateway as the template sets them: each route's
+    /// throttling (`429` past `ApiThrottlingBurstLimit` at once, then `ApiThrottlingRateLimit`
+    /// a second) and each function's reserved concurrency (`500` past
+    /// `ApiReservedConcurrency` POSTs in progress). Off: every request reaches its function,
+    /// however many at once (tests that count every answer). The event source mappings apply
+    /// the functions' reserved concurrency either way.
+    pub aws_limits: bool,
 }
 
 impl Default for Options {
@@ -82,6 +89,7 @@ impl Default for Options {
             api_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             parameters: Vec::new(),
             functions: Functions::InProcess,
+            aws_limits: false,
         }
     }
 }
@@ -160,6 +168,7 @@ impl Pipeline {
             resources,
             api_addr: options.api_addr,
             start_processor: options.start_processor,
+            aws_limits: options.aws_limits,
         };
         let mut pipeline = match options.functions {
             Functions::InProcess => start.in_process().await?,

@@ -39,11 +39,13 @@ pub(super) struct Start {
     pub resources: Provisioned,
     pub api_addr: SocketAddr,
     pub start_processor: bool,
+    pub aws_limits: bool,
 }
 
 impl Start {
     /// The HTTP API: payments-api's routes (the POSTs) and payments-reader's (the reads), behind
-    /// the template's JWT authorizer.
+    /// the template's JWT authorizer, with the template's throttling and reserved concurrency
+    /// when [`aws_limits`](super::Options::aws_limits) says so.
     fn gateway_options(&self) -> Result<GatewayOptions, BoxError> {
         let function = |name: &str| {
             self.template
@@ -51,7 +53,7 @@ impl Start {
                 .ok_or_else(|| format!("template.yaml has no function {name}"))
         };
         let (api, reader) = (function(API)?, function(READER)?);
-        Ok(GatewayOptions::for_function(api)
+        let options = GatewayOptions::for_function(api)
             .with_function(
                 GatewayOptions::for_function(reader)
                     .with_function_arn(self.resources.function_arn(&reader.name)),
@@ -60,7 +62,12 @@ impl Start {
             .with_jwt_authorizer(
                 JwtAuthorizer::from_parameters(&self.template, "JwtIssuer", "JwtAudience")
                     .ok_or("template.yaml has no JwtIssuer/JwtAudience parameters")?,
-            ))
+            );
+        Ok(if self.aws_limits {
+            options
+        } else {
+            options.without_limits()
+        })
     }
 
     /// The four functions' handlers called in this process.

@@ -73,6 +73,8 @@ impl Up {
             stage: crate::stack::DEV_STAGE.to_owned(),
             api_addr: options.api_addr,
             functions: options.functions,
+            // What a client of the deployed API gets under load: 429s and throttled POSTs.
+            aws_limits: true,
             ..Options::default()
         })
         .await?;
