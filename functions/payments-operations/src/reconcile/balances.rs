@@ -12,8 +12,9 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 
-use super::audit::{Audit, Cursors, Mismatch, audited_key, keep_whole_instants, skew_ms};
+use super::audit::{Audit, Mismatch, audited_key, skew_ms};
 use super::budget::fair_shares;
+use super::charged::{Cursors, keep_whole_instants};
 use super::{Budget, ReconcileError, Reconciler};
 
 /// A balance: its account and currency.
@@ -289,6 +290,7 @@ impl Balance {
 
 #[cfg(test)]
 mod tests {
+    use super::super::audit::WRITER_CLOCK_SKEW;
     use super::*;
 
     fn balance(charges: i64, audited_charges: i64, extra_cents: i64, last: Option<i64>) -> Balance {

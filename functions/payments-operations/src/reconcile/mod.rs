@@ -44,6 +44,7 @@
 pub mod audit;
 pub mod balances;
 mod budget;
+mod charged;
 mod config;
 mod dead_letters;
 pub mod receipts;

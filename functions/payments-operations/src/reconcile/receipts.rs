@@ -25,8 +25,9 @@ use lambda_idempotency::publish::Message;
 use payments_model::{PaymentCharged, PaymentStatus, lifecycle};
 
 pub use super::audit::CURSOR_PREFIX;
-use super::audit::{Charged, RECEIPTS_CURSOR, cursor_key, keep_whole_instants};
+use super::audit::RECEIPTS_CURSOR;
 use super::budget::fair_shares;
+use super::charged::{Charged, cursor_key, keep_whole_instants};
 use super::waiting::millis;
 use super::{Budget, ReconcileError, Reconciler};
 
