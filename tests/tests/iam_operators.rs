@@ -212,3 +212,33 @@ fn the_operators_policies_are_attached_to_nothing_and_exported() {
         ]
     );
 }
+
+/// The reconciler audits the balances: it reads them, and cannot write one. Its audited sums are
+/// its own items (`reconciler#audited#...` of the accounts table).
+#[test]
+fn the_reconciler_cannot_write_a_balance() {
+    let env = Environment::new("us-east-1", "123456789012").attribute(
+        "PaymentsTable",
+        "StreamArn",
+        "arn:aws:dynamodb:us-east-1:123456789012:table/payments/stream/2024-01-01T00:00:00.000",
+    );
+    let roles = TemplateRoles::load_project(&env).unwrap();
+    let policy = roles.managed_policy("PaymentsReconcilerPolicy").unwrap();
+    let balances = "arn:aws:dynamodb:us-east-1:123456789012:table/payments-balances";
+    let key = ["acct-1".to_owned()];
+    for action in ["dynamodb:GetItem", "dynamodb:Scan"] {
+        let decision = policy.evaluate(action, balances, Some(&key));
+        assert!(decision.is_allowed(), "{action}: {decision}");
+    }
+    for action in [
+        "dynamodb:UpdateItem",
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:PartiQLUpdate",
+        "dynamodb:PartiQLInsert",
+    ] {
+        let decision = policy.evaluate(action, balances, Some(&key));
+        assert!(!decision.is_allowed(), "{action}: {decision}");
+    }
+}

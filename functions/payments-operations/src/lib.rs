@@ -17,3 +17,18 @@ pub mod reopen;
 /// The SDK configuration of the operations code: the default chain (credentials, region, and
 /// `AWS_ENDPOINT_URL` when set), as on AWS.
 pub use payments_config::sdk_config;
+
+/// The SDK timeouts of a long poll of `wait` (`ReceiveMessage`'s `WaitTimeSeconds`): the
+/// configuration's ([`payments_config::sdk_timeouts`]) with the wait added to each, so that an
+/// empty long poll answers before its attempt is cut (3 s by default, a wait up to 20 s).
+pub fn long_poll_timeouts(wait: std::time::Duration) -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .operation_timeout(payments_config::SDK_OPERATION_TIMEOUT + wait)
+        .operation_attempt_timeout(payments_config::SDK_ATTEMPT_TIMEOUT + wait)
+        .build()
+}
+
+/// A per-request configuration override of [`long_poll_timeouts`] for an SQS receive.
+pub(crate) fn long_poll(wait: std::time::Duration) -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::config::Builder::default().timeout_config(long_poll_timeouts(wait))
+}

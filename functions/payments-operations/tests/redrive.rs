@@ -590,3 +590,23 @@ fn redrive_refuses_a_bad_command_line() {
         }
     }
 }
+
+/// `--wait` above the SDK's attempt timeout (3 s): the empty long polls end the run, they do
+/// not fail it.
+#[tokio::test]
+async fn a_long_poll_longer_than_the_attempt_timeout_ends_the_run_empty() {
+    let sqs = sqs().await;
+    let (source, dlq) = common::queue_with_dlq(&sqs, true, 5).await;
+    let wait = payments_config::SDK_ATTEMPT_TIMEOUT + Duration::from_secs(1);
+    let report = redrive::redrive(
+        &sqs,
+        &dlq.url,
+        &source.url,
+        RedriveOptions::default().wait_time(wait),
+    )
+    .await
+    .unwrap();
+    assert!(report.is_success(), "{report:#?}");
+    assert_eq!(report.received, 0, "{report:#?}");
+    assert_eq!(report.stopped, None, "{report:#?}");
+}

@@ -73,6 +73,17 @@ impl Budget {
     }
 }
 
+/// `total` split over `parts`: as evenly as possible, the first `total % parts` one more, and
+/// each at least one. The share of each shard of an index in a run's `MAX_PAYMENTS_PER_RUN`, so
+/// that one hot shard cannot take a whole run: what a shard leaves unused goes to the shards
+/// that used all of theirs, after every shard had its share.
+pub(super) fn fair_shares(total: usize, parts: usize) -> Vec<usize> {
+    let parts = parts.max(1);
+    (0..parts)
+        .map(|i| (total / parts + usize::from(i < total % parts)).max(1))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use lambda_idempotency::time::ManualClock;
@@ -99,6 +110,14 @@ mod tests {
         clock.advance(Duration::from_millis(1));
         assert!(budget.is_spent());
         assert!(!Budget::unlimited().share(3).is_spent());
+    }
+
+    #[test]
+    fn every_part_has_its_share() {
+        assert_eq!(fair_shares(1000, 8), vec![125; 8]);
+        assert_eq!(fair_shares(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(fair_shares(3, 4), vec![1, 1, 1, 1], "at least one each");
+        assert_eq!(fair_shares(5, 0), vec![5]);
     }
 
     #[test]

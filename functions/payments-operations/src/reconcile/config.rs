@@ -62,8 +62,9 @@ pub struct Config {
     pub stuck_after: Duration,
     /// `AUDIT_LAG_SECONDS` (default 120).
     pub audit_lag: Duration,
-    /// `MAX_PAYMENTS_PER_RUN` (default 1000): payments looked at per run, in each part; the
-    /// rest wait for the next run.
+    /// `MAX_PAYMENTS_PER_RUN` (default 1000): payments looked at per run, in each part (and
+    /// balances compared by the sweep); the rest wait for the next run. The parts that read the
+    /// shards of an index give each shard its share of it, at least one.
     pub max_per_run: usize,
 }
 

@@ -2,17 +2,23 @@
 //!
 //! SQS has no peek: the reconciler receives the messages (invisible for a moment) and makes
 //! them visible again, so the queue keeps them all. It looks only when it has a payment to send
-//! again, and only when the queue's counts (`GetQueueAttributes`, which receives nothing) say it
-//! holds messages. A look must not take a partial view for the whole queue:
+//! again. A look must not take a partial view for the whole queue:
 //!
+//! - the queue's counts (`GetQueueAttributes`, which receives nothing) are approximate and lag:
+//!   a count of zero is not a look, one long poll is made anyway;
 //! - each receive long-polls ([`WAIT_SECONDS`]): a long poll asks every SQS server, where a
 //!   short poll samples some and may answer nothing although the queue holds messages;
-//! - the look is whole once it has seen as many messages as the queue counted, or once a long
-//!   poll finds nothing while no message was in flight (received by someone else) when it
-//!   began. Messages in flight elsewhere come back visible later: the look receives again, up
-//!   to [`EMPTY_RECEIVES`] empty answers, and is otherwise not whole;
-//! - on a FIFO queue a receive hands out no more of a group while some of it is in flight: a
-//!   group that filled a receive (10 messages) may have more there unseen.
+//! - the look is whole once it has seen as many messages as the queue counted (a count above
+//!   zero), or once a long poll finds nothing while no message was in flight (received by
+//!   someone else) when it began. Messages in flight elsewhere come back visible later: the
+//!   look receives again, up to [`EMPTY_RECEIVES`] empty answers, and is otherwise not whole;
+//! - on a FIFO queue a receive hands out no more of a group while some of it is in flight, the
+//!   look's own messages included: an empty long poll says nothing of the groups the look
+//!   holds part of, which may have more there unseen (unless every message counted was seen).
+//!
+//! A payment may have several copies there (a redrive, a resend, a hand-made one): each is
+//! tried in turn, the copy with a reason (payment-processor's own dead-letter step) first, then
+//! the oldest; a copy that disagrees with its payment marks nothing.
 //!
 //! Receiving raises a message's receive count. On a standard queue, a message received three
 //! times or more drops out of `ApproximateAgeOfOldestMessage`; a FIFO queue, as
@@ -22,6 +28,7 @@
 //! per run that has a payment to send.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
@@ -51,20 +58,35 @@ pub const MOVED_BY_SQS: &str =
 pub(super) struct DeadLetter {
     pub(super) message: PaymentRequested,
     pub(super) reason: String,
+    /// Whether it carries its own reason (`DeadLetterReason`), not [`MOVED_BY_SQS`].
+    has_reason: bool,
+    /// When it was first sent (`SentTimestamp`, epoch ms), and its message id: the order among
+    /// copies of one payment.
+    sent_at: u64,
+    message_id: String,
 }
 
 /// What a look into the dead-letter queue saw.
 #[derive(Debug, Default)]
 pub(super) struct Peeked {
-    /// The payments' messages, by payment id.
-    pub(super) found: HashMap<String, DeadLetter>,
-    /// Message groups (accounts) that may have messages there unseen (a full receive).
+    /// The payments' messages, by payment id: every copy, the one to trust first first.
+    found: HashMap<String, Vec<DeadLetter>>,
+    /// Message groups (accounts) that may have messages there unseen (the look held part of
+    /// them).
     pub(super) groups: HashSet<String>,
     /// True when every other group was seen whole.
     pub(super) complete: bool,
 }
 
 impl Peeked {
+    /// The copies of the payment's message found, the one to trust first.
+    pub(super) fn copies(&self, payment_id: &str) -> Vec<&DeadLetter> {
+        self.found
+            .get(payment_id)
+            .map(|copies| copies.iter().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether a payment of `account_id` may have its message in the queue unseen.
     pub(super) fn may_hide(&self, account_id: &str) -> bool {
         !self.complete || self.groups.contains(account_id)
@@ -83,19 +105,15 @@ impl Reconciler {
     /// `max_per_run` messages are received.
     pub(super) async fn dead_letters(&self) -> Result<Peeked, ReconcileError> {
         let counts = self.dead_letter_counts().await?;
-        if counts.visible + counts.in_flight == 0 {
-            return Ok(Peeked {
-                complete: true,
-                ..Peeked::default()
-            });
-        }
+        let mut look = Look::new(counts);
         let queue = &self.config.dead_letter_queue_url;
-        let mut peeked = Peeked::default();
-        let mut seen = HashSet::new();
         let mut handles = Vec::new();
-        let mut empties = 0;
         let mut result = Ok(());
+        let mut next = look.first();
         for _ in 0..self.config.max_per_run.div_ceil(10) + EMPTY_RECEIVES {
+            if next == Next::Done {
+                break;
+            }
             let received = self
                 .sqs
                 .receive_message()
@@ -106,6 +124,8 @@ impl Reconciler {
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
                 .message_attribute_names("All")
+                .customize()
+                .config_override(crate::long_poll(Duration::from_secs(WAIT_SECONDS as u64)))
                 .send()
                 .await;
             let messages = match received {
@@ -115,46 +135,11 @@ impl Reconciler {
                     break;
                 }
             };
-            if messages.is_empty() {
-                empties += 1;
-                // Nothing visible: whole, unless messages held elsewhere are still to come back.
-                if counts.in_flight == 0 {
-                    peeked.complete = true;
-                    break;
-                }
-                if empties >= EMPTY_RECEIVES {
-                    break;
-                }
-                continue;
-            }
-            empties = 0;
-            let full = messages.len() == 10;
-            for m in messages {
-                if let Some(handle) = m.receipt_handle.clone() {
-                    handles.push(handle);
-                }
-                seen.insert(m.message_id.clone().unwrap_or_default());
-                if let Some(group) = m
-                    .attributes
-                    .as_ref()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
-                    .filter(|_| full)
-                {
-                    peeked.groups.insert(group.clone());
-                }
-                if let Some((payment_id, dead)) = dead_letter(&m) {
-                    peeked.found.insert(payment_id, dead);
-                }
-            }
-            if seen.len() as u64 >= counts.visible + counts.in_flight {
-                // Every message counted was seen: no group hides one.
-                peeked.complete = true;
-                peeked.groups.clear();
-                break;
-            }
+            handles.extend(messages.iter().filter_map(|m| m.receipt_handle.clone()));
+            next = look.received(&messages);
         }
         self.release(&handles).await;
-        result.map(|()| peeked)
+        result.map(|()| look.finish())
     }
 
     /// The queue's visible and in-flight counts (`GetQueueAttributes`: nothing received).
@@ -212,24 +197,236 @@ impl Reconciler {
     }
 }
 
+/// Whether a look receives again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Receive,
+    Done,
+}
+
+/// A look in progress: what it saw, and whether it is whole.
+#[derive(Debug)]
+struct Look {
+    counts: Counts,
+    seen: HashSet<String>,
+    /// The groups the look received messages of (and holds in flight).
+    held: HashSet<String>,
+    empties: usize,
+    peeked: Peeked,
+}
+
+impl Look {
+    fn new(counts: Counts) -> Self {
+        Self {
+            counts,
+            seen: HashSet::new(),
+            held: HashSet::new(),
+            empties: 0,
+            peeked: Peeked::default(),
+        }
+    }
+
+    /// Whether the look receives at all: always, a count of zero may lag.
+    fn first(&mut self) -> Next {
+        Next::Receive
+    }
+
+    /// Takes in what one receive answered.
+    fn received(&mut self, messages: &[aws_sdk_sqs::types::Message]) -> Next {
+        if messages.is_empty() {
+            self.empties += 1;
+            // Nothing visible: whole, unless messages held elsewhere are still to come back;
+            // but for the groups the look holds part of, which hand out nothing more meanwhile.
+            if self.counts.in_flight == 0 {
+                self.peeked.complete = true;
+                self.peeked.groups = std::mem::take(&mut self.held);
+                return Next::Done;
+            }
+            return if self.empties >= EMPTY_RECEIVES {
+                Next::Done
+            } else {
+                Next::Receive
+            };
+        }
+        self.empties = 0;
+        for m in messages {
+            self.seen.insert(m.message_id.clone().unwrap_or_default());
+            if let Some(group) = m
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+            {
+                self.held.insert(group.clone());
+            }
+            if let Some((payment_id, dead)) = dead_letter(m)
+                && !self
+                    .peeked
+                    .found
+                    .get(&payment_id)
+                    .is_some_and(|copies| copies.iter().any(|c| c.message_id == dead.message_id))
+            {
+                self.peeked.found.entry(payment_id).or_default().push(dead);
+            }
+        }
+        // A count of zero proved wrong proves nothing.
+        let counted = self.counts.visible + self.counts.in_flight;
+        if counted > 0 && self.seen.len() as u64 >= counted {
+            // Every message counted was seen: no group hides one.
+            self.peeked.complete = true;
+            self.peeked.groups.clear();
+            return Next::Done;
+        }
+        Next::Receive
+    }
+
+    fn finish(mut self) -> Peeked {
+        for copies in self.peeked.found.values_mut() {
+            copies.sort_by(|a, b| {
+                (!a.has_reason, a.sent_at, &a.message_id).cmp(&(
+                    !b.has_reason,
+                    b.sent_at,
+                    &b.message_id,
+                ))
+            });
+        }
+        self.peeked
+    }
+}
+
 /// The payment a dead letter is the message of, with the reason it is there.
 fn dead_letter(m: &aws_sdk_sqs::types::Message) -> Option<(String, DeadLetter)> {
     let message = serde_json::from_str::<PaymentRequested>(m.body.as_deref()?).ok()?;
-    let reason = m
+    let own_reason = m
         .message_attributes
         .as_ref()
         .and_then(|a| a.get("DeadLetterReason"))
-        .and_then(|a| a.string_value.clone())
-        .unwrap_or_else(|| MOVED_BY_SQS.to_owned());
-    Some((message.payment_id.clone(), DeadLetter { message, reason }))
+        .and_then(|a| a.string_value.clone());
+    let sent_at = m
+        .attributes
+        .as_ref()
+        .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(u64::MAX);
+    Some((
+        message.payment_id.clone(),
+        DeadLetter {
+            message,
+            has_reason: own_reason.is_some(),
+            reason: own_reason.unwrap_or_else(|| MOVED_BY_SQS.to_owned()),
+            sent_at,
+            message_id: m.message_id.clone().unwrap_or_default(),
+        },
+    ))
 }
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_sqs::types::{Message, MessageAttributeValue};
+
     use super::*;
 
+    fn message(id: &str, group: &str, payment: &str, reason: Option<&str>) -> Message {
+        let body = serde_json::json!({
+            "paymentId": payment, "accountId": group, "amountCents": 5, "currency": "EUR",
+        });
+        let mut m = Message::builder()
+            .message_id(id)
+            .body(body.to_string())
+            .attributes(MessageSystemAttributeName::MessageGroupId, group)
+            .attributes(
+                MessageSystemAttributeName::SentTimestamp,
+                id.trim_start_matches('m'),
+            );
+        if let Some(reason) = reason {
+            m = m.message_attributes(
+                "DeadLetterReason",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(reason)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        m.build()
+    }
+
+    fn counts(visible: u64, in_flight: u64) -> Counts {
+        Counts { visible, in_flight }
+    }
+
     #[test]
-    fn a_look_not_whole_hides_every_account_and_a_full_group_its_own() {
+    fn a_count_of_zero_is_not_a_look() {
+        let mut look = Look::new(counts(0, 0));
+        assert_eq!(
+            look.first(),
+            Next::Receive,
+            "the count may lag: one long poll"
+        );
+        // The long poll finds what the count missed.
+        assert_eq!(
+            look.received(&[message("m1", "a", "p1", None)]),
+            Next::Receive,
+            "a count proved wrong proves nothing"
+        );
+        assert_eq!(look.received(&[]), Next::Done);
+        let peeked = look.finish();
+        assert_eq!(peeked.copies("p1").len(), 1);
+        assert!(peeked.may_hide("a"), "the look held part of group a");
+        assert!(!peeked.may_hide("b"));
+        // Nothing there at all: whole after one empty long poll.
+        let mut look = Look::new(counts(0, 0));
+        assert_eq!(look.first(), Next::Receive);
+        assert_eq!(look.received(&[]), Next::Done);
+        assert!(!look.finish().may_hide("a"));
+    }
+
+    #[test]
+    fn an_empty_long_poll_leaves_the_groups_the_look_holds_unseen() {
+        // Three messages counted, two received (of group a: a FIFO queue hands out no more of a
+        // group while some of it is in flight), then nothing.
+        let mut look = Look::new(counts(3, 0));
+        assert_eq!(look.first(), Next::Receive);
+        let two = [
+            message("m1", "a", "p1", None),
+            message("m2", "a", "p2", None),
+        ];
+        assert_eq!(look.received(&two), Next::Receive);
+        assert_eq!(look.received(&[]), Next::Done);
+        let peeked = look.finish();
+        assert!(
+            peeked.may_hide("a"),
+            "group a may have a third message unseen"
+        );
+        assert!(!peeked.may_hide("b"), "every other group was seen whole");
+        // Every message counted seen: whole, group a too.
+        let mut look = Look::new(counts(2, 0));
+        look.first();
+        assert_eq!(look.received(&two), Next::Done);
+        assert!(!look.finish().may_hide("a"));
+    }
+
+    #[test]
+    fn the_copy_with_a_reason_is_trusted_first_whatever_the_order() {
+        for reasoned_first in [true, false] {
+            let with = message("m5", "a", "p1", Some("poison"));
+            let without = message("m1", "a", "p1", None);
+            let messages = if reasoned_first {
+                [with, without]
+            } else {
+                [without, with]
+            };
+            let mut look = Look::new(counts(3, 0));
+            look.first();
+            look.received(&messages);
+            let peeked = look.finish();
+            let copies = peeked.copies("p1");
+            let reasons: Vec<&str> = copies.iter().map(|c| c.reason.as_str()).collect();
+            assert_eq!(reasons, ["poison", MOVED_BY_SQS], "{reasoned_first}");
+        }
+    }
+
+    #[test]
+    fn a_look_not_whole_hides_every_account_and_a_held_group_its_own() {
         let mut peeked = Peeked::default();
         assert!(peeked.may_hide("a"), "not whole");
         peeked.complete = true;

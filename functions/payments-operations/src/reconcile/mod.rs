@@ -26,17 +26,25 @@
 //!    [`charged`](payments_model::lifecycle::CHARGED_INDEX), sorted by `chargedAt`. Per shard,
 //!    from a cursor kept in the accounts table, the reconciler checks that each payment has
 //!    exactly one ledger entry, the one it names, agreeing on account, amount and currency; and
-//!    adds the audited amounts to the balance item (`auditedCents`, `auditedCharges`) in the
-//!    same transaction that moves the cursor. A balance whose charges are all audited (the audit
-//!    past its `lastChargedAt`) must count as many charges and equal their sum; a difference,
-//!    an over-charge as well as a charge missing, is a `ledgerMismatches` metric with an alarm.
+//!    adds the audited amounts to the balance's audited sums (`auditedCents`, `auditedCharges`,
+//!    the reconciler's own item: it cannot write a balance) in the same transaction that moves
+//!    the cursor. A balance whose charges are all audited (the audit past its `lastChargedAt`)
+//!    must count as many charges and equal their sum; a difference, an over-charge as well as a
+//!    charge missing, is a `ledgerMismatches` metric with an alarm. Besides the balances of the
+//!    charges audited, every balance is compared in turn ([`balances`]): one changed outside any
+//!    charge is seen too.
+//!
+//! The parts that read the shards of an index give each shard its share of
+//! [`Config::max_per_run`], so that one hot shard never takes a run.
 //!
 //! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
 //! heartbeat whose absence alarms), `resent`, `unchecked`, `markedFailed`, `stuck`,
 //! `receiptsResent`, `audited`, `ledgerMismatches`.
 
 pub mod audit;
+pub mod balances;
 mod budget;
+mod charged;
 mod config;
 mod dead_letters;
 pub mod receipts;

@@ -6,6 +6,8 @@
 //! the accounts table, [`CURSOR_KEY`]), stops when its time budget is spent or it has sent
 //! [`Config::max_resends_per_run`](super::Config) of them, sends what it found, and leaves the
 //! rest to the next run; a run that reaches the end starts the next one from the oldest again.
+//! The cursor never moves past a payment left unsent (its send failed, or the dead-letter queue
+//! may hold its message unseen): a run that stops keeps it before the first such payment.
 //! A payment sent again carries when ([`RESENT_AT`]) and is not sent again within
 //! [`Config::resend_interval`](super::Config): behind a backlog its message is still queued.
 
@@ -115,11 +117,12 @@ impl Reconciler {
         } else {
             Peeked::default()
         };
-        let mut looked_at = None;
+        // Each payment looked at, in order, and whether it was left unsent (not marked either).
+        let mut looked: Vec<(Position, Left)> = Vec::new();
         let mut to_send = Vec::new();
         for (position, candidate) in read {
             let Some(candidate) = candidate else {
-                looked_at = Some(position);
+                looked.push((position, Left::Done));
                 continue;
             };
             let payment_id = candidate.payment.payment_id.clone();
@@ -127,14 +130,15 @@ impl Reconciler {
             if stuck {
                 tracing::warn!(payment_id, accepted_at = position.0, "payment stuck");
             }
-            if candidate.resent_since(resent_since) {
+            let left = if candidate.resent_since(resent_since) {
                 waiting.recently_resent.push(payment_id.clone());
+                Left::Done
             } else if self
                 .marked_from_dead_letters(&dead_letters, &payment_id, now_ms)
                 .await?
             {
                 waiting.marked_failed.push(payment_id);
-                looked_at = Some(position);
+                looked.push((position, Left::Done));
                 continue;
             } else if dead_letters.may_hide(&candidate.payment.account_id) {
                 // Its message may be in the dead-letter queue unseen: not sent again blindly
@@ -145,26 +149,44 @@ impl Reconciler {
                     "dead-letter queue not seen whole for its account: not sent again"
                 );
                 waiting.unchecked.push(payment_id.clone());
+                Left::Unsent
             } else if to_send.len() >= self.config.max_resends_per_run {
                 waiting.stopped = Some(Stopped::ResendLimit);
                 break;
             } else {
                 to_send.push(candidate.payment);
-            }
+                Left::Sending(payment_id.clone())
+            };
             if stuck {
                 waiting.stuck.push(payment_id);
             }
-            looked_at = Some(position);
+            looked.push((position, left));
         }
         let republished = self.relay.republish(to_send).await;
         self.record_resent(&republished.sent, now_ms).await;
         waiting.resent = republished.sent;
         waiting.send_failed = republished.failed;
         waiting.send_failed.extend(republished.invalid);
-        match (waiting.stopped, looked_at) {
-            (None, _) if cursor.is_some() => self.keep_cursor(None).await?,
-            (Some(_), Some(at)) => self.keep_cursor(Some(&at)).await?,
-            _ => {}
+        let unsent: Vec<&str> = waiting
+            .send_failed
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let looked: Vec<(Position, bool)> = looked
+            .into_iter()
+            .map(|(position, left)| {
+                let unsent = match &left {
+                    Left::Done => false,
+                    Left::Unsent => true,
+                    Left::Sending(id) => unsent.contains(&id.as_str()),
+                };
+                (position, unsent)
+            })
+            .collect();
+        match next_cursor(cursor.as_ref(), waiting.stopped.is_some(), &looked) {
+            CursorMove::Keep => {}
+            CursorMove::Reset => self.keep_cursor(None).await?,
+            CursorMove::To(at) => self.keep_cursor(Some(&at)).await?,
         }
         Ok(waiting)
     }
@@ -194,34 +216,35 @@ impl Reconciler {
         Ok(read)
     }
 
-    /// Marks the payment `failed` if its message is among the dead letters (and agrees with it).
+    /// Marks the payment `failed` if its message is among the dead letters (a copy that agrees
+    /// with it: the copies are tried in [`Peeked::copies`]' order).
     async fn marked_from_dead_letters(
         &self,
         dead_letters: &Peeked,
         payment_id: &str,
         now_ms: i64,
     ) -> Result<bool, ReconcileError> {
-        let Some(dead) = dead_letters.found.get(payment_id) else {
-            return Ok(false);
-        };
-        let reason = format!("in the dead-letter queue: {}", dead.reason);
-        let marked = lifecycle::mark_failed(
-            &self.dynamodb,
-            &self.config.payments_table,
-            &dead.message,
-            &reason,
-            now_ms,
-        )
-        .await
-        .map_err(ReconcileError::dynamodb(
-            "UpdateItem",
-            &self.config.payments_table,
-        ))?;
-        if marked == MarkedFailed::Marked {
-            tracing::warn!(payment_id, reason, "payment marked failed");
+        for dead in dead_letters.copies(payment_id) {
+            let reason = format!("in the dead-letter queue: {}", dead.reason);
+            let marked = lifecycle::mark_failed(
+                &self.dynamodb,
+                &self.config.payments_table,
+                &dead.message,
+                &reason,
+                now_ms,
+            )
+            .await
+            .map_err(ReconcileError::dynamodb(
+                "UpdateItem",
+                &self.config.payments_table,
+            ))?;
+            if marked == MarkedFailed::Marked {
+                tracing::warn!(payment_id, reason, "payment marked failed");
+                return Ok(true);
+            }
+            // Otherwise the copy disagrees with the payment: it is not this payment's message.
         }
-        // Otherwise the copy disagrees with the payment: it is not this payment's message.
-        Ok(marked == MarkedFailed::Marked)
+        Ok(false)
     }
 
     /// The payments in the accepted index accepted before `before_ms` and after `after` (when,
@@ -387,6 +410,52 @@ impl Reconciler {
     }
 }
 
+/// What became of a payment looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Left {
+    /// Nothing left to do this run: no longer accepted, marked failed, or sent again recently.
+    Done,
+    /// Not sent again: the dead-letter queue may hold its message unseen.
+    Unsent,
+    /// Sent again, if its send succeeds.
+    Sending(String),
+}
+
+/// Where the cursor of the look goes after a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CursorMove {
+    /// It stays where it is.
+    Keep,
+    /// Removed: the next run starts from the oldest.
+    Reset,
+    /// After this payment.
+    To(Position),
+}
+
+/// The cursor after a run that started at `cursor`, stopped before the end or not, and looked at
+/// `looked` in order (each with whether it was left unsent: its send failed, or it was not
+/// sent). A run that reached the end resets it; a run that stopped keeps it before the first
+/// payment left unsent, so that the next run looks at that one again.
+fn next_cursor(
+    cursor: Option<&Position>,
+    stopped: bool,
+    looked: &[(Position, bool)],
+) -> CursorMove {
+    if !stopped {
+        return if cursor.is_some() {
+            CursorMove::Reset
+        } else {
+            CursorMove::Keep
+        };
+    }
+    let kept = match looked.iter().position(|(_, unsent)| *unsent) {
+        Some(0) => None,
+        Some(first_unsent) => Some(&looked[first_unsent - 1].0),
+        None => looked.last().map(|(at, _)| at),
+    };
+    kept.map_or(CursorMove::Keep, |at| CursorMove::To(at.clone()))
+}
+
 pub(super) fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -406,6 +475,43 @@ mod tests {
             accepted_at,
             resent_at,
         }
+    }
+
+    fn at(n: i64) -> Position {
+        (n, format!("p{n}"))
+    }
+
+    #[test]
+    fn a_stopped_look_keeps_its_cursor_before_the_first_payment_left_unsent() {
+        let old = at(0);
+        // Nothing left unsent: after the last looked at.
+        assert_eq!(
+            next_cursor(Some(&old), true, &[(at(1), false), (at(2), false)]),
+            CursorMove::To(at(2))
+        );
+        // The second left unsent (its send failed, or the dead-letter queue not seen whole):
+        // the cursor stays after the first, and the next run looks at the second again.
+        assert_eq!(
+            next_cursor(
+                Some(&old),
+                true,
+                &[(at(1), false), (at(2), true), (at(3), false)]
+            ),
+            CursorMove::To(at(1))
+        );
+        // The first left unsent: the cursor does not move.
+        assert_eq!(
+            next_cursor(Some(&old), true, &[(at(1), true), (at(2), false)]),
+            CursorMove::Keep
+        );
+        assert_eq!(next_cursor(None, true, &[(at(1), true)]), CursorMove::Keep);
+        // A look that reached the end starts over: nothing is skipped.
+        assert_eq!(
+            next_cursor(Some(&old), false, &[(at(1), true)]),
+            CursorMove::Reset
+        );
+        assert_eq!(next_cursor(None, false, &[]), CursorMove::Keep);
+        assert_eq!(next_cursor(Some(&old), true, &[]), CursorMove::Keep);
     }
 
     #[test]

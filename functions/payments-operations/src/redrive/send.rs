@@ -29,6 +29,9 @@ struct Run<'a> {
     report: RedriveReport,
 }
 
+/// SQS's longest long poll.
+const MAX_WAIT: Duration = Duration::from_secs(20);
+
 impl Run<'_> {
     async fn receive(&self, max: usize) -> Result<Vec<Message>, String> {
         let secs = |d: Duration, max: u64| d.as_secs().min(max) as i32;
@@ -40,12 +43,16 @@ impl Run<'_> {
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .visibility_timeout(secs(self.options.visibility_timeout, 43_200).max(1))
-            .wait_time_seconds(secs(self.options.wait_time, 20));
+            .wait_time_seconds(secs(self.options.wait_time, MAX_WAIT.as_secs()));
         if self.from_fifo {
             // A retried receive (same attempt id) returns the same messages, not new ones.
             request = request.receive_request_attempt_id(uuid::Uuid::new_v4().to_string());
         }
+        // The SDK's attempt timeout (3 s) would cut a longer wait: an empty long poll must end
+        // the run, not fail it.
         request
+            .customize()
+            .config_override(crate::long_poll(self.options.wait_time.min(MAX_WAIT)))
             .send()
             .await
             .map(|out| out.messages.unwrap_or_default())
