@@ -258,9 +258,15 @@ fn unknown_partition_keys_are_not_guessed() {
 
 #[test]
 fn event_source_mappings_are_required_from_the_template_not_recorded() {
-    // payments-publisher's code sends to the queue and to the dead-letter queue; its event
-    // source mapping's stream reads and its on-failure destination come from the template.
+    // payments-publisher's code sends to the queue and to the dead-letter queue (whose size it
+    // reads once); its event source mapping's stream reads and its on-failure destination come
+    // from the template.
     let r = recorder();
+    record(
+        &r,
+        "AmazonSQS.GetQueueAttributes",
+        &serde_json::json!({"QueueUrl": queue_url("payments-outbox-dlq"), "AttributeNames": ["MaximumMessageSize"]}),
+    );
     record(
         &r,
         "AmazonSQS.SendMessageBatch",
