@@ -527,7 +527,7 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
         .unwrap();
     assert_eq!(
         report.waiting.marked_failed,
-        [dead.payment_id.clone()],
+        std::slice::from_ref(&dead.payment_id),
         "{report}"
     );
     assert!(report.waiting.resent.contains(&lost.payment_id), "{report}");
