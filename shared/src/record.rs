@@ -52,13 +52,6 @@ pub trait Record: Clone + Send + Sync + 'static {
         None
     }
 
-    /// True when the source says this is the record's first delivery (an SQS receive count of 1,
-    /// or none given), so that a mode may skip reading the store before its write. Never for
-    /// streams and Kafka: a replay from a checkpoint looks like a first delivery.
-    fn is_first_delivery(&self) -> bool {
-        false
-    }
-
     /// When the source accepted it (SQS's `SentTimestamp`, a Kinesis record's arrival, a DynamoDB
     /// change's creation, a Kafka record's timestamp).
     fn sent_at(&self) -> Option<SystemTime> {
@@ -124,10 +117,6 @@ impl Record for SqsMessage {
         self.attributes
             .get("ApproximateReceiveCount")
             .and_then(|c| c.parse().ok())
-    }
-
-    fn is_first_delivery(&self) -> bool {
-        self.receive_count().is_none_or(|c| c <= 1)
     }
 
     fn sent_at(&self) -> Option<SystemTime> {

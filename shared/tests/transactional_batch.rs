@@ -10,11 +10,13 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use common::{Sent, dead_letter_queue};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandlerExt, json,
+    BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandler, RecordHandlerExt,
+    json,
 };
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::state::Status;
 use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
+use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -147,4 +149,54 @@ async fn a_refused_transaction_holds_its_followers_only_until_it_is_dead_lettere
     again.payload.records.remove(0);
     let report = processor.process(&again, &handler).await.unwrap();
     assert!(report.records[0].result.as_ref().unwrap().is_duplicate());
+}
+
+/// A handler that runs a record again by itself (the pipeline's catch-up charges an earlier
+/// payment from its table, with a message it builds) says so with the context's receive count:
+/// the mode reads the store first, whatever the message carries, and the handler is told its
+/// attempt. Both modes that write with the effect, on a message with no attributes at all.
+#[tokio::test]
+async fn a_receive_count_above_one_in_the_context_reads_the_attempts_whatever_the_message_says() {
+    let backend = Arc::new(InMemoryBackend::default());
+    let engine = Idempotency::new(backend.clone());
+    let told: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (t, i) = (told.clone(), told.clone());
+    let transactional = json(move |p: Payment, ctx: RecordContext| {
+        t.lock().unwrap().push(ctx.attempt);
+        async move {
+            Err::<Transaction<String, MemoryWrite>, _>(std::io::Error::other(format!(
+                "{} fails",
+                p.id
+            )))
+        }
+    })
+    .transactional(engine.clone())
+    .with_keys(KeyConfig::json_pointer("/id"));
+    let inline = json(move |p: Payment, ctx: RecordContext| {
+        i.lock().unwrap().push(ctx.attempt);
+        async move {
+            Err::<InlinePut<String, MemoryWrite>, _>(std::io::Error::other(format!(
+                "{} fails",
+                p.id
+            )))
+        }
+    })
+    .inline(engine.clone())
+    .with_attempts_read()
+    .with_keys(KeyConfig::json_pointer("/id"));
+    let mut message = SqsMessage::default();
+    message.body = Some(r#"{"id":"p-1"}"#.into());
+    let mut ctx = RecordContext::new("built-by-the-handler");
+    ctx.receive_count = 2;
+    for _ in 0..2 {
+        let error = transactional.handle(&message, &ctx).await.unwrap_err();
+        assert!(error.attempts().is_some(), "{error}");
+    }
+    let error = inline.handle(&message, &ctx).await.unwrap_err();
+    assert_eq!(error.attempts(), Some(3), "{error}");
+    assert_eq!(
+        *told.lock().unwrap(),
+        [1, 2, 3],
+        "each run is told the attempts the store counted, plus one"
+    );
 }

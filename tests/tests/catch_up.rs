@@ -221,6 +221,33 @@ async fn an_earlier_payment_that_always_fails_is_failed_once_its_attempts_are_sp
         .await;
 }
 
+/// The failure switch fails the earliest unsettled payment on its first attempt only, and its
+/// own message has not come: the later payment's first delivery tries it once (attempt 1,
+/// counted under its own key), the next delivery is told attempt 2 and charges it, then the
+/// later one. Nothing fails, however the message catch-up builds for it says it was received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_payment_that_fails_once_is_charged_by_the_next_delivery() {
+    let parameters = [("FailPayments", "[flaky]:1"), ("MaxAttempts", "3")];
+    let (stack, app, all) = account_of(&parameters, 2, "[flaky]", |i| i == 0).await;
+    assert_eq!(
+        deliver(&app, &[("later", &all[1])], 1).await,
+        vec!["later".to_owned()],
+        "the earlier payment's first attempt fails"
+    );
+    assert_eq!(attempts_of(&app, &all[0]).await, 1, "counted as its own");
+    assert_eq!(
+        deliver(&app, &[("later", &all[1])], 2).await,
+        Vec::<String>::new(),
+        "its second attempt is told so, and succeeds"
+    );
+    assert_charged_once(&stack, &all).await;
+    assert_eq!(app.failed_ahead(), 0);
+    assert!(dead_letters(&stack).await.is_empty());
+    stack
+        .assert_invariants(&Scope::through_charging(), &[])
+        .await;
+}
+
 /// Catch-up charges with the stored payment, description included: the failure switch applies
 /// to a payment charged ahead of its own message, and to a payment whose message lacks the
 /// description.

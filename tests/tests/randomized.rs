@@ -37,11 +37,12 @@ const FLAKY: &str = "[flaky]";
 const DRAIN: Duration = Duration::from_secs(60);
 
 fn seed() -> u64 {
-    let seed = match std::env::var(SEED_VAR) {
-        Ok(v) => v
+    // Set and empty reads as unset: a new seed.
+    let seed = match std::env::var(SEED_VAR).ok().filter(|v| !v.is_empty()) {
+        Some(v) => v
             .parse()
             .unwrap_or_else(|_| panic!("{SEED_VAR}={v:?} is not a seed: give a whole number")),
-        Err(_) => std::time::SystemTime::now()
+        None => std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64 % 1_000_000_000_000),
     };

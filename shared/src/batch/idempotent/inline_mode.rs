@@ -170,7 +170,7 @@ where
         // table, not on an item): it reads the table first, as with the attempts read.
         let reads = this.mode.read_attempts || !R::redriven();
         let inner_ctx = if reads {
-            match start(&this.engine, &key, &hash, ctx, record.is_first_delivery()).await? {
+            match start(&this.engine, &key, &hash, ctx).await? {
                 Start::Run(inner_ctx) => inner_ctx,
                 Start::Done(duplicate) => return Ok(duplicate),
             }

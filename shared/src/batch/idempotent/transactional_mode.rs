@@ -127,21 +127,22 @@ pub(super) enum Start<T> {
 }
 
 /// Before the inner handler of a record that writes its idempotency record with its effect
-/// (the transactional mode, and the inline one with its attempts read). A redelivery (receive
-/// count above 1) reads first: a
-/// duplicate is answered by the read, and a retried record's handler is told its attempt. A
-/// first delivery goes straight on, told attempt 1. Cut by the deadline before the handler
-/// would start: no attempt to record.
+/// (the transactional mode, and the inline one with its attempts read). Only a first delivery
+/// (a receive count of exactly 1, [`RecordContext::receive_count`]) goes straight on, told
+/// attempt 1. Any other record reads first (an SQS redelivery; a stream or Kafka record, whose
+/// replay from a checkpoint looks like a first delivery; a message without a count; a record a
+/// handler runs again with a count above 1): a duplicate is answered by the read, and a retried
+/// record's handler is told its attempt. Cut by the deadline before the handler would start: no
+/// attempt to record.
 pub(super) async fn start<B: TransactionalBackend, T>(
     engine: &Idempotency<B>,
     key: &str,
     hash: &PayloadHash,
     ctx: &RecordContext,
-    first_delivery: bool,
 ) -> Result<Start<T>, RecordError> {
     let mut inner_ctx = ctx.clone();
     inner_ctx.attempt = 1;
-    if !first_delivery {
+    if ctx.receive_count != 1 {
         match engine.peek(key, hash).await {
             Ok(Peeked::Duplicate { result }) => {
                 tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
@@ -240,8 +241,7 @@ where
         H: RecordHandler<R>,
     {
         let (key, hash) = key_and_hash(&this.keys, record, ctx)?;
-        let first = record.is_first_delivery();
-        let inner_ctx = match start(&this.engine, &key, &hash, ctx, first).await? {
+        let inner_ctx = match start(&this.engine, &key, &hash, ctx).await? {
             Start::Run(inner_ctx) => inner_ctx,
             Start::Done(duplicate) => return Ok(duplicate),
         };
