@@ -10,13 +10,12 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use common::{Sent, dead_letter_queue};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandler, RecordHandlerExt,
-    json,
+    BatchProcessor, DeadLettered, RecordContext, RecordError, RecordHandler, RecordHandlerExt, json,
 };
+use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::state::Status;
 use lambda_idempotency::store::{InMemoryBackend, MemoryWrite};
-use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::transaction::Transaction;
 use lambda_runtime::{Context, LambdaEvent};
 
