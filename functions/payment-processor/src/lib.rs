@@ -187,6 +187,13 @@ impl App {
         self
     }
 
+    /// Sends the `PaymentCharged` events with another publisher (its retries and their backoff;
+    /// the queue stays the configured `RECEIPTS_QUEUE_URL`).
+    pub fn with_receipts_publisher(mut self, receipts: Publisher) -> Self {
+        self.receipts = receipts;
+        self
+    }
+
     /// `PaymentCharged` events sent again for duplicates of charged payments (at least once:
     /// see the crate docs).
     pub fn receipts_resent(&self) -> u64 {

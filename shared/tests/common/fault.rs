@@ -162,6 +162,24 @@ impl Faults {
         self.state.lock().unwrap().log.clone()
     }
 
+    /// [`log`](Self::log) in short: each run of one operation as `name xcount`.
+    pub fn runs(&self) -> String {
+        let mut out: Vec<(String, usize)> = Vec::new();
+        for op in self.log() {
+            match out.last_mut() {
+                Some((last, n)) if *last == op => *n += 1,
+                _ => out.push((op, 1)),
+            }
+        }
+        out.iter()
+            .map(|(op, n)| match n {
+                1 => op.clone(),
+                n => format!("{op} x{n}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// True once the armed fault happened.
     pub fn fired(&self) -> bool {
         self.state.lock().unwrap().fired

@@ -14,7 +14,9 @@
 //! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
 //! and visibility changes are in memory here; the injector works on an SQS client, see
 //! [`sqs_client`]), records running concurrently (one at a time, so that request `n` is the same
-//! request in every run), the publisher and the pipeline's functions.
+//! request in every run), the publisher. payment-processor, the pipeline's consumer, is explored
+//! the same way with this queue and injector, on its DynamoDB and SQS clients:
+//! tests/tests/fault_exploration.rs.
 //!
 //! The lease mode reports a record a success when the store refuses its completion after the
 //! handler succeeded (reporting it failed would run the effect again once the lease ends): the
@@ -29,26 +31,20 @@ mod modes;
 mod queue;
 mod sqs_client;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::SqsMessage;
 use fault::{Crash, Fault, Faults};
 use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{BatchProcessor, RecordHandler};
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::test_util::InMemorySqs;
 use lambda_idempotency::time::{Clock, ManualClock};
-use lambda_runtime::{Context, LambdaEvent};
-use queue::SimQueue;
+use queue::{Drained, SimQueue};
 
-/// The function's timeout: each invocation's deadline is this far from its start.
-const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// The attempt budget (the consumer's default `MAX_ATTEMPTS`).
 const MAX_ATTEMPTS: u32 = 5;
-/// Invocations after which a case counts as never draining.
-const MAX_INVOCATIONS: u32 = 300;
 /// Messages per batch.
 const MESSAGES: usize = 3;
 
@@ -113,78 +109,27 @@ pub trait Explored {
     }
 }
 
-/// How a batch's life went.
-pub struct Drained {
-    queue: SimQueue,
-    invocations: u32,
-    crashes: u32,
-    dead_letters: Vec<String>,
-}
-
-/// Delivers `messages` until the queue drains (or [`MAX_INVOCATIONS`]).
+/// Delivers `messages` through the processor until the queue drains.
 async fn drain<H: RecordHandler<SqsMessage>>(
     env: &Env,
     handler: &H,
     fifo: bool,
     messages: &[(String, String)],
 ) -> Drained {
-    let mut queue = SimQueue::new(fifo, messages, env.clock.now_ms());
-    let (mut invocations, mut crashes) = (0, 0);
-    let mut dead_letters = Vec::new();
-    while invocations < MAX_INVOCATIONS {
-        let Some(batch) = queue.receive(&env.clock) else {
-            break;
-        };
-        invocations += 1;
-        env.crash.reset();
-        env.sqs.clear();
-        let ids: Vec<String> = batch.iter().filter_map(|m| m.message_id.clone()).collect();
-        let mut context = Context::default();
-        context.request_id = format!("invocation-{invocations}");
-        context.deadline = (env.clock.now_ms() + FUNCTION_TIMEOUT.as_millis() as i64) as u64;
-        let mut event = SqsEvent::default();
-        event.records = batch;
-        let event = LambdaEvent::new(event, context);
-        let answered = tokio::select! {
-            biased;
-            () = env.crash.raised() => None,
-            report = env.processor.process(&event, handler) => Some(report),
-        };
-        let report = match answered {
-            Some(Ok(report)) if !env.crash.is_raised() => report,
-            Some(Err(e)) => panic!("the batch was refused: {e}"),
-            _ => {
-                // Lambda saw no answer: the batch comes back after the visibility timeout.
-                crashes += 1;
-                continue;
-            }
-        };
-        dead_letters.extend(
-            env.sqs
-                .dead_letters()
-                .into_iter()
-                .map(|d| format!("{}: {}", d.source_message_id, d.reason)),
-        );
-        let failed: HashSet<String> = report
-            .response()
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect();
-        let visibility: Vec<(String, Duration)> = env
-            .sqs
-            .visibility_changes()
-            .into_iter()
-            .map(|c| (c.message_id, c.visibility_timeout))
-            .collect();
-        queue.settle(&ids, &failed, &visibility, env.clock.now_ms());
-    }
-    Drained {
+    let queue = SimQueue::new(fifo, messages, env.clock.now_ms());
+    queue::drain(
         queue,
-        invocations,
-        crashes,
-        dead_letters,
-    }
+        &env.clock,
+        &env.crash,
+        &env.sqs,
+        |event| async move {
+            match env.processor.process(&event, handler).await {
+                Ok(report) => Ok(report.response()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
 }
 
 /// What a mode's cases did, together.
@@ -206,27 +151,6 @@ fn batch() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The operations in order, each run of one as `name xcount`.
-fn runs(log: &[String]) -> String {
-    let mut out: Vec<(String, usize)> = Vec::new();
-    for op in log {
-        match out.last_mut() {
-            Some((last, n)) if last == op => *n += 1,
-            _ => out.push((op.clone(), 1)),
-        }
-    }
-    out.iter()
-        .map(|(op, n)| {
-            if *n == 1 {
-                op.clone()
-            } else {
-                format!("{op} x{n}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Runs a batch with `fault` armed at request `n` (none: a clean run); what went wrong.
 async fn case<M: Explored>(
     env: &Env,
@@ -244,7 +168,7 @@ async fn case<M: Explored>(
     totals.invocations += drained.invocations;
     totals.crashes += drained.crashes;
     totals.max_receives = totals.max_receives.max(drained.queue.max_receives);
-    let log = runs(&env.faults.log());
+    let log = env.faults.runs();
     let fired = env.faults.fired();
     env.faults.disarm();
     env.crash.reset();
@@ -252,20 +176,7 @@ async fn case<M: Explored>(
     if fault.is_some() && !fired {
         problems.push(format!("the fault never fired (requests: {log})"));
     }
-    if !drained.queue.drained() {
-        problems.push(format!(
-            "not drained after {} invocations",
-            drained.invocations
-        ));
-    }
-    for (id, receives) in &drained.queue.moved {
-        problems.push(format!(
-            "{id} moved to the dead-letter queue by SQS after {receives} receives"
-        ));
-    }
-    for dead in &drained.dead_letters {
-        problems.push(format!("dead-lettered by the library: {dead}"));
-    }
+    problems.extend(drained.problems());
     for (_, body) in &messages {
         let id: serde_json::Value = serde_json::from_str(body).unwrap();
         problems.extend(mode.check(id["id"].as_str().unwrap()).await);

@@ -2,13 +2,22 @@
 //! count, its visibility (the queue's timeout from each receive, or what a visibility change
 //! set), a FIFO group held while one of its messages is in flight, the redelivery of what a batch
 //! reported failed or a crash dropped, and the move to the dead-letter queue as SQS makes it: on
-//! the receive after a message's count reached `maxReceiveCount`.
+//! the receive after a message's count reached `maxReceiveCount`. [`drain`] is Lambda's event
+//! source over it: it invokes a function with each batch until the queue drains.
+//!
+//! Shared by the library's exploration and the pipeline's (tests/tests/fault_exploration.rs),
+//! which include this file and `../common/fault.rs` as the modules `queue` and `fault`.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::time::Duration;
 
-use aws_lambda_events::sqs::SqsMessage;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_idempotency::test_util::InMemorySqs;
 use lambda_idempotency::time::{Clock, ManualClock};
+use lambda_runtime::{Context, LambdaEvent};
+
+use crate::fault::Crash;
 
 /// The template's `maxReceiveCount`.
 pub const MAX_RECEIVE_COUNT: u32 = 41;
@@ -40,8 +49,13 @@ pub struct SimQueue {
 }
 
 impl SimQueue {
-    /// A queue holding `messages` (`(id, body)`), all in one message group when `fifo`.
+    /// A queue holding `messages` (`(id, body)`), all in the message group `group-1` when `fifo`.
     pub fn new(fifo: bool, messages: &[(String, String)], now_ms: i64) -> Self {
+        Self::grouped(fifo, messages, "group-1", now_ms)
+    }
+
+    /// A queue holding `messages` (`(id, body)`), all in the message group `group` when `fifo`.
+    pub fn grouped(fifo: bool, messages: &[(String, String)], group: &str, now_ms: i64) -> Self {
         let arn = if fifo {
             "arn:aws:sqs:us-east-1:123456789012:explore.fifo"
         } else {
@@ -55,7 +69,7 @@ impl SimQueue {
                 .map(|(id, body)| Message {
                     id: id.clone(),
                     body: body.clone(),
-                    group: fifo.then(|| "group-1".to_owned()),
+                    group: fifo.then(|| group.to_owned()),
                     receives: 0,
                     visible_at: now_ms,
                     deleted: false,
@@ -188,5 +202,113 @@ impl std::fmt::Display for SimQueue {
             })
             .collect();
         write!(f, "{}", counts.join(" "))
+    }
+}
+
+/// Invocations after which a drain counts as never ending.
+pub const MAX_INVOCATIONS: u32 = 300;
+/// The function's timeout: each invocation's deadline is this far from its start.
+pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a queue's drain went.
+pub struct Drained {
+    pub queue: SimQueue,
+    pub invocations: u32,
+    pub crashes: u32,
+    /// What the function moved to its dead-letter queue: `id: reason`.
+    pub dead_letters: Vec<String>,
+}
+
+impl Drained {
+    /// What went wrong with the queue: not drained; a message SQS moved to the dead-letter
+    /// queue; one the function dead-lettered. Nothing innocent may be either.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.queue.drained() {
+            problems.push(format!(
+                "not drained after {} invocations",
+                self.invocations
+            ));
+        }
+        for (id, receives) in &self.queue.moved {
+            problems.push(format!(
+                "{id} moved to the dead-letter queue by SQS after {receives} receives"
+            ));
+        }
+        for dead in &self.dead_letters {
+            problems.push(format!("dead-lettered by the function: {dead}"));
+        }
+        problems
+    }
+}
+
+/// Lambda's event source over `queue`: invokes `function` with each batch (its deadline
+/// [`FUNCTION_TIMEOUT`] away on `clock`) until the queue drains or [`MAX_INVOCATIONS`]. An
+/// invocation that crashes (`crash` raised) is dropped, its batch redelivered after the
+/// visibility timeout; one that answers settles its batch as its response and the visibility
+/// changes it made on `sqs` say. `sqs` is the function's in-memory SQS (its dead-letter queue
+/// and its visibility changes), cleared before each invocation.
+pub async fn drain<F, Fut>(
+    mut queue: SimQueue,
+    clock: &ManualClock,
+    crash: &Crash,
+    sqs: &InMemorySqs,
+    mut function: F,
+) -> Drained
+where
+    F: FnMut(LambdaEvent<SqsEvent>) -> Fut,
+    Fut: Future<Output = Result<SqsBatchResponse, String>>,
+{
+    let (mut invocations, mut crashes) = (0, 0);
+    let mut dead_letters = Vec::new();
+    while invocations < MAX_INVOCATIONS {
+        let Some(batch) = queue.receive(clock) else {
+            break;
+        };
+        invocations += 1;
+        crash.reset();
+        sqs.clear();
+        let ids: Vec<String> = batch.iter().filter_map(|m| m.message_id.clone()).collect();
+        let mut context = Context::default();
+        context.request_id = format!("invocation-{invocations}");
+        context.deadline = (clock.now_ms() + FUNCTION_TIMEOUT.as_millis() as i64) as u64;
+        let mut event = SqsEvent::default();
+        event.records = batch;
+        let answered = tokio::select! {
+            biased;
+            () = crash.raised() => None,
+            response = function(LambdaEvent::new(event, context)) => Some(response),
+        };
+        let response = match answered {
+            Some(Ok(response)) if !crash.is_raised() => response,
+            Some(Err(e)) => panic!("the batch was refused: {e}"),
+            _ => {
+                // Lambda saw no answer: the batch comes back after the visibility timeout.
+                crashes += 1;
+                continue;
+            }
+        };
+        dead_letters.extend(
+            sqs.dead_letters()
+                .into_iter()
+                .map(|d| format!("{}: {}", d.source_message_id, d.reason)),
+        );
+        let failed: HashSet<String> = response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        let visibility: Vec<(String, Duration)> = sqs
+            .visibility_changes()
+            .into_iter()
+            .map(|c| (c.message_id, c.visibility_timeout))
+            .collect();
+        queue.settle(&ids, &failed, &visibility, clock.now_ms());
+    }
+    Drained {
+        queue,
+        invocations,
+        crashes,
+        dead_letters,
     }
 }
