@@ -2,9 +2,11 @@
 //! services, older and newer producers, and people fixing a message by hand do. It sends
 //! re-serialized resends of accepted payments (another key order, white space, no `sequence`:
 //! the previous version), next-version messages (fields this version does not know), a tampered
-//! amount for an accepted payment, and a payment payments-api never accepted. The checks then
-//! show each handled as it must be: the resends and next versions are duplicates, the tampered
-//! and the unknown payments are refused with their reasons and change nothing.
+//! amount for an accepted payment, an accepted payment with a forged `sequence` (another number of
+//! its account), and a payment payments-api never accepted (with a `sequence` of its own). The
+//! checks then show each handled as it must be: the resends and next versions are duplicates, the
+//! tampered, the renumbered and the unknown payments are refused with their reasons and change
+//! nothing: the payments whose messages were tampered with are charged from their own.
 
 use std::collections::HashSet;
 
@@ -23,12 +25,15 @@ pub struct OutsideSent {
     pub next_version: Vec<String>,
     /// The payment whose message was sent with another amount.
     pub tampered: Option<String>,
+    /// The payment whose message was sent with another `sequence` than payments-api gave it.
+    pub renumbered: Option<String>,
     /// The payment that was never accepted.
     pub never_accepted: String,
 }
 
 /// The messages of the outside producer for `accepted` payments (all of them charged in the
-/// end): up to `n` re-serialized, `n` next-version, one tampered, and one unknown payment.
+/// end): up to `n` re-serialized, `n` next-version, one tampered, one renumbered, and one unknown
+/// payment.
 pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Message>), BoxError> {
     let mut sent = OutsideSent {
         never_accepted: format!("pay_outside_{}", uuid::Uuid::new_v4().simple()),
@@ -79,6 +84,20 @@ pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Me
         fifo(&p.account, "tampered", body)?;
         sent.tampered = Some(a.payment_id.clone());
     }
+    if let Some(a) = accepted.get(2 * n + 1) {
+        // No account takes a million numbers in a test: another number than its own.
+        let p = &a.planned;
+        let body = serde_json::json!({
+            "paymentId": a.payment_id,
+            "accountId": p.account,
+            "amountCents": p.amount_cents,
+            "currency": p.currency,
+            "sequence": 1_000_000,
+        })
+        .to_string();
+        fifo(&p.account, "renumbered", body)?;
+        sent.renumbered = Some(a.payment_id.clone());
+    }
     let account = accepted
         .first()
         .map_or("acct-outside", |a| a.planned.account.as_str());
@@ -87,6 +106,7 @@ pub fn messages(accepted: &[&Accepted], n: usize) -> Result<(OutsideSent, Vec<Me
         "accountId": account,
         "amountCents": 4_200,
         "currency": "EUR",
+        "sequence": 1,
     })
     .to_string();
     fifo(account, "never", body)?;
@@ -123,6 +143,13 @@ impl OutsideSent {
             .tampered
             .as_ref()
             .map(|id| (id, refused(id, "disagrees")));
+        // A forged number is refused while its payment waits to be charged (the account's order
+        // refuses the charge, and the table says why); once the payment is charged it is a
+        // duplicate like any resend (the number is not part of the payload), with no effect.
+        let renumbered = self
+            .renumbered
+            .as_ref()
+            .map(|id| (id, refused(id, "disagrees with payment")));
         let ledger = |id: &str| stored.ledger_entries.get(id).copied().unwrap_or(0);
         let status = |id: &str| stored.payment_status.get(id).map(String::as_str);
         let in_dead_letters: HashSet<&str> = stored
@@ -169,6 +196,24 @@ impl OutsideSent {
                     ),
                     None => format!("{id}: no dead letter naming the mismatch"),
                 },
+            });
+        }
+        if let Some((id, reason)) = renumbered {
+            let dead_lettered = in_dead_letters.contains(id.as_str());
+            out.push(Check {
+                name: "a forged sequence number changes nothing: refused while its payment waits, \
+                       a duplicate once it is charged",
+                passed: !dead_lettered && ledger(id) == 1 && status(id) == Some("charged"),
+                detail: format!(
+                    "{id}: {}; the payment {} with {} ledger entry",
+                    match (reason, dead_lettered) {
+                        (Some(reason), _) => format!("dead-lettered ({reason})"),
+                        (None, false) => "a duplicate of its charge".to_owned(),
+                        (None, true) => "dead-lettered without naming the mismatch".to_owned(),
+                    },
+                    status(id).unwrap_or("missing"),
+                    ledger(id)
+                ),
             });
         }
         let id = self.never_accepted.as_str();

@@ -105,10 +105,11 @@ pub async fn run(
     let sent_outside = crate::outside::send(&pipeline.payments_publisher(), messages).await?;
     say(&format!(
         "a producer outside the pipeline sent {sent_outside} messages of its own to payments.fifo: \
-         {} re-serialized, {} of the next version, {} tampered, 1 never accepted",
+         {} re-serialized, {} of the next version, {} tampered, {} renumbered, 1 never accepted",
         outside.reserialized.len(),
         outside.next_version.len(),
-        usize::from(outside.tampered.is_some())
+        usize::from(outside.tampered.is_some()),
+        usize::from(outside.renumbered.is_some())
     ));
     let drained_at = Instant::now();
     let drained = pipeline
