@@ -138,8 +138,7 @@ impl VisibilityBackoff {
     /// assert_eq!(delays, [2, 4, 8, 16, 32, 60, 60]);
     /// ```
     pub fn delay(&self, attempt: u32) -> Duration {
-        let exponent = attempt.saturating_sub(1).min(31);
-        self.base.saturating_mul(1 << exponent).min(self.max)
+        self.doubled(attempt, self.max)
     }
 
     /// The delay after a failure that is not an attempt of the handler's own (see
@@ -157,8 +156,13 @@ impl VisibilityBackoff {
     /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 12 * 60 * 60);
     /// ```
     pub fn delay_not_counted(&self, receives: u32) -> Duration {
-        let exponent = receives.saturating_sub(1).min(31);
-        self.base.saturating_mul(1 << exponent).min(MAX_VISIBILITY)
+        self.doubled(receives, MAX_VISIBILITY)
+    }
+
+    /// `min(base * 2^(n - 1), cap)`.
+    fn doubled(&self, n: u32, cap: Duration) -> Duration {
+        let exponent = n.saturating_sub(1).min(31);
+        self.base.saturating_mul(1 << exponent).min(cap)
     }
 
     /// The visibility timeout (whole seconds) for a record that failed with `error` on its

@@ -366,15 +366,14 @@ impl BatchProcessor {
                 RecordError::GroupBlocked { failed, .. } | RecordError::BatchStopped { failed } => {
                     blocked.push((r.index, failed.as_str()));
                 }
-                _ if !is_counted(handler, error) => {
-                    let receives = records[r.index].receive_count().unwrap_or(1);
-                    let secs = backoff.visibility_not_counted(error, receives, now_ms);
-                    by_id.insert(r.message_id.as_str(), secs);
-                    out.push((r.index, secs));
-                }
                 _ => {
-                    let attempt = attempt_of(handler, error, records[r.index]);
-                    let secs = backoff.visibility(error, attempt, now_ms);
+                    let record = records[r.index];
+                    let secs = if is_counted(handler, error) {
+                        backoff.visibility(error, attempt_of(handler, error, record), now_ms)
+                    } else {
+                        let receives = record.receive_count().unwrap_or(1);
+                        backoff.visibility_not_counted(error, receives, now_ms)
+                    };
                     by_id.insert(r.message_id.as_str(), secs);
                     out.push((r.index, secs));
                 }
