@@ -235,15 +235,13 @@ impl Stack {
             .unwrap_or_default())
     }
 
-    /// The `DeadLetterReason` of every message of a dead-letter queue, by the id of the message
-    /// it copies (`DeadLetterSourceMessageId`): receives until nothing is visible, hiding what it
-    /// received for 10 minutes so that each message is read once.
-    pub async fn dead_letter_reasons(
+    /// Every message of a queue, with all their message attributes: receives until nothing is
+    /// visible, hiding what it received for 10 minutes so that each message is read once.
+    pub async fn receive_all(
         &self,
         logical_id: &str,
-    ) -> Result<BTreeMap<String, String>, BoxError> {
-        use lambda_idempotency::dead_letter::{REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-        let mut reasons = BTreeMap::new();
+    ) -> Result<Vec<aws_sdk_sqs::types::Message>, BoxError> {
+        let mut all = Vec::new();
         loop {
             let received = self
                 .clients
@@ -258,19 +256,31 @@ impl Stack {
                 .messages
                 .unwrap_or_default();
             if received.is_empty() {
-                return Ok(reasons);
+                return Ok(all);
             }
-            for m in received {
-                let a = m.message_attributes.unwrap_or_default();
-                let text = |name: &str| {
-                    a.get(name)
-                        .and_then(|v| v.string_value())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                reasons.insert(text(SOURCE_MESSAGE_ID_ATTRIBUTE), text(REASON_ATTRIBUTE));
-            }
+            all.extend(received);
         }
+    }
+
+    /// The `DeadLetterReason` of every message of a dead-letter queue, by the id of the message
+    /// it copies (`DeadLetterSourceMessageId`), each message read once ([`Self::receive_all`]).
+    pub async fn dead_letter_reasons(
+        &self,
+        logical_id: &str,
+    ) -> Result<BTreeMap<String, String>, BoxError> {
+        use lambda_idempotency::dead_letter::{REASON_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+        let mut reasons = BTreeMap::new();
+        for m in self.receive_all(logical_id).await? {
+            let a = m.message_attributes.unwrap_or_default();
+            let text = |name: &str| {
+                a.get(name)
+                    .and_then(|v| v.string_value())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            reasons.insert(text(SOURCE_MESSAGE_ID_ATTRIBUTE), text(REASON_ATTRIBUTE));
+        }
+        Ok(reasons)
     }
 
     /// Every item of a table.

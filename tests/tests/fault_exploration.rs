@@ -287,30 +287,15 @@ impl Harness {
 
     /// The payments with a `PaymentCharged` event on the receipts queue, and their amounts.
     async fn receipts(&self) -> HashMap<String, i64> {
-        let url = self.stack.queue_url("ReceiptsQueue");
-        let mut receipts = HashMap::new();
-        loop {
-            let received = self
-                .stack
-                .clients
-                .sqs
-                .receive_message()
-                .queue_url(url)
-                .max_number_of_messages(10)
-                .visibility_timeout(600)
-                .send()
-                .await
-                .unwrap();
-            let messages = received.messages.unwrap_or_default();
-            if messages.is_empty() {
-                return receipts;
-            }
-            for m in messages {
+        let messages = self.stack.receive_all("ReceiptsQueue").await.unwrap();
+        messages
+            .iter()
+            .map(|m| {
                 let event: PaymentCharged =
                     serde_json::from_str(m.body.as_deref().unwrap_or_default()).unwrap();
-                receipts.insert(event.payment_id, event.amount_cents);
-            }
-        }
+                (event.payment_id, event.amount_cents)
+            })
+            .collect()
     }
 }
 
