@@ -251,8 +251,8 @@ fn functions_and_event_sources() {
     assert_eq!(stream.maximum_batching_window_in_seconds, 1);
     assert!(stream.reports_batch_item_failures());
     assert!(stream.bisect_batch_on_function_error);
-    assert_eq!(stream.maximum_retry_attempts, 100);
-    assert_eq!(stream.maximum_retry_attempts(), Some(100));
+    assert_eq!(stream.maximum_retry_attempts, -1);
+    assert_eq!(stream.maximum_retry_attempts(), None);
     assert_eq!(
         stream.maximum_record_age(),
         Some(Duration::from_secs(43_200))

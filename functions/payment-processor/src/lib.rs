@@ -171,10 +171,10 @@ impl App {
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let sqs = payments_config::sqs(sdk);
         let processor = payments_config::consumer_processor(sqs.clone(), settings)?;
         Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
+            payments_config::dynamodb(sdk),
             sqs,
             Config::from_settings(settings)?,
         )

@@ -208,7 +208,7 @@ impl App {
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
+            payments_config::dynamodb(sdk),
             Config::from_settings(settings)?,
         ))
     }

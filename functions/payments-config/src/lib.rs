@@ -277,6 +277,24 @@ pub fn sdk_timeouts() -> aws_config::timeout::TimeoutConfig {
         .build()
 }
 
+/// A function's DynamoDB client: `sdk`'s, each request with the X-Ray trace id of the
+/// invocation that sends it ([`TraceHeader`](lambda_idempotency::runtime::TraceHeader)), even
+/// when several invocations share the process (Lambda Managed Instances).
+pub fn dynamodb(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .interceptor(lambda_idempotency::runtime::TraceHeader)
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// A function's SQS client, as [`dynamodb`]'s.
+pub fn sqs(sdk: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(sdk)
+        .interceptor(lambda_idempotency::runtime::TraceHeader)
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
 /// Loads the AWS SDK configuration (region, credentials, and `AWS_ENDPOINT_URL` for a local
 /// endpoint), with [`sdk_timeouts`].
 pub async fn sdk_config() -> aws_config::SdkConfig {

@@ -5,24 +5,29 @@
 //!
 //! It is the library's DynamoDB stream processor ([`BatchProcessor`] over the stream's
 //! [`Event`]) with a handler per record, ordered by account ([`RecordHandlerExt::ordered_by`]),
-//! without an idempotency store: the deduplication id makes a resend harmless, and Lambda's own
-//! retry bound (`MaximumRetryAttempts`) ends a record that keeps failing. The sends of a batch's
-//! records go out together ([`Batcher`]: one `SendMessageBatch` call per ten records).
+//! without an idempotency store: the deduplication id makes a resend harmless. The sends of a
+//! batch's records go out together ([`Batcher`]: one `SendMessageBatch` call per ten records).
 //!
 //! What it guarantees, with the event source's settings in `template.yaml`
-//! (`ReportBatchItemFailures`, bisect on error, bounded retries, an on-failure queue):
+//! (`ReportBatchItemFailures`, bisect on error, retries without limit within a record age of 12
+//! hours, an on-failure queue):
 //!
 //! - **Nothing stays unpublished.** A payment whose send fails is reported as the shard's
 //!   checkpoint (the lowest failed sequence number); Lambda retries the shard from it. A crash or
-//!   a timeout fails the whole batch, which is retried the same way. After the retries, Lambda
-//!   puts the batch's shard and sequence numbers on the on-failure queue (and its alarm fires).
+//!   a timeout fails the whole batch, which is retried the same way. What it reports is never the
+//!   record's fault (SQS unreachable, throttled or denied, the queue missing), so Lambda retries
+//!   it without a limit: an outage of `payments.fifo` delays the payments and gives up on none.
+//!   Only records 12 hours old are given up on: Lambda puts the batch's shard and sequence
+//!   numbers on the on-failure queue (and its alarm fires), and payments-reconciler sends the
+//!   payments, still `accepted`.
 //! - **Nothing is sent twice to the consumer's effects.** A record retried after its send
 //!   succeeded is sent again with the same deduplication id (SQS drops it within 5 minutes), and
 //!   payment-processor deduplicates on the payment id beyond that.
 //! - **Order per account, as the stream gives it.** A payment whose send failed holds back the
 //!   later payments of its account in the batch ([`RecordError::GroupBlocked`]), so a retry
 //!   never lands behind a later payment of the same account; other accounts go on.
-//! - **A record that can never be sent** (not a payment item, or text SQS would reject) does not
+//! - **A record that can never be sent** (not a payment item, text SQS would reject, or a
+//!   message SQS refused as the sender's fault) does not
 //!   block the shard: it goes to `DEAD_LETTER_QUEUE_URL` (the on-failure queue) with the record,
 //!   its sequence number and the reason, and the batch moves on. Only if that send fails is it
 //!   reported.
@@ -36,7 +41,9 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::metrics::Metrics;
-use lambda_idempotency::publish::{Batcher, DeduplicationId, Message, MessageGroupId, Publisher};
+use lambda_idempotency::publish::{
+    Batcher, DeduplicationId, Message, MessageGroupId, PublishError, Publisher, is_queue_level,
+};
 use lambda_runtime::{Context, Error, LambdaEvent};
 use payments_config::{ConfigError, Settings};
 use payments_model::metrics::{self, publisher};
@@ -162,13 +169,27 @@ impl App {
         }
     }
 
+    /// The same app with `processor` running its batches (a test's: its clock, an in-memory
+    /// dead-letter queue).
+    pub fn with_processor(mut self, processor: BatchProcessor) -> Self {
+        self.processor = processor;
+        self
+    }
+
+    /// The same app sending payments with `publisher` (a test's: its retries without their
+    /// waits).
+    pub fn with_publisher(mut self, publisher: Publisher) -> Self {
+        self.payments = Batcher::new(publisher);
+        self
+    }
+
     /// An app from the SDK configuration and the settings.
     pub fn from_settings(
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
         Ok(Self::new(
-            aws_sdk_sqs::Client::new(sdk),
+            payments_config::sqs(sdk),
             Config::from_settings(settings)?,
         ))
     }
@@ -230,10 +251,15 @@ impl App {
         }
         let (item, message) = message_of(&r).map_err(RecordError::permanent)?;
         let sent = ctx.cancellable(async {
-            self.payments
-                .send(message)
-                .await
-                .map_err(RecordError::handler)
+            self.payments.send(message).await.map_err(|e| match e {
+                // Refused by SQS for what the message is: never sent, whatever the retries.
+                PublishError::Rejected { ref code, .. } if !is_queue_level(code) => {
+                    RecordError::permanent(e)
+                }
+                // Not the record's fault: SQS unreachable or throttled, or the queue missing or
+                // denied (a misconfiguration). Retried until it is sent.
+                e => RecordError::handler(e),
+            })
         });
         sent.await?;
         let lag = now_ms() - item.created_at;

@@ -51,10 +51,27 @@ fn payment(id: &str, account: &str, description: &str) -> serde_json::Value {
     })
 }
 
-/// An SQS client whose `SendMessageBatch` refuses each entry whose body contains `refuse` (on
-/// the payments queue), and every entry sent to the outbox DLQ when `dlq_down`; it logs the
-/// bodies accepted, with their queue.
+/// How the mock refuses an entry.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// As the message's own fault (`SenderFault`, `InvalidParameterValue`): never sent.
+    Sender,
+    /// As SQS's (`InternalError`): the send may succeed later.
+    Service,
+}
+
+/// An SQS client whose `SendMessageBatch` refuses, as `refusal` says, each entry whose body
+/// contains `refuse` (on the payments queue), and every entry sent to the outbox DLQ when
+/// `dlq_down`; it logs the bodies accepted, with their queue.
 fn sqs(refuse: &'static str, dlq_down: bool) -> (aws_sdk_sqs::Client, SentLog) {
+    sqs_refusing(refuse, Refusal::Service, dlq_down)
+}
+
+fn sqs_refusing(
+    refuse: &'static str,
+    refusal: Refusal,
+    dlq_down: bool,
+) -> (aws_sdk_sqs::Client, SentLog) {
     let sent = SentLog::default();
     let log = sent.clone();
     let rule = mock!(aws_sdk_sqs::Client::send_message_batch).then_compute_output(move |input| {
@@ -66,12 +83,17 @@ fn sqs(refuse: &'static str, dlq_down: bool) -> (aws_sdk_sqs::Client, SentLog) {
             let body = e.message_body();
             let refused = (queue == PAYMENTS && !refuse.is_empty() && body.contains(refuse))
                 || (queue == OUTBOX_DLQ && dlq_down);
+            let (sender_fault, code) = match refusal {
+                _ if queue == OUTBOX_DLQ => (true, "InvalidParameterValue"),
+                Refusal::Sender => (true, "InvalidParameterValue"),
+                Refusal::Service => (false, "InternalError"),
+            };
             out = if refused {
                 out.failed(
                     BatchResultErrorEntry::builder()
                         .id(e.id())
-                        .sender_fault(true)
-                        .code("InvalidParameterValue")
+                        .sender_fault(sender_fault)
+                        .code(code)
                         .build()
                         .unwrap(),
                 )
@@ -143,6 +165,33 @@ async fn a_refused_send_is_retried_with_the_rest_of_its_account_and_other_accoun
     let sent = sent.lock().unwrap();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(sent[0].1.contains("pay-b1"), "{sent:?}");
+}
+
+#[tokio::test]
+async fn a_message_sqs_refuses_as_its_own_fault_is_dead_lettered_and_its_account_goes_on() {
+    // Retrying it cannot help, and the stream retries what is reported without a limit: it
+    // would hold the shard for the records' 12 hours.
+    let (client, sent) = sqs_refusing("pay-a1", Refusal::Sender, false);
+    let records = [
+        record("INSERT", "1", payment("pay-a1", "acct-a", "first")),
+        record("INSERT", "2", payment("pay-b1", "acct-b", "first")),
+        record("INSERT", "3", payment("pay-a2", "acct-a", "second")),
+    ];
+    let relayed = app(client).relay(&records).await;
+    assert_eq!(relayed.failed, Vec::<String>::new());
+    assert_eq!(sent_ids(&relayed), ["pay-b1", "pay-a2"]);
+    assert_eq!(relayed.dead_lettered.len(), 1, "{relayed:?}");
+    assert_eq!(relayed.dead_lettered[0].0, "1");
+    assert!(
+        relayed.dead_lettered[0].1.contains("InvalidParameterValue"),
+        "{relayed:?}"
+    );
+    let sent = sent.lock().unwrap();
+    assert_eq!(
+        sent.iter().filter(|(q, _)| q == OUTBOX_DLQ).count(),
+        1,
+        "{sent:?}"
+    );
 }
 
 #[tokio::test]

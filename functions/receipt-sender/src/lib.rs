@@ -134,10 +134,9 @@ impl App {
         sdk: &aws_config::SdkConfig,
         settings: &impl Settings,
     ) -> Result<Self, ConfigError> {
-        let processor =
-            payments_config::consumer_processor(aws_sdk_sqs::Client::new(sdk), settings)?;
+        let processor = payments_config::consumer_processor(payments_config::sqs(sdk), settings)?;
         Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
+            payments_config::dynamodb(sdk),
             Config::from_settings(settings)?,
         )
         .with_processor(processor))

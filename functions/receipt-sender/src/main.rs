@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     // queue taking smaller messages, records expiring before a message's last copy) is logged.
     let checks = payments_config::cold_start_checks(
         app.idempotency().backend().inner(),
-        Some(aws_sdk_sqs::Client::new(&sdk)),
+        Some(payments_config::sqs(&sdk)),
         &payments_config::Env,
         app.idempotency().expiry(),
     )?;

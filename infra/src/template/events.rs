@@ -67,7 +67,7 @@ impl StartingPosition {
 /// let source = &template.functions["PaymentsPublisherFunction"].dynamodb_events[0];
 /// assert_eq!(source.table, "PaymentsTable");
 /// assert_eq!(source.starting_position, StartingPosition::TrimHorizon);
-/// assert_eq!(source.maximum_retry_attempts(), Some(100));
+/// assert_eq!(source.maximum_retry_attempts(), None);
 /// assert_eq!(source.maximum_record_age(), Some(Duration::from_secs(43_200)));
 /// assert_eq!(source.on_failure_queue.as_deref(), Some("PaymentsOutboxDeadLetterQueue"));
 /// ```

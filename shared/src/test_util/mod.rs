@@ -106,10 +106,20 @@
 //! The budget counts the handler's own failures only. A failure of the idempotency store
 //! (throttled, unreachable, denied, a table that does not fit) is not an attempt: it is never
 //! counted and never dead-lettered, and the record comes back until the store answers (or the
-//! queue's redrive policy, the backstop, moves it). It does back off, but with no count to
-//! double: each such failure takes the first attempt's delay (`BACKOFF_BASE_SECONDS`, 2 s, plus
-//! up to a quarter more of jitter), however many times it comes back. A record in progress in
+//! queue's redrive policy, the backstop, moves it). It does back off, by the message's receive
+//! count rather than by an attempt: the first attempt's delay (`BACKOFF_BASE_SECONDS`, 2 s, plus
+//! up to a quarter more of jitter) doubled at each receive, past the backoff's `max`, up to SQS's
+//! 12-hour limit ([`VisibilityBackoff::delay_not_counted`](crate::backoff::VisibilityBackoff::delay_not_counted)),
+//! so that an outage of days costs about two receives a day. A record in progress in
 //! another invocation comes back when that invocation's lease ends instead.
+//!
+//! # Every fault, at every request
+//!
+//! [`fault`] injects a fault at request `n` of a client (fails it, loses its answer, crashes the
+//! invocation after it, or starts an outage), and [`sim_queue`] runs a consumer through a
+//! simulated standard or FIFO queue, redelivering as SQS does (receive counts, visibility,
+//! groups, `maxReceiveCount`) until it drains. Together they explore a consumer over every
+//! request of a clean run and every fault, and check that nothing innocent was dead-lettered.
 //!
 //! Time, where a test needs it (a lease that ends, an expiry, a deadline): a
 //! [`ManualClock`](crate::time::ManualClock) given to the engine
@@ -119,6 +129,8 @@
 //! [`map_processor`](crate::consumer::ConsumerBuilder::map_processor)).
 
 mod event;
+pub mod fault;
+pub mod sim_queue;
 mod stream_event;
 
 pub use crate::dead_letter::in_memory_sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};

@@ -1,7 +1,7 @@
 //! The fault exploration: each mode of the library, on DynamoDB (moto) and on Redis where the
 //! mode exists, through a batch processor as deployed (an attempt budget of 5 with a dead-letter
 //! queue, the visibility backoff), fed by a simulated SQS queue (standard and FIFO; see
-//! [`queue`]). For each queue, a clean run of a batch of three messages counts the requests the
+//! `lambda_idempotency::test_util::sim_queue`). For each queue, a clean run of a batch of three messages counts the requests the
 //! store's client makes; then for every request `n` of them and every [`Fault`], a fresh batch
 //! runs with the fault at request `n`, and is redelivered until the queue drains. Each case
 //! checks: each message's effect exactly once, its stored result, no failed attempt counted (the
@@ -25,23 +25,20 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-#[path = "../common/fault.rs"]
-mod fault;
 mod modes;
-mod queue;
 mod sqs_client;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsMessage;
-use fault::{Crash, Fault, Faults};
 use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::{BatchProcessor, RecordHandler};
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::test_util::InMemorySqs;
+use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+use lambda_idempotency::test_util::sim_queue::{self, Drained, SimQueue};
 use lambda_idempotency::time::{Clock, ManualClock};
-use queue::{Drained, SimQueue};
 
 /// The attempt budget (the consumer's default `MAX_ATTEMPTS`).
 const MAX_ATTEMPTS: u32 = 5;
@@ -117,7 +114,7 @@ async fn drain<H: RecordHandler<SqsMessage>>(
     messages: &[(String, String)],
 ) -> Drained {
     let queue = SimQueue::new(fifo, messages, env.clock.now_ms());
-    queue::drain(
+    sim_queue::drain(
         queue,
         &env.clock,
         &env.crash,

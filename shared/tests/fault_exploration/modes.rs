@@ -21,8 +21,8 @@ use lambda_idempotency::time::Clock;
 use lambda_idempotency::transaction::Transaction;
 
 use crate::common;
-use crate::fault::{Crash, FaultyConnection};
 use crate::{Env, Explored};
+use lambda_idempotency::test_util::fault::{Crash, FaultyConnection};
 
 #[derive(serde::Deserialize)]
 struct Message {

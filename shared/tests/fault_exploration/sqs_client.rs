@@ -7,7 +7,7 @@ use aws_sdk_sqs::config::retry::RetryConfig;
 use lambda_idempotency::time::{Clock, ManualClock};
 
 use crate::common;
-use crate::fault::{Crash, Fault, Faults};
+use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
 
 /// Messages in the queue (moto answers the approximate count exactly).
 async fn queued(sqs: &aws_sdk_sqs::Client, url: &str) -> usize {

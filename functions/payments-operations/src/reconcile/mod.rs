@@ -245,8 +245,8 @@ impl Reconciler {
     /// A reconciler from the SDK configuration.
     pub fn from_sdk(sdk: &aws_config::SdkConfig, config: Config) -> Self {
         Self::new(
-            aws_sdk_dynamodb::Client::new(sdk),
-            aws_sdk_sqs::Client::new(sdk),
+            payments_config::dynamodb(sdk),
+            payments_config::sqs(sdk),
             config,
         )
     }

@@ -17,28 +17,25 @@
 //! payment's). Once every case ran: each payment charged exactly once with its balance, each with
 //! a receipt event on the receipts queue, and the invariant checker's verdict, no payment failed.
 //!
-//! The faults, and the shared queue and drain, are the library's exploration's
-//! (`shared/tests/common/fault.rs`, `shared/tests/fault_exploration/queue.rs`).
+//! The faults, and the simulated queue and its drain, are the library's test utilities, which its
+//! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`). The exploration
+//! of payments-publisher, on a simulated stream shard, is [`publisher`].
 
-#[allow(unexpected_cfgs)]
-#[path = "../../shared/tests/common/fault.rs"]
-mod fault;
-#[allow(dead_code)]
-#[path = "../../shared/tests/fault_exploration/queue.rs"]
-mod queue;
+mod publisher;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
-use fault::{Crash, Fault, Faults};
 use futures_util::StreamExt;
 use lambda_idempotency::backoff::VisibilityBackoff;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::publish::Publisher;
 use lambda_idempotency::test_util::InMemorySqs;
+use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+use lambda_idempotency::test_util::sim_queue::{self, SimQueue};
 use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_runtime::LambdaEvent;
 use payment_processor::{App, Config};
@@ -47,7 +44,6 @@ use payments_e2e::invariants::Scope;
 use payments_e2e::stack::payments;
 use payments_model::stored::StoredPayment;
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
-use queue::SimQueue;
 
 /// The faults every request is explored with: those of the library's exploration. The long
 /// outage (ten minutes) outlasts `maxReceiveCount` receives at the backoff's first delays: a
@@ -242,7 +238,7 @@ impl Harness {
             &accepted[0].account_id,
             self.clock.now_ms(),
         );
-        let drained = queue::drain(queue, &self.clock, &self.crash, &self.memory, |event| {
+        let drained = sim_queue::drain(queue, &self.clock, &self.crash, &self.memory, |event| {
             self.invoke(event)
         })
         .await;

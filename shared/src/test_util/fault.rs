@@ -1,6 +1,7 @@
-//! A fault injector for one service's requests: an SDK interceptor ([`Faults`] is an
-//! [`Intercept`], for the DynamoDB and the SQS clients alike) and a Redis connection wrapper
-//! ([`FaultyConnection`], any [`ConnectionLike`] under the Redis backend).
+//! A fault injector for one service's requests, to explore a consumer under every fault at every
+//! request: an SDK interceptor ([`Faults`] is an [`Intercept`], for the DynamoDB and the SQS
+//! clients alike) and, with the `redis` feature, a Redis connection wrapper (`FaultyConnection`,
+//! any `ConnectionLike` under the Redis backend).
 //!
 //! Armed with a [`Fault`] at request `n` (counted from the arming, every request of the client,
 //! each try of an SDK retry included), it does one of:
@@ -10,11 +11,32 @@
 //! - [`Fault::Crash`]: sends it, the service applies it, then the invocation ends as a crash
 //!   would: the [`Crash`] signal is raised, the caller never sees the answer, and every later
 //!   request of every client sharing the signal fails before it is sent, so that nothing the
-//!   dead process would never have done reaches a service before the harness drops its future.
-//! - [`Fault::Outage`]: request `n` and every later one fails before it is sent until the test's
-//!   clock passes the outage's end.
-#![allow(dead_code)]
-
+//!   dead process would never have done reaches a service before the harness drops its future
+//!   ([`drain`](super::sim_queue::drain) does).
+//! - [`Fault::Outage`]: request `n` and every later one fails before it is sent until the
+//!   clock given to [`Faults::new`] passes the outage's end.
+//!
+//! Give the client the injector, and turn the SDK's own retries off so that each fault reaches
+//! the code under test (as when the SDK's retries are used up), and request `n` is the same
+//! request in every run:
+//!
+//! ```
+//! use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+//! use lambda_idempotency::time::ManualClock;
+//! use std::sync::Arc;
+//!
+//! let clock = Arc::new(ManualClock::starting_now());
+//! let faults = Faults::new("sqs", Arc::new(Crash::default()), clock);
+//! let config = aws_sdk_sqs::Config::builder()
+//!     .behavior_version_latest()
+//!     .interceptor(faults.clone())
+//!     .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+//!     .build();
+//! let sqs = aws_sdk_sqs::Client::from_conf(config);
+//! // The third request of the client from now fails before it is sent.
+//! faults.arm(3, Fault::Fail);
+//! # let _ = sqs;
+//! ```
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,8 +45,9 @@ use aws_sdk_sqs::config::interceptors::{
     BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_sqs::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_smithy_runtime_api::box_error::BoxError;
-use lambda_idempotency::time::Clock;
+use aws_sdk_sqs::error::BoxError;
+
+use crate::time::Clock;
 
 /// What happens at the armed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +63,7 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// A short name: `fail`, `lose-answer`, `crash`, `outage-600s`.
     pub fn label(self) -> String {
         match self {
             Fault::Fail => "fail".into(),
@@ -59,11 +83,13 @@ pub struct Crash {
 }
 
 impl Crash {
+    /// Raises the crash: what the process was doing stops.
     pub fn raise(&self) {
         self.raised.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 
+    /// True once the crash is raised (until [`reset`](Self::reset)).
     pub fn is_raised(&self) -> bool {
         self.raised.load(Ordering::SeqCst)
     }
@@ -129,6 +155,8 @@ enum Before {
 }
 
 impl Faults {
+    /// The injector of `service` (the name its errors give), raising `crash` on a
+    /// [`Fault::Crash`], its outages timed on `clock`. Nothing is armed.
     pub fn new(service: &'static str, crash: Arc<Crash>, clock: Arc<dyn Clock>) -> Self {
         Self {
             service,
@@ -235,11 +263,9 @@ impl Faults {
     }
 }
 
-/// The SDK operation of a request: the last part of `x-amz-target` (DynamoDB, SQS).
-fn operation(request: &aws_smithy_runtime_api::http::Request) -> String {
-    request
-        .headers()
-        .get("x-amz-target")
+/// The SDK operation of a request, from its `x-amz-target` header (DynamoDB, SQS): its last part.
+fn operation(target: Option<&str>) -> String {
+    target
         .and_then(|target| target.rsplit('.').next())
         .unwrap_or("?")
         .to_owned()
@@ -256,8 +282,8 @@ impl Intercept for Faults {
         _: &RuntimeComponents,
         _: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let request = context.request();
-        match self.before(&operation(request)) {
+        let target = context.request().headers().get("x-amz-target");
+        match self.before(&operation(target)) {
             Before::Send => Ok(()),
             Before::Refuse(why) => Err(why.into()),
             Before::SendThen(fault) => {
@@ -284,9 +310,12 @@ impl Intercept for Faults {
 /// A Redis connection whose requests go through [`Faults`] (each command or pipeline one
 /// request, named by its first word).
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Clone)]
 pub struct FaultyConnection<C> {
+    /// The connection the requests go to.
     pub inner: C,
+    /// The injector they go through.
     pub faults: Faults,
 }
 

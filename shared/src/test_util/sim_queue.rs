@@ -1,27 +1,63 @@
-//! An SQS queue simulated on the test's clock: a standard or a FIFO queue, each message's receive
-//! count, its visibility (the queue's timeout from each receive, or what a visibility change
-//! set), a FIFO group held while one of its messages is in flight, the redelivery of what a batch
-//! reported failed or a crash dropped, and the move to the dead-letter queue as SQS makes it: on
-//! the receive after a message's count reached `maxReceiveCount`. [`drain`] is Lambda's event
-//! source over it: it invokes a function with each batch until the queue drains.
+//! An SQS queue simulated on a test's clock, and Lambda's event source over it: what a test needs
+//! to run a consumer through every delivery SQS could make, with the [`fault`](super::fault)
+//! injector on its clients.
 //!
-//! Shared by the library's exploration and the pipeline's (tests/tests/fault_exploration.rs),
-//! which include this file and `../common/fault.rs` as the modules `queue` and `fault`.
+//! [`SimQueue`] is a standard or a FIFO queue: each message's receive count, its visibility (the
+//! queue's timeout from each receive, or what a visibility change set), a FIFO group held while
+//! one of its messages is in flight, the redelivery of what a batch reported failed or a crash
+//! dropped, and the move to the dead-letter queue as SQS makes it: on the receive after a
+//! message's count reached `maxReceiveCount`. [`drain`] invokes a function with each batch until
+//! the queue drains, moving the clock to the next visible message; [`Drained::problems`] says
+//! what went wrong for messages that are not at fault: not drained, moved by SQS, or
+//! dead-lettered by the function.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use lambda_idempotency::prelude::*;
+//! use lambda_idempotency::store::InMemoryBackend;
+//! use lambda_idempotency::test_util::InMemorySqs;
+//! use lambda_idempotency::test_util::fault::Crash;
+//! use lambda_idempotency::test_util::sim_queue::{SimQueue, drain};
+//! use lambda_idempotency::time::{Clock, ManualClock};
+//! use std::sync::Arc;
+//!
+//! async fn flaky(_body: serde_json::Value, ctx: RecordContext) -> Result<(), Error> {
+//!     // Fails its first attempt.
+//!     if ctx.attempt == 1 { Err("the ledger is busy".into()) } else { Ok(()) }
+//! }
+//!
+//! let (clock, sqs) = (Arc::new(ManualClock::starting_now()), InMemorySqs::new());
+//! let consumer = Consumer::builder(Arc::new(InMemoryBackend::default()))
+//!     .with_in_memory_sqs(&sqs)
+//!     .map_engine(|engine| engine.with_clock(clock.clone()))
+//!     .map_processor(|processor| processor.with_clock(clock.clone()))
+//!     .idempotent(json(flaky));
+//! let messages = [("m-1".to_owned(), r#"{"id": 1}"#.to_owned())];
+//! let queue = SimQueue::new(true, &messages, clock.now_ms());
+//! let crash = Crash::default();
+//! let drained = drain(queue, &clock, &crash, &sqs, |event| async {
+//!     consumer.handle(event).await.map_err(|e| e.to_string())
+//! })
+//! .await;
+//! assert!(drained.problems().is_empty(), "{:?}", drained.problems());
+//! assert_eq!(drained.invocations, 2);
+//! # });
+//! ```
 
 use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_idempotency::test_util::InMemorySqs;
-use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_runtime::{Context, LambdaEvent};
 
-use crate::fault::Crash;
+use super::InMemorySqs;
+use super::fault::Crash;
+use crate::time::{Clock, ManualClock};
 
-/// The template's `maxReceiveCount`.
+/// The default `maxReceiveCount`: the reference pipeline's (`template.yaml`), 41.
 pub const MAX_RECEIVE_COUNT: u32 = 41;
-/// The queue's visibility timeout: six times a 30 s function timeout.
+/// The default visibility timeout: six times a 30 s function timeout, as AWS advises.
 pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(180);
 /// SQS's largest batch for a Lambda event source.
 const BATCH_SIZE: usize = 10;
@@ -42,6 +78,8 @@ pub struct SimQueue {
     fifo: bool,
     arn: String,
     messages: Vec<Message>,
+    max_receive_count: u32,
+    visibility_timeout: Duration,
     /// Messages SQS moved to the dead-letter queue, with their receive count.
     pub moved: Vec<(String, u32)>,
     /// The highest receive count a message reached.
@@ -75,9 +113,23 @@ impl SimQueue {
                     deleted: false,
                 })
                 .collect(),
+            max_receive_count: MAX_RECEIVE_COUNT,
+            visibility_timeout: VISIBILITY_TIMEOUT,
             moved: Vec::new(),
             max_receives: 0,
         }
+    }
+
+    /// The redrive policy's `maxReceiveCount` ([`MAX_RECEIVE_COUNT`] by default).
+    pub fn max_receive_count(mut self, count: u32) -> Self {
+        self.max_receive_count = count;
+        self
+    }
+
+    /// The queue's visibility timeout ([`VISIBILITY_TIMEOUT`] by default).
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.visibility_timeout = timeout;
+        self
     }
 
     /// True when every message is deleted or moved.
@@ -86,7 +138,7 @@ impl SimQueue {
     }
 
     /// The next batch, the clock moved to when one is visible; `None` once drained.
-    pub fn receive(&mut self, clock: &ManualClock) -> Option<Vec<SqsMessage>> {
+    fn receive(&mut self, clock: &ManualClock) -> Option<Vec<SqsMessage>> {
         loop {
             if self.drained() {
                 return None;
@@ -96,7 +148,7 @@ impl SimQueue {
             let mut batch = Vec::new();
             for i in candidates {
                 let m = &mut self.messages[i];
-                if m.receives >= MAX_RECEIVE_COUNT {
+                if m.receives >= self.max_receive_count {
                     // SQS's redrive: the receive after the count reached maxReceiveCount.
                     m.deleted = true;
                     self.moved.push((m.id.clone(), m.receives));
@@ -106,7 +158,7 @@ impl SimQueue {
                     break;
                 }
                 m.receives += 1;
-                m.visible_at = now + VISIBILITY_TIMEOUT.as_millis() as i64;
+                m.visible_at = now + self.visibility_timeout.as_millis() as i64;
                 self.max_receives = self.max_receives.max(m.receives);
                 batch.push(self.event_record(i));
             }
@@ -169,7 +221,7 @@ impl SimQueue {
     /// The end of an invocation that answered: the batch's messages not in `failed` deleted,
     /// the failed ones visible again as `visibility` says (`(id, timeout)`), else after the
     /// queue's visibility timeout from their receive.
-    pub fn settle(
+    fn settle(
         &mut self,
         batch: &[String],
         failed: &HashSet<String>,
@@ -211,17 +263,24 @@ pub const MAX_INVOCATIONS: u32 = 300;
 pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a queue's drain went.
+#[derive(Debug)]
 pub struct Drained {
+    /// The queue, once drained (or once [`MAX_INVOCATIONS`] were made).
     pub queue: SimQueue,
+    /// The function's invocations.
     pub invocations: u32,
+    /// Those that crashed ([`Crash`] raised): Lambda saw no answer.
     pub crashes: u32,
+    /// The errors the function returned (the whole batch failed, as Lambda takes it).
+    pub errors: Vec<String>,
     /// What the function moved to its dead-letter queue: `id: reason`.
     pub dead_letters: Vec<String>,
 }
 
 impl Drained {
     /// What went wrong with the queue: not drained; a message SQS moved to the dead-letter
-    /// queue; one the function dead-lettered. Nothing innocent may be either.
+    /// queue; one the function dead-lettered; an error the function returned. Nothing innocent
+    /// may be any of these.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.queue.drained() {
@@ -238,16 +297,20 @@ impl Drained {
         for dead in &self.dead_letters {
             problems.push(format!("dead-lettered by the function: {dead}"));
         }
+        for error in &self.errors {
+            problems.push(format!("the function failed the whole batch: {error}"));
+        }
         problems
     }
 }
 
 /// Lambda's event source over `queue`: invokes `function` with each batch (its deadline
 /// [`FUNCTION_TIMEOUT`] away on `clock`) until the queue drains or [`MAX_INVOCATIONS`]. An
-/// invocation that crashes (`crash` raised) is dropped, its batch redelivered after the
-/// visibility timeout; one that answers settles its batch as its response and the visibility
-/// changes it made on `sqs` say. `sqs` is the function's in-memory SQS (its dead-letter queue
-/// and its visibility changes), cleared before each invocation.
+/// invocation that crashes (`crash` raised) is dropped, and one that returns an error fails
+/// whole: its batch comes back after the visibility timeout. One that answers settles its batch
+/// as its response and the visibility changes it made on `sqs` say. `sqs` is the function's
+/// in-memory SQS (its dead-letter queue and its visibility changes), cleared before each
+/// invocation; `crash` is reset before each (a new process).
 pub async fn drain<F, Fut>(
     mut queue: SimQueue,
     clock: &ManualClock,
@@ -260,7 +323,7 @@ where
     Fut: Future<Output = Result<SqsBatchResponse, String>>,
 {
     let (mut invocations, mut crashes) = (0, 0);
-    let mut dead_letters = Vec::new();
+    let (mut errors, mut dead_letters) = (Vec::new(), Vec::new());
     while invocations < MAX_INVOCATIONS {
         let Some(batch) = queue.receive(clock) else {
             break;
@@ -281,7 +344,10 @@ where
         };
         let response = match answered {
             Some(Ok(response)) if !crash.is_raised() => response,
-            Some(Err(e)) => panic!("the batch was refused: {e}"),
+            Some(Err(e)) if !crash.is_raised() => {
+                errors.push(format!("invocation {invocations}: {e}"));
+                continue;
+            }
             _ => {
                 // Lambda saw no answer: the batch comes back after the visibility timeout.
                 crashes += 1;
@@ -309,6 +375,7 @@ where
         queue,
         invocations,
         crashes,
+        errors,
         dead_letters,
     }
 }
