@@ -53,11 +53,13 @@ test: ensure-nextest tools-install
 
 # Expects the AWS_* variables to point at a local endpoint (use `make test`,
 # or `eval "$$($(LOCAL_AWS) env)"` after `make local-aws-start`).
-# The workspace's binaries are built first (tests/tests/up.rs runs the functions' own binaries).
+# --all-targets builds the workspace's binaries too, before any test runs (the end-to-end tests
+# run the functions' own binaries), with the tests' dependency features: a separate
+# `cargo build --bins` would compile every dependency a second time, for the set of features
+# without the dev-dependencies' (the SDKs' and tokio's test utilities).
 # Doc tests run even if nextest failed; the target fails if either did.
 test-inner: ensure-nextest
 	@rc=0; \
-	$(CARGO) build --workspace --bins && \
 	$(CARGO) nextest run --workspace --all-targets --no-fail-fast || rc=$$?; \
 	$(CARGO) test --workspace --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
@@ -269,8 +271,13 @@ local-aws-env:
 # non-zero if a check fails.
 PAYMENTS ?= 200
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
+# What `make demo` and `make bench-smoke` build of the workspace before they run its binaries:
+# the binaries. CI passes --all-targets after `make test`: the binaries the tests were built with
+# are then fresh, and no dependency is compiled again for the features of a build without the
+# dev-dependencies (test utilities of the SDKs and tokio, which change no behaviour).
+BUILD_TARGETS ?= --bins
 demo: tools-install
-	cd $(ROOT) && $(CARGO) build --quiet --workspace --bins
+	cd $(ROOT) && $(CARGO) build --quiet --workspace $(BUILD_TARGETS)
 	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/demo --no-build $(PAYMENTS)
 
 # --- the stack, running --------------------------------------------------------
@@ -348,10 +355,11 @@ bench-streams:
 
 # The same with a tiny workload, so that the benchmark never rots (part of CI); the stream
 # scenarios without callgrind (Powertools takes minutes under it).
+# The workspace is built once, as for `make demo` (BUILD_TARGETS), and its binaries run from
+# there.
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
-	$(CARGO) build --quiet -p bench --bins
-	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench -- --records 40 --publisher-messages 20 --callgrind-batches 1,2 --no-stream-callgrind --out $(ROOT)/target/bench-smoke
-	$(CARGO) build --quiet -p payments-api -p payments-publisher -p payment-processor -p receipt-sender -p payments-operations --bins
-	$(LOCAL_AWS) run -- $(CARGO) run --quiet -p bench --bin bench-package -- --runs 2 \
+	cd $(ROOT) && $(CARGO) build --quiet --workspace $(BUILD_TARGETS)
+	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/bench --records 40 --publisher-messages 20 --callgrind-batches 1,2 --no-stream-callgrind --out $(ROOT)/target/bench-smoke
+	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/bench-package --runs 2 \
 	  --bin-dir $(TARGET_DIR)/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke

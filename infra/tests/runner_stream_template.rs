@@ -67,7 +67,7 @@ async fn the_template_s_stream_source_resolves_and_all_functions_includes_it() {
     assert_eq!(m.maximum_batching_window, Duration::from_secs(1));
     assert!(m.report_batch_item_failures);
     assert!(m.bisect_batch_on_function_error);
-    assert_eq!(m.maximum_retry_attempts, Some(100));
+    assert_eq!(m.maximum_retry_attempts, None);
     assert_eq!(m.maximum_record_age, Some(Duration::from_secs(43_200)));
     assert_eq!(m.timeout, Duration::from_secs(30));
     assert_eq!(m.filters.len(), 1);

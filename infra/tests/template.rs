@@ -439,7 +439,7 @@ fn stream_sources_that_cannot_run_are_rejected() {
             "TRIM_HORIZON or LATEST",
         ),
         (
-            "MaximumRetryAttempts: 100",
+            "MaximumRetryAttempts: -1",
             "MaximumRetryAttempts: -2",
             "-1 (no limit)",
         ),

@@ -273,12 +273,13 @@ impl Harness {
                 Some(Ok(response)) if !self.crash.is_raised() => {
                     lowest_failed(&response).map_or(Outcome::Done, Outcome::FailedFrom)
                 }
-                Some(Ok(_)) | None => {
-                    crashes += 1;
+                Some(Err(e)) if !self.crash.is_raised() => {
+                    problems.push(format!("the invocation failed: {e}"));
                     Outcome::Whole
                 }
-                Some(Err(e)) => {
-                    problems.push(format!("the invocation failed: {e}"));
+                // Lambda saw no answer.
+                _ => {
+                    crashes += 1;
                     Outcome::Whole
                 }
             };
