@@ -53,13 +53,15 @@ test: ensure-nextest tools-install
 
 # Expects the AWS_* variables to point at a local endpoint (use `make test`,
 # or `eval "$$($(LOCAL_AWS) env)"` after `make local-aws-start`).
-# --all-targets builds the workspace's binaries too, before any test runs (the end-to-end tests
-# run the functions' own binaries), with the tests' dependency features: a separate
-# `cargo build --bins` would compile every dependency a second time, for the set of features
-# without the dev-dependencies' (the SDKs' and tokio's test utilities).
+# Every target is built first, the workspace's binaries among them (the end-to-end tests run the
+# functions' own binaries; nextest's build makes only those a package's own integration tests
+# name), all with the tests' dependency features: `cargo build --bins` alone would compile every
+# dependency a second time, for the features without the dev-dependencies' (the SDKs' and
+# tokio's test utilities). nextest's build is then fresh.
 # Doc tests run even if nextest failed; the target fails if either did.
 test-inner: ensure-nextest
 	@rc=0; \
+	$(CARGO) build --workspace --all-targets && \
 	$(CARGO) nextest run --workspace --all-targets --no-fail-fast || rc=$$?; \
 	$(CARGO) test --workspace --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc

@@ -3,7 +3,7 @@
 //! its own binary, so that `cargo lambda` builds and routes each by its name, and its own
 //! settings (`MAX_WAIT_SECONDS`), role, timeout and reserved concurrency in template.yaml.
 
-use lambda_http::{Error, Request, service_fn};
+use lambda_http::{Error, Request, RequestExt, service_fn};
 
 use crate::App;
 
@@ -24,9 +24,16 @@ pub async fn run() -> Result<(), Error> {
     // Never dropped: the runtime's loop is the rest of the process. Several requests at once on
     // Lambda Managed Instances (AWS_LAMBDA_MAX_CONCURRENCY above 1), one after another elsewhere.
     let (app, checks): &'static _ = Box::leak(Box::new((app, checks)));
-    lambda_http::run_concurrent(service_fn(move |request: Request| async move {
-        checks.ready(None).await?;
-        app.handle(request).await
+    // Each request runs with its own invocation's X-Ray trace id, which the clients send
+    // (`payments_config::dynamodb`): Lambda sets no process-wide one when it serves several.
+    lambda_http::run_concurrent(service_fn(move |request: Request| {
+        let trace = request
+            .lambda_context_ref()
+            .and_then(|context| context.xray_trace_id.clone());
+        lambda_idempotency::runtime::with_trace_id(trace, async move {
+            checks.ready(None).await?;
+            app.handle(request).await
+        })
     }))
     .await
 }

@@ -14,9 +14,10 @@
 //!
 //! - **Nothing stays unpublished.** A payment whose send fails is reported as the shard's
 //!   checkpoint (the lowest failed sequence number); Lambda retries the shard from it. A crash or
-//!   a timeout fails the whole batch, which is retried the same way. What it reports is never the
-//!   record's fault (SQS unreachable, throttled or denied, the queue missing), so Lambda retries
-//!   it without a limit: an outage of `payments.fifo` delays the payments and gives up on none.
+//!   a timeout fails the whole batch, which is retried the same way. A record's own faults are
+//!   dead-lettered (below), so what it reports is SQS's failure (unreachable, throttled or
+//!   denied, the queue missing) or a crash or timeout of the relay, and Lambda retries it without
+//!   a limit: an outage of `payments.fifo` delays the payments and gives up on none.
 //!   Only records 12 hours old are given up on: Lambda puts the batch's shard and sequence
 //!   numbers on the on-failure queue (and its alarm fires), and payments-reconciler sends the
 //!   payments, still `accepted`.
@@ -42,7 +43,7 @@ use lambda_idempotency::batch::{
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::publish::{
-    Batcher, DeduplicationId, Message, MessageGroupId, PublishError, Publisher, is_queue_level,
+    Batcher, DeduplicationId, Message, MessageGroupId, PublishError, Publisher,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
 use payments_config::{ConfigError, Settings};
@@ -253,11 +254,11 @@ impl App {
         let sent = ctx.cancellable(async {
             self.payments.send(message).await.map_err(|e| match e {
                 // Refused by SQS for what the message is: never sent, whatever the retries.
-                PublishError::Rejected { ref code, .. } if !is_queue_level(code) => {
+                PublishError::Rejected { ref code, .. } if is_message_fault(code) => {
                     RecordError::permanent(e)
                 }
-                // Not the record's fault: SQS unreachable or throttled, or the queue missing or
-                // denied (a misconfiguration). Retried until it is sent.
+                // Not the record's fault: SQS unreachable or throttled, the queue missing or
+                // denied, its key unusable (a misconfiguration). Retried until it is sent.
                 e => RecordError::handler(e),
             })
         });
@@ -270,6 +271,20 @@ impl App {
         );
         Ok(Outcome::Sent(item.payment_id, lag))
     }
+}
+
+/// Whether SQS refused a message for what it is (its body, attributes or size): the codes of
+/// the message's own faults. Any other refusal (the queue, its access or its key, the
+/// credentials) is a misconfiguration the records wait out.
+fn is_message_fault(code: &str) -> bool {
+    const CODES: [&str; 5] = [
+        "InvalidMessageContents",
+        "InvalidParameterValue",
+        "InvalidAttributeName",
+        "InvalidAttributeValue",
+        "MessageTooLong",
+    ];
+    CODES.iter().any(|c| code.contains(c))
 }
 
 /// The account a record's payment is of: the key its records run in order by (the stream's key

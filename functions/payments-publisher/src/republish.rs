@@ -1,7 +1,7 @@
 //! Sending payments again: the way back for payments the stream can no longer relay.
 //!
-//! The relay gives up on a stream batch after its retries (`MaximumRetryAttempts`,
-//! `MaximumRecordAgeInSeconds`), and the stream itself keeps records for 24 hours; a payment's
+//! The relay gives up on a stream batch once its records are older than
+//! `MaximumRecordAgeInSeconds` (12 hours), and the stream itself keeps records for 24 hours; a payment's
 //! message can also be lost to a crash at the wrong moment. Such payments stay `accepted` in the
 //! table with no message on `payments.fifo`. payments-reconciler (crate `payments-operations`)
 //! finds them through the table's sparse `accepted` index and hands them to

@@ -58,6 +58,9 @@ enum Refusal {
     Sender,
     /// As SQS's (`InternalError`): the send may succeed later.
     Service,
+    /// As the sender's, for the queue's key (`KmsInvalidState`): a misconfiguration, which the
+    /// record waits out.
+    Key,
 }
 
 /// An SQS client whose `SendMessageBatch` refuses, as `refusal` says, each entry whose body
@@ -87,6 +90,7 @@ fn sqs_refusing(
                 _ if queue == OUTBOX_DLQ => (true, "InvalidParameterValue"),
                 Refusal::Sender => (true, "InvalidParameterValue"),
                 Refusal::Service => (false, "InternalError"),
+                Refusal::Key => (true, "KmsInvalidState"),
             };
             out = if refused {
                 out.failed(
@@ -192,6 +196,19 @@ async fn a_message_sqs_refuses_as_its_own_fault_is_dead_lettered_and_its_account
         1,
         "{sent:?}"
     );
+}
+
+#[tokio::test]
+async fn a_queue_whose_key_refuses_the_sends_dead_letters_nothing() {
+    let (client, sent) = sqs_refusing("pay-a1", Refusal::Key, false);
+    let records = [
+        record("INSERT", "1", payment("pay-a1", "acct-a", "first")),
+        record("INSERT", "2", payment("pay-a2", "acct-a", "second")),
+    ];
+    let relayed = app(client).relay(&records).await;
+    assert_eq!(relayed.failed, ["1", "2"]);
+    assert_eq!(relayed.dead_lettered, Vec::<(String, String)>::new());
+    assert!(sent.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -51,6 +51,7 @@ use crate::time::Clock;
 
 /// What happens at the armed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fault {
     /// Fails before it is sent.
     Fail,
@@ -167,6 +168,11 @@ impl Faults {
     }
 
     /// Arms `fault` at the `n`-th request from now (1 is the next), and counts from zero.
+    ///
+    /// The client's requests must go one at a time (a batch processor with `concurrency(1)`):
+    /// the answer a [`Fault::LoseAnswer`] or [`Fault::Crash`] takes is the next one to arrive
+    /// after request `n` was sent, and only one at a time makes request `n` the same request in
+    /// every run.
     pub fn arm(&self, n: u32, fault: Fault) {
         let mut state = self.state.lock().unwrap();
         *state = State {

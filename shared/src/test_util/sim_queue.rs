@@ -218,9 +218,9 @@ impl SimQueue {
         record
     }
 
-    /// The end of an invocation that answered: the batch's messages not in `failed` deleted,
-    /// the failed ones visible again as `visibility` says (`(id, timeout)`), else after the
-    /// queue's visibility timeout from their receive.
+    /// The end of an invocation of `batch`: its messages not in `failed` deleted, the failed ones
+    /// visible again as `visibility` says (`(id, timeout)`, what the invocation changed), else
+    /// after the queue's visibility timeout from their receive.
     fn settle(
         &mut self,
         batch: &[String],
@@ -264,6 +264,7 @@ pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a queue's drain went.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Drained {
     /// The queue, once drained (or once [`MAX_INVOCATIONS`] were made).
     pub queue: SimQueue,
@@ -306,9 +307,11 @@ impl Drained {
 
 /// Lambda's event source over `queue`: invokes `function` with each batch (its deadline
 /// [`FUNCTION_TIMEOUT`] away on `clock`) until the queue drains or [`MAX_INVOCATIONS`]. An
-/// invocation that crashes (`crash` raised) is dropped, and one that returns an error fails
-/// whole: its batch comes back after the visibility timeout. One that answers settles its batch
-/// as its response and the visibility changes it made on `sqs` say. `sqs` is the function's
+/// invocation that crashes (`crash` raised) is dropped, and one that returns an error (or a batch
+/// item failure naming no message of the batch) fails whole; one that answers fails the messages
+/// its response names. Failed messages come back as the visibility changes the invocation made
+/// on `sqs` say, else after the visibility timeout; what it dead-lettered on `sqs` is kept,
+/// whatever its end. `sqs` is the function's
 /// in-memory SQS (its dead-letter queue and its visibility changes), cleared before each
 /// invocation; `crash` is reset before each (a new process).
 pub async fn drain<F, Fut>(
@@ -342,33 +345,47 @@ where
             () = crash.raised() => None,
             response = function(LambdaEvent::new(event, context)) => Some(response),
         };
-        let response = match answered {
-            Some(Ok(response)) if !crash.is_raised() => response,
-            Some(Err(e)) if !crash.is_raised() => {
-                errors.push(format!("invocation {invocations}: {e}"));
-                continue;
-            }
-            _ => {
-                // Lambda saw no answer: the batch comes back after the visibility timeout.
-                crashes += 1;
-                continue;
-            }
-        };
+        // What the invocation did to SQS stands whatever its end, a crash's included: a message
+        // it dead-lettered, a visibility it changed.
         dead_letters.extend(
             sqs.dead_letters()
                 .into_iter()
                 .map(|d| format!("{}: {}", d.source_message_id, d.reason)),
         );
-        let failed: HashSet<String> = response
-            .batch_item_failures
-            .into_iter()
-            .map(|f| f.item_identifier)
-            .collect();
         let visibility: Vec<(String, Duration)> = sqs
             .visibility_changes()
             .into_iter()
             .map(|c| (c.message_id, c.visibility_timeout))
             .collect();
+        let every: HashSet<String> = ids.iter().cloned().collect();
+        let failed = match answered {
+            Some(Ok(response)) if !crash.is_raised() => {
+                let failed: HashSet<String> = response
+                    .batch_item_failures
+                    .into_iter()
+                    .map(|f| f.item_identifier)
+                    .collect();
+                // An identifier that is empty or not of the batch fails the batch whole.
+                if failed.is_subset(&every) {
+                    failed
+                } else {
+                    errors.push(format!(
+                        "invocation {invocations}: a batch item failure names no message of the \
+                         batch"
+                    ));
+                    every
+                }
+            }
+            Some(Err(e)) if !crash.is_raised() => {
+                errors.push(format!("invocation {invocations}: {e}"));
+                every
+            }
+            // Lambda saw no answer: the batch comes back after the visibility timeout.
+            _ => {
+                crashes += 1;
+                every
+            }
+        };
         queue.settle(&ids, &failed, &visibility, clock.now_ms());
     }
     Drained {

@@ -14,9 +14,10 @@
 //! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
 //! and visibility changes are in memory here; the injector works on an SQS client, see
 //! [`sqs_client`]), records running concurrently (one at a time, so that request `n` is the same
-//! request in every run), the publisher. payment-processor, the pipeline's consumer, is explored
-//! the same way with this queue and injector, on its DynamoDB and SQS clients:
-//! tests/tests/fault_exploration.rs.
+//! request in every run). The queue and the injector are the library's test utilities
+//! (`test_util::{sim_queue, fault}`); the pipeline's consumer, payment-processor, is explored the
+//! same way on its DynamoDB and SQS clients, and its relay, payments-publisher, on a simulated
+//! stream shard: tests/tests/fault_exploration/.
 //!
 //! The lease mode reports a record a success when the store refuses its completion after the
 //! handler succeeded (reporting it failed would run the effect again once the lease ends): the

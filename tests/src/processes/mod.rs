@@ -57,8 +57,8 @@ pub struct ProcessOptions {
     pub runtime_port: u16,
     /// The workspace root (where the build and `cargo lambda watch` run).
     pub workspace: PathBuf,
-    /// Build the workspace's binaries first (`cargo build --workspace --bins`, a no-op after
-    /// `make test`); off, they must be built already.
+    /// Build the workspace's binaries first (`cargo build --workspace --bins`, a no-op once
+    /// built); off, they must be built already (`make test` builds them).
     pub build: bool,
     /// Print each function's output with its name in front (`make up`); off, it is only read
     /// for its metrics and kept for the reasons of an exit.

@@ -5,10 +5,10 @@
 //! Each case writes three payments of each of two new accounts to a simulated shard of the
 //! payments table's stream (their `INSERT`s, as payments-api writes them), arms one fault at
 //! request `n` of the SQS client, and runs Lambda's stream event source over the shard as
-//! template.yaml sets it up ([`Shard`]: batches of `BatchSize` from the checkpoint, the partial
-//! batch response's checkpoint, a whole batch retried or bisected when the invocation fails or
-//! crashes, `MaximumRetryAttempts` before the batch goes to the on-failure queue), each invocation
-//! in a new execution environment, until the shard is read to its end. The payments go to the
+//! template.yaml sets it up (`Harness::case`: batches of `BatchSize`, the partial batch
+//! response's checkpoint, a batch that fails whole split in two or retried, and given up on
+//! after `MaximumRetryAttempts` retries or `MaximumRecordAgeInSeconds`), each invocation in a
+//! new execution environment, until the shard is read to its end. The payments go to the
 //! stack's `payments.fifo` on the local AWS; the function's dead-letter queue is in memory.
 //!
 //! Each case checks: the shard read to its end; no batch given up on (the on-failure queue); no
@@ -16,7 +16,7 @@
 //! record's). Once every case ran: each payment on `payments.fifo` exactly once, and each
 //! account's in the order of their numbers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,91 +46,47 @@ const MAX_INVOCATIONS: u32 = 2_000;
 /// jitter: about half a second when every try fails).
 const INVOCATION: Duration = Duration::from_secs(1);
 
-/// Lambda's stream event source over one shard, with the event source's settings.
-struct Shard {
-    records: Vec<EventRecord>,
-    /// The first record not yet done.
-    checkpoint: usize,
-    /// Records in the next batch: `BatchSize`, or less once a failed batch was bisected.
-    batch: usize,
-    /// Retries of the batch at the checkpoint.
-    retries: u32,
-    batch_size: usize,
-    bisect: bool,
-    max_retries: Option<u32>,
-    /// `MaximumRecordAgeInSeconds`, and when the records were written (epoch ms).
-    max_age: Option<Duration>,
-    written_ms: i64,
-    /// The sequence numbers of the batches given up on (to the on-failure queue).
-    discarded: Vec<String>,
-}
-
-impl Shard {
-    fn sequence(record: &EventRecord) -> String {
-        record.change.sequence_number.clone().unwrap_or_default()
-    }
-
-    /// The end of an invocation of `records[checkpoint..end]`, at `now_ms`: what Lambda does
-    /// next.
-    fn settle(&mut self, end: usize, outcome: Outcome, now_ms: i64) {
-        match outcome {
-            Outcome::Done => {
-                self.checkpoint = end;
-                self.retries = 0;
-                self.batch = self.batch_size;
-                return;
-            }
-            Outcome::FailedFrom(sequence) => {
-                // Retried from the reported record, only the records from there to the batch's
-                // end (split there with bisection).
-                let at = self.records[self.checkpoint..end]
-                    .iter()
-                    .position(|r| Self::sequence(r) == sequence)
-                    .map_or(self.checkpoint, |i| self.checkpoint + i);
-                if at > self.checkpoint {
-                    self.retries = 0;
-                }
-                self.checkpoint = at;
-                if self.bisect {
-                    self.batch = end - at;
-                }
-                self.retries += 1;
-            }
-            Outcome::Whole => {
-                let len = end - self.checkpoint;
-                if self.bisect && len > 1 {
-                    // Split in two, the first half first: no retry spent.
-                    self.batch = len / 2;
-                    return;
-                }
-                self.retries += 1;
-            }
-        }
-        let too_old = self
-            .max_age
-            .is_some_and(|age| now_ms - self.written_ms > age.as_millis() as i64);
-        if too_old || self.max_retries.is_some_and(|max| self.retries > max) {
-            let end = (self.checkpoint + self.batch).min(self.records.len());
-            self.discarded.extend(
-                self.records[self.checkpoint..end]
-                    .iter()
-                    .map(Self::sequence),
-            );
-            self.checkpoint = end;
-            self.retries = 0;
-            self.batch = self.batch_size;
-        }
-    }
-}
-
-/// How an invocation ended.
+/// How an invocation ended, as Lambda takes it.
 enum Outcome {
     /// Every record done.
     Done,
-    /// The partial batch response's lowest sequence number.
-    FailedFrom(String),
-    /// Failed as a whole: an error, a crash.
+    /// The partial batch response's lowest sequence number: this record of the batch and the
+    /// ones after it failed.
+    FailedFrom(usize),
+    /// Failed as a whole: an error, a crash, or a response naming a record without an
+    /// identifier or outside the batch.
     Whole,
+}
+
+/// What Lambda did with a shard.
+#[derive(Default)]
+struct Read {
+    invocations: u32,
+    crashes: u32,
+    /// The sequence numbers given up on (to the on-failure queue).
+    discarded: Vec<String>,
+    /// Records left unread when [`MAX_INVOCATIONS`] were made.
+    unread: usize,
+}
+
+fn sequence(record: &EventRecord) -> String {
+    record.change.sequence_number.clone().unwrap_or_default()
+}
+
+/// What Lambda takes from `response` to the invocation of `batch`.
+fn outcome(batch: &[EventRecord], response: &DynamoDbEventResponse) -> Outcome {
+    let mut lowest: Option<usize> = None;
+    for failure in &response.batch_item_failures {
+        let id = failure.item_identifier.as_deref().unwrap_or_default();
+        match batch
+            .iter()
+            .position(|r| !id.is_empty() && sequence(r) == id)
+        {
+            Some(i) => lowest = Some(lowest.map_or(i, |l| l.min(i))),
+            None => return Outcome::Whole,
+        }
+    }
+    lowest.map_or(Outcome::Done, Outcome::FailedFrom)
 }
 
 struct Harness {
@@ -235,55 +191,49 @@ impl Harness {
         if let Some((n, fault)) = fault {
             self.faults.arm(n, fault);
         }
-        let mut shard = Shard {
-            records,
-            checkpoint: 0,
-            batch: self.batch_size,
-            retries: 0,
-            batch_size: self.batch_size,
-            bisect: self.bisect,
-            max_retries: self.max_retries,
-            max_age: self.max_age,
-            written_ms: self.clock.now_ms(),
-            discarded: Vec::new(),
-        };
-        let (mut invocations, mut crashes) = (0, 0);
+        let written_ms = self.clock.now_ms();
+        let mut read = Read::default();
         let mut problems = Vec::new();
-        while shard.checkpoint < shard.records.len() && invocations < MAX_INVOCATIONS {
-            invocations += 1;
-            self.crash.reset();
-            self.memory.clear();
-            let end = (shard.checkpoint + shard.batch).min(shard.records.len());
-            let mut event = Event::default();
-            event.records = shard.records[shard.checkpoint..end].to_vec();
-            let mut context = Context::default();
-            context.request_id = format!("invocation-{invocations}");
-            context.deadline = (self.clock.now_ms() + 30_000) as u64;
-            let function = self.function();
-            let answered = tokio::select! {
-                biased;
-                () = self.crash.raised() => None,
-                response = function.handle(LambdaEvent::new(event, context)) => Some(response),
-            };
-            self.clock.advance(INVOCATION);
-            for dead in self.memory.dead_letters() {
-                problems.push(format!("dead-lettered by the function: {}", dead.reason));
+        // Lambda's stream event source, as the project's runner has it
+        // (infra/src/runner/stream/shard.rs): batches of `BatchSize` in the shard's order; each
+        // processed until done with, retried from its first failed record, split in two (no
+        // retry spent) when it failed whole with bisection on, given up on after
+        // `MaximumRetryAttempts` retries or once its records are older than
+        // `MaximumRecordAgeInSeconds`.
+        for batch in records.chunks(self.batch_size) {
+            let mut pending = VecDeque::from([batch.to_vec()]);
+            while let Some(mut batch) = pending.pop_front() {
+                let mut retries = 0;
+                loop {
+                    let age = Duration::from_millis((self.clock.now_ms() - written_ms) as u64);
+                    if self.max_age.is_some_and(|max| age > max) {
+                        read.discarded.extend(batch.iter().map(sequence));
+                        break;
+                    }
+                    if read.invocations == MAX_INVOCATIONS {
+                        read.unread += batch.len();
+                        break;
+                    }
+                    match self.invoke(&batch, &mut read, &mut problems).await {
+                        Outcome::Done => break,
+                        Outcome::FailedFrom(first) => {
+                            batch.drain(..first);
+                        }
+                        Outcome::Whole if self.bisect && batch.len() > 1 => {
+                            let second = batch.split_off(batch.len() / 2);
+                            pending.push_front(second);
+                            pending.push_front(batch);
+                            break;
+                        }
+                        Outcome::Whole => {}
+                    }
+                    retries += 1;
+                    if self.max_retries.is_some_and(|max| retries > max) {
+                        read.discarded.extend(batch.iter().map(sequence));
+                        break;
+                    }
+                }
             }
-            let outcome = match answered {
-                Some(Ok(response)) if !self.crash.is_raised() => {
-                    lowest_failed(&response).map_or(Outcome::Done, Outcome::FailedFrom)
-                }
-                Some(Err(e)) if !self.crash.is_raised() => {
-                    problems.push(format!("the invocation failed: {e}"));
-                    Outcome::Whole
-                }
-                // Lambda saw no answer.
-                _ => {
-                    crashes += 1;
-                    Outcome::Whole
-                }
-            };
-            shard.settle(end, outcome, self.clock.now_ms());
         }
         let fired = self.faults.fired();
         let log = self.faults.runs();
@@ -293,25 +243,70 @@ impl Harness {
         if fault.is_some() && !fired {
             problems.push("the fault never fired".to_owned());
         }
-        if shard.checkpoint < shard.records.len() {
+        if read.unread > 0 {
             problems.push(format!(
-                "the shard was not read to its end in {invocations} invocations"
+                "{} records not read in {} invocations",
+                read.unread, read.invocations
             ));
         }
-        if !shard.discarded.is_empty() {
+        if !read.discarded.is_empty() {
             problems.push(format!(
                 "Lambda gave up on records {:?} (the on-failure queue; retries {:?}, record age \
                  {:?})",
-                shard.discarded, self.max_retries, self.max_age
+                read.discarded, self.max_retries, self.max_age
             ));
         }
         if !problems.is_empty() {
             problems.insert(
                 0,
-                format!("{invocations} invocations, {crashes} crashes; requests {log}"),
+                format!(
+                    "{} invocations, {} crashes; requests {log}",
+                    read.invocations, read.crashes
+                ),
             );
         }
         (problems, requests)
+    }
+
+    /// One invocation of the function with `batch`, in a new execution environment, its deadline
+    /// 30 s away (the template's timeout); what Lambda takes from it. What the function
+    /// dead-lettered, and an error it returned, go to `problems`.
+    async fn invoke(
+        &self,
+        batch: &[EventRecord],
+        read: &mut Read,
+        problems: &mut Vec<String>,
+    ) -> Outcome {
+        read.invocations += 1;
+        self.crash.reset();
+        self.memory.clear();
+        let mut event = Event::default();
+        event.records = batch.to_vec();
+        let mut context = Context::default();
+        context.request_id = format!("invocation-{}", read.invocations);
+        context.deadline = (self.clock.now_ms() + 30_000) as u64;
+        let function = self.function();
+        let answered = tokio::select! {
+            biased;
+            () = self.crash.raised() => None,
+            response = function.handle(LambdaEvent::new(event, context)) => Some(response),
+        };
+        self.clock.advance(INVOCATION);
+        for dead in self.memory.dead_letters() {
+            problems.push(format!("dead-lettered by the function: {}", dead.reason));
+        }
+        match answered {
+            Some(Ok(response)) if !self.crash.is_raised() => outcome(batch, &response),
+            Some(Err(e)) if !self.crash.is_raised() => {
+                problems.push(format!("the invocation failed: {e}"));
+                Outcome::Whole
+            }
+            // Lambda saw no answer.
+            _ => {
+                read.crashes += 1;
+                Outcome::Whole
+            }
+        }
     }
 
     /// Every payment on `payments.fifo`, in the order received (each account's group in its
@@ -376,15 +371,6 @@ impl Harness {
         }
         failures
     }
-}
-
-/// The lowest sequence number a partial batch response reports.
-fn lowest_failed(response: &DynamoDbEventResponse) -> Option<String> {
-    response
-        .batch_item_failures
-        .iter()
-        .filter_map(|f| f.item_identifier.clone())
-        .min_by(|a, b| (a.len(), a).cmp(&(b.len(), b)))
 }
 
 /// The stream's record of `payment`'s `INSERT` by payments-api, at `sequence`.
