@@ -190,9 +190,12 @@ pub async fn assert_charged(http: &HttpClient, payment_id: &str) {
 }
 
 /// The invariants, checked on demand against the running stack by its printed exports
-/// (`check-invariants`, as `make check-invariants` runs it): no violation.
+/// (`check-invariants`, as `make check-invariants` runs it): no violation. It waits up to 90 s
+/// for the pipeline to drain: a receipt event sent again while the first is being sent waits for
+/// that invocation's lease, up to receipt-sender's 30 s timeout, and a loaded machine adds to it.
 pub async fn assert_invariants_hold(exports: &BTreeMap<String, String>) {
     let checked = tokio::process::Command::new(env!("CARGO_BIN_EXE_check-invariants"))
+        .args(["--timeout", "90"])
         .envs(exports)
         .output()
         .await
