@@ -1,8 +1,8 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test package-check
-# examples-check demo bench-smoke` (`make test` under infra/ci/no-outside-reads: nothing outside
-# the clone readable).
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test examples-check demo
+# bench-smoke` (`make test` under infra/ci/no-outside-reads: nothing outside the clone readable).
 #
-#   make test              all tests against a fresh local AWS (moto) server
+#   make test              all tests against a fresh local AWS (moto) server: the workspace's,
+#                          and the library's from its package (as package-check)
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
 #   make check-invariants  the pipeline's invariants checked against the stack `make up` runs
 #   make up-localstack     the same on LocalStack (needs Docker)
@@ -46,24 +46,43 @@ CARGO     ?= cargo
 
 # --- tests -------------------------------------------------------------------
 
+# What `make test` builds and runs of the workspace: every target but the library's (its tests
+# run from the packaged crate: test-inner).
+TEST_BUILD := --workspace --exclude lambda-idempotency --all-targets
+
 # Starts moto on a free port, exports AWS_ENDPOINT_URL & co., runs test-inner,
-# and always stops the server (even on failure or Ctrl-C).
+# and always stops the server (even on failure or Ctrl-C). The workspace is built while the
+# local AWS's virtualenv installs (the first time), not after it.
 test: ensure-nextest tools-install
+	@rc=0; $(LOCAL_AWS) install & install=$$!; \
+	(cd $(ROOT) && $(CARGO) build $(TEST_BUILD)) || rc=$$?; \
+	wait $$install || rc=$$((rc ? rc : $$?)); \
+	((rc == 0)) || exit $$rc; \
 	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) test-inner
 
 # Expects the AWS_* variables to point at a local endpoint (use `make test`,
 # or `eval "$$($(LOCAL_AWS) env)"` after `make local-aws-start`).
-# Every target is built first, the workspace's binaries among them (the end-to-end tests run the
-# functions' own binaries; nextest's build makes only those a package's own integration tests
-# name), all with the tests' dependency features: `cargo build --bins` alone would compile every
-# dependency a second time, for the features without the dev-dependencies' (the SDKs' and
-# tokio's test utilities). nextest's build is then fresh.
-# Doc tests run even if nextest failed; the target fails if either did.
+# Two parts, on the same local AWS:
+# - The workspace but the library: every target is built first, the workspace's binaries among
+#   them (the end-to-end tests run the functions' own binaries; nextest's build makes only those
+#   a package's own integration tests name), all with the tests' dependency features: `cargo
+#   build --bins` alone would compile every dependency a second time, for the features without
+#   the dev-dependencies' (the SDKs' and tokio's test utilities). nextest's build is then fresh.
+#   Then the doc tests, the library's among them (README.md and docs/*.md are its doc tests in
+#   the workspace).
+# - The library as crates.io users get it: packaged (`cargo package`, the working tree's files,
+#   committed or not) and tested outside the workspace (package-test: every test of it, its
+#   fault exploration included). Its tests run there only, not a second time in the workspace:
+#   the same code, from the files the package holds, with the dependency features of the crate
+#   alone (the workspace's members turn on more of them).
+# Each part runs even if the one before failed; the target fails if any did.
 test-inner: ensure-nextest
 	@rc=0; \
-	$(CARGO) build --workspace --all-targets && \
-	$(CARGO) nextest run --workspace --all-targets --no-fail-fast || rc=$$?; \
+	$(CARGO) build $(TEST_BUILD) && \
+	$(CARGO) nextest run $(TEST_BUILD) --no-fail-fast || rc=$$?; \
 	$(CARGO) test --workspace --doc || rc=$$((rc ? rc : $$?)); \
+	(cd $(ROOT) && $(CARGO) package --quiet -p lambda-idempotency --no-verify --allow-dirty) && \
+	$(MAKE) --no-print-directory -C $(ROOT) package-test || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
 ensure-nextest:
@@ -117,26 +136,30 @@ publish-check: ensure-cargo-deny
 
 # The packaged crate tested on its own, as a user of crates.io gets it: `cargo package` (which
 # also builds it), the `.crate` unpacked into a temporary directory outside the workspace, and
-# there its unit and integration tests (nextest, as `make test` runs them, but for the fault
-# exploration: minutes of the same code `make test` explored, which packaging cannot change; it
-# is built, and so compiles from the package) and its doc tests, with
-# every feature, against a fresh local AWS and Redis (local-aws run). `test-util` is turned on by
-# --all-features: cargo package drops the crate's dev-dependency on itself, which turns it on in
-# the workspace. The dependencies are those of the Cargo.lock packaged with the crate (cargo
-# package writes it from the workspace's), --locked, each of them checked to be in the
-# workspace's Cargo.lock; they build in the workspace's target directory. The files are unpacked
-# with the time of the unpacking (tar -m), so that the crate builds again from the new directory
-# (its tests read files under CARGO_MANIFEST_DIR, the sample events of tests/data/ among them).
+# there every test of it (nextest: unit, integration and the fault exploration; then the doc
+# tests), with every feature, against a fresh local AWS and Redis (local-aws run). `make test`
+# runs the same, on the working tree packaged with --allow-dirty: the library's tests run there
+# and nowhere else. `test-util` is turned on by --all-features: cargo package drops the crate's
+# dev-dependency on itself, which turns it on in the workspace. The crate's own nextest settings
+# (shared/.config/nextest.toml: the Redis tests one at a time) are packaged with it. The
+# dependencies are those of the Cargo.lock packaged with the crate (cargo package writes it from
+# the workspace's), --locked, each of them checked to be in the workspace's Cargo.lock; they
+# build in the workspace's target directory, with the crate's own features, not the
+# workspace's (its members turn on more of tokio, serde_json, syn and others): they compile a
+# second time, once. The files are unpacked with the time of the unpacking (tar -m), so that the
+# crate builds again from the new directory (its tests read files under CARGO_MANIFEST_DIR, the
+# sample events of tests/data/ among them).
 # PUBLISH_FLAGS=--allow-dirty packages uncommitted changes too.
 # The workspace's dev profile (Cargo.toml), which the unpacked crate does not have: with it, the
-# dependencies the tests compiled are reused instead of built again.
+# dependencies whose features are the workspace's are reused instead of built again.
 PACKAGE_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
 
 package-check: ensure-nextest
 	cd $(ROOT) && $(CARGO) package -p lambda-idempotency --no-verify $(PUBLISH_FLAGS)
 	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test
 
-# Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`).
+# Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`), and
+# the crate packaged in the target directory.
 # Doc tests run even if nextest failed; the target fails if either did.
 package-test: ensure-nextest
 	@set -euo pipefail; \
@@ -152,7 +175,7 @@ package-test: ensure-nextest
 	echo "testing $$crate in $$PWD"; \
 	export CARGO_TARGET_DIR=$(TARGET_DIR); rc=0; \
 	$(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-fail-fast \
-	  -E 'not binary(fault_exploration)' || rc=$$?; \
+	  || rc=$$?; \
 	$(CARGO) test $(PACKAGE_PROFILE) --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
 	exit $$rc
 
@@ -274,12 +297,14 @@ local-aws-env:
 PAYMENTS ?= 200
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
 # What `make demo` and `make bench-smoke` build of the workspace before they run its binaries:
-# the binaries. CI passes --all-targets after `make test`: the binaries the tests were built with
-# are then fresh, and no dependency is compiled again for the features of a build without the
-# dev-dependencies (test utilities of the SDKs and tokio, which change no behaviour).
-BUILD_TARGETS ?= --bins
+# the binaries (BUILD_TARGETS=bins, the default), or what `make test` builds (BUILD_TARGETS=test,
+# as CI passes after `make test`): the binaries the tests were built with are then fresh, and no
+# dependency is compiled again for the features of a build without the dev-dependencies (test
+# utilities of the SDKs and tokio, which change no behaviour).
+BUILD_TARGETS ?= bins
+WORKSPACE_BUILD = $(if $(filter test,$(BUILD_TARGETS)),$(TEST_BUILD),--workspace --bins)
 demo: tools-install
-	cd $(ROOT) && $(CARGO) build --quiet --workspace $(BUILD_TARGETS)
+	cd $(ROOT) && $(CARGO) build --quiet $(WORKSPACE_BUILD)
 	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/demo --no-build $(PAYMENTS)
 
 # --- the stack, running --------------------------------------------------------
@@ -361,7 +386,7 @@ bench-streams:
 # there.
 bench-smoke:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
-	cd $(ROOT) && $(CARGO) build --quiet --workspace $(BUILD_TARGETS)
+	cd $(ROOT) && $(CARGO) build --quiet $(WORKSPACE_BUILD)
 	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/bench --records 40 --publisher-messages 20 --callgrind-batches 1,2 --no-stream-callgrind --out $(ROOT)/target/bench-smoke
 	$(LOCAL_AWS) run -- $(TARGET_DIR)/debug/bench-package --runs 2 \
 	  --bin-dir $(TARGET_DIR)/debug --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/target/bench-smoke
