@@ -49,6 +49,7 @@
 //! crashes, resends and forged events; a second item for the same payment would be a bug.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
@@ -145,6 +146,14 @@ impl App {
     /// Uses another batch processor (concurrency, margins).
     pub fn with_processor(mut self, processor: BatchProcessor) -> Self {
         self.processor = processor;
+        self
+    }
+
+    /// Keeps the idempotency records (leases, expiry) on another clock: a test's, whose time
+    /// moves by hand. The deadline checks keep the batch processor's
+    /// ([`BatchProcessor::with_clock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.idempotency = self.idempotency.with_clock(clock);
         self
     }
 

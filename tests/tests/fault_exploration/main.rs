@@ -19,9 +19,11 @@
 //!
 //! The faults, and the simulated queue and its drain, are the library's test utilities, which its
 //! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`). The exploration
-//! of payments-publisher, on a simulated stream shard, is [`publisher`].
+//! of payments-publisher, on a simulated stream shard, is [`publisher`]; that of receipt-sender,
+//! on a simulated receipts queue, is [`receipts`].
 
 mod publisher;
+mod receipts;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,7 +43,7 @@ use lambda_runtime::LambdaEvent;
 use payment_processor::{App, Config};
 use payments_e2e::Stack;
 use payments_e2e::invariants::Scope;
-use payments_e2e::stack::payments;
+use payments_e2e::stack;
 use payments_model::stored::StoredPayment;
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
 
@@ -109,18 +111,8 @@ impl Harness {
         let dynamodb_faults =
             Faults::new("dynamodb", crash.clone(), clock.clone() as Arc<dyn Clock>);
         let sqs_faults = Faults::new("sqs", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&stack.sdk)
-                .interceptor(dynamodb_faults.clone())
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-                .build(),
-        );
-        let sqs = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(&stack.sdk)
-                .interceptor(sqs_faults.clone())
-                .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-                .build(),
-        );
+        let dynamodb = faulty_dynamodb(&stack, &dynamodb_faults);
+        let sqs = faulty_sqs(&stack, &sqs_faults);
         let config = Config::from_settings(&stack.settings("payment-processor").unwrap()).unwrap();
         Self {
             stack,
@@ -170,23 +162,9 @@ impl Harness {
             .with_receipts_publisher(receipts)
     }
 
-    /// [`PAYMENTS`] payments of each of `accounts` new accounts, accepted (concurrently, the
-    /// accounts' in one call).
+    /// [`PAYMENTS`] payments of each of `accounts` new accounts, accepted.
     async fn accepted(&self, accounts: usize) -> Vec<Vec<PaymentRequested>> {
-        let run = uuid::Uuid::new_v4().simple().to_string();
-        let batch = (0..accounts)
-            .flat_map(|a| {
-                let account = format!("acct-explore-{}-{a}", &run[..8]);
-                payments(PAYMENTS, 1, "explore", |_| String::new())
-                    .into_iter()
-                    .map(move |p| PaymentRequested {
-                        account_id: account.clone(),
-                        ..p
-                    })
-            })
-            .collect();
-        let accepted = self.stack.accept(batch).await.unwrap();
-        accepted.chunks(PAYMENTS).map(<[_]>::to_vec).collect()
+        accepted(&self.stack, accounts, PAYMENTS).await
     }
 
     /// What is wrong with `payment` now: anything but charged.
@@ -250,20 +228,7 @@ impl Harness {
         );
         let requests = [self.dynamodb_faults.sent(), self.sqs_faults.sent()];
         self.disarm();
-        let mut problems = Vec::new();
-        if fault.is_some() && !fired {
-            problems.push("the fault never fired".to_owned());
-        }
-        problems.extend(drained.problems());
-        if !problems.is_empty() {
-            problems.insert(
-                0,
-                format!(
-                    "{} invocations, {} crashes, receive counts {}; requests {log}",
-                    drained.invocations, drained.crashes, drained.queue
-                ),
-            );
-        }
+        let problems = problems(fault.is_some(), fired, &drained, &log);
         Case {
             payments: accepted,
             problems,
@@ -293,6 +258,85 @@ impl Harness {
             })
             .collect()
     }
+}
+
+/// A DynamoDB client of `stack`'s endpoint with `faults` on its requests, without the SDK's
+/// retries: each fault reaches the function, as when the SDK's retries are used up.
+fn faulty_dynamodb(stack: &Stack, faults: &Faults) -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&stack.sdk)
+            .interceptor(faults.clone())
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            .build(),
+    )
+}
+
+/// An SQS client of `stack`'s endpoint with `faults` on its requests, without the SDK's
+/// retries.
+fn faulty_sqs(stack: &Stack, faults: &Faults) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&stack.sdk)
+            .interceptor(faults.clone())
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+            .build(),
+    )
+}
+
+/// What went wrong in a case whose queue `drained` as it did: a fault armed that never fired,
+/// and the drain's problems; when anything did, headed by the invocations, the crashes, the
+/// receive counts and the requests made (`log`).
+fn problems(armed: bool, fired: bool, drained: &sim_queue::Drained, log: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if armed && !fired {
+        problems.push("the fault never fired".to_owned());
+    }
+    problems.extend(drained.problems());
+    if !problems.is_empty() {
+        problems.insert(
+            0,
+            format!(
+                "{} invocations, {} crashes, receive counts {}; requests {log}",
+                drained.invocations, drained.crashes, drained.queue
+            ),
+        );
+    }
+    problems
+}
+
+/// Prints an exploration's summary line (`clean`: the function and the requests of its clean
+/// run; then the cases, the time since `started` and how many failed), and fails listing each
+/// failed case.
+fn summarize(clean: &str, cases: usize, started: Instant, failures: &[String]) {
+    println!(
+        "{clean}; {cases} cases in {:.1} s, {} failed",
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// `payments` payments of each of `accounts` new accounts, accepted as payments-api accepts them
+/// (concurrently, the accounts' in one call), by account.
+async fn accepted(stack: &Stack, accounts: usize, payments: usize) -> Vec<Vec<PaymentRequested>> {
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let batch = (0..accounts)
+        .flat_map(|a| {
+            let account = format!("acct-explore-{}-{a}", &run[..8]);
+            stack::payments(payments, 1, "explore", |_| String::new())
+                .into_iter()
+                .map(move |p| PaymentRequested {
+                    account_id: account.clone(),
+                    ..p
+                })
+        })
+        .collect();
+    let accepted = stack.accept(batch).await.unwrap();
+    accepted.chunks(payments).map(<[_]>::to_vec).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,18 +402,14 @@ async fn fault_exploration_payment_processor() {
             .await,
     );
     let all: Vec<PaymentRequested> = labelled.into_iter().flat_map(|(_, p)| p).collect();
-    println!(
-        "payment-processor: in a clean run of {PAYMENTS} payments, {}; {cases} cases in {:.1} s, \
-         {} failed",
-        counts.join(", "),
-        started.elapsed().as_secs_f64(),
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
+    summarize(
+        &format!(
+            "payment-processor: in a clean run of {PAYMENTS} payments, {}",
+            counts.join(", ")
+        ),
+        cases,
+        started,
+        &failures,
     );
 
     let offenders = harness.stack.charged_exactly_once(&all).await.unwrap();

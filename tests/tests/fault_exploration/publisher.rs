@@ -34,7 +34,7 @@ use payments_e2e::stack::payments;
 use payments_model::{PaymentItem, PaymentRequested};
 use payments_publisher::{App, Config};
 
-use crate::FAULTS;
+use crate::{FAULTS, faulty_sqs, summarize};
 
 /// Accounts per case, and payments per account.
 const ACCOUNTS: usize = 2;
@@ -109,12 +109,7 @@ impl Harness {
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("sqs", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let sqs = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(&stack.sdk)
-                .interceptor(faults.clone())
-                .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-                .build(),
-        );
+        let sqs = faulty_sqs(&stack, &faults);
         let config = Config::from_settings(&stack.settings("payments-publisher").unwrap()).unwrap();
         let source =
             stack.template.functions["PaymentsPublisherFunction"].dynamodb_events[0].clone();
@@ -439,18 +434,14 @@ async fn fault_exploration_payments_publisher() {
         }
     }
     failures.extend(harness.sent_once_in_order(&all).await);
-    println!(
-        "payments-publisher: {requests} SQS requests in a clean run of {} payments; {cases} cases \
-         in {:.1} s, {} failed",
-        ACCOUNTS * PAYMENTS,
-        started.elapsed().as_secs_f64(),
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {cases} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
+    summarize(
+        &format!(
+            "payments-publisher: {requests} SQS requests in a clean run of {} payments",
+            ACCOUNTS * PAYMENTS
+        ),
+        cases,
+        started,
+        &failures,
     );
 }
 
