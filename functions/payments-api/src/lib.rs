@@ -35,7 +35,8 @@
 //! - **Metrics.** Each request is counted by its [`Outcome`] (one EMF line); every `503` is
 //!   `unavailable`, which has an alarm: to Lambda it is a successful invocation.
 //!
-//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
+//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime;
+//! [`App::with_clock`] times its keys' leases on a test's clock.
 
 pub mod identity;
 pub mod lambda_main;
