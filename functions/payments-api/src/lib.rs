@@ -35,7 +35,8 @@
 //! - **Metrics.** Each request is counted by its [`Outcome`] (one EMF line); every `503` is
 //!   `unavailable`, which has an alarm: to Lambda it is a successful invocation.
 //!
-//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime.
+//! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime;
+//! [`App::with_clock`] times its keys' leases on a test's clock.
 
 pub mod identity;
 pub mod lambda_main;
@@ -47,6 +48,7 @@ pub mod validate;
 pub mod wait;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -213,6 +215,14 @@ impl App {
         ))
     }
 
+    /// The app with its keys' records timed on `clock` (for tests of leases and expiry, on a
+    /// test's clock): when a key's lease and its record end, and the `Retry-After` of a `409`.
+    /// The payments' timestamps stay the system clock's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.idempotency = self.idempotency.with_clock(clock);
+        self
+    }
+
     /// The cold-start check of the idempotency table ([`DynamoDbBackend::check_table`]): an
     /// error names the table and what does not match it (a partition key named or typed
     /// otherwise, a sort key, no such table). `main` runs it in the background from the init
@@ -346,7 +356,7 @@ impl App {
             Ok(Acquired::InProgress { lease_until_ms }) => {
                 // The first request usually finishes within milliseconds; its lease (the
                 // function's deadline) only bounds the worst case. Suggest a short retry.
-                let left_ms = (lease_until_ms - SystemClock.now_ms()).max(0);
+                let left_ms = (lease_until_ms - self.idempotency.clock().now_ms()).max(0);
                 let retry_after = u64::try_from((left_ms + 999) / 1000)
                     .unwrap_or(1)
                     .clamp(1, 2);

@@ -20,8 +20,10 @@
 //! The faults, and the simulated queue and its drain, are the library's test utilities, which its
 //! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`). The exploration
 //! of payments-publisher, on a simulated stream shard, is [`publisher`]; that of receipt-sender,
-//! on a simulated receipts queue, is [`receipts`].
+//! on a simulated receipts queue, is [`receipts`]; that of payments-api, under a client that
+//! retries as the API's docs say, with these payments charged afterwards, is [`api`].
 
+mod api;
 mod publisher;
 mod receipts;
 
