@@ -10,9 +10,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod hook;
 mod start;
 mod teardown;
 
+pub use hook::{Hooked, ProcessorHook};
 pub use teardown::SETTLE_TIMEOUT;
 
 use aws_lambda_events::dynamodb::Event as StreamEvent;
@@ -117,6 +119,8 @@ enum Running {
     InProcess {
         counts: Counts,
         processor: Arc<payment_processor::App>,
+        /// What takes payment-processor's invocations over ([`Pipeline::set_processor_hook`]).
+        hook: hook::HookSlot,
     },
     Processes(Box<Processes>),
 }

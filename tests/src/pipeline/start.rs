@@ -104,6 +104,8 @@ impl Start {
         sender.check_idempotency_table().await?;
         let (c1, c2) = (counts.clone(), counts.clone());
         let processor_app = processor.clone();
+        let hook = super::hook::HookSlot::default();
+        let slot = hook.clone();
         let mut runner = Runner::from_clients(&self.clients).wait_time_seconds(1);
         if self.start_processor {
             runner = runner.function(
@@ -113,7 +115,11 @@ impl Start {
                 InProcess::new(move |event: LambdaEvent<SqsEvent>| {
                     let (app, counts) = (processor.clone(), c1.clone());
                     let span = function_span("payment-processor", Some(&event.context.request_id));
+                    let hooked = super::hook::take_over(&slot, &event);
                     async move {
+                        if let Some(hooked) = hooked {
+                            return hooked.await;
+                        }
                         let (response, batch) = app.as_ref().handle_counted(event).await?;
                         add(&counts, "payment-processor", batch);
                         Ok::<_, Error>(response)
@@ -150,6 +156,7 @@ impl Start {
             running: Running::InProcess {
                 counts,
                 processor: processor_app,
+                hook,
             },
         })
     }
