@@ -387,7 +387,7 @@ async fn fault_exploration_payment_processor() {
     harness
         .stack
         .assert_invariants(
-            &Scope::through_charging().declaring_failures(Vec::<String>::new()),
+            &Scope::through_charging(),
             &[],
         )
         .await;
