@@ -9,9 +9,9 @@ use lambda_idempotency::time::Clock;
 use local_aws::runner::Stats;
 
 use crate::checks::{Check, checks};
+use crate::invariants::Scope;
 use crate::pipeline::{Functions, Options, Pipeline};
 use crate::processes::Observed;
-use crate::invariants::Scope;
 use crate::workload::{Fault, Tally, Workload, declaring_faults, failure_switch};
 
 /// Failed attempts before a flaky payment succeeds (below the template's MaxAttempts of 5).
@@ -127,7 +127,13 @@ pub async fn run(
         "the invariants: every payment settled, each charge's ledger entry and receipt, each balance, \
          no payment failed but those the failure switch failed",
     );
-    let scope = declaring_faults(Scope::pipeline(), &tally.accepted);
+    let scope = declaring_faults(
+        Scope::pipeline(),
+        tally
+            .accepted
+            .iter()
+            .map(|a| (a.payment_id.as_str(), a.planned.fault)),
+    );
     let invariants = pipeline
         .check_invariants(&scope, &[], crate::pipeline::SETTLE_TIMEOUT)
         .await;

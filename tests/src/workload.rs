@@ -294,13 +294,18 @@ pub struct Accepted {
     pub planned: Planned,
 }
 
-/// `scope`, declaring the failures the failure switch makes of `accepted` (each payment of a
-/// fatal [`Fault`], with its kind).
-pub fn declaring_faults(scope: Scope, accepted: &[Accepted]) -> Scope {
-    accepted.iter().fold(scope, |scope, a| match a.planned.fault.failure() {
-        Some(failure) => scope.declaring(failure, [a.payment_id.as_str()]),
-        None => scope,
-    })
+/// `scope`, declaring the failures the failure switch makes of `payments` (payment id and
+/// fault): each payment of a fatal [`Fault`], with its kind.
+pub fn declaring_faults<'a>(
+    scope: Scope,
+    payments: impl IntoIterator<Item = (&'a str, Fault)>,
+) -> Scope {
+    payments
+        .into_iter()
+        .fold(scope, |scope, (id, fault)| match fault.failure() {
+            Some(failure) => scope.declaring(failure, [id]),
+            None => scope,
+        })
 }
 
 /// What the client saw.

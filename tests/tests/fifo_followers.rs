@@ -16,7 +16,7 @@ use payments_e2e::faults::{Consumer, run_processor};
 use payments_e2e::invariants::Scope;
 use payments_e2e::stack::{dead_letters_in_queue, payments};
 use payments_e2e::workload::{
-    FLAKY_MARKER, Fault, PERMANENT_MARKER, POISON_MARKER, failure_switch,
+    FLAKY_MARKER, Fault, PERMANENT_MARKER, POISON_MARKER, declaring_faults, failure_switch,
 };
 
 /// Runs one group of payments with these faults, in this order, through payment-processor and
@@ -53,13 +53,12 @@ async fn one_group(tag: &str, faults: &[Fault]) {
     // payment's receives reach the queue's maxReceiveCount (about 41 receives, 2 s apart).
     let drained = stack.wait_drained(Duration::from_secs(240)).await;
     let deliveries = running.deliveries.lock().unwrap().clone();
-    let scope = all
-        .iter()
-        .zip(faults)
-        .filter_map(|(p, f)| Some((p, f.failure()?)))
-        .fold(Scope::through_charging(), |scope, (p, failure)| {
-            scope.declaring(failure, [&p.payment_id])
-        });
+    let scope = declaring_faults(
+        Scope::through_charging(),
+        all.iter()
+            .map(|p| p.payment_id.as_str())
+            .zip(faults.iter().copied()),
+    );
     let stats = running.stop_checking(&scope, &[]).await;
     drained.unwrap_or_else(|e| panic!("{e}; {stats:?}"));
 

@@ -33,7 +33,8 @@ fn receipt(payment_id: &str, amount_cents: i64) -> Receipt {
 }
 
 /// The reason of a payment the failure switch refused as a poison message.
-const POISONED: &str = "permanent failure: invalid payment: injected permanent failure (FAIL_PAYMENTS)";
+const POISONED: &str =
+    "permanent failure: invalid payment: injected permanent failure (FAIL_PAYMENTS)";
 
 /// The whole pipeline ran, and the test made p3 fail as a poison message.
 fn whole() -> Scope {
@@ -307,10 +308,7 @@ fn receipt_invariants_are_checked_when_receipt_sender_ran() {
 
 #[test]
 fn receipt_invariants_are_not_checked_when_receipt_sender_never_ran() {
-    assert_eq!(
-        violations(&receipts_broken(), &charging()),
-        vec![]
-    );
+    assert_eq!(violations(&receipts_broken(), &charging()), vec![]);
 }
 
 #[test]
@@ -445,7 +443,11 @@ fn a_payment_failed_by_an_outage_or_sqs_move_is_reported() {
 
 #[test]
 fn a_scope_declares_no_failure_unless_the_test_does() {
-    for scope in [Scope::pipeline(), Scope::through_charging(), Scope::default()] {
+    for scope in [
+        Scope::pipeline(),
+        Scope::through_charging(),
+        Scope::default(),
+    ] {
         assert_eq!(
             violations(&healthy(), &scope.clone().leaving("PaymentsQueue")),
             vec![Violation::UndeclaredFailure {

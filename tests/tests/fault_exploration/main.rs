@@ -386,9 +386,6 @@ async fn fault_exploration_payment_processor() {
     );
     harness
         .stack
-        .assert_invariants(
-            &Scope::through_charging(),
-            &[],
-        )
+        .assert_invariants(&Scope::through_charging(), &[])
         .await;
 }
