@@ -84,21 +84,20 @@ impl Running {
 
     /// Checks the invariants of a run through charging once the payments queue drains (no
     /// receipt-sender runs here), then stops the pollers; panics when any invariant is
-    /// violated.
+    /// violated or any payment failed.
     pub async fn stop(self) -> local_aws::runner::Stats {
-        self.stop_expecting(&[]).await
+        self.stop_checking(&Scope::through_charging(), &[]).await
     }
 
-    /// [`stop`](Self::stop) for a run that breaks invariants on purpose: panics unless the
-    /// violations found are exactly `expected`.
-    pub async fn stop_expecting(self, expected: &[Violation]) -> local_aws::runner::Stats {
-        let checked = settle(
-            &self.sources,
-            &Scope::through_charging(),
-            expected,
-            SETTLE_TIMEOUT,
-        )
-        .await;
+    /// [`stop`](Self::stop) with the invariants of `scope`, and the failures it declares (a run
+    /// that makes payments fail on purpose): panics unless the violations found are exactly
+    /// `expected`.
+    pub async fn stop_checking(
+        self,
+        scope: &Scope,
+        expected: &[Violation],
+    ) -> local_aws::runner::Stats {
+        let checked = settle(&self.sources, scope, expected, SETTLE_TIMEOUT).await;
         let stats = self.stop_unchecked().await;
         match checked {
             Ok(checked) => checked.assert_passed(),

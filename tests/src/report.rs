@@ -9,9 +9,10 @@ use lambda_idempotency::time::Clock;
 use local_aws::runner::Stats;
 
 use crate::checks::{Check, checks};
+use crate::invariants::Scope;
 use crate::pipeline::{Functions, Options, Pipeline};
 use crate::processes::Observed;
-use crate::workload::{Fault, Tally, Workload, failure_switch};
+use crate::workload::{Fault, Tally, Workload, declaring_faults, failure_switch};
 
 /// Failed attempts before a flaky payment succeeds (below the template's MaxAttempts of 5).
 pub const FLAKY_ATTEMPTS: u32 = 2;
@@ -123,10 +124,18 @@ pub async fn run(
     say("payments-reconciler: one pass over what is left accepted, and the audit of every charge");
     let reconciled = reconcile_now(&pipeline).await;
     say(
-        "the invariants: every payment settled, each charge's ledger entry and receipt, each balance",
+        "the invariants: every payment settled, each charge's ledger entry and receipt, each balance, \
+         no payment failed but those the failure switch failed",
+    );
+    let scope = declaring_faults(
+        Scope::pipeline(),
+        tally
+            .accepted
+            .iter()
+            .map(|a| (a.payment_id.as_str(), a.planned.fault)),
     );
     let invariants = pipeline
-        .check_invariants(&[], crate::pipeline::SETTLE_TIMEOUT)
+        .check_invariants(&scope, &[], crate::pipeline::SETTLE_TIMEOUT)
         .await;
     let stored = match &invariants {
         Ok(checked) => {
@@ -194,7 +203,7 @@ fn invariants_check(
         Err(e) => (false, e.to_string()),
     };
     Check {
-        name: "the invariants hold: each payment charged (one ledger entry, one receipt, its amount) or failed with its reason, each balance its ledger's sum, no receipt or entry without its charge",
+        name: "the invariants hold: each payment charged (one ledger entry, one receipt, its amount), or failed as the failure switch made it fail, each balance its ledger's sum, no receipt or entry without its charge",
         passed,
         detail,
     }

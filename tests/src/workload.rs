@@ -10,6 +10,7 @@ use futures_util::{StreamExt, stream};
 use serde_json::json;
 
 use crate::http::{Answer, HttpClient};
+use crate::invariants::{Failure, Scope};
 
 /// What the client does with one payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +41,18 @@ pub enum Fault {
 impl Fault {
     /// Never charged: ends in the dead-letter queue, marked `failed`.
     pub fn is_fatal(self) -> bool {
-        matches!(self, Fault::Poison | Fault::Permanent)
+        self.failure().is_some()
+    }
+
+    /// The failure it makes, as the invariant checker is told of it: a poison payment uses up
+    /// its attempt budget, a permanent one is refused as a poison message; `None` for one that
+    /// is charged.
+    pub fn failure(self) -> Option<Failure> {
+        match self {
+            Fault::None | Fault::Flaky => None,
+            Fault::Poison => Some(Failure::Budget),
+            Fault::Permanent => Some(Failure::Permanent),
+        }
     }
 }
 
@@ -280,6 +292,20 @@ pub struct Accepted {
     pub payment_id: String,
     /// What was sent.
     pub planned: Planned,
+}
+
+/// `scope`, declaring the failures the failure switch makes of `payments` (payment id and
+/// fault): each payment of a fatal [`Fault`], with its kind.
+pub fn declaring_faults<'a>(
+    scope: Scope,
+    payments: impl IntoIterator<Item = (&'a str, Fault)>,
+) -> Scope {
+    payments
+        .into_iter()
+        .fold(scope, |scope, (id, fault)| match fault.failure() {
+            Some(failure) => scope.declaring(failure, [id]),
+            None => scope,
+        })
 }
 
 /// What the client saw.

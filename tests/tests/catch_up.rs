@@ -11,7 +11,7 @@ use lambda_idempotency::transaction::Peeked;
 use payment_processor::App;
 use payments_e2e::Stack;
 use payments_e2e::faults::failed_in_batch;
-use payments_e2e::invariants::{Scope, Violation};
+use payments_e2e::invariants::{Failure, Scope, Violation};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::stored::StoredPayment;
@@ -134,7 +134,10 @@ async fn a_dead_lettered_message_of_the_previous_version_marks_its_payment_faile
         "its own message's dead letter holds it"
     );
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(
+            &Scope::through_charging().declaring(Failure::Permanent, [&p.payment_id]),
+            &[],
+        )
         .await;
 }
 
@@ -183,7 +186,11 @@ async fn earlier_payments_that_can_never_be_charged_are_failed_and_the_later_one
     );
     assert_eq!(stored(&stack, &all[0]).await.last_error, Some(reason));
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(
+            &Scope::through_charging()
+                .declaring(Failure::Permanent, [&all[0].payment_id, &all[1].payment_id]),
+            &[],
+        )
         .await;
 }
 
@@ -217,7 +224,10 @@ async fn an_earlier_payment_that_always_fails_is_failed_once_its_attempts_are_sp
     assert_charged_once(&stack, &all[1..]).await;
     assert!(dead_letters(&stack).await.is_empty());
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(
+            &Scope::through_charging().declaring(Failure::Budget, [&all[0].payment_id]),
+            &[],
+        )
         .await;
 }
 
@@ -287,7 +297,11 @@ async fn catch_up_honours_the_failure_switch_with_the_stored_description() {
     assert_eq!(stored(&stack, &all[0]).await.last_error, Some(reason));
     assert_charged_once(&stack, &all[1..2]).await;
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(
+            &Scope::through_charging()
+                .declaring(Failure::Permanent, [&all[0].payment_id, &all[2].payment_id]),
+            &[],
+        )
         .await;
 }
 

@@ -9,7 +9,7 @@ use payments_e2e::Stack;
 use payments_e2e::faults::{
     Consumer, event, failed_ids, receive_counts, run_processor, wait_until,
 };
-use payments_e2e::invariants::Scope;
+use payments_e2e::invariants::{Failure, Scope};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
@@ -135,7 +135,12 @@ async fn a_poison_message_backs_off_then_is_dead_lettered() {
     .await
     .unwrap();
     let deliveries = running.deliveries_of(&poison[0].payment_id);
-    running.stop().await;
+    running
+        .stop_checking(
+            &Scope::through_charging().declaring(Failure::Budget, [&poison[0].payment_id]),
+            &[],
+        )
+        .await;
 
     assert_eq!(
         deliveries.len() as u32,

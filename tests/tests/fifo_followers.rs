@@ -6,15 +6,17 @@
 //! Each test publishes one account's payments (one message group) in order, runs
 //! payment-processor as the template configures it until the queue is empty, and checks from the
 //! stored data: the dead-letter queue holds exactly the failing payments, marked `failed` and never
-//! charged; every other payment is charged exactly once, in send order.
+//! charged; every other payment is charged exactly once, in send order; and the invariants hold,
+//! the failing payments declared with the kind of their failure.
 
 use std::time::Duration;
 
 use payments_e2e::Stack;
 use payments_e2e::faults::{Consumer, run_processor};
+use payments_e2e::invariants::Scope;
 use payments_e2e::stack::{dead_letters_in_queue, payments};
 use payments_e2e::workload::{
-    FLAKY_MARKER, Fault, PERMANENT_MARKER, POISON_MARKER, failure_switch,
+    FLAKY_MARKER, Fault, PERMANENT_MARKER, POISON_MARKER, declaring_faults, failure_switch,
 };
 
 /// Runs one group of payments with these faults, in this order, through payment-processor and
@@ -51,7 +53,13 @@ async fn one_group(tag: &str, faults: &[Fault]) {
     // payment's receives reach the queue's maxReceiveCount (about 41 receives, 2 s apart).
     let drained = stack.wait_drained(Duration::from_secs(240)).await;
     let deliveries = running.deliveries.lock().unwrap().clone();
-    let stats = running.stop().await;
+    let scope = declaring_faults(
+        Scope::through_charging(),
+        all.iter()
+            .map(|p| p.payment_id.as_str())
+            .zip(faults.iter().copied()),
+    );
+    let stats = running.stop_checking(&scope, &[]).await;
     drained.unwrap_or_else(|e| panic!("{e}; {stats:?}"));
 
     let (failing, innocent): (Vec<_>, Vec<_>) =

@@ -29,7 +29,7 @@ use local_aws::runner::{InProcess, Runner};
 use local_aws::template::Naming;
 use payments_e2e::Stack;
 use payments_e2e::http::{HttpClient, TokenIssuer};
-use payments_e2e::invariants::{Scope, Violation};
+use payments_e2e::invariants::{Failure, Scope, Violation};
 use payments_model::PaymentCharged;
 use tokio_util::sync::CancellationToken;
 
@@ -258,6 +258,7 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         200
     );
     // A failed attempt (backoff), a permanent failure (dead letter, payment marked failed).
+    let mut poisoned = String::new();
     for description in ["[flaky] once", "[permanent] never"] {
         let body = format!(r#"{{"amountCents":7,"currency":"EUR","description":"{description}"}}"#);
         let answer = http
@@ -265,6 +266,10 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             .await
             .unwrap();
         assert_eq!(answer.status, 201);
+        if description.starts_with("[permanent]") {
+            let answer: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+            poisoned = answer["paymentId"].as_str().unwrap().to_owned();
+        }
     }
     // An outside producer's messages: one for a payment never accepted (refused: the payment is
     // read to say why), and one that arrives before an earlier payment of its account is
@@ -465,7 +470,8 @@ async fn every_call_is_granted_and_every_grant_is_used() {
         .assert_invariants(
             &Scope::pipeline()
                 .leaving("PaymentsQueue")
-                .leaving("ReceiptsQueue"),
+                .leaving("ReceiptsQueue")
+                .declaring(Failure::Permanent, [poisoned]),
             &left,
         )
         .await;
@@ -553,8 +559,13 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
             status: "accepted".into(),
         },
         // Its message was put in the dead-letter queue as SQS's own move would (crashes or
-        // timeouts): marked failed for what is not its fault, which the checker reports.
+        // timeouts): marked failed for what is not its fault, which the checker reports, and
+        // which no test may declare.
         Violation::FailedInnocent {
+            payment_id: dead.payment_id.clone(),
+            reason: reason.clone(),
+        },
+        Violation::UndeclaredFailure {
             payment_id: dead.payment_id,
             reason,
         },

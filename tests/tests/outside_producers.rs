@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids, failed_in_batch};
-use payments_e2e::invariants::Scope;
+use payments_e2e::invariants::{Failure, Scope};
 use payments_e2e::sqs_records::fifo_record;
 use payments_e2e::stack::payments;
 use payments_model::PaymentRequested;
@@ -413,7 +413,10 @@ async fn an_accounts_payments_are_charged_in_acceptance_order_however_they_arriv
     let reasons = dead_letters(&stack).await;
     assert_eq!(reasons.len(), 1, "only payment 2: {reasons:?}");
     stack
-        .assert_invariants(&Scope::through_charging(), &[])
+        .assert_invariants(
+            &Scope::through_charging().declaring(Failure::Permanent, [ids[2]]),
+            &[],
+        )
         .await;
 }
 

@@ -5,13 +5,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use payments_e2e::invariants::{Scope, Sources, settle};
+use payments_e2e::invariants::{Failure, Scope, Sources, settle};
 
 /// The pipeline's invariants, checked against a running stack (`make up`'s, named by its exports
 /// in .local/up.env: AWS_ENDPOINT_URL, each table's name, each queue's URL): waits until the
-/// pipeline drains, then checks that every payment is charged or failed with its reason, each
-/// charged payment has one ledger entry and one receipt with its amount, each balance is the sum
-/// of its ledger entries, and no receipt or ledger entry exists without its charged payment.
+/// pipeline drains, then checks that every payment is charged, each charged payment has one
+/// ledger entry and one receipt with its amount, each balance is the sum of its ledger entries,
+/// and no receipt or ledger entry exists without its charged payment. No payment may fail unless
+/// --expect-failed names it: a failed payment is a violation, whatever its reason.
 #[derive(Debug, Parser)]
 #[command(
     name = "check-invariants",
@@ -22,6 +23,35 @@ struct Args {
     /// reported as violations.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
+    /// `MARKER=KIND`: the payments whose description contains MARKER (a marker of the failure
+    /// switch, FAIL_PAYMENTS) were made to fail, as KIND: `permanent` (a poison message: the
+    /// switch's `permanent` action) or `budget` (attempts used up by the handler's own failures:
+    /// `fail` or `panic` on every attempt). Each must be failed for that kind. Repeatable; none
+    /// by default: then no payment may fail.
+    #[arg(long = "expect-failed", value_name = "MARKER=KIND", value_parser = marked)]
+    expect_failed: Vec<(String, Failure)>,
+}
+
+/// `MARKER=KIND`, the marker not empty.
+fn marked(value: &str) -> Result<(String, Failure), String> {
+    let (marker, kind) = value
+        .rsplit_once('=')
+        .ok_or_else(|| format!("`{value}` is not MARKER=KIND"))?;
+    if marker.is_empty() {
+        return Err(format!("`{value}`: the marker is empty"));
+    }
+    Ok((marker.to_owned(), kind.parse()?))
+}
+
+impl Args {
+    /// The whole pipeline, with the failures the command line declares.
+    fn scope(&self) -> Scope {
+        self.expect_failed
+            .iter()
+            .fold(Scope::pipeline(), |scope, (marker, failure)| {
+                scope.declaring_marked(*failure, marker)
+            })
+    }
 }
 
 #[tokio::main]
@@ -43,7 +73,7 @@ async fn main() -> ExitCode {
     };
     match settle(
         &sources,
-        &Scope::pipeline(),
+        &args.scope(),
         &[],
         Duration::from_secs(args.timeout),
     )
@@ -60,6 +90,42 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("check-invariants: the stack could not be read: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_failure_is_declared_by_default() {
+        let args = Args::try_parse_from(["check-invariants"]).unwrap();
+        assert_eq!(args.scope(), Scope::pipeline());
+        assert!(args.scope().failures.is_empty() && args.scope().marked.is_empty());
+    }
+
+    #[test]
+    fn each_marker_declares_its_kind_of_failure() {
+        let args = Args::try_parse_from([
+            "check-invariants",
+            "--expect-failed",
+            "[poison]=budget",
+            "--expect-failed",
+            "a=b=permanent",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.scope(),
+            Scope::pipeline()
+                .declaring_marked(Failure::Budget, "[poison]")
+                .declaring_marked(Failure::Permanent, "a=b")
+        );
+        for bad in ["[poison]", "=budget", "[poison]=timeout"] {
+            assert!(
+                Args::try_parse_from(["check-invariants", "--expect-failed", bad]).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -10,8 +10,12 @@
 //! - a ledger entry and a receipt name their payment's account;
 //! - an account's payments are charged in the order of their numbers (`sequence`);
 //! - no payment failed for what is not its fault: a crash, an outage or a timeout (a reason of
-//!   [`INNOCENT_REASONS`]); and where a test declares the failures it causes
-//!   ([`Scope::declaring_failures`]), no other payment failed.
+//!   [`INNOCENT_REASONS`]);
+//! - no payment failed unless the test made it fail and declared it, with the kind of its
+//!   failure ([`Scope::declaring`], [`Failure`]: a poison message, a budget used up by the
+//!   handler's own failures): a failed payment not declared, one failed for another reason than
+//!   its declared one, and a declared one charged are each a violation. A scope declares no
+//!   failure unless the test does.
 //!
 //! A [`Scope`] says which stages ran: a test that drives payments through charging only (no
 //! receipt-sender) is checked for the invariants of payments, ledger and balances, not for
@@ -21,12 +25,16 @@
 //! bounded time) until the work queues are empty and the snapshot's violations are the expected
 //! ones, and reports what is still pending when they never are.
 
+mod scope;
 pub mod settle;
+mod violation;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use scope::{Failure, Scope};
 pub use settle::{Checked, Sources, settle};
+pub use violation::Violation;
 
 /// A payment as the checks read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +47,8 @@ pub struct Payment {
     pub currency: String,
     /// Its status (empty when the item has none).
     pub status: String,
+    /// Its description (empty when it has none): where the failure switch finds its markers.
+    pub description: String,
     /// Why it failed (`lastError`), when it did.
     pub last_error: Option<String>,
     /// When payments-api wrote it (`createdAt`, epoch ms).
@@ -99,282 +109,7 @@ pub struct Snapshot {
     pub receipts: Vec<Receipt>,
 }
 
-/// Which stages of the pipeline ran, hence which invariants apply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// Whether receipt-sender ran: a charged payment has its receipt, no receipt exists without
-    /// its charged payment.
-    pub receipts: bool,
-    /// Work queues left holding messages on purpose (logical ids): not required drained.
-    pub left: Vec<String>,
-    /// The payments a test made fail on purpose (a poison message, a tampered or never-accepted
-    /// message, a budget used up by the handler's own failures), when it declares them: any
-    /// other failed payment is a violation.
-    pub failures: Option<std::collections::BTreeSet<String>>,
-}
-
-impl Scope {
-    /// The whole pipeline ran: every invariant applies and every work queue drains.
-    pub fn pipeline() -> Self {
-        Self {
-            receipts: true,
-            left: Vec::new(),
-            failures: None,
-        }
-    }
-
-    /// Payments were charged but receipt-sender never ran: the invariants of payments, ledger
-    /// and balances apply; those of receipts do not, and the receipts queue may hold the
-    /// charges' events.
-    pub fn through_charging() -> Self {
-        Self {
-            receipts: false,
-            left: vec!["ReceiptsQueue".to_owned()],
-            failures: None,
-        }
-    }
-
-    /// This scope, with `queue` (a logical id) left holding messages on purpose.
-    pub fn leaving(mut self, queue: &str) -> Self {
-        self.left.push(queue.to_owned());
-        self
-    }
-
-    /// This scope, where only `payment_ids` may fail (each with a reason).
-    pub fn declaring_failures<I: IntoIterator<Item = S>, S: Into<String>>(
-        mut self,
-        payment_ids: I,
-    ) -> Self {
-        self.failures = Some(payment_ids.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Whether `queue` must be drained.
-    pub fn drains(&self, queue: &str) -> bool {
-        !self.left.iter().any(|q| q == queue)
-    }
-}
-
-impl Default for Scope {
-    fn default() -> Self {
-        Self::pipeline()
-    }
-}
-
-/// One invariant that does not hold, with the ids involved.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Violation {
-    /// A work queue still holds messages (visible, in flight or delayed).
-    Undrained {
-        /// The queue's logical id.
-        queue: String,
-        /// How many messages.
-        messages: u64,
-    },
-    /// A payment is neither charged nor failed.
-    Unsettled {
-        /// The payment.
-        payment_id: String,
-        /// Its status.
-        status: String,
-    },
-    /// A failed payment does not say why.
-    FailedWithoutReason {
-        /// The payment.
-        payment_id: String,
-    },
-    /// A payment failed for what is not its fault: a crash, an outage or a timeout.
-    FailedInnocent {
-        /// The payment.
-        payment_id: String,
-        /// Its reason.
-        reason: String,
-    },
-    /// A payment failed that the test did not make fail ([`Scope::declaring_failures`]).
-    UndeclaredFailure {
-        /// The payment.
-        payment_id: String,
-        /// Its reason.
-        reason: String,
-    },
-    /// A ledger entry or a receipt names another account than its payment's.
-    WrongAccount {
-        /// The payment.
-        payment_id: String,
-        /// `"ledger entry"` or `"receipt"`.
-        of: &'static str,
-        /// The payment's account.
-        payment: String,
-        /// The account the entry or receipt names.
-        named: String,
-    },
-    /// Two payments of an account were charged against the order of their numbers.
-    ChargeOrder {
-        /// The account.
-        account: String,
-        /// The payment with the lower number, charged later.
-        lower: String,
-        /// The payment with the higher number, charged first.
-        higher: String,
-    },
-    /// A charged payment has not exactly one ledger entry.
-    LedgerEntries {
-        /// The payment.
-        payment_id: String,
-        /// How many it has.
-        entries: usize,
-    },
-    /// A charged payment's ledger entry has another amount or currency.
-    LedgerAmount {
-        /// The payment.
-        payment_id: String,
-        /// The payment's amount and currency.
-        payment: (i64, String),
-        /// The ledger entry's.
-        ledger: (i64, String),
-    },
-    /// A charged payment has not exactly one receipt.
-    Receipts {
-        /// The payment.
-        payment_id: String,
-        /// How many it has.
-        receipts: usize,
-    },
-    /// A charged payment's receipt states another amount or currency.
-    ReceiptAmount {
-        /// The payment.
-        payment_id: String,
-        /// The payment's amount and currency.
-        payment: (i64, String),
-        /// The receipt's.
-        receipt: (i64, String),
-    },
-    /// A balance is not the sum of its ledger entries.
-    Balance {
-        /// The account.
-        account: String,
-        /// The currency.
-        currency: String,
-        /// The balance (0 when there is none).
-        balance: i64,
-        /// The sum of the account's ledger entries in the currency.
-        ledger: i64,
-    },
-    /// A receipt exists for a payment that is not charged (or does not exist: status empty).
-    ReceiptWithoutCharge {
-        /// The payment.
-        payment_id: String,
-        /// Its status (empty when there is no such payment).
-        status: String,
-    },
-    /// A ledger entry exists for a payment that is not charged (or does not exist: status
-    /// empty).
-    LedgerWithoutCharge {
-        /// The payment.
-        payment_id: String,
-        /// Its status (empty when there is no such payment).
-        status: String,
-    },
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Undrained { queue, messages } => {
-                write!(f, "{queue} still holds {messages} messages")
-            }
-            Self::Unsettled { payment_id, status } => {
-                write!(f, "{payment_id} is {status:?}, neither charged nor failed")
-            }
-            Self::FailedWithoutReason { payment_id } => {
-                write!(f, "{payment_id} failed without a reason (no lastError)")
-            }
-            Self::FailedInnocent { payment_id, reason } => write!(
-                f,
-                "{payment_id} failed for what is not its fault (a crash, an outage or a timeout): {reason}"
-            ),
-            Self::UndeclaredFailure { payment_id, reason } => write!(
-                f,
-                "{payment_id} failed, and the test made no such failure: {reason}"
-            ),
-            Self::WrongAccount {
-                payment_id,
-                of,
-                payment,
-                named,
-            } => write!(
-                f,
-                "{payment_id}: its {of} names account {named}, the payment's is {payment}"
-            ),
-            Self::ChargeOrder {
-                account,
-                lower,
-                higher,
-            } => write!(
-                f,
-                "account {account}: {higher} was charged before {lower}, which has a lower number"
-            ),
-            Self::LedgerEntries {
-                payment_id,
-                entries,
-            } => write!(
-                f,
-                "{payment_id} is charged with {entries} ledger entries, not 1"
-            ),
-            Self::LedgerAmount {
-                payment_id,
-                payment,
-                ledger,
-            } => write!(
-                f,
-                "{payment_id}: ledger entry of {} {}, the payment is {} {}",
-                ledger.0, ledger.1, payment.0, payment.1
-            ),
-            Self::Receipts {
-                payment_id,
-                receipts,
-            } => write!(f, "{payment_id} is charged with {receipts} receipts, not 1"),
-            Self::ReceiptAmount {
-                payment_id,
-                payment,
-                receipt,
-            } => write!(
-                f,
-                "{payment_id}: receipt of {} {}, the payment is {} {}",
-                receipt.0, receipt.1, payment.0, payment.1
-            ),
-            Self::Balance {
-                account,
-                currency,
-                balance,
-                ledger,
-            } => write!(
-                f,
-                "balance {account} {currency} is {balance}, its ledger entries add up to {ledger}"
-            ),
-            Self::ReceiptWithoutCharge { payment_id, status } => {
-                write!(f, "a receipt for {payment_id}, which is {}", shown(status))
-            }
-            Self::LedgerWithoutCharge { payment_id, status } => {
-                write!(
-                    f,
-                    "a ledger entry for {payment_id}, which is {}",
-                    shown(status)
-                )
-            }
-        }
-    }
-}
-
-fn shown(status: &str) -> String {
-    if status.is_empty() {
-        "not a stored payment".to_owned()
-    } else {
-        format!("{status}, not charged")
-    }
-}
-
-const CHARGED: &str = "charged";
+pub(crate) const CHARGED: &str = "charged";
 const FAILED: &str = "failed";
 
 /// What a failed payment's reason says when the failure was not the payment's fault: SQS's own
@@ -401,6 +136,13 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
         let payment_id = id.clone();
         match p.status.as_str() {
             CHARGED => {
+                if let Some(declared) = scope.declared(id, p) {
+                    out.push(Violation::NotFailed {
+                        payment_id: payment_id.clone(),
+                        declared,
+                        status: CHARGED.to_owned(),
+                    });
+                }
                 let amount = (p.amount_cents, p.currency.clone());
                 let entries = ledger.get(id.as_str()).map_or(&[][..], Vec::as_slice);
                 if entries.len() != 1 {
@@ -448,8 +190,16 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
                         reason: reason.clone(),
                     });
                 }
-                if scope.failures.as_ref().is_some_and(|f| !f.contains(id)) {
-                    out.push(Violation::UndeclaredFailure { payment_id, reason });
+                match scope.declared(id, p) {
+                    None => out.push(Violation::UndeclaredFailure { payment_id, reason }),
+                    Some(declared) if !declared.explains(&reason) => {
+                        out.push(Violation::FailedOtherwise {
+                            payment_id,
+                            declared,
+                            reason,
+                        });
+                    }
+                    Some(_) => {}
                 }
             }
             status => out.push(Violation::Unsettled {
@@ -458,6 +208,7 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
             }),
         }
     }
+    not_stored(snapshot, scope, &mut out);
     wrong_accounts(snapshot, scope, &mut out);
     charge_order(snapshot, &mut out);
     let status = |id: &str| {
@@ -507,6 +258,19 @@ pub fn violations(snapshot: &Snapshot, scope: &Scope) -> Vec<Violation> {
     }
     out.sort();
     out
+}
+
+/// Payments the test made fail that are not stored at all.
+fn not_stored(snapshot: &Snapshot, scope: &Scope, out: &mut Vec<Violation>) {
+    for (id, declared) in &scope.failures {
+        if !snapshot.payments.contains_key(id) {
+            out.push(Violation::NotFailed {
+                payment_id: id.clone(),
+                declared: *declared,
+                status: String::new(),
+            });
+        }
+    }
 }
 
 /// Ledger entries and receipts that name another account than their payment's.

@@ -98,6 +98,7 @@ impl Snapshot {
                 amount_cents: n(&item, "amountCents").unwrap_or(0),
                 currency: s(&item, "currency"),
                 status: s(&item, "status"),
+                description: s(&item, "description"),
                 last_error: item.get("lastError").and_then(|v| v.as_s().ok()).cloned(),
                 created_at: n(&item, "createdAt").unwrap_or(0),
                 queued_at: n(&item, "queuedAt"),

@@ -8,7 +8,7 @@ fn payment(account: &str, amount_cents: i64, status: &str) -> Payment {
         amount_cents,
         currency: "EUR".into(),
         status: status.into(),
-        last_error: (status == FAILED).then(|| "injected permanent failure".into()),
+        last_error: (status == FAILED).then(|| POISONED.into()),
         ..Payment::default()
     }
 }
@@ -32,7 +32,23 @@ fn receipt(payment_id: &str, amount_cents: i64) -> Receipt {
     }
 }
 
-/// Two charged payments of one account and a failed one: every invariant holds.
+/// The reason of a payment the failure switch refused as a poison message.
+const POISONED: &str =
+    "permanent failure: invalid payment: injected permanent failure (FAIL_PAYMENTS)";
+
+/// The whole pipeline ran, and the test made p3 fail as a poison message.
+fn whole() -> Scope {
+    Scope::pipeline().declaring(Failure::Permanent, ["p3"])
+}
+
+/// Payments were charged, receipt-sender never ran, and the test made p3 fail as a poison
+/// message.
+fn charging() -> Scope {
+    Scope::through_charging().declaring(Failure::Permanent, ["p3"])
+}
+
+/// Two charged payments of one account and a failed one (declared by [`whole`] and
+/// [`charging`]): every invariant holds.
 fn healthy() -> Snapshot {
     let mut s = Snapshot::default();
     s.payments.insert("p1".into(), payment("a", 100, CHARGED));
@@ -59,7 +75,7 @@ fn balance(s: &mut Snapshot, cents: i64) {
 
 #[test]
 fn a_healthy_snapshot_has_no_violation() {
-    assert_eq!(violations(&healthy(), &Scope::pipeline()), vec![]);
+    assert_eq!(violations(&healthy(), &whole()), vec![]);
 }
 
 #[test]
@@ -67,7 +83,7 @@ fn a_payment_left_accepted_is_unsettled() {
     let mut s = healthy();
     s.payments.insert("p4".into(), payment("a", 5, "accepted"));
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::Unsettled {
             payment_id: "p4".into(),
             status: "accepted".into()
@@ -80,7 +96,7 @@ fn a_failed_payment_without_its_reason_is_reported() {
     let mut s = healthy();
     s.payments.get_mut("p3").unwrap().last_error = None;
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::FailedWithoutReason {
             payment_id: "p3".into()
         }]
@@ -93,7 +109,7 @@ fn a_charge_without_its_ledger_entry_or_with_two_is_reported() {
     s.ledger.retain(|e| e.payment_id != "p2");
     balance(&mut s, 100);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::LedgerEntries {
             payment_id: "p2".into(),
             entries: 0
@@ -103,7 +119,7 @@ fn a_charge_without_its_ledger_entry_or_with_two_is_reported() {
     s.ledger.push(entry("p1", "a", 100));
     balance(&mut s, 450);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::LedgerEntries {
             payment_id: "p1".into(),
             entries: 2
@@ -117,7 +133,7 @@ fn a_ledger_entry_of_another_amount_is_reported() {
     s.ledger[1].amount_cents = 4242;
     balance(&mut s, 4342);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::LedgerAmount {
             payment_id: "p2".into(),
             payment: (250, "EUR".into()),
@@ -131,7 +147,7 @@ fn a_charge_without_its_receipt_or_with_two_is_reported() {
     let mut s = healthy();
     s.receipts.retain(|r| r.payment_id != "p1");
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::Receipts {
             payment_id: "p1".into(),
             receipts: 0
@@ -140,7 +156,7 @@ fn a_charge_without_its_receipt_or_with_two_is_reported() {
     let mut s = healthy();
     s.receipts.push(receipt("p1", 100));
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::Receipts {
             payment_id: "p1".into(),
             receipts: 2
@@ -153,7 +169,7 @@ fn a_receipt_of_another_amount_is_reported() {
     let mut s = healthy();
     s.receipts[0].amount_cents = 4242;
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::ReceiptAmount {
             payment_id: "p1".into(),
             payment: (100, "EUR".into()),
@@ -168,7 +184,7 @@ fn a_balance_that_is_not_its_ledger_sum_is_reported_either_way() {
         let mut s = healthy();
         balance(&mut s, cents);
         assert_eq!(
-            violations(&s, &Scope::pipeline()),
+            violations(&s, &whole()),
             vec![Violation::Balance {
                 account: "a".into(),
                 currency: "EUR".into(),
@@ -188,7 +204,7 @@ fn a_balance_that_is_not_its_ledger_sum_is_reported_either_way() {
         },
     );
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![
             Violation::Balance {
                 account: "a".into(),
@@ -212,7 +228,7 @@ fn a_receipt_without_its_charged_payment_is_reported() {
     s.receipts.push(receipt("p3", 999));
     s.receipts.push(receipt("forged", 4242));
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![
             Violation::ReceiptWithoutCharge {
                 payment_id: "forged".into(),
@@ -232,7 +248,7 @@ fn a_ledger_entry_without_its_charged_payment_is_reported() {
     s.ledger.push(entry("p3", "a", 999));
     balance(&mut s, 1349);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::LedgerWithoutCharge {
             payment_id: "p3".into(),
             status: FAILED.into()
@@ -271,7 +287,7 @@ fn receipts_broken() -> Snapshot {
 #[test]
 fn receipt_invariants_are_checked_when_receipt_sender_ran() {
     assert_eq!(
-        violations(&receipts_broken(), &Scope::pipeline()),
+        violations(&receipts_broken(), &whole()),
         vec![
             Violation::Receipts {
                 payment_id: "p1".into(),
@@ -292,10 +308,7 @@ fn receipt_invariants_are_checked_when_receipt_sender_ran() {
 
 #[test]
 fn receipt_invariants_are_not_checked_when_receipt_sender_never_ran() {
-    assert_eq!(
-        violations(&receipts_broken(), &Scope::through_charging()),
-        vec![]
-    );
+    assert_eq!(violations(&receipts_broken(), &charging()), vec![]);
 }
 
 #[test]
@@ -304,7 +317,7 @@ fn through_charging_still_checks_payments_ledger_and_balances() {
     s.payments.insert("p4".into(), payment("a", 5, "accepted"));
     s.ledger.push(entry("p3", "a", 999));
     assert_eq!(
-        violations(&s, &Scope::through_charging()),
+        violations(&s, &charging()),
         vec![
             Violation::Unsettled {
                 payment_id: "p4".into(),
@@ -351,7 +364,7 @@ fn numbered(s: &mut Snapshot, charges: &[(&str, i64, i64)]) {
 fn charges_in_the_order_of_their_numbers_hold() {
     let mut s = healthy();
     numbered(&mut s, &[("p1", 1, 10), ("p2", 2, 20)]);
-    assert_eq!(violations(&s, &Scope::pipeline()), vec![]);
+    assert_eq!(violations(&s, &whole()), vec![]);
 }
 
 #[test]
@@ -359,7 +372,7 @@ fn a_payment_charged_before_a_lower_number_is_reported() {
     let mut s = healthy();
     numbered(&mut s, &[("p1", 1, 30), ("p2", 2, 20)]);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![Violation::ChargeOrder {
             account: "a".into(),
             lower: "p1".into(),
@@ -383,7 +396,7 @@ fn a_ledger_entry_or_receipt_of_another_account_is_reported() {
     );
     balance(&mut s, 250);
     assert_eq!(
-        violations(&s, &Scope::pipeline()),
+        violations(&s, &whole()),
         vec![
             Violation::WrongAccount {
                 payment_id: "p1".into(),
@@ -411,28 +424,130 @@ fn a_payment_failed_by_an_outage_or_sqs_move_is_reported() {
         let mut s = healthy();
         s.payments.get_mut("p3").unwrap().last_error = Some(reason.into());
         assert_eq!(
-            violations(&s, &Scope::pipeline()),
-            vec![Violation::FailedInnocent {
-                payment_id: "p3".into(),
-                reason: reason.into(),
-            }],
+            violations(&s, &whole()),
+            vec![
+                Violation::FailedInnocent {
+                    payment_id: "p3".into(),
+                    reason: reason.into(),
+                },
+                Violation::FailedOtherwise {
+                    payment_id: "p3".into(),
+                    declared: Failure::Permanent,
+                    reason: reason.into(),
+                },
+            ],
             "{reason}"
         );
     }
 }
 
 #[test]
-fn only_declared_failures_may_happen_where_a_test_declares_them() {
-    let s = healthy();
+fn a_scope_declares_no_failure_unless_the_test_does() {
+    for scope in [
+        Scope::pipeline(),
+        Scope::through_charging(),
+        Scope::default(),
+    ] {
+        assert_eq!(
+            violations(&healthy(), &scope.clone().leaving("PaymentsQueue")),
+            vec![Violation::UndeclaredFailure {
+                payment_id: "p3".into(),
+                reason: POISONED.into(),
+            }],
+            "{scope:?}"
+        );
+    }
+}
+
+#[test]
+fn only_declared_failures_may_happen() {
     assert_eq!(
-        violations(&s, &Scope::pipeline().declaring_failures(["p3"])),
-        vec![]
+        violations(
+            &healthy(),
+            &Scope::pipeline().declaring(Failure::Permanent, ["p9"])
+        ),
+        vec![
+            Violation::UndeclaredFailure {
+                payment_id: "p3".into(),
+                reason: POISONED.into(),
+            },
+            Violation::NotFailed {
+                payment_id: "p9".into(),
+                declared: Failure::Permanent,
+                status: String::new(),
+            },
+        ]
     );
+}
+
+#[test]
+fn a_payment_failed_for_another_reason_than_declared_is_reported() {
+    let spent = "handler failed: injected failure (FAIL_PAYMENTS) on attempt 5 (failed attempt 5)";
+    let timed_out = "handler failed: the charge timed out (failed attempt 5)";
+    for (declared, reason, innocent) in [
+        (Failure::Permanent, spent, false),
+        (Failure::Budget, POISONED, false),
+        (Failure::Permanent, timed_out, true),
+        (Failure::Budget, "the charge timed out", true),
+    ] {
+        let mut s = healthy();
+        s.payments.get_mut("p3").unwrap().last_error = Some(reason.into());
+        let mut expected = vec![Violation::FailedOtherwise {
+            payment_id: "p3".into(),
+            declared,
+            reason: reason.into(),
+        }];
+        if innocent {
+            expected.insert(
+                0,
+                Violation::FailedInnocent {
+                    payment_id: "p3".into(),
+                    reason: reason.into(),
+                },
+            );
+        }
+        let scope = Scope::pipeline().declaring(declared, ["p3"]);
+        assert_eq!(violations(&s, &scope), expected, "{declared:?}: {reason}");
+    }
+    let mut s = healthy();
+    s.payments.get_mut("p3").unwrap().last_error = Some(spent.into());
+    let scope = Scope::pipeline().declaring(Failure::Budget, ["p3"]);
+    assert_eq!(violations(&s, &scope), vec![]);
+}
+
+#[test]
+fn a_declared_failure_that_was_charged_is_reported() {
+    let scope = whole().declaring(Failure::Budget, ["p2"]);
     assert_eq!(
-        violations(&s, &Scope::pipeline().declaring_failures(["p9"])),
+        violations(&healthy(), &scope),
+        vec![Violation::NotFailed {
+            payment_id: "p2".into(),
+            declared: Failure::Budget,
+            status: CHARGED.into(),
+        }]
+    );
+}
+
+#[test]
+fn a_marker_declares_the_failures_of_the_payments_it_marks() {
+    let mut s = healthy();
+    s.payments.get_mut("p3").unwrap().description = "coffee [bad]".into();
+    let marked = |marker: &str| Scope::pipeline().declaring_marked(Failure::Permanent, marker);
+    assert_eq!(violations(&s, &marked("[bad]")), vec![]);
+    assert_eq!(
+        violations(&s, &marked("[other]")),
         vec![Violation::UndeclaredFailure {
             payment_id: "p3".into(),
-            reason: "injected permanent failure".into(),
+            reason: POISONED.into(),
+        }]
+    );
+    s.payments.get_mut("p1").unwrap().description = "tea [bad]".into();
+    assert_eq!(
+        violations(&s, &marked("[bad]")),
+        vec![Violation::NotFailed {
+            payment_id: "p1".into(),
+            declared: Failure::Permanent,
+            status: CHARGED.into(),
         }]
     );
 }

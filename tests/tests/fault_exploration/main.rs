@@ -428,9 +428,6 @@ async fn fault_exploration_payment_processor() {
     );
     harness
         .stack
-        .assert_invariants(
-            &Scope::through_charging().declaring_failures(Vec::<String>::new()),
-            &[],
-        )
+        .assert_invariants(&Scope::through_charging(), &[])
         .await;
 }
