@@ -18,10 +18,15 @@
 //! a receipt event on the receipts queue, and the invariant checker's verdict, no payment failed.
 //!
 //! The faults, and the simulated queue and its drain, are the library's test utilities, which its
-//! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`). The exploration
-//! of payments-publisher, on a simulated stream shard, is [`publisher`].
+//! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`); the faulty
+//! clients, which every exploration here gives its function, are [`clients`]. The exploration of
+//! payments-publisher, on a simulated stream shard, is [`publisher`]; that of
+//! payments-reconciler, run on its schedule over the state each of its duties starts from, is
+//! [`reconciler`].
 
+mod clients;
 mod publisher;
+mod reconciler;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +39,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::publish::Publisher;
 use lambda_idempotency::test_util::InMemorySqs;
-use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+use lambda_idempotency::test_util::fault::Fault;
 use lambda_idempotency::test_util::sim_queue::{self, SimQueue};
 use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_runtime::LambdaEvent;
@@ -44,6 +49,8 @@ use payments_e2e::invariants::Scope;
 use payments_e2e::stack::payments;
 use payments_model::stored::StoredPayment;
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
+
+use crate::clients::{Armed, FaultyClients};
 
 /// The faults every request is explored with: those of the library's exploration. The long
 /// outage (ten minutes) outlasts `maxReceiveCount` receives at the backoff's first delays: a
@@ -70,13 +77,6 @@ enum Order {
     Reversed,
 }
 
-/// The client a fault is armed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
-    DynamoDb,
-    Sqs,
-}
-
 /// What a case did.
 struct Case {
     /// Its payments, accepted.
@@ -87,15 +87,11 @@ struct Case {
     requests: [u32; 2],
 }
 
-/// What the cases share: the stack, the clock, the crash and each client's injector.
+/// What the cases share: the stack, the clock, and the clients with their injectors.
 struct Harness {
     stack: Stack,
     clock: Arc<ManualClock>,
-    crash: Arc<Crash>,
-    dynamodb_faults: Faults,
-    sqs_faults: Faults,
-    dynamodb: aws_sdk_dynamodb::Client,
-    sqs: aws_sdk_sqs::Client,
+    clients: FaultyClients,
     config: Config,
     /// The function's dead-letter queue and visibility changes.
     memory: InMemorySqs,
@@ -105,47 +101,15 @@ impl Harness {
     async fn new() -> Self {
         let stack = Stack::provision(&[]).await.unwrap();
         let clock = Arc::new(ManualClock::starting_now());
-        let crash = Arc::new(Crash::default());
-        let dynamodb_faults =
-            Faults::new("dynamodb", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let sqs_faults = Faults::new("sqs", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&stack.sdk)
-                .interceptor(dynamodb_faults.clone())
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-                .build(),
-        );
-        let sqs = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(&stack.sdk)
-                .interceptor(sqs_faults.clone())
-                .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-                .build(),
-        );
+        let clients = FaultyClients::new(&stack.sdk, clock.clone() as Arc<dyn Clock>);
         let config = Config::from_settings(&stack.settings("payment-processor").unwrap()).unwrap();
         Self {
             stack,
             clock,
-            crash,
-            dynamodb_faults,
-            sqs_faults,
-            dynamodb,
-            sqs,
+            clients,
             config,
             memory: InMemorySqs::new(),
         }
-    }
-
-    fn faults(&self, client: Client) -> &Faults {
-        match client {
-            Client::DynamoDb => &self.dynamodb_faults,
-            Client::Sqs => &self.sqs_faults,
-        }
-    }
-
-    fn disarm(&self) {
-        self.dynamodb_faults.disarm();
-        self.sqs_faults.disarm();
-        self.crash.reset();
     }
 
     /// payment-processor in a new execution environment: the template's settings, the faulty
@@ -163,11 +127,15 @@ impl Harness {
             .concurrency(1);
         // The receipts publisher's retries as deployed, without their waits: the test's clock
         // does not drive them.
-        let receipts = Publisher::new(self.sqs.clone(), &self.config.receipts_queue_url)
+        let receipts = Publisher::new(self.clients.sqs.clone(), &self.config.receipts_queue_url)
             .backoff(Duration::ZERO, Duration::ZERO);
-        App::new(self.dynamodb.clone(), self.sqs.clone(), self.config.clone())
-            .with_processor(processor)
-            .with_receipts_publisher(receipts)
+        App::new(
+            self.clients.dynamodb.clone(),
+            self.clients.sqs.clone(),
+            self.config.clone(),
+        )
+        .with_processor(processor)
+        .with_receipts_publisher(receipts)
     }
 
     /// [`PAYMENTS`] payments of each of `accounts` new accounts, accepted (concurrently, the
@@ -212,7 +180,7 @@ impl Harness {
     async fn case(
         &self,
         order: Order,
-        fault: Option<(Client, u32, Fault)>,
+        fault: Option<Armed>,
         accepted: Vec<PaymentRequested>,
     ) -> Case {
         let mut in_queue = accepted.clone();
@@ -228,30 +196,27 @@ impl Harness {
                 )
             })
             .collect();
-        self.disarm();
-        if let Some((client, n, fault)) = fault {
-            self.faults(client).arm(n, fault);
-        }
+        self.clients.arm(fault);
         let queue = SimQueue::grouped(
             true,
             &messages,
             &accepted[0].account_id,
             self.clock.now_ms(),
         );
-        let drained = sim_queue::drain(queue, &self.clock, &self.crash, &self.memory, |event| {
-            self.invoke(event)
-        })
+        let drained = sim_queue::drain(
+            queue,
+            &self.clock,
+            &self.clients.crash,
+            &self.memory,
+            |event| self.invoke(event),
+        )
         .await;
-        let fired = fault.is_some_and(|(client, ..)| self.faults(client).fired());
-        let log = format!(
-            "dynamodb: {}; sqs: {}",
-            self.dynamodb_faults.runs(),
-            self.sqs_faults.runs()
-        );
-        let requests = [self.dynamodb_faults.sent(), self.sqs_faults.sent()];
-        self.disarm();
+        let fired = self.clients.fired(fault);
+        let log = self.clients.log();
+        let requests = self.clients.requests();
+        self.clients.disarm();
         let mut problems = Vec::new();
-        if fault.is_some() && !fired {
+        if !fired {
             problems.push("the fault never fired".to_owned());
         }
         problems.extend(drained.problems());
@@ -319,15 +284,7 @@ async fn fault_exploration_payment_processor() {
             "{order:?}: {} DynamoDB and {} SQS requests",
             clean.requests[0], clean.requests[1]
         ));
-        let planned: Vec<(Client, u32, Fault)> = [
-            (Client::DynamoDb, clean.requests[0]),
-            (Client::Sqs, clean.requests[1]),
-        ]
-        .into_iter()
-        .flat_map(|(client, count)| {
-            (1..=count).flat_map(move |n| FAULTS.map(|fault| (client, n, fault)))
-        })
-        .collect();
+        let planned = FaultyClients::planned(clean.requests, &FAULTS);
         let accounts = harness.accepted(planned.len()).await;
         for ((client, n, fault), accepted) in planned.into_iter().zip(accounts) {
             cases += 1;
