@@ -21,12 +21,17 @@
 //! own exploration uses too (`lambda_idempotency::test_util::{fault, sim_queue}`). The exploration
 //! of payments-publisher, on a simulated stream shard, is [`publisher`]; that of receipt-sender,
 //! on a simulated receipts queue, is [`receipts`]; that of payments-api, under a client that
-//! retries as the API's docs say, with these payments charged afterwards, is [`api`].
+//! retries as the API's docs say, with these payments charged afterwards, is [`api`]; that of
+//! payments-reconciler, run on its schedule over the state each of its duties starts from, is
+//! [`reconciler`]. The faulty clients they give their functions are [`clients`]'.
 
 mod api;
+mod clients;
 mod publisher;
 mod receipts;
+mod reconciler;
 
+use clients::Client;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,13 +79,6 @@ enum Order {
     Reversed,
 }
 
-/// The client a fault is armed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
-    DynamoDb,
-    Sqs,
-}
-
 /// What a case did.
 struct Case {
     /// Its payments, accepted.
@@ -113,8 +111,8 @@ impl Harness {
         let dynamodb_faults =
             Faults::new("dynamodb", crash.clone(), clock.clone() as Arc<dyn Clock>);
         let sqs_faults = Faults::new("sqs", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let dynamodb = faulty_dynamodb(&stack, &dynamodb_faults);
-        let sqs = faulty_sqs(&stack, &sqs_faults);
+        let dynamodb = faulty_dynamodb(&stack.sdk, &dynamodb_faults);
+        let sqs = faulty_sqs(&stack.sdk, &sqs_faults);
         let config = Config::from_settings(&stack.settings("payment-processor").unwrap()).unwrap();
         Self {
             stack,
@@ -262,22 +260,22 @@ impl Harness {
     }
 }
 
-/// A DynamoDB client of `stack`'s endpoint with `faults` on its requests, without the SDK's
+/// A DynamoDB client of `sdk`'s endpoint with `faults` on its requests, without the SDK's
 /// retries: each fault reaches the function, as when the SDK's retries are used up.
-fn faulty_dynamodb(stack: &Stack, faults: &Faults) -> aws_sdk_dynamodb::Client {
+fn faulty_dynamodb(sdk: &aws_config::SdkConfig, faults: &Faults) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&stack.sdk)
+        aws_sdk_dynamodb::config::Builder::from(sdk)
             .interceptor(faults.clone())
             .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
             .build(),
     )
 }
 
-/// An SQS client of `stack`'s endpoint with `faults` on its requests, without the SDK's
+/// An SQS client of `sdk`'s endpoint with `faults` on its requests, without the SDK's
 /// retries.
-fn faulty_sqs(stack: &Stack, faults: &Faults) -> aws_sdk_sqs::Client {
+fn faulty_sqs(sdk: &aws_config::SdkConfig, faults: &Faults) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(
-        aws_sdk_sqs::config::Builder::from(&stack.sdk)
+        aws_sdk_sqs::config::Builder::from(sdk)
             .interceptor(faults.clone())
             .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
             .build(),
@@ -365,15 +363,7 @@ async fn fault_exploration_payment_processor() {
             "{order:?}: {} DynamoDB and {} SQS requests",
             clean.requests[0], clean.requests[1]
         ));
-        let planned: Vec<(Client, u32, Fault)> = [
-            (Client::DynamoDb, clean.requests[0]),
-            (Client::Sqs, clean.requests[1]),
-        ]
-        .into_iter()
-        .flat_map(|(client, count)| {
-            (1..=count).flat_map(move |n| FAULTS.map(|fault| (client, n, fault)))
-        })
-        .collect();
+        let planned = clients::FaultyClients::planned(clean.requests, &FAULTS);
         let accounts = harness.accepted(planned.len()).await;
         for ((client, n, fault), accepted) in planned.into_iter().zip(accounts) {
             cases += 1;

@@ -109,7 +109,7 @@ impl Harness {
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("sqs", crash.clone(), clock.clone() as Arc<dyn Clock>);
-        let sqs = faulty_sqs(&stack, &faults);
+        let sqs = faulty_sqs(&stack.sdk, &faults);
         let config = Config::from_settings(&stack.settings("payments-publisher").unwrap()).unwrap();
         let source =
             stack.template.functions["PaymentsPublisherFunction"].dynamodb_events[0].clone();
