@@ -1,8 +1,9 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test examples-check demo
-# bench-smoke` (`make test` under infra/ci/no-outside-reads: nothing outside the clone readable).
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`
+# (`make test` under infra/ci/no-outside-reads: nothing outside the clone readable).
 #
 #   make test              all tests against a fresh local AWS (moto) server: the workspace's,
-#                          and the library's from its package (as package-check)
+#                          the library's from its package (as package-check) and the examples'
+#                          (as examples-check)
 #   make up                the stack running locally until Ctrl-C (WATCH=1: functions as processes)
 #   make check-invariants  the pipeline's invariants checked against the stack `make up` runs
 #   make up-localstack     the same on LocalStack (needs Docker)
@@ -41,7 +42,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update link-check bench bench-streams bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-test ensure-cargo-deny template-lint examples-check examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check bench bench-streams bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-prepare package-test ensure-cargo-deny template-lint examples-check examples-prepare examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -62,7 +63,7 @@ test: ensure-nextest tools-install
 
 # Expects the AWS_* variables to point at a local endpoint (use `make test`,
 # or `eval "$$($(LOCAL_AWS) env)"` after `make local-aws-start`).
-# Two parts, on the same local AWS:
+# On the same local AWS:
 # - The workspace but the library: every target is built first, the workspace's binaries among
 #   them (the end-to-end tests run the functions' own binaries; nextest's build makes only those
 #   a package's own integration tests name), all with the tests' dependency features: `cargo
@@ -70,19 +71,32 @@ test: ensure-nextest tools-install
 #   the dev-dependencies' (the SDKs' and tokio's test utilities). nextest's build is then fresh.
 #   Then the doc tests, the library's among them (README.md and docs/*.md are its doc tests in
 #   the workspace).
-# - The library as crates.io users get it: packaged (`cargo package`, the working tree's files,
-#   committed or not) and tested outside the workspace (package-test: every test of it, its
-#   fault exploration included). Its tests run there only, not a second time in the workspace:
-#   the same code, from the files the package holds, with the dependency features of the crate
-#   alone (the workspace's members turn on more of them).
+# - Outside the workspace, as their users get them (OUTSIDE, a temporary directory): the library
+#   packaged (`cargo package`, the working tree's files, committed or not) with every test of it,
+#   its fault exploration included; and each example (what package-check and examples-check do).
+#   The library's tests run there only, not a second time in the workspace: the same code, from
+#   the files the package holds, with the dependency features of the crate alone (the
+#   workspace's members turn on more of them). What they build (their dependencies compile again,
+#   for those features) is built meanwhile, beside the workspace's tests, at the lowest priority
+#   (nice 19) and in a target directory of its own (OUTSIDE_TARGET): it takes the cores the tests
+#   leave idle while they wait on the local AWS, and never their build lock.
 # Each part runs even if the one before failed; the target fails if any did.
 test-inner: ensure-nextest
-	@rc=0; \
+	@rc=0; outside=$$(mktemp -d); trap 'rm -rf "$$outside"' EXIT; \
+	(cd $(ROOT) && $(CARGO) package --quiet -p lambda-idempotency --no-verify --allow-dirty) && \
+	$(MAKE) --no-print-directory -C $(ROOT) package-prepare examples-prepare OUTSIDE=$$outside || exit $$?; \
+	started=$$SECONDS; \
+	nice -n 19 $(MAKE) -k --no-print-directory -C $(ROOT) package-test examples-test OUTSIDE=$$outside NO_RUN=1 \
+	  >"$$outside/build.log" 2>&1 & build=$$!; \
 	$(CARGO) build $(TEST_BUILD) && \
 	$(CARGO) nextest run $(TEST_BUILD) --no-fail-fast || rc=$$?; \
 	$(CARGO) test --workspace --doc || rc=$$((rc ? rc : $$?)); \
-	(cd $(ROOT) && $(CARGO) package --quiet -p lambda-idempotency --no-verify --allow-dirty) && \
-	$(MAKE) --no-print-directory -C $(ROOT) package-test || rc=$$((rc ? rc : $$?)); \
+	if wait $$build; then \
+	  echo "the library's package and the examples: built in $$((SECONDS - started)) s, beside the workspace's tests"; \
+	  $(MAKE) -k --no-print-directory -C $(ROOT) package-test examples-test OUTSIDE=$$outside || rc=$$((rc ? rc : $$?)); \
+	else \
+	  build_rc=$$?; cat "$$outside/build.log"; rc=$$((rc ? rc : build_rc)); \
+	fi; \
 	exit $$rc
 
 ensure-nextest:
@@ -156,24 +170,39 @@ PACKAGE_PROFILE := --config 'profile.dev.debug="line-tables-only"' --config 'pro
 
 package-check: ensure-nextest
 	cd $(ROOT) && $(CARGO) package -p lambda-idempotency --no-verify $(PUBLISH_FLAGS)
-	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test
+	@set -euo pipefail; outside=$$(mktemp -d); trap 'rm -rf "$$outside"' EXIT; \
+	$(MAKE) --no-print-directory -C $(ROOT) package-prepare OUTSIDE=$$outside; \
+	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) package-test OUTSIDE=$$outside
 
-# Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`), and
-# the crate packaged in the target directory.
-# Doc tests run even if nextest failed; the target fails if either did.
-package-test: ensure-nextest
-	@set -euo pipefail; \
-	version=$$(cd $(ROOT) && $(CARGO) pkgid -p lambda-idempotency | sed 's/.*[@#]//'); \
-	crate=$(TARGET_DIR)/package/lambda-idempotency-$$version.crate; \
-	dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
-	tar -xzmf "$$crate" -C "$$dir"; \
-	cd "$$dir/lambda-idempotency-$$version"; \
+# What package-check, examples-check and `make test` build outside the workspace: in a target
+# directory of its own, so that it can build while the workspace's tests run (their build lock is
+# not its), with the workspace's dev profile (PACKAGE_PROFILE).
+OUTSIDE_TARGET = $(TARGET_DIR)/outside
+LIBRARY_VERSION = $$(cd $(ROOT) && $(CARGO) pkgid -p lambda-idempotency | sed 's/.*[@\#]//')
+
+# The crate packaged in the target directory unpacked into OUTSIDE (a directory outside the
+# workspace), its packaged Cargo.lock checked to hold only crates of the workspace's.
+package-prepare:
+	@set -euo pipefail; test -n "$(OUTSIDE)" || { echo "OUTSIDE: a directory outside the workspace" >&2; exit 2; }; \
+	version=$(LIBRARY_VERSION); \
+	tar -xzmf $(TARGET_DIR)/package/lambda-idempotency-$$version.crate -C $(OUTSIDE); \
 	python3 -c 'import sys, tomllib; \
 	  lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
-	  extra = sorted(lock("Cargo.lock") - lock(sys.argv[1])); \
-	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' $(ROOT)/Cargo.lock; \
-	echo "testing $$crate in $$PWD"; \
-	export CARGO_TARGET_DIR=$(TARGET_DIR); rc=0; \
+	  extra = sorted(lock(sys.argv[2]) - lock(sys.argv[1])); \
+	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' \
+	  $(ROOT)/Cargo.lock $(OUTSIDE)/lambda-idempotency-$$version/Cargo.lock
+
+# Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`), and
+# the crate unpacked in OUTSIDE (package-prepare). NO_RUN=1 builds the tests without running
+# them. Doc tests run even if nextest failed; the target fails if either did.
+package-test: ensure-nextest
+	@set -euo pipefail; \
+	cd $(OUTSIDE)/lambda-idempotency-$(LIBRARY_VERSION); \
+	export CARGO_TARGET_DIR=$(OUTSIDE_TARGET); rc=0; \
+	if [[ -n "$(NO_RUN)" ]]; then \
+	  exec $(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-run; \
+	fi; \
+	echo "testing the packaged lambda-idempotency in $$PWD"; \
 	$(CARGO) nextest run $(PACKAGE_PROFILE) --locked --all-features --all-targets --no-fail-fast \
 	  || rc=$$?; \
 	$(CARGO) test $(PACKAGE_PROFILE) --locked --all-features --doc || rc=$$((rc ? rc : $$?)); \
@@ -197,22 +226,33 @@ EXAMPLES := $(notdir $(patsubst %/,%,$(wildcard $(ROOT)/examples/*/)))
 EXAMPLE_FLAGS = $(PACKAGE_PROFILE) --config 'patch.crates-io.lambda-idempotency.path="$(ROOT)/shared"' --locked
 
 examples-check:
-	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) examples-test
+	@set -euo pipefail; outside=$$(mktemp -d); trap 'rm -rf "$$outside"' EXIT; \
+	$(MAKE) --no-print-directory -C $(ROOT) examples-prepare OUTSIDE=$$outside; \
+	$(LOCAL_AWS) run -- $(MAKE) --no-print-directory -C $(ROOT) examples-test OUTSIDE=$$outside
 
-# Expects the AWS_* variables of a local endpoint (use `make examples-check`).
-examples-test:
-	@set -euo pipefail; \
-	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	export CARGO_TARGET_DIR=$(TARGET_DIR); \
+# Each example copied into OUTSIDE (a directory outside the workspace), its Cargo.lock checked to
+# hold only crates of the workspace's (make examples-lock writes them from it).
+examples-prepare:
+	@set -euo pipefail; test -n "$(OUTSIDE)" || { echo "OUTSIDE: a directory outside the workspace" >&2; exit 2; }; \
 	for example in $(EXAMPLES); do \
 	  python3 -c 'import sys, tomllib; \
 	    lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
 	    extra = sorted(lock(sys.argv[1]) - lock(sys.argv[2])); \
 	    sys.exit("%s: not in the workspace'"'"'s Cargo.lock: %s (make examples-lock)" % (sys.argv[1], extra) if extra else 0)' \
 	    $(ROOT)/examples/$$example/Cargo.lock $(ROOT)/Cargo.lock; \
-	  cp -R $(ROOT)/examples/$$example "$$tmp/"; rm -rf "$$tmp/$$example/target"; \
-	  echo "== $$example, in $$tmp/$$example"; \
-	  (cd "$$tmp/$$example" && $(CARGO) fmt --check && $(CARGO) test $(EXAMPLE_FLAGS)); \
+	  cp -R $(ROOT)/examples/$$example $(OUTSIDE)/; rm -rf $(OUTSIDE)/$$example/target; \
+	done
+
+# Expects the AWS_* variables of a local endpoint (use `make examples-check`) and the examples in
+# OUTSIDE (examples-prepare). NO_RUN=1 builds their tests without running them.
+examples-test:
+	@set -euo pipefail; export CARGO_TARGET_DIR=$(OUTSIDE_TARGET); \
+	for example in $(EXAMPLES); do \
+	  cd $(OUTSIDE)/$$example; \
+	  if [[ -n "$(NO_RUN)" ]]; then $(CARGO) test $(EXAMPLE_FLAGS) --no-run; continue; fi; \
+	  echo "== $$example, in $$PWD"; \
+	  $(CARGO) fmt --check; \
+	  $(CARGO) test $(EXAMPLE_FLAGS); \
 	done
 
 # Clippy with warnings denied on each example, where it is (examples/.cargo/config.toml patches

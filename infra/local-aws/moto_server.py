@@ -43,15 +43,26 @@
   putting new records into the closed parent (it chose among all shards, closed ones first), and
   returned a NextShardIterator for a closed shard forever, so a reader never finished it.
 
+And two changes of cost alone, for the suites that load one server with many stacks at once:
+
+- SQS: a long poll that finds nothing waits until something could change its answer (a send, a
+  visibility change, a delete, a receive that took or moved messages, or the moment a message of
+  the queue becomes visible or its delay ends), at most 250 ms, instead of receiving again every
+  20 ms. Idle pollers held most of a core.
+- Each request's service was looked up by listing moto's package directory and matching hundreds
+  of patterns; the answer for a host is kept. Requests are not logged one by one.
+
 Same arguments as `moto_server` (-H HOST -p PORT ...).
 """
 
 import copy
 import functools
 import json
+import logging
 import threading
 import time
 
+import moto.backends as moto_backends
 import moto.server as server
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -72,6 +83,11 @@ from moto.sqs.models import Message, Queue, SQSBackend
 
 _dynamodb_lock = threading.Lock()
 _sqs_lock = threading.RLock()
+# Notified, under _sqs_lock, whenever a queue's messages change in a way that can make a waiting
+# long poll's answer non-empty.
+_sqs_changed = threading.Condition(_sqs_lock)
+# The longest a long poll sleeps before it looks again, whatever it expects.
+_LONG_POLL_NAP = 0.25
 
 
 class _SerializedDynamoDB(server.DomainDispatcherApplication):
@@ -87,7 +103,10 @@ def _locked(method):
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         with _sqs_lock:
-            return method(*args, **kwargs)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _sqs_changed.notify_all()
 
     return wrapper
 
@@ -116,23 +135,39 @@ Message.delayed = property(_delayed)
 @functools.wraps(_receive_once)
 def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
     deadline = time.monotonic() + (wait_seconds_timeout or 0)
-    while True:
-        with _sqs_lock:
-            _clock.millis = unix_time_millis()
+    with _sqs_lock:
+        while True:
+            now = _clock.millis = unix_time_millis()
             try:
                 queue = self.get_queue(queue_name)
-                # In flight, as SQS means it: received, and not visible again yet.
+                # In flight, as SQS means it: received, and not visible again yet. And the first
+                # moment a message of the queue becomes visible or ends its delay.
+                wake = None
                 for message in queue._messages:
-                    if message.approximate_receive_count > 0 and not message.visible:
-                        queue.pending_messages.add(message)
-                    else:
+                    if message.visible:
                         queue.pending_messages.discard(message)
+                    else:
+                        if message.approximate_receive_count > 0:
+                            queue.pending_messages.add(message)
+                        else:
+                            queue.pending_messages.discard(message)
+                        wake = message.visible_at if wake is None else min(wake, message.visible_at)
+                    if message.delayed:
+                        wake = message.delayed_until if wake is None else min(wake, message.delayed_until)
+                depth = len(queue._messages)
                 result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
             finally:
                 _clock.millis = None
-        if result or time.monotonic() >= deadline:
-            return result
-        time.sleep(0.02)
+            if result or len(queue._messages) != depth:
+                # Messages taken, or moved to the dead-letter queue: other polls may now find some.
+                _sqs_changed.notify_all()
+            left = deadline - time.monotonic()
+            if result or left <= 0:
+                return result
+            nap = min(left, _LONG_POLL_NAP)
+            if wake is not None:
+                nap = min(nap, max(0.0, (wake - now) / 1000) + 0.001)
+            _sqs_changed.wait(nap)
 
 
 SQSBackend.receive_message = _receive_message
@@ -220,6 +255,26 @@ for _name in (
     setattr(SQSBackend, _name, _locked(getattr(SQSBackend, _name)))
 
 server.DomainDispatcherApplication = _SerializedDynamoDB
+
+# The service of a host: moto lists its package directory (and stats each entry) and matches its
+# URL patterns again for every request. The answer for a host never changes while it runs.
+_moto_modules = frozenset(moto_backends.list_of_moto_modules())
+moto_backends.list_of_moto_modules = lambda: _moto_modules
+_backend_for_host_once = server.DomainDispatcherApplication.get_backend_for_host
+_backends_by_host = {}
+
+
+def _backend_for_host(self, host):
+    try:
+        return _backends_by_host[host]
+    except KeyError:
+        backend = _backends_by_host[host] = _backend_for_host_once(self, host)
+        return backend
+
+
+_SerializedDynamoDB.get_backend_for_host = _backend_for_host
+# One line per request in the log costs a tenth of the server's time under load.
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 MAX_ITEM_BYTES = 400 * 1024
 

@@ -16,6 +16,7 @@ pub mod http;
 pub mod invariants;
 pub mod logs;
 pub mod outside;
+pub mod own_server;
 pub mod pipeline;
 pub mod processes;
 pub mod report;
@@ -24,6 +25,7 @@ pub mod stack;
 pub mod up;
 pub mod workload;
 
+pub use own_server::OwnServer;
 pub use pipeline::{Functions, Options, Pipeline};
 pub use report::{Report, run};
 pub use stack::Stack;

@@ -48,7 +48,16 @@ impl Stack {
         naming: Naming,
         parameters: &[(&str, &str)],
     ) -> Result<Self, BoxError> {
-        let sdk = local_aws::local_sdk_config().await?;
+        Self::provision_on(local_aws::local_sdk_config().await?, naming, parameters).await
+    }
+
+    /// [`provision_named`](Self::provision_named) on the endpoint of `sdk` (a test's
+    /// [`OwnServer`](crate::OwnServer), say).
+    pub async fn provision_on(
+        sdk: aws_config::SdkConfig,
+        naming: Naming,
+        parameters: &[(&str, &str)],
+    ) -> Result<Self, BoxError> {
         let clients = Clients::new(&sdk);
         let mut options = TemplateOptions::default()
             .naming(naming)

@@ -24,6 +24,8 @@
 //! retries as the API's docs say, with these payments charged afterwards, is [`api`]; that of
 //! payments-reconciler, run on its schedule over the state each of its duties starts from, is
 //! [`reconciler`]. The faulty clients they give their functions are [`clients`]'.
+//!
+//! Each exploration runs on a local AWS of its own ([`own_stack`]), not on the suite's.
 
 mod api;
 mod clients;
@@ -47,10 +49,11 @@ use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
 use lambda_idempotency::test_util::sim_queue::{self, SimQueue};
 use lambda_idempotency::time::{Clock, ManualClock};
 use lambda_runtime::LambdaEvent;
+use local_aws::template::Naming;
 use payment_processor::{App, Config};
-use payments_e2e::Stack;
 use payments_e2e::invariants::Scope;
 use payments_e2e::stack;
+use payments_e2e::{OwnServer, Stack};
 use payments_model::stored::StoredPayment;
 use payments_model::{PaymentCharged, PaymentRequested, PaymentStatus};
 
@@ -105,7 +108,7 @@ struct Harness {
 
 impl Harness {
     async fn new() -> Self {
-        let stack = Stack::provision(&[]).await.unwrap();
+        let stack = own_stack().await;
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let dynamodb_faults =
@@ -318,6 +321,19 @@ fn summarize(clean: &str, cases: usize, started: Instant, failures: &[String]) {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The template provisioned on this test process's own local AWS ([`OwnServer`], started by the
+/// first call): thousands of requests, none of them waiting for or holding up the rest of the
+/// suite's, which the suite's server applies one DynamoDB request at a time.
+async fn own_stack() -> Stack {
+    static SERVER: tokio::sync::OnceCell<OwnServer> = tokio::sync::OnceCell::const_new();
+    let server = SERVER
+        .get_or_init(|| async { OwnServer::start().await.unwrap() })
+        .await;
+    Stack::provision_on(server.sdk_config().await, Naming::unique("e2e"), &[])
+        .await
+        .unwrap()
 }
 
 /// `payments` payments of each of `accounts` new accounts, accepted as payments-api accepts them

@@ -71,7 +71,7 @@ struct Harness {
 
 impl Harness {
     async fn new() -> Self {
-        let stack = Stack::provision(&[]).await.unwrap();
+        let stack = super::own_stack().await;
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("dynamodb", crash.clone(), clock.clone() as Arc<dyn Clock>);

@@ -116,7 +116,7 @@ struct Harness {
 
 impl Harness {
     async fn new() -> Self {
-        let stack = Stack::provision(&[]).await.unwrap();
+        let stack = super::own_stack().await;
         let clock = Arc::new(ManualClock::starting_now());
         let clients = FaultyClients::new(&stack.sdk, clock.clone() as Arc<dyn Clock>);
         let config = stack.reconciler(&[]).unwrap().config().clone();
