@@ -1,5 +1,6 @@
-# Developer / CI entry points. CI runs `.ci/run`, which runs `make lint test demo bench-smoke`
-# (`make test` under infra/ci/no-outside-reads: nothing outside the clone readable).
+# Developer / CI entry points. CI runs `.ci/run`, which runs `make test`, then `make demo`,
+# `make bench-smoke` and `make lint` side by side (`make test` under infra/ci/no-outside-reads:
+# nothing outside the clone readable).
 #
 #   make test              all tests against a fresh local AWS (moto) server: the workspace's,
 #                          the library's from its package (as package-check) and the examples'

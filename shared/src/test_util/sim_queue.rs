@@ -303,6 +303,35 @@ impl Drained {
         }
         problems
     }
+
+    /// A fault exploration's case, whole: that its fault never fired (`unfired_fault`: one was
+    /// armed and did not fire), [`problems`](Self::problems), then `more` (the case's own checks).
+    /// When there is any, they are headed by the invocations, the crashes, the receive counts and
+    /// `requests` (the requests the case made, as [`Faults::runs`](super::fault::Faults::runs)
+    /// lists them), so that a failed case reads on its own.
+    pub fn case_problems(
+        &self,
+        unfired_fault: bool,
+        requests: &str,
+        more: impl IntoIterator<Item = String>,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        if unfired_fault {
+            problems.push("the fault never fired".to_owned());
+        }
+        problems.extend(self.problems());
+        problems.extend(more);
+        if !problems.is_empty() {
+            problems.insert(
+                0,
+                format!(
+                    "{} invocations, {} crashes, receive counts {}; requests {requests}",
+                    self.invocations, self.crashes, self.queue
+                ),
+            );
+        }
+        problems
+    }
 }
 
 /// Lambda's event source over `queue`: invokes `function` with each batch (its deadline

@@ -170,25 +170,12 @@ async fn case<M: Explored>(
     let fired = env.faults.fired();
     env.faults.disarm();
     env.crash.reset();
-    let mut problems = Vec::new();
-    if fault.is_some() && !fired {
-        problems.push(format!("the fault never fired (requests: {log})"));
-    }
-    problems.extend(drained.problems());
+    let mut checks = Vec::new();
     for (_, body) in &messages {
         let id: serde_json::Value = serde_json::from_str(body).unwrap();
-        problems.extend(mode.check(id["id"].as_str().unwrap()).await);
+        checks.extend(mode.check(id["id"].as_str().unwrap()).await);
     }
-    if !problems.is_empty() {
-        problems.insert(
-            0,
-            format!(
-                "{} invocations, {} crashes, receive counts {}; requests {log}",
-                drained.invocations, drained.crashes, drained.queue
-            ),
-        );
-    }
-    problems
+    drained.case_problems(fault.is_some() && !fired, &log, checks)
 }
 
 /// Explores `mode` on both queues, over every request of a clean run and every fault; prints

@@ -231,7 +231,7 @@ impl Harness {
         );
         let requests = [self.dynamodb_faults.sent(), self.sqs_faults.sent()];
         self.disarm();
-        let problems = problems(fault.is_some(), fired, &drained, &log);
+        let problems = drained.case_problems(fault.is_some() && !fired, &log, []);
         Case {
             payments: accepted,
             problems,
@@ -283,27 +283,6 @@ fn faulty_sqs(sdk: &aws_config::SdkConfig, faults: &Faults) -> aws_sdk_sqs::Clie
             .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
             .build(),
     )
-}
-
-/// What went wrong in a case whose queue `drained` as it did: a fault armed that never fired,
-/// and the drain's problems; when anything did, headed by the invocations, the crashes, the
-/// receive counts and the requests made (`log`).
-fn problems(armed: bool, fired: bool, drained: &sim_queue::Drained, log: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    if armed && !fired {
-        problems.push("the fault never fired".to_owned());
-    }
-    problems.extend(drained.problems());
-    if !problems.is_empty() {
-        problems.insert(
-            0,
-            format!(
-                "{} invocations, {} crashes, receive counts {}; requests {log}",
-                drained.invocations, drained.crashes, drained.queue
-            ),
-        );
-    }
-    problems
 }
 
 /// Prints an exploration's summary line (`clean`: the function and the requests of its clean

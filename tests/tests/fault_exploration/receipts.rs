@@ -42,7 +42,7 @@ use payments_e2e::sqs_records::fifo_record;
 use payments_model::PaymentRequested;
 use receipt_sender::{App, Config};
 
-use crate::{FAULTS, faulty_dynamodb, problems, summarize};
+use crate::{FAULTS, faulty_dynamodb, summarize};
 
 /// Payments per case, of one account.
 const PAYMENTS: usize = 3;
@@ -201,7 +201,10 @@ impl Harness {
         let requests = self.faults.sent();
         self.faults.disarm();
         self.crash.reset();
-        (problems(fault.is_some(), fired, &drained, &log), requests)
+        (
+            drained.case_problems(fault.is_some() && !fired, &log, []),
+            requests,
+        )
     }
 
     async fn invoke(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, String> {
