@@ -43,7 +43,7 @@ TEMPLATE  := $(ROOT)/template.yaml
 LAMBDA_RUST_TARGET ?= aarch64-unknown-linux-gnu
 CARGO     ?= cargo
 
-.PHONY: api-check api-update link-check bench bench-streams bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-prepare package-test ensure-cargo-deny template-lint examples-check examples-prepare examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
+.PHONY: api-check api-update link-check lint-code bench bench-streams bench-smoke demo up check-invariants up-localstack up-ministack test test-inner ensure-nextest lint publish-check package-check package-prepare package-test ensure-cargo-deny template-lint examples-check examples-prepare examples-test examples-lint examples-lock tools-install sam-build ensure-lambda-target \
         local-aws-install local-aws-start local-aws-stop local-aws-reset local-aws-env
 
 # --- tests -------------------------------------------------------------------
@@ -54,9 +54,9 @@ TEST_BUILD := --workspace --exclude lambda-idempotency --all-targets
 
 # Starts moto on a free port, exports AWS_ENDPOINT_URL & co., runs test-inner,
 # and always stops the server (even on failure or Ctrl-C). The workspace is built while the
-# local AWS's virtualenv installs (the first time), not after it.
-test: ensure-nextest tools-install
-	@rc=0; $(LOCAL_AWS) install & install=$$!; \
+# pinned tools' and the local AWS's virtualenvs install (the first time), not after them.
+test: ensure-nextest
+	@rc=0; ($(TOOLS) install && $(LOCAL_AWS) install) & install=$$!; \
 	(cd $(ROOT) && $(CARGO) build $(TEST_BUILD)) || rc=$$?; \
 	wait $$install || rc=$$((rc ? rc : $$?)); \
 	((rc == 0)) || exit $$rc; \
@@ -105,7 +105,10 @@ ensure-nextest:
 
 # --- lint --------------------------------------------------------------------
 
-lint: template-lint api-check link-check
+lint: template-lint lint-code
+
+# lint but the templates' (Python, on one core: CI runs the two side by side).
+lint-code: api-check link-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
