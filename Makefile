@@ -182,6 +182,13 @@ package-check: ensure-nextest
 # directory of its own, so that it can build while the workspace's tests run (their build lock is
 # not its), with the workspace's dev profile (PACKAGE_PROFILE).
 OUTSIDE_TARGET = $(TARGET_DIR)/outside
+# `$(LOCK_IN_WORKSPACE) LOCK [HINT]` fails naming the registry crates of the Cargo.lock LOCK that
+# the workspace's Cargo.lock does not hold (and HINT, how to mend it).
+LOCK_IN_WORKSPACE = python3 -c 'import sys, tomllib; \
+  lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
+  extra = sorted(lock(sys.argv[2]) - lock(sys.argv[1])); \
+  sys.exit("%s: not in the workspace'"'"'s Cargo.lock: %s %s" % (sys.argv[2], extra, " ".join(sys.argv[3:])) if extra else 0)' \
+  $(ROOT)/Cargo.lock
 LIBRARY_VERSION = $$(cd $(ROOT) && $(CARGO) pkgid -p lambda-idempotency | sed 's/.*[@\#]//')
 
 # The crate packaged in the target directory unpacked into OUTSIDE (a directory outside the
@@ -190,11 +197,7 @@ package-prepare:
 	@set -euo pipefail; test -n "$(OUTSIDE)" || { echo "OUTSIDE: a directory outside the workspace" >&2; exit 2; }; \
 	version=$(LIBRARY_VERSION); \
 	tar -xzmf $(TARGET_DIR)/package/lambda-idempotency-$$version.crate -C $(OUTSIDE); \
-	python3 -c 'import sys, tomllib; \
-	  lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
-	  extra = sorted(lock(sys.argv[2]) - lock(sys.argv[1])); \
-	  sys.exit("not in the workspace'"'"'s Cargo.lock: %s" % extra if extra else 0)' \
-	  $(ROOT)/Cargo.lock $(OUTSIDE)/lambda-idempotency-$$version/Cargo.lock
+	$(LOCK_IN_WORKSPACE) $(OUTSIDE)/lambda-idempotency-$$version/Cargo.lock
 
 # Expects the AWS_* variables and REDIS_URL of a local endpoint (use `make package-check`), and
 # the crate unpacked in OUTSIDE (package-prepare). NO_RUN=1 builds the tests without running
@@ -239,11 +242,7 @@ examples-check:
 examples-prepare:
 	@set -euo pipefail; test -n "$(OUTSIDE)" || { echo "OUTSIDE: a directory outside the workspace" >&2; exit 2; }; \
 	for example in $(EXAMPLES); do \
-	  python3 -c 'import sys, tomllib; \
-	    lock = lambda path: {(p["name"], p["version"]) for p in tomllib.load(open(path, "rb"))["package"] if "source" in p}; \
-	    extra = sorted(lock(sys.argv[1]) - lock(sys.argv[2])); \
-	    sys.exit("%s: not in the workspace'"'"'s Cargo.lock: %s (make examples-lock)" % (sys.argv[1], extra) if extra else 0)' \
-	    $(ROOT)/examples/$$example/Cargo.lock $(ROOT)/Cargo.lock; \
+	  $(LOCK_IN_WORKSPACE) $(ROOT)/examples/$$example/Cargo.lock '(make examples-lock)'; \
 	  cp -R $(ROOT)/examples/$$example $(OUTSIDE)/; rm -rf $(OUTSIDE)/$$example/target; \
 	done
 

@@ -62,7 +62,6 @@ import logging
 import threading
 import time
 
-import moto.backends as moto_backends
 import moto.server as server
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -142,18 +141,18 @@ def _receive_message(self, queue_name, count, wait_seconds_timeout, visibility_t
                 queue = self.get_queue(queue_name)
                 # In flight, as SQS means it: received, and not visible again yet. And the first
                 # moment a message of the queue becomes visible or ends its delay.
-                wake = None
+                wakes = []
                 for message in queue._messages:
-                    if message.visible:
-                        queue.pending_messages.discard(message)
+                    visible = message.visible
+                    if message.approximate_receive_count > 0 and not visible:
+                        queue.pending_messages.add(message)
                     else:
-                        if message.approximate_receive_count > 0:
-                            queue.pending_messages.add(message)
-                        else:
-                            queue.pending_messages.discard(message)
-                        wake = message.visible_at if wake is None else min(wake, message.visible_at)
+                        queue.pending_messages.discard(message)
+                    if not visible:
+                        wakes.append(message.visible_at)
                     if message.delayed:
-                        wake = message.delayed_until if wake is None else min(wake, message.delayed_until)
+                        wakes.append(message.delayed_until)
+                wake = min(wakes, default=None)
                 depth = len(queue._messages)
                 result = _receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
             finally:
@@ -258,8 +257,6 @@ server.DomainDispatcherApplication = _SerializedDynamoDB
 
 # The service of a host: moto lists its package directory (and stats each entry) and matches its
 # URL patterns again for every request. The answer for a host never changes while it runs.
-_moto_modules = frozenset(moto_backends.list_of_moto_modules())
-moto_backends.list_of_moto_modules = lambda: _moto_modules
 _backend_for_host_once = server.DomainDispatcherApplication.get_backend_for_host
 _backends_by_host = {}
 
