@@ -14,16 +14,21 @@
 //! A failure that is not an attempt of the handler's own (the store or a follow-up service
 //! unreachable, a follow-up failed after the effect committed) is not the message's fault, and
 //! is never counted against its budget. SQS still counts its receives against the queue's
-//! `maxReceiveCount`, so its delay doubles with each receive, past `max` up to SQS's 12-hour limit
+//! `maxReceiveCount`, so its delay doubles with each receive, past `max` up to 11 hours
 //! ([`visibility_not_counted`](VisibilityBackoff::visibility_not_counted)): an outage of minutes
-//! costs a few receives, and one of days about two a day, never the dead-letter queue within a
-//! queue's retention when `maxReceiveCount` is at least 41 (14 days).
+//! costs a few receives, and one of days about two a day; with a `maxReceiveCount` of 41, only
+//! an outage of over 12 days could reach the dead-letter queue.
 //! A record in progress in another invocation comes back when that invocation's lease ends (up
-//! to SQS's 12-hour limit), and a FIFO record that did not run because an earlier one of its group
+//! to 11 hours away), and a FIFO record that did not run because an earlier one of its group
 //! failed comes back with that one.
 //!
+//! SQS refuses a visibility that would end more than 12 hours after the message's receive
+//! (`InvalidParameterValue`), and a change comes after the receive: after Lambda's batching
+//! window (up to 5 minutes) and within the invocation (up to 15). So the backoff sets at most 11
+//! hours, and an entry SQS refuses as too long anyway is tried once more at half its timeout.
+//!
 //! Each call is bounded by a timeout and by the time the processor has left; an entry SQS
-//! reports failed is retried once, then logged. Records whose visibility did not change come back
+//! reports failed through no fault of the sender is retried once, then logged. Records whose visibility did not change come back
 //! after the queue's visibility timeout. The function needs `sqs:ChangeMessageVisibility` and
 //! `sqs:GetQueueUrl` on the queue.
 
@@ -38,8 +43,10 @@ use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 use crate::error::RecordError;
 use crate::time::{Clock, Deadline};
 
-/// Longest visibility timeout SQS accepts: 12 hours.
-pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
+/// The longest visibility timeout the backoff sets: 11 hours. SQS refuses one that would end more
+/// than 12 hours after the message's receive, and the change comes up to 20 minutes after it
+/// (Lambda's batching window and the invocation): an hour is left for that.
+pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(11 * 60 * 60);
 
 /// Sets failed records' visibility so that retries space out; see the module docs.
 ///
@@ -114,7 +121,7 @@ impl VisibilityBackoff {
         self
     }
 
-    /// The longest delay (at most 12 hours).
+    /// The longest delay (at most 11 hours: see the module docs).
     pub fn max(mut self, max: Duration) -> Self {
         self.max = max.min(MAX_VISIBILITY);
         self
@@ -143,7 +150,7 @@ impl VisibilityBackoff {
 
     /// The delay after a failure that is not an attempt of the handler's own (see
     /// [`visibility_not_counted`](Self::visibility_not_counted)), for a message received
-    /// `receives` times, without jitter: `min(base * 2^(receives - 1), 12 h)`.
+    /// `receives` times, without jitter: `min(base * 2^(receives - 1), 11 h)`.
     ///
     /// ```
     /// # use lambda_idempotency::backoff::VisibilityBackoff;
@@ -151,9 +158,9 @@ impl VisibilityBackoff {
     /// # let client = aws_sdk_sqs::Client::from_conf(aws_sdk_sqs::Config::builder().behavior_version_latest().build());
     /// let backoff = VisibilityBackoff::new(client).max(Duration::from_secs(60));
     /// assert_eq!(backoff.delay_not_counted(3).as_secs(), 8);
-    /// // Past the backoff's max, up to SQS's 12-hour limit.
+    /// // Past the backoff's max, up to 11 hours (SQS's 12-hour limit, less an hour).
     /// assert_eq!(backoff.delay_not_counted(8).as_secs(), 256);
-    /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 12 * 60 * 60);
+    /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 11 * 60 * 60);
     /// ```
     pub fn delay_not_counted(&self, receives: u32) -> Duration {
         self.doubled(receives, MAX_VISIBILITY)
@@ -167,7 +174,7 @@ impl VisibilityBackoff {
 
     /// The visibility timeout (whole seconds) for a record that failed with `error` on its
     /// `attempt`-th attempt, at `now_ms`: the end of the lease of an invocation that holds its key
-    /// (at most 12 hours away), otherwise the backoff's delay plus jitter (from 0 to a quarter of
+    /// (at most 11 hours away), otherwise the backoff's delay plus jitter (from 0 to a quarter of
     /// the delay, rounded up, so that even a 1 s delay gets some).
     pub fn visibility(&self, error: &RecordError, attempt: u32, now_ms: i64) -> i32 {
         self.visibility_after(error, self.delay(attempt), now_ms)
@@ -179,11 +186,11 @@ impl VisibilityBackoff {
     /// [`visibility`](Self::visibility), with [`delay_not_counted`](Self::delay_not_counted).
     ///
     /// SQS's `maxReceiveCount` counts every receive, and such a failure is not the message's
-    /// fault: its delay grows with the receives, past the backoff's `max` up to SQS's 12-hour
-    /// limit, so that however long an outage lasts, the receive count grows by about two a day
-    /// once the delay reaches 12 hours (from 2 s: after 16 receives and about 18 hours). A message
-    /// held behind it in its FIFO group comes back with it, so the group's receives grow as
-    /// slowly.
+    /// fault: its delay grows with the receives, past the backoff's `max` up to 11 hours, so that
+    /// however long an outage lasts, the receive count grows by about two a day once the delay
+    /// reaches 11 hours (from 2 s: after 16 receives and about 18 hours; the 41st receive comes
+    /// after about 12 days). A message held behind it in its FIFO group comes back with it, so the
+    /// group's receives grow as slowly.
     pub fn visibility_not_counted(&self, error: &RecordError, receives: u32, now_ms: i64) -> i32 {
         self.visibility_after(error, self.delay_not_counted(receives), now_ms)
     }
@@ -284,18 +291,22 @@ impl VisibilityBackoff {
                 match tokio::time::timeout(bound(until), call).await {
                     Ok(Ok(output)) => {
                         changed += output.successful().len();
-                        let failed: Vec<_> = output.failed().iter().collect();
-                        for f in &failed {
-                            tracing::warn!(
-                                entry = f.id(),
-                                code = f.code(),
-                                retry = round == 0 && !f.sender_fault(),
-                                "visibility not changed"
-                            );
-                        }
-                        pending.retain(|e| {
-                            failed.iter().any(|f| f.id() == e.id() && !f.sender_fault())
-                        });
+                        let failed = output.failed();
+                        pending = pending
+                            .into_iter()
+                            .filter_map(|entry| {
+                                let f = failed.iter().find(|f| f.id() == entry.id())?;
+                                let retry = retried_entry(entry, f);
+                                tracing::warn!(
+                                    entry = f.id(),
+                                    code = f.code(),
+                                    message = f.message(),
+                                    retry = round == 0 && retry.is_some(),
+                                    "visibility not changed"
+                                );
+                                retry
+                            })
+                            .collect();
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %DisplayErrorContext(&e), "ChangeMessageVisibilityBatch failed");
@@ -387,6 +398,28 @@ fn record_in_memory(
         changed += 1;
     }
     changed
+}
+
+/// What to send again for an `entry` SQS refused with `failure`: the same entry when the refusal
+/// was not the sender's fault; at half its timeout when SQS found the timeout too long (it would
+/// end more than 12 hours after the receive); nothing otherwise.
+fn retried_entry(
+    entry: ChangeMessageVisibilityBatchRequestEntry,
+    failure: &aws_sdk_sqs::types::BatchResultErrorEntry,
+) -> Option<ChangeMessageVisibilityBatchRequestEntry> {
+    if !failure.sender_fault() {
+        return Some(entry);
+    }
+    let secs = entry.visibility_timeout().unwrap_or(0);
+    if failure.code() != "InvalidParameterValue" || secs < 2 {
+        return None;
+    }
+    ChangeMessageVisibilityBatchRequestEntry::builder()
+        .id(entry.id())
+        .receipt_handle(entry.receipt_handle())
+        .visibility_timeout(secs / 2)
+        .build()
+        .ok()
 }
 
 /// A random number for the jitter.

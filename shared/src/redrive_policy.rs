@@ -17,10 +17,11 @@
 //! A failure that is not an attempt of the handler's own (the store or a follow-up service
 //! unreachable: an outage) is not in that bound, because it has no end the consumer can count.
 //! The [visibility backoff](crate::backoff) delays such a record, and the records held behind it,
-//! by its receive count instead, doubling up to SQS's 12-hour limit: with the default 2 s base, a
-//! message first received when an outage starts is received 41 times only after about 14 days,
-//! SQS's longest retention. So an outage never moves a message to the dead-letter queue while
-//! the backoff is on (`BACKOFF_BASE_SECONDS` not `0`).
+//! by its receive count instead, doubling up to 11 hours (SQS refuses a visibility ending more
+//! than 12 hours after the receive): with the default 2 s base, a message first received when an
+//! outage starts is received 41 times only after about 12 days. So an outage of less than 12 days
+//! never moves a message to the dead-letter queue while the backoff is on
+//! (`BACKOFF_BASE_SECONDS` not `0`).
 //!
 //! [`check_queue`] (and [`warn_if_unsafe`], which logs what it finds) does the same and two more
 //! checks, with one `GetQueueAttributes` of the queue (`RedrivePolicy`, `MessageRetentionPeriod`,

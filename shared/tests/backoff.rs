@@ -36,12 +36,26 @@ fn record(id: &str, body: &str, receives: u32, group: Option<&str>) -> SqsMessag
 type Calls = Arc<Mutex<Vec<Vec<(String, String, i32)>>>>;
 
 fn mocked_sqs(calls: &Calls) -> aws_sdk_sqs::Client {
-    mocked_sqs_answering(calls, true)
+    mocked_sqs_answering(calls, |_| None)
 }
 
-/// An SQS client that logs every visibility change; each entry succeeds when `succeed`, else
-/// fails through no fault of the sender.
-fn mocked_sqs_answering(calls: &Calls, succeed: bool) -> aws_sdk_sqs::Client {
+/// What SQS answers an entry asking for a visibility of so many seconds: `None` for a change
+/// made, or its failure's code and whether the sender is at fault.
+type Answer = fn(i32) -> Option<(&'static str, bool)>;
+
+/// Every entry fails through no fault of the sender.
+fn internal_error(_: i32) -> Option<(&'static str, bool)> {
+    Some(("InternalError", false))
+}
+
+/// SQS's 12-hour rule for a message received two hours ago: a visibility ending more than 12
+/// hours after the receive is refused.
+fn received_two_hours_ago(secs: i32) -> Option<(&'static str, bool)> {
+    (secs + 2 * 3_600 > 12 * 3_600).then_some(("InvalidParameterValue", true))
+}
+
+/// An SQS client that logs every visibility change and answers each entry as `answer` says.
+fn mocked_sqs_answering(calls: &Calls, answer: Answer) -> aws_sdk_sqs::Client {
     let log = calls.clone();
     let url = mock!(aws_sdk_sqs::Client::get_queue_url)
         .match_requests(|r| r.queue_name() == Some("q") || r.queue_name() == Some("q.fifo"))
@@ -64,26 +78,25 @@ fn mocked_sqs_answering(calls: &Calls, succeed: bool) -> aws_sdk_sqs::Client {
                 })
                 .collect();
             log.lock().unwrap().push(entries.clone());
-            let ids = entries.iter().map(|(id, _, _)| id);
-            let (ok, failed): (Vec<_>, Vec<_>) = if succeed {
-                let ok = ids.map(|id| {
-                    ChangeMessageVisibilityBatchResultEntry::builder()
-                        .id(id)
-                        .build()
-                        .unwrap()
-                });
-                (ok.collect(), vec![])
-            } else {
-                let failed = ids.map(|id| {
-                    aws_sdk_sqs::types::BatchResultErrorEntry::builder()
-                        .id(id)
-                        .code("InternalError")
-                        .sender_fault(false)
-                        .build()
-                        .unwrap()
-                });
-                (vec![], failed.collect())
-            };
+            let (mut ok, mut failed) = (vec![], vec![]);
+            for (id, _, secs) in &entries {
+                match answer(*secs) {
+                    None => ok.push(
+                        ChangeMessageVisibilityBatchResultEntry::builder()
+                            .id(id)
+                            .build()
+                            .unwrap(),
+                    ),
+                    Some((code, sender_fault)) => failed.push(
+                        aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                            .id(id)
+                            .code(code)
+                            .sender_fault(sender_fault)
+                            .build()
+                            .unwrap(),
+                    ),
+                }
+            }
             ChangeMessageVisibilityBatchOutput::builder()
                 .set_successful(Some(ok))
                 .set_failed(Some(failed))
@@ -233,7 +246,7 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
     let now = Deadline::from(SystemTime::now()).epoch_ms();
     for (lease_ms, expected) in [
         (7_200_000, 7_199..=7_200),
-        (20 * 3_600_000, 43_200..=43_200),
+        (20 * 3_600_000, 39_600..=39_600),
     ] {
         calls.lock().unwrap().clear();
         let handler = Handler {
@@ -248,7 +261,7 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
         assert!(
             expected.contains(&secs),
             "lease {lease_ms} ms away: visibility {secs} s, never the backoff's 60 s maximum, \
-             at most SQS's 12 hours"
+             at most 11 hours (SQS's 12, less an hour for the time since the receive)"
         );
     }
 }
@@ -257,7 +270,7 @@ async fn in_progress_records_come_back_at_the_lease_end_beyond_the_backoff_maxim
 async fn a_failed_visibility_entry_is_retried_once() {
     let calls = Calls::default();
     // Every entry fails on each call (not the sender's fault): the entry is sent twice, no more.
-    let sqs = mocked_sqs_answering(&calls, false);
+    let sqs = mocked_sqs_answering(&calls, internal_error);
     let processor = BatchProcessor::new().with_backoff(VisibilityBackoff::new(sqs));
     let handler = message(|_, _| async { Err::<(), _>("refused") });
     let report = processor
@@ -280,4 +293,30 @@ async fn disabled_backoff_makes_no_call() {
         .unwrap();
     assert_eq!(report.failures().count(), 1);
     assert!(calls.lock().unwrap().is_empty());
+}
+
+/// A visibility SQS refuses as too long (it would end more than 12 hours after a receive made
+/// longer ago than the backoff allows for) is tried once more at half: the message still backs
+/// off for hours, rather than coming back after the queue's timeout.
+#[tokio::test]
+async fn a_visibility_refused_as_too_long_is_tried_again_at_half() {
+    let calls = Calls::default();
+    let processor = BatchProcessor::new().with_backoff(VisibilityBackoff::new(
+        mocked_sqs_answering(&calls, received_two_hours_ago),
+    ));
+    let now = Deadline::from(SystemTime::now()).epoch_ms();
+    let handler = Handler {
+        lease: now + 20 * 3_600_000,
+        attempts: 1,
+    };
+    processor
+        .process(&event(vec![record("x", "busy", 1, None)]), &handler)
+        .await
+        .unwrap();
+    let sent: Vec<i32> = timeouts_by_handle(&calls).iter().map(|(_, t)| *t).collect();
+    assert_eq!(
+        sent,
+        [39_600, 19_800],
+        "11 hours, refused; then half, which fits"
+    );
 }

@@ -108,8 +108,8 @@
 //! counted and never dead-lettered, and the record comes back until the store answers (or the
 //! queue's redrive policy, the backstop, moves it). It does back off, by the message's receive
 //! count rather than by an attempt: the first attempt's delay (`BACKOFF_BASE_SECONDS`, 2 s, plus
-//! up to a quarter more of jitter) doubled at each receive, past the backoff's `max`, up to SQS's
-//! 12-hour limit ([`VisibilityBackoff::delay_not_counted`](crate::backoff::VisibilityBackoff::delay_not_counted)),
+//! up to a quarter more of jitter) doubled at each receive, past the backoff's `max`, up to 11
+//! hours ([`VisibilityBackoff::delay_not_counted`](crate::backoff::VisibilityBackoff::delay_not_counted)),
 //! so that an outage of days costs about two receives a day. A record in progress in
 //! another invocation comes back when that invocation's lease ends instead.
 //!

@@ -3,7 +3,8 @@
 //! injector on its clients.
 //!
 //! [`SimQueue`] is a standard or a FIFO queue: each message's receive count, its visibility (the
-//! queue's timeout from each receive, or what a visibility change set), a FIFO group held while
+//! queue's timeout from each receive, or what a visibility change set, refused as SQS refuses one
+//! that would end 12 hours after the receive), a FIFO group held while
 //! one of its messages is in flight, the redelivery of what a batch reported failed or a crash
 //! dropped, and the move to the dead-letter queue as SQS makes it: on the receive after a
 //! message's count reached `maxReceiveCount`. [`drain`] invokes a function with each batch until
@@ -59,6 +60,8 @@ use crate::time::{Clock, ManualClock};
 pub const MAX_RECEIVE_COUNT: u32 = 41;
 /// The default visibility timeout: six times a 30 s function timeout, as AWS advises.
 pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(180);
+/// SQS refuses a visibility that would end this long after the message's receive.
+const SQS_VISIBILITY_LIMIT: Duration = Duration::from_secs(12 * 60 * 60);
 /// SQS's largest batch for a Lambda event source.
 const BATCH_SIZE: usize = 10;
 
@@ -69,6 +72,8 @@ struct Message {
     group: Option<String>,
     receives: u32,
     visible_at: i64,
+    /// When it was last received.
+    received_at: i64,
     deleted: bool,
 }
 
@@ -110,6 +115,7 @@ impl SimQueue {
                     group: fifo.then(|| group.to_owned()),
                     receives: 0,
                     visible_at: now_ms,
+                    received_at: now_ms,
                     deleted: false,
                 })
                 .collect(),
@@ -158,6 +164,7 @@ impl SimQueue {
                     break;
                 }
                 m.receives += 1;
+                m.received_at = now;
                 m.visible_at = now + self.visibility_timeout.as_millis() as i64;
                 self.max_receives = self.max_receives.max(m.receives);
                 batch.push(self.event_record(i));
@@ -220,7 +227,9 @@ impl SimQueue {
 
     /// The end of an invocation of `batch`: its messages not in `failed` deleted, the failed ones
     /// visible again as `visibility` says (`(id, timeout)`, what the invocation changed), else
-    /// after the queue's visibility timeout from their receive.
+    /// after the queue's visibility timeout from their receive. As SQS does, a change is refused
+    /// when it would end 12 hours or more after the receive (a change comes after its receive, so
+    /// a whole 12 hours never fits).
     fn settle(
         &mut self,
         batch: &[String],
@@ -232,7 +241,10 @@ impl SimQueue {
             if !failed.contains(&m.id) {
                 m.deleted = true;
             } else if let Some((_, timeout)) = visibility.iter().rev().find(|(id, _)| *id == m.id) {
-                m.visible_at = now_ms + timeout.as_millis() as i64;
+                let until = now_ms + timeout.as_millis() as i64;
+                if until - m.received_at < SQS_VISIBILITY_LIMIT.as_millis() as i64 {
+                    m.visible_at = until;
+                }
             }
         }
     }
