@@ -41,6 +41,7 @@
 //! assert_eq!(cache.len(), 1);
 //! ```
 
+use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -74,6 +75,11 @@ impl Cached {
     pub fn until_ms(&self) -> i64 {
         self.until_ms
     }
+}
+
+tokio::task_local! {
+    /// The hits of the work [`LocalCache::hits_within`] runs.
+    static HITS_WITHIN: Arc<AtomicU64>;
 }
 
 /// A bounded in-process LRU of completed keys with a time to live; clones share it.
@@ -126,6 +132,9 @@ impl LocalCache {
         match entries.get(key) {
             Some(entry) if entry.until_ms > now_ms => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
+                let _outside_any_scope = HITS_WITHIN.try_with(|hits| {
+                    hits.fetch_add(1, Ordering::Relaxed);
+                });
                 Some(entry.clone())
             }
             Some(_) => {
@@ -156,9 +165,38 @@ impl LocalCache {
         self.lock().cap().get()
     }
 
-    /// Lookups answered from the cache so far.
+    /// Lookups answered from the cache so far, by every invocation of the process.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Runs `work` (an invocation, say) and gives its output with the lookups any cache answered
+    /// within it, and none that other work running at the same time in the process made (Lambda
+    /// Managed Instances run several invocations at once). A task `work` spawns is outside it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use lambda_idempotency::cache::LocalCache;
+    /// use std::num::NonZeroUsize;
+    /// use std::time::Duration;
+    ///
+    /// let cache = LocalCache::new(NonZeroUsize::new(10).unwrap(), Duration::from_secs(60));
+    /// cache.insert("k", "hash", None, 0, i64::MAX);
+    /// let lookups = |n| {
+    ///     let cache = cache.clone();
+    ///     async move { (0..n).for_each(|_| assert!(cache.get("k", 1).is_some())) }
+    /// };
+    /// let ((_, a), (_, b)) = futures_util::join!(
+    ///     LocalCache::hits_within(lookups(2)),
+    ///     LocalCache::hits_within(lookups(3)),
+    /// );
+    /// assert_eq!((a, b, cache.hits()), (2, 3, 5));
+    /// # });
+    /// ```
+    pub async fn hits_within<F: Future>(work: F) -> (F::Output, u64) {
+        let hits = Arc::new(AtomicU64::new(0));
+        let output = HITS_WITHIN.scope(hits.clone(), work).await;
+        (output, hits.load(Ordering::Relaxed))
     }
 
     fn lock(&self) -> MutexGuard<'_, LruCache<String, Cached>> {

@@ -16,8 +16,6 @@
 //! - A failed earlier payment, one reopened under another number, or a number no payment holds
 //!   (voided first, [`order::void`]) is passed over.
 
-use std::sync::atomic::Ordering;
-
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{RecordContext, RecordError, RecordHandler};
 use lambda_idempotency::redact::safe_reason;
@@ -181,7 +179,7 @@ impl App {
         .await
         .map_err(|e| store_error("UpdateItem", e.into()))?;
         if marked == MarkedFailed::Marked {
-            self.failed_ahead.fetch_add(1, Ordering::Relaxed);
+            self.tally.count(crate::Event::FailedAhead);
         }
         tracing::warn!(
             payment_id = payment.payment_id,

@@ -40,10 +40,12 @@
 
 pub mod catch_up;
 pub mod charge;
+pub mod tally;
 pub mod verify;
 
+pub use tally::{Event, Tally};
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -54,7 +56,7 @@ use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
     RecordHandlerExt, json,
 };
-use lambda_idempotency::cache::CachedBackend;
+use lambda_idempotency::cache::{CachedBackend, LocalCache};
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, Publisher};
@@ -128,6 +130,22 @@ pub enum ChargeError {
     Publish(String),
 }
 
+/// What one invocation gave, and what it counted: its own alone, when several run at once in the
+/// process (Lambda Managed Instances). The counts are the invocation's metrics.
+#[derive(Debug)]
+pub struct Handled {
+    /// The partial batch response.
+    pub response: SqsBatchResponse,
+    /// Its records' outcomes.
+    pub counts: BatchCounts,
+    /// Duplicates answered from the warm-container cache (`cacheHits`).
+    pub cache_hits: u64,
+    /// `PaymentCharged` events sent again for duplicates (`receiptsResent`).
+    pub receipts_resent: u64,
+    /// Payments marked failed ahead of their message (`failedAhead`).
+    pub failed_ahead: u64,
+}
+
 /// The function's state, built once per execution environment.
 #[derive(Debug, Clone)]
 pub struct App {
@@ -136,8 +154,7 @@ pub struct App {
     receipts: Publisher,
     processor: BatchProcessor,
     config: Config,
-    resent: Arc<AtomicU64>,
-    failed_ahead: Arc<AtomicU64>,
+    tally: Arc<Tally>,
 }
 
 impl App {
@@ -160,8 +177,7 @@ impl App {
             dynamodb,
             processor: BatchProcessor::new(),
             config,
-            resent: Arc::default(),
-            failed_ahead: Arc::default(),
+            tally: Arc::default(),
         }
     }
 
@@ -197,14 +213,14 @@ impl App {
     /// `PaymentCharged` events sent again for duplicates of charged payments (at least once:
     /// see the crate docs).
     pub fn receipts_resent(&self) -> u64 {
-        self.resent.load(Ordering::Relaxed)
+        self.tally.get(Event::ReceiptResent)
     }
 
     /// Payments marked `failed` while charged ahead of their message ([`catch_up`]): an
     /// account's earlier payment that could not be charged, passed over so that the later ones go
     /// on.
     pub fn failed_ahead(&self) -> u64 {
-        self.failed_ahead.load(Ordering::Relaxed)
+        self.tally.get(Event::FailedAhead)
     }
 
     /// Duplicates answered from the warm-container cache, without a request.
@@ -229,43 +245,39 @@ impl App {
 
     /// Handles one SQS batch; reports the failed records.
     pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-        Ok(self.handle_counted(event).await?.0)
+        Ok(self.handle_counted(event).await?.response)
     }
 
-    /// [`handle`](Self::handle), also giving the batch's counts.
-    pub async fn handle_counted(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-    ) -> Result<(SqsBatchResponse, BatchCounts), Error> {
-        let (hits, resent, failed_ahead) = (
-            self.cache_hits(),
-            self.receipts_resent(),
-            self.failed_ahead(),
-        );
-        let report = self
-            .processor
-            .process(&event, &verify::Verified::new(self))
-            .await?;
+    /// [`handle`](Self::handle), also giving what the invocation counted (its metrics).
+    pub async fn handle_counted(&self, event: LambdaEvent<SqsEvent>) -> Result<Handled, Error> {
+        // This invocation's own counts, whatever else runs in the process at the same time.
+        let handler = verify::Verified::new(self);
+        let process = self.processor.process(&event, &handler);
+        let ((report, hits), tally) = Tally::within(LocalCache::hits_within(process)).await;
+        let report = report?;
         let counts = BatchCounts::of(&report);
         counts
             .metrics(
                 METRICS_NAMESPACE,
                 payments_model::metrics::function::PAYMENT_PROCESSOR,
             )
-            .count(
-                payments_model::metrics::processor::CACHE_HITS,
-                self.cache_hits().saturating_sub(hits),
-            )
+            .count(payments_model::metrics::processor::CACHE_HITS, hits)
             .count(
                 payments_model::metrics::processor::RECEIPTS_RESENT,
-                self.receipts_resent().saturating_sub(resent),
+                tally.get(Event::ReceiptResent),
             )
             .count(
                 payments_model::metrics::processor::FAILED_AHEAD,
-                self.failed_ahead().saturating_sub(failed_ahead),
+                tally.get(Event::FailedAhead),
             )
             .emit();
-        Ok((report.response(), counts))
+        Ok(Handled {
+            response: report.response(),
+            counts,
+            cache_hits: hits,
+            receipts_resent: tally.get(Event::ReceiptResent),
+            failed_ahead: tally.get(Event::FailedAhead),
+        })
     }
 
     /// The idempotency keys and payloads of `payments.fifo`: the key is the payment, the payload
@@ -330,7 +342,7 @@ impl App {
                 let event: PaymentCharged = serde_json::from_str(stored).map_err(|e| {
                     ChargeError::Publish(format!("the stored PaymentCharged is not valid: {e}"))
                 })?;
-                self.resent.fetch_add(1, Ordering::Relaxed);
+                self.tally.count(Event::ReceiptResent);
                 tracing::info!(
                     message_id = ctx.message_id,
                     payment_id = event.payment_id,

@@ -120,9 +120,9 @@ impl Start {
                         if let Some(hooked) = hooked {
                             return hooked.await;
                         }
-                        let (response, batch) = app.as_ref().handle_counted(event).await?;
-                        add(&counts, "payment-processor", batch);
-                        Ok::<_, Error>(response)
+                        let handled = app.as_ref().handle_counted(event).await?;
+                        add(&counts, "payment-processor", handled.counts);
+                        Ok::<_, Error>(handled.response)
                     }
                     .instrument(span)
                 }),
