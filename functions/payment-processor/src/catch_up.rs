@@ -15,6 +15,9 @@
 //!   again.
 //! - A failed earlier payment, one reopened under another number, or a number no payment holds
 //!   (voided first, [`order::void`]) is passed over.
+//! - Catch-up stops when the invocation's time is up (the record's `stop_at`), or after
+//!   [`MAX_CATCH_UP`] charges or [`MAX_PASS_OVER`] passes: its message waits, spending none of
+//!   its attempts, and the next delivery goes on from what it settled.
 
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{RecordContext, RecordError, RecordHandler};
@@ -51,6 +54,21 @@ impl App {
         let account_id = payment.account_id.as_deref().unwrap_or_default();
         let (mut charged, mut passed) = (0, 0);
         loop {
+            // The invocation's time is up (the processor's stop margin before its deadline): the
+            // next delivery goes on from what this one settled, rather than the invocation
+            // running out of time and its whole batch coming back only after the queue's
+            // visibility timeout.
+            if ctx.stop_at.is_some_and(|stop| stop.has_passed(&*ctx.clock)) {
+                return Err(RecordError::Handler(
+                    format!(
+                        "payment {} waits for earlier payments of its account, and the \
+                         invocation's time is up (settled {charged} and passed over {passed} in \
+                         it); the next delivery goes on",
+                        payment.payment_id
+                    )
+                    .into(),
+                ));
+            }
             let account = Account::read(&self.dynamodb, &self.config.accounts_table, account_id)
                 .await
                 .map_err(|e| store_error("GetItem", e))?;
