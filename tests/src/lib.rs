@@ -22,6 +22,7 @@ pub mod processes;
 pub mod report;
 pub mod sqs_records;
 pub mod stack;
+pub mod ticking;
 pub mod up;
 pub mod workload;
 

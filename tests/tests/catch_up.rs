@@ -361,21 +361,6 @@ async fn an_old_copy_never_fails_a_reopened_payment() {
         .await;
 }
 
-/// A clock that moves `step_ms` on at each read: the processor's, so that the invocation's time
-/// runs out after so many checks, whatever the machine's speed.
-#[derive(Debug)]
-struct Ticking {
-    now_ms: std::sync::atomic::AtomicI64,
-    step_ms: i64,
-}
-
-impl lambda_idempotency::time::Clock for Ticking {
-    fn now_ms(&self) -> i64 {
-        self.now_ms
-            .fetch_add(self.step_ms, std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
 /// Thirty numbers of an account were taken and never written (a gap each), then a payment is
 /// accepted. Its message passes over the gaps until the invocation's time is up, and leaves
 /// the rest to the next delivery, spending none of its attempts: no invocation runs past its
@@ -383,7 +368,7 @@ impl lambda_idempotency::time::Clock for Ticking {
 /// charged once they are all passed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_stops_when_the_invocations_time_is_up_and_the_next_delivery_goes_on() {
-    use lambda_idempotency::time::Clock;
+    use payments_e2e::ticking::Ticking;
     use payments_model::order::{self, Account};
 
     const GAPS: u64 = 30;
@@ -400,10 +385,7 @@ async fn a_catch_up_stops_when_the_invocations_time_is_up_and_the_next_delivery_
     let payment = stack.accept(vec![one.remove(0)]).await.unwrap().remove(0);
     assert_eq!(payment.sequence, Some(GAPS + 1));
     // The processor's clock moves 5 s at each read: a 60 s invocation has about ten checks.
-    let clock = std::sync::Arc::new(Ticking {
-        now_ms: std::sync::atomic::AtomicI64::new(lambda_idempotency::time::SystemClock.now_ms()),
-        step_ms: 5_000,
-    });
+    let clock = std::sync::Arc::new(Ticking::new(5_000));
     let app = stack
         .payment_processor()
         .unwrap()
@@ -417,10 +399,7 @@ async fn a_catch_up_stops_when_the_invocations_time_is_up_and_the_next_delivery_
     let mut progress = Vec::new();
     for receives in 1..=GAPS as u32 {
         // Each invocation starts on time (its deadline 60 s from the system's now).
-        clock.now_ms.store(
-            lambda_idempotency::time::SystemClock.now_ms(),
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        clock.restart();
         let failed = deliver(&app, &[("m", &payment)], receives).await;
         progress.push(settled().await);
         if failed.is_empty() {

@@ -214,3 +214,49 @@ async fn a_balance_changed_outside_any_charge_is_seen() {
         "{audit:?}"
     );
 }
+
+/// A run whose time budget is spent on its first shard (three charges without a receipt in each
+/// shard, the budget spent at its second check) looks at that shard alone. Each run starts at
+/// another shard: twenty such runs, 5 minutes apart, look at many shards, where runs that always began at the
+/// same shard would never leave it (its pending receipts hold each run there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_cut_short_by_their_time_budget_do_not_always_leave_the_same_shards() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use lambda_idempotency::time::Deadline;
+    use payments_e2e::ticking::Ticking;
+    use payments_operations::reconcile::Budget;
+
+    let stack = Stack::provision(&[]).await.unwrap();
+    let t0 = now_ms() - 60_000;
+    let mut shard_of = HashMap::new();
+    for shard in lifecycle::shards() {
+        for (i, id) in ids_in_shard(&shard, "cut", 3).into_iter().enumerate() {
+            charged(&stack, &id, "acct-cut", t0 + i as i64).await;
+            shard_of.insert(id, shard.clone());
+        }
+    }
+    let reconciler = stack.reconciler(&[("RECEIPT_AFTER_SECONDS", "0")]).unwrap();
+    let clock = Arc::new(Ticking::new(1));
+    let mut looked_at = BTreeSet::new();
+    let now = now_ms();
+    for run in 0..20 {
+        // Spent at the budget's second check.
+        let start = clock.restart();
+        let budget = Budget::until(Deadline::at_epoch_ms(start + 1), clock.clone());
+        // Runs 5 minutes apart, as the schedule sets them.
+        let receipts = reconciler
+            .receipts_within(now + run * 300_000, &budget)
+            .await
+            .unwrap();
+        assert!(receipts.out_of_time, "{receipts:?}");
+        let shards: BTreeSet<&String> = receipts.resent.iter().map(|id| &shard_of[id]).collect();
+        assert!(shards.len() <= 1, "one shard a run: {receipts:?}");
+        looked_at.extend(shards.into_iter().cloned());
+    }
+    assert!(
+        looked_at.len() >= 4,
+        "the runs looked at shards {looked_at:?} alone"
+    );
+}

@@ -23,6 +23,8 @@
 //!
 //! Each shard has its share of `max_per_run` ([`fair_shares`]): a hot shard cannot take a
 //! whole run from the others; what a shard leaves unused goes to the shards that used theirs.
+//! Each run starts at another shard ([`shards_in_turn`]), so that a run whose time budget ends
+//! before its last shards never leaves the same ones behind.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -32,7 +34,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use payments_model::lifecycle::{self, LEDGER_BY_PAYMENT_INDEX};
 
 use super::balances::BalanceKey;
-use super::budget::fair_shares;
+use super::budget::{fair_shares, shards_in_turn};
 use super::charged::{Charged, cursor_key, keep_whole_instants};
 use super::{Budget, ReconcileError, Reconciler};
 
@@ -157,7 +159,7 @@ impl Reconciler {
         let mut audit = Audit::default();
         let mut touched = BTreeSet::new();
         let mut shards = Vec::new();
-        let names: Vec<String> = lifecycle::shards().collect();
+        let names = shards_in_turn(now_ms);
         // Each shard its share first; then what is left to the shards that used all of theirs.
         for (shard, share) in names.into_iter().zip(fair_shares(
             self.config.max_per_run,

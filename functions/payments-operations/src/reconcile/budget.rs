@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency::time::{Clock, Deadline, SystemClock};
+use payments_model::lifecycle;
 
 /// What a run keeps back from its deadline: the time to send what it found and keep its
 /// progress after it stops looking (a batch of sends, a few writes), with room for one slow call.
@@ -73,6 +74,25 @@ impl Budget {
     }
 }
 
+/// The charged index's shards in the order the run at `now_ms` walks them: from a shard that
+/// the run's minute picks (scattered, so that runs on any schedule start at every shard in
+/// turn), and round. A run whose time budget is spent before it reaches its last shards leaves
+/// them to the next run, which starts elsewhere: the same shards are never always the last.
+pub(super) fn shards_in_turn(now_ms: i64) -> Vec<String> {
+    let minute = u64::try_from(now_ms / 60_000).unwrap_or(0);
+    // Fibonacci hashing: the product's high bits, scaled to the shards.
+    let scattered = minute.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    shards_from(((scattered * u64::from(lifecycle::SHARDS)) >> 32) as usize)
+}
+
+/// The shards, from `first` and round.
+fn shards_from(first: usize) -> Vec<String> {
+    let mut shards: Vec<String> = lifecycle::shards().collect();
+    let len = shards.len();
+    shards.rotate_left(first % len.max(1));
+    shards
+}
+
 /// `total` split over `parts`: as evenly as possible, the first `total % parts` one more, and
 /// each at least one. The share of each shard of an index in a run's `MAX_PAYMENTS_PER_RUN`, so
 /// that one hot shard cannot take a whole run: what a shard leaves unused goes to the shards
@@ -110,6 +130,31 @@ mod tests {
         clock.advance(Duration::from_millis(1));
         assert!(budget.is_spent());
         assert!(!Budget::unlimited().share(3).is_spent());
+    }
+
+    #[test]
+    fn each_shard_starts_a_run_in_turn_and_every_run_walks_them_all() {
+        let all: Vec<String> = lifecycle::shards().collect();
+        let mut firsts = std::collections::BTreeSet::new();
+        for first in 0..all.len() {
+            let order = shards_from(first);
+            let mut sorted = order.clone();
+            sorted.sort();
+            let mut expected = all.clone();
+            expected.sort();
+            assert_eq!(sorted, expected, "every shard once: {order:?}");
+            assert_eq!(order[0], all[first]);
+            assert_eq!(order[1], all[(first + 1) % all.len()], "and round");
+            firsts.insert(order[0].clone());
+        }
+        assert_eq!(firsts.len(), all.len());
+        // Runs every 1, 2, 4, 5 or 8 minutes: within 64 runs, every shard has started one.
+        for every in [1, 2, 4, 5, 8] {
+            let started: std::collections::BTreeSet<String> = (0..64)
+                .map(|run| shards_in_turn(1_800_000_000_000 + run * every * 60_000)[0].clone())
+                .collect();
+            assert_eq!(started.len(), all.len(), "every {every} min: {started:?}");
+        }
     }
 
     #[test]

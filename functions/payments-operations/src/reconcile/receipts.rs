@@ -22,11 +22,11 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::stream::{self, StreamExt};
 use lambda_idempotency::publish::Message;
-use payments_model::{PaymentCharged, PaymentStatus, lifecycle};
+use payments_model::{PaymentCharged, PaymentStatus};
 
 pub use super::audit::CURSOR_PREFIX;
 use super::audit::RECEIPTS_CURSOR;
-use super::budget::fair_shares;
+use super::budget::{fair_shares, shards_in_turn};
 use super::charged::{Charged, cursor_key, keep_whole_instants};
 use super::waiting::millis;
 use super::{Budget, ReconcileError, Reconciler};
@@ -69,7 +69,7 @@ impl Reconciler {
     ) -> Result<Receipts, ReconcileError> {
         let until = now_ms - millis(self.config.receipt_after);
         let mut receipts = Receipts::default();
-        let shards: Vec<String> = lifecycle::shards().collect();
+        let shards = shards_in_turn(now_ms);
         let shares = fair_shares(self.config.max_per_run, shards.len());
         // Each shard its share first; then what is left to the shards that used all of theirs.
         let mut wanting = Vec::new();
