@@ -35,7 +35,8 @@
 //!    charge is seen too.
 //!
 //! The parts that read the shards of an index give each shard its share of
-//! [`Config::max_per_run`], so that one hot shard never takes a run.
+//! [`Config::max_per_run`], so that one hot shard never takes a run, and start at another shard
+//! each run, so that a run cut short by its time budget never always leaves the same shards.
 //!
 //! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
 //! heartbeat whose absence alarms), `resent`, `unchecked`, `markedFailed`, `stuck`,
