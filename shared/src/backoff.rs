@@ -28,8 +28,8 @@
 //! hours, and an entry SQS refuses as too long anyway is tried once more at half its timeout.
 //!
 //! Each call is bounded by a timeout and by the time the processor has left; an entry SQS
-//! reports failed through no fault of the sender is retried once, then logged. Records whose visibility did not change come back
-//! after the queue's visibility timeout. The function needs `sqs:ChangeMessageVisibility` and
+//! reports failed through no fault of the sender is retried once, then logged. Records whose
+//! visibility did not change come back after the queue's visibility timeout. The function needs `sqs:ChangeMessageVisibility` and
 //! `sqs:GetQueueUrl` on the queue.
 
 use std::collections::HashMap;
@@ -210,8 +210,10 @@ impl VisibilityBackoff {
     }
 
     /// Sets the visibility of `records[index]` to `secs` for each `(index, secs)`, in calls of up
-    /// to 10 entries, each bounded by `call_timeout` and all by `until`; entries SQS reports
-    /// failed are retried once. Returns how many changed.
+    /// to 10 entries, each bounded by `call_timeout` and all by `until`. An entry SQS reports
+    /// failed through no fault of the sender is retried once as it was, one refused as too long
+    /// (`InvalidParameterValue`) once at half its timeout, any other not at all. Returns how many
+    /// changed.
     pub async fn change(
         &self,
         records: &[SqsMessage],

@@ -77,9 +77,68 @@ impl Cached {
     }
 }
 
+/// Counts the lookups a [`LocalCache`] answered. Clones share their count.
+///
+/// A cache's own counter ([`LocalCache::hits`]) counts every invocation's hits; one
+/// [scoped](Self::scope) around an invocation counts its own alone, as
+/// [`RequestCounter::scope`](crate::count::RequestCounter::scope) counts its requests.
+#[derive(Debug, Clone, Default)]
+pub struct HitCounter {
+    hits: Arc<AtomicU64>,
+}
+
 tokio::task_local! {
-    /// The hits of the work [`LocalCache::hits_within`] runs.
-    static HITS_WITHIN: Arc<AtomicU64>;
+    /// The counter of the work this task runs ([`HitCounter::scope`]).
+    static SCOPE: HitCounter;
+}
+
+impl HitCounter {
+    /// Hits counted so far.
+    pub fn count(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Counts one hit, here and in the [`scope`](Self::scope) it happens within, if any.
+    fn add(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        let _outside_any_scope = SCOPE.try_with(|scope| {
+            if !Arc::ptr_eq(&scope.hits, &self.hits) {
+                scope.hits.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Runs `work` (an invocation, say) with this counter as its own: every lookup any cache
+    /// answers within it is counted here too, and none that other work running at the same time
+    /// in the process made (Lambda Managed Instances run several invocations at once). A task
+    /// `work` spawns is outside it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use lambda_idempotency::cache::{HitCounter, LocalCache};
+    /// use std::num::NonZeroUsize;
+    /// use std::time::Duration;
+    ///
+    /// let cache = LocalCache::new(NonZeroUsize::new(10).unwrap(), Duration::from_secs(60));
+    /// cache.insert("k", "hash", None, 0, i64::MAX);
+    /// // Two invocations at once: their lookups interleave.
+    /// let lookups = |n| {
+    ///     let cache = cache.clone();
+    ///     async move {
+    ///         for _ in 0..n {
+    ///             assert!(cache.get("k", 1).is_some());
+    ///             tokio::task::yield_now().await;
+    ///         }
+    ///     }
+    /// };
+    /// let (a, b) = (HitCounter::default(), HitCounter::default());
+    /// futures_util::join!(a.scope(lookups(2)), b.scope(lookups(3)));
+    /// assert_eq!((a.count(), b.count(), cache.hits()), (2, 3, 5));
+    /// # });
+    /// ```
+    pub async fn scope<F: Future>(&self, work: F) -> F::Output {
+        SCOPE.scope(self.clone(), work).await
+    }
 }
 
 /// A bounded in-process LRU of completed keys with a time to live; clones share it.
@@ -87,7 +146,7 @@ tokio::task_local! {
 pub struct LocalCache {
     entries: Arc<Mutex<LruCache<String, Cached>>>,
     ttl_ms: i64,
-    hits: Arc<AtomicU64>,
+    hits: HitCounter,
 }
 
 impl LocalCache {
@@ -97,7 +156,7 @@ impl LocalCache {
         Self {
             entries: Arc::new(Mutex::new(LruCache::new(capacity))),
             ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-            hits: Arc::default(),
+            hits: HitCounter::default(),
         }
     }
 
@@ -131,10 +190,7 @@ impl LocalCache {
         let mut entries = self.lock();
         match entries.get(key) {
             Some(entry) if entry.until_ms > now_ms => {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                let _outside_any_scope = HITS_WITHIN.try_with(|hits| {
-                    hits.fetch_add(1, Ordering::Relaxed);
-                });
+                self.hits.add();
                 Some(entry.clone())
             }
             Some(_) => {
@@ -165,38 +221,10 @@ impl LocalCache {
         self.lock().cap().get()
     }
 
-    /// Lookups answered from the cache so far, by every invocation of the process.
+    /// Lookups answered from the cache so far, by every invocation of the process (one
+    /// invocation's alone: [`HitCounter::scope`]).
     pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::Relaxed)
-    }
-
-    /// Runs `work` (an invocation, say) and gives its output with the lookups any cache answered
-    /// within it, and none that other work running at the same time in the process made (Lambda
-    /// Managed Instances run several invocations at once). A task `work` spawns is outside it.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-    /// use lambda_idempotency::cache::LocalCache;
-    /// use std::num::NonZeroUsize;
-    /// use std::time::Duration;
-    ///
-    /// let cache = LocalCache::new(NonZeroUsize::new(10).unwrap(), Duration::from_secs(60));
-    /// cache.insert("k", "hash", None, 0, i64::MAX);
-    /// let lookups = |n| {
-    ///     let cache = cache.clone();
-    ///     async move { (0..n).for_each(|_| assert!(cache.get("k", 1).is_some())) }
-    /// };
-    /// let ((_, a), (_, b)) = futures_util::join!(
-    ///     LocalCache::hits_within(lookups(2)),
-    ///     LocalCache::hits_within(lookups(3)),
-    /// );
-    /// assert_eq!((a, b, cache.hits()), (2, 3, 5));
-    /// # });
-    /// ```
-    pub async fn hits_within<F: Future>(work: F) -> (F::Output, u64) {
-        let hits = Arc::new(AtomicU64::new(0));
-        let output = HITS_WITHIN.scope(hits.clone(), work).await;
-        (output, hits.load(Ordering::Relaxed))
+        self.hits.count()
     }
 
     fn lock(&self) -> MutexGuard<'_, LruCache<String, Cached>> {

@@ -19,9 +19,11 @@
 //! The [visibility backoff](crate::backoff) delays such a record, and the records held behind it,
 //! by its receive count instead, doubling up to 11 hours (SQS refuses a visibility ending more
 //! than 12 hours after the receive): with the default 2 s base, a message first received when an
-//! outage starts is received 41 times only after about 12 days. So an outage of less than 12 days
-//! never moves a message to the dead-letter queue while the backoff is on
-//! (`BACKOFF_BASE_SECONDS` not `0`).
+//! outage starts is received 41 times only after about 12 days, and moved on the 42nd receive,
+//! after 12.7. So an outage of less than 12 days never moves a message to the dead-letter queue
+//! while the backoff is on (`BACKOFF_BASE_SECONDS` not `0`); for a queue that keeps its messages
+//! 14 days (SQS's longest), a `maxReceiveCount` of 44 or more covers an outage as long as the
+//! retention.
 //!
 //! [`check_queue`] (and [`warn_if_unsafe`], which logs what it finds) does the same and two more
 //! checks, with one `GetQueueAttributes` of the queue (`RedrivePolicy`, `MessageRetentionPeriod`,

@@ -27,19 +27,19 @@ fn batch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invocations_at_once_in_one_process_each_count_their_own_metrics() {
     let stack = Stack::provision(&[]).await.unwrap();
-    // Three payments of each of two accounts.
-    let accepted = stack
-        .accept(payments(6, 2, "managed", |_| String::new()))
-        .await
-        .unwrap();
+    // Three payments of each of three accounts; the third account's first can never be charged
+    // (a currency that is no ISO 4217 code).
+    let mut all = payments(9, 3, "managed", |_| String::new());
+    all[2].currency = "EURO".into();
+    let accepted = stack.accept(all).await.unwrap();
     let of = |account: &str| -> Vec<&PaymentRequested> {
         accepted
             .iter()
             .filter(|p| p.account_id == account)
             .collect()
     };
-    let (a, b) = (of("acct-000"), of("acct-001"));
-    assert_eq!((a.len(), b.len()), (3, 3));
+    let (a, b, c) = (of("acct-000"), of("acct-001"), of("acct-002"));
+    assert_eq!((a.len(), b.len(), c.len()), (3, 3, 3));
     let app = stack.payment_processor().unwrap();
 
     // The first account's payments are charged: the warm cache now holds them.
@@ -51,13 +51,31 @@ async fn invocations_at_once_in_one_process_each_count_their_own_metrics() {
     );
     assert_eq!(first.counts.processed, 3);
 
-    // Then two invocations at once: the first account's messages again (duplicates, answered by
-    // the cache, their PaymentCharged sent again), and the second account's (charged).
-    let (again, fresh) = tokio::join!(
+    // Then three invocations at once: the first account's messages again (duplicates, answered
+    // by the cache, their PaymentCharged sent again), the second account's (charged), and the
+    // third account's last payment's (its first payment failed ahead of its message, the
+    // second charged ahead of its message, then its own).
+    let (again, fresh, ahead) = tokio::join!(
         app.handle_counted(batch("again", &a)),
         app.handle_counted(batch("fresh", &b)),
+        app.handle_counted(batch("ahead", &c[2..])),
     );
-    let (again, fresh) = (again.unwrap(), fresh.unwrap());
+    let (again, fresh, ahead) = (again.unwrap(), fresh.unwrap(), ahead.unwrap());
+    assert!(
+        failed_ids(&ahead.response).is_empty(),
+        "{:?}",
+        ahead.response
+    );
+    assert_eq!(
+        (
+            ahead.counts.processed,
+            ahead.cache_hits,
+            ahead.receipts_resent,
+            ahead.failed_ahead
+        ),
+        (1, 0, 0, 1),
+        "the catch-up's invocation counts the payment it failed ahead, and nothing of the others"
+    );
     assert!(
         failed_ids(&again.response).is_empty(),
         "{:?}",
@@ -87,6 +105,9 @@ async fn invocations_at_once_in_one_process_each_count_their_own_metrics() {
         (3, 0, 0, 0),
         "the charges' invocation counts none of the other's"
     );
-    // The process's totals hold both.
-    assert_eq!((app.cache_hits(), app.receipts_resent()), (3, 3));
+    // The process's totals hold them all.
+    assert_eq!(
+        (app.cache_hits(), app.receipts_resent(), app.failed_ahead()),
+        (3, 3, 1)
+    );
 }

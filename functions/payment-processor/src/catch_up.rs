@@ -55,9 +55,9 @@ impl App {
         let (mut charged, mut passed) = (0, 0);
         loop {
             // The invocation's time is up (the processor's stop margin before its deadline): the
-            // next delivery goes on from what this one settled, rather than the invocation
-            // running out of time and its whole batch coming back only after the queue's
-            // visibility timeout.
+            // next delivery goes on from what this one settled. Without this, the processor
+            // would cut the handler off at its finish margin, in the middle of a request, and
+            // leave less time for the batch's bookkeeping.
             if ctx.stop_at.is_some_and(|stop| stop.has_passed(&*ctx.clock)) {
                 return Err(RecordError::Handler(
                     format!(

@@ -45,7 +45,6 @@ pub mod verify;
 
 pub use tally::{Event, Tally};
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -56,7 +55,7 @@ use lambda_idempotency::batch::{
     BatchProcessor, DeadLettered, Deduplicated, PermanentError, RecordContext, RecordHandler,
     RecordHandlerExt, json,
 };
-use lambda_idempotency::cache::{CachedBackend, LocalCache};
+use lambda_idempotency::cache::{CachedBackend, HitCounter};
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::metrics::BatchCounts;
 use lambda_idempotency::publish::{Message, Publisher};
@@ -154,7 +153,7 @@ pub struct App {
     receipts: Publisher,
     processor: BatchProcessor,
     config: Config,
-    tally: Arc<Tally>,
+    tally: Tally,
 }
 
 impl App {
@@ -177,7 +176,7 @@ impl App {
             dynamodb,
             processor: BatchProcessor::new(),
             config,
-            tally: Arc::default(),
+            tally: Tally::default(),
         }
     }
 
@@ -253,8 +252,9 @@ impl App {
         // This invocation's own counts, whatever else runs in the process at the same time.
         let handler = verify::Verified::new(self);
         let process = self.processor.process(&event, &handler);
-        let ((report, hits), tally) = Tally::within(LocalCache::hits_within(process)).await;
-        let report = report?;
+        let (tally, hits) = (Tally::default(), HitCounter::default());
+        let report = tally.scope(hits.scope(process)).await?;
+        let hits = hits.count();
         let counts = BatchCounts::of(&report);
         counts
             .metrics(

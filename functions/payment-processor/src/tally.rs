@@ -1,7 +1,8 @@
 //! What the function did beyond its records' outcomes: `PaymentCharged` events sent again, and
-//! payments marked failed ahead of their message. Each is counted for the process and for the
-//! invocation it happened in, which stays true when several invocations run at once in one
-//! process (Lambda Managed Instances).
+//! payments marked failed ahead of their message. The app's tally counts them for the process;
+//! one [scoped](Tally::scope) around an invocation counts its own alone, which stays true when
+//! several invocations run at once in one process (Lambda Managed Instances), as the library's
+//! `RequestCounter::scope` and `HitCounter::scope` do for requests and cache hits.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,16 +17,15 @@ pub enum Event {
     FailedAhead,
 }
 
-/// Counts of each [`Event`].
-#[derive(Debug, Default)]
+/// Counts of each [`Event`]. Clones share their counts.
+#[derive(Debug, Clone, Default)]
 pub struct Tally {
-    receipts_resent: AtomicU64,
-    failed_ahead: AtomicU64,
+    counts: Arc<[AtomicU64; 2]>,
 }
 
 tokio::task_local! {
-    /// The tally of the invocation this task runs ([`Tally::within`]).
-    static INVOCATION: Arc<Tally>;
+    /// The tally of the work this task runs ([`Tally::scope`]).
+    static SCOPE: Tally;
 }
 
 impl Tally {
@@ -34,31 +34,23 @@ impl Tally {
         self.counter(event).load(Ordering::Relaxed)
     }
 
-    /// Counts `event` here and in the invocation it happens in, if any.
+    /// Counts `event` here and in the [`scope`](Self::scope) it happens within, if any.
     pub(crate) fn count(&self, event: Event) {
         self.counter(event).fetch_add(1, Ordering::Relaxed);
-        let _outside_any_invocation = INVOCATION.try_with(|invocation| {
-            invocation.counter(event).fetch_add(1, Ordering::Relaxed);
+        let _outside_any_scope = SCOPE.try_with(|scope| {
+            if !Arc::ptr_eq(&scope.counts, &self.counts) {
+                scope.counter(event).fetch_add(1, Ordering::Relaxed);
+            }
         });
     }
 
-    /// Runs `work` (one invocation) and gives its output with what was counted within it alone.
-    pub(crate) async fn within<F: Future>(work: F) -> (F::Output, Tally) {
-        let tally = Arc::new(Tally::default());
-        let output = INVOCATION.scope(tally.clone(), work).await;
-        let counted = Tally::default();
-        for event in [Event::ReceiptResent, Event::FailedAhead] {
-            counted
-                .counter(event)
-                .store(tally.get(event), Ordering::Relaxed);
-        }
-        (output, counted)
+    /// Runs `work` (one invocation) with this tally as its own: every event counted within it
+    /// is counted here too, and none that other work running at the same time counted.
+    pub async fn scope<F: Future>(&self, work: F) -> F::Output {
+        SCOPE.scope(self.clone(), work).await
     }
 
     fn counter(&self, event: Event) -> &AtomicU64 {
-        match event {
-            Event::ReceiptResent => &self.receipts_resent,
-            Event::FailedAhead => &self.failed_ahead,
-        }
+        &self.counts[event as usize]
     }
 }

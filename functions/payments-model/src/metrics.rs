@@ -45,8 +45,8 @@ pub mod api {
 }
 
 /// payment-processor: counts per batch, beside the batch's `processed`, `duplicate`, `failed`
-/// and `dead_lettered` (one execution environment runs one batch at a time, so each is the
-/// batch's own).
+/// and `dead_lettered`, each the batch's own even when several invocations run at once in one
+/// process (Lambda Managed Instances): they are counted per invocation.
 pub mod processor {
     /// Duplicates answered from the warm-container cache, without a request.
     pub const CACHE_HITS: &str = "cacheHits";

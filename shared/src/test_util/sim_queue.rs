@@ -4,7 +4,7 @@
 //!
 //! [`SimQueue`] is a standard or a FIFO queue: each message's receive count, its visibility (the
 //! queue's timeout from each receive, or what a visibility change set, refused as SQS refuses one
-//! that would end 12 hours after the receive), a FIFO group held while
+//! that would end more than 12 hours after the receive), a FIFO group held while
 //! one of its messages is in flight, the redelivery of what a batch reported failed or a crash
 //! dropped, and the move to the dead-letter queue as SQS makes it: on the receive after a
 //! message's count reached `maxReceiveCount`. [`drain`] invokes a function with each batch until
@@ -228,8 +228,9 @@ impl SimQueue {
     /// The end of an invocation of `batch`: its messages not in `failed` deleted, the failed ones
     /// visible again as `visibility` says (`(id, timeout)`, what the invocation changed), else
     /// after the queue's visibility timeout from their receive. As SQS does, a change is refused
-    /// when it would end 12 hours or more after the receive (a change comes after its receive, so
-    /// a whole 12 hours never fits).
+    /// when it would end more than 12 hours after the receive. A change always comes some time
+    /// after its receive, on SQS, and the simulated clock does not move during an invocation: so
+    /// a change ending 12 hours after the receive, to the millisecond, is refused too.
     fn settle(
         &mut self,
         batch: &[String],
