@@ -292,7 +292,26 @@ impl Stack {
         Ok(reasons)
     }
 
-    /// Every item of a table.
+    /// The item of a table (its logical id) whose string key `key` is `value`, read consistently.
+    pub async fn get(
+        &self,
+        logical_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, BoxError> {
+        Ok(self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(self.table(logical_id))
+            .key(key, AttributeValue::S(value.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await?
+            .item)
+    }
+
+    /// Every item of a table (its logical id), read consistently.
     pub async fn scan(
         &self,
         logical_id: &str,

@@ -37,17 +37,7 @@ async fn dead_letters(stack: &Stack) -> BTreeMap<String, String> {
 }
 
 async fn payment(stack: &Stack, id: &str) -> Option<Item> {
-    stack
-        .clients
-        .dynamodb
-        .get_item()
-        .table_name(stack.table("PaymentsTable"))
-        .key("paymentId", AttributeValue::S(id.to_owned()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
+    stack.get("PaymentsTable", "paymentId", id).await.unwrap()
 }
 
 fn s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {

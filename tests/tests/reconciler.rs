@@ -10,14 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_idempotency::time::{Clock, Deadline};
 use payments_e2e::faults::{event, failed_ids};
 use payments_e2e::invariants::{Scope, Violation};
-use payments_e2e::sqs_records::fifo_record;
+use payments_e2e::sqs_records::{fifo_record, receipts_record};
 use payments_e2e::stack::{self, Stack};
 use payments_model::{PaymentCharged, PaymentRequested};
 use payments_operations::reconcile::Budget;
@@ -41,16 +40,9 @@ async fn dead_letter(stack: &Stack, payment: &PaymentRequested) {
 
 async fn payment(stack: &Stack, payment_id: &str) -> HashMap<String, AttributeValue> {
     stack
-        .clients
-        .dynamodb
-        .get_item()
-        .table_name(stack.table("PaymentsTable"))
-        .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-        .consistent_read(true)
-        .send()
+        .get("PaymentsTable", "paymentId", payment_id)
         .await
         .unwrap()
-        .item
         .unwrap()
 }
 
@@ -392,34 +384,12 @@ async fn resends_are_bounded_per_run_and_not_repeated_within_the_interval() {
     assert_left_resent(&stack, &all, &[]).await;
 }
 
-/// A message of the receipts queue as Lambda hands it to receipt-sender.
-fn receipts_record(stack: &Stack, m: &aws_sdk_sqs::types::Message) -> SqsMessage {
-    let mut record = SqsMessage::default();
-    record.message_id = m.message_id.clone();
-    record.receipt_handle = m.receipt_handle.clone();
-    record.body = m.body.clone();
-    record
-        .attributes
-        .insert("ApproximateReceiveCount".into(), "1".into());
-    record.event_source_arn = Some(stack.resources.queues["ReceiptsQueue"].arn.clone());
-    record
-}
-
 async fn receipt_amount(stack: &Stack, payment_id: &str) -> Option<i64> {
+    let receipt_id = payments_model::receipt_id(payment_id);
     let item = stack
-        .clients
-        .dynamodb
-        .get_item()
-        .table_name(stack.table("ReceiptsTable"))
-        .key(
-            "receiptId",
-            AttributeValue::S(payments_model::receipt_id(payment_id)),
-        )
-        .consistent_read(true)
-        .send()
+        .get("ReceiptsTable", "receiptId", &receipt_id)
         .await
-        .unwrap()
-        .item?;
+        .unwrap()?;
     item["amountCents"].as_n().ok().and_then(|n| n.parse().ok())
 }
 

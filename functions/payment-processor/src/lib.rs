@@ -254,30 +254,33 @@ impl App {
         let process = self.processor.process(&event, &handler);
         let (tally, hits) = (Tally::default(), HitCounter::default());
         let report = tally.scope(hits.scope(process)).await?;
-        let hits = hits.count();
-        let counts = BatchCounts::of(&report);
-        counts
+        let handled = Handled {
+            response: report.response(),
+            counts: BatchCounts::of(&report),
+            cache_hits: hits.count(),
+            receipts_resent: tally.get(Event::ReceiptResent),
+            failed_ahead: tally.get(Event::FailedAhead),
+        };
+        handled
+            .counts
             .metrics(
                 METRICS_NAMESPACE,
                 payments_model::metrics::function::PAYMENT_PROCESSOR,
             )
-            .count(payments_model::metrics::processor::CACHE_HITS, hits)
+            .count(
+                payments_model::metrics::processor::CACHE_HITS,
+                handled.cache_hits,
+            )
             .count(
                 payments_model::metrics::processor::RECEIPTS_RESENT,
-                tally.get(Event::ReceiptResent),
+                handled.receipts_resent,
             )
             .count(
                 payments_model::metrics::processor::FAILED_AHEAD,
-                tally.get(Event::FailedAhead),
+                handled.failed_ahead,
             )
             .emit();
-        Ok(Handled {
-            response: report.response(),
-            counts,
-            cache_hits: hits,
-            receipts_resent: tally.get(Event::ReceiptResent),
-            failed_ahead: tally.get(Event::FailedAhead),
-        })
+        Ok(handled)
     }
 
     /// The idempotency keys and payloads of `payments.fifo`: the key is the payment, the payload

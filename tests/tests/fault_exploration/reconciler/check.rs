@@ -1,7 +1,6 @@
 //! What a case of the reconciler's exploration ends with, read from its stack, and what is wrong
 //! with it.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use payments_operations::reconcile::Report;
 
 use super::{Harness, Item, REASON, Seen, State};
@@ -10,16 +9,9 @@ impl Harness {
     /// A payment's item, read consistently.
     pub(super) async fn item(&self, payment_id: &str) -> Item {
         self.stack
-            .clients
-            .dynamodb
-            .get_item()
-            .table_name(self.stack.table("PaymentsTable"))
-            .key("paymentId", AttributeValue::S(payment_id.to_owned()))
-            .consistent_read(true)
-            .send()
+            .get("PaymentsTable", "paymentId", payment_id)
             .await
             .unwrap()
-            .item
             .unwrap_or_default()
     }
 
@@ -34,20 +26,11 @@ impl Harness {
     }
 
     async fn has_receipt(&self, payment_id: &str) -> bool {
+        let receipt_id = payments_model::receipt_id(payment_id);
         self.stack
-            .clients
-            .dynamodb
-            .get_item()
-            .table_name(self.stack.table("ReceiptsTable"))
-            .key(
-                "receiptId",
-                AttributeValue::S(payments_model::receipt_id(payment_id)),
-            )
-            .consistent_read(true)
-            .send()
+            .get("ReceiptsTable", "receiptId", &receipt_id)
             .await
             .unwrap()
-            .item
             .is_some()
     }
 

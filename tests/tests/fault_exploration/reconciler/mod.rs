@@ -37,7 +37,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use futures_util::future::join_all;
@@ -47,7 +46,7 @@ use local_aws::runner::queue_depth;
 use payments_e2e::Stack;
 use payments_e2e::faults::{event, failed_ids};
 use payments_e2e::invariants::{self, Failure, Scope, Snapshot};
-use payments_e2e::sqs_records::fifo_record;
+use payments_e2e::sqs_records::{fifo_record, receipts_record};
 use payments_model::{PaymentCharged, PaymentRequested, lifecycle};
 use payments_operations::reconcile::{Budget, Config, DEADLINE_MARGIN, Reconciler, Report};
 
@@ -373,19 +372,12 @@ impl Harness {
                 .await;
             self.delete("PaymentsQueue", &m).await;
         }
-        let arn = &self.stack.resources.queues["ReceiptsQueue"].arn;
         for m in self.stack.receive_all("ReceiptsQueue").await.unwrap() {
             let body = m.body().unwrap_or_default();
             let charged: PaymentCharged = serde_json::from_str(body).unwrap();
             seen.entry(charged.payment_id.clone()).or_default()[1] += 1;
             if lost != Some(charged.payment_id.as_str()) {
-                let mut record = SqsMessage::default();
-                record.message_id = m.message_id.clone();
-                record.body = m.body.clone();
-                record.event_source_arn = Some(arn.clone());
-                record
-                    .attributes
-                    .insert("ApproximateReceiveCount".into(), "1".into());
+                let record = receipts_record(&self.stack, &m);
                 let response = self
                     .receipt_sender
                     .handle(event(vec![record], Duration::from_secs(60)))
