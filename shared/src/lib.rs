@@ -128,6 +128,10 @@
 //!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
 //!   (or the in-memory backend of `test-util`, in tests):
 //!   `lambda-idempotency = { version = "0.1", default-features = false }`.
+//! - `kinesis-aggregation` (default): Kinesis records aggregated by the Kinesis Producer Library
+//!   unpacked, each user record processed as a record of its own ([`batch::AggregateError`] says
+//!   why an aggregate cannot be), and the `prost` and `md-5` dependencies. Without it an
+//!   aggregate fails as a permanent error naming the feature.
 // Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
 #![cfg_attr(
     feature = "redis",

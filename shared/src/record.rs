@@ -22,7 +22,8 @@ pub trait Record: Clone + Send + Sync + 'static {
 
     /// What identifies the record across its deliveries, and so its default idempotency key:
     /// the SQS message id, the DynamoDB stream record's `eventID`, a Kinesis record's shard id
-    /// and sequence number (`shardId-000000000000:4959...`), a Kafka record's topic, partition
+    /// and sequence number (`shardId-000000000000:4959...`; a user record of a KPL aggregate's
+    /// ends with its sub-sequence number, `...:4959...:2`), a Kafka record's topic, partition
     /// and offset (`payments-0@42`). `None` when the record has none.
     fn id(&self) -> Option<Cow<'_, str>>;
 
@@ -44,6 +45,18 @@ pub trait Record: Clone + Send + Sync + 'static {
             None => serde_json::from_str("null")
                 .map_err(|_| format!("the {} has no payload", Self::KIND)),
         }
+    }
+
+    /// Why the record can never be processed, whatever the handler: a Kinesis record whose data
+    /// is a corrupt aggregate of the Kinesis Producer Library
+    /// ([`AggregateError`](crate::batch::AggregateError)), say. The [`json`](crate::batch::json)
+    /// and [`record`](crate::batch::record()) handlers fail such a record with
+    /// [`RecordError::Permanent`](crate::error::RecordError::Permanent) of this error before
+    /// their function runs (with a dead-letter queue, it is moved there whole); a hand-written
+    /// [`RecordHandler`](crate::batch::RecordHandler) should too. `None` (the default) for a
+    /// record that can be.
+    fn malformed(&self) -> Option<Box<dyn std::error::Error + Send + Sync>> {
+        None
     }
 
     /// How many times the source delivered it (SQS's `ApproximateReceiveCount`); `None` for

@@ -296,6 +296,7 @@ where
     E: Into<BoxError>,
 {
     async fn handle(&self, record: &R, ctx: &RecordContext) -> Result<O, RecordError> {
+        refuse_malformed(record)?;
         let value: T = record.decode().map_err(|cause| RecordError::Body {
             message_id: ctx.message_id.clone(),
             type_name: std::any::type_name::<T>(),
@@ -305,6 +306,13 @@ where
         ctx.cancellable(async { work.await.map_err(RecordError::handler) })
             .await
     }
+}
+
+/// A permanent failure for a record that can never be processed ([`Record::malformed`]).
+fn refuse_malformed<R: Record>(record: &R) -> Result<(), RecordError> {
+    record
+        .malformed()
+        .map_or(Ok(()), |e| Err(RecordError::Permanent(e)))
 }
 
 /// A handler over the raw record (an [`SqsMessage`] by default); see [`message`] and [`record`].
@@ -391,6 +399,7 @@ where
     E: Into<BoxError>,
 {
     async fn handle(&self, record: &R, ctx: &RecordContext) -> Result<O, RecordError> {
+        refuse_malformed(record)?;
         let work = (self.f)(record.clone(), ctx.clone());
         ctx.cancellable(async { work.await.map_err(RecordError::handler) })
             .await

@@ -46,7 +46,7 @@ mod lanes;
 mod lookup;
 mod processor;
 mod report;
-mod source;
+pub(crate) mod source;
 mod then;
 
 pub use crate::record::{Position, Record};
@@ -63,7 +63,8 @@ pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use source::{
-    EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage,
+    AggregateError, EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier,
+    KafkaMessage,
 };
 pub use then::{AndThen, OrderedBy};
 

@@ -206,7 +206,9 @@ impl BatchProcessor {
     }
 
     /// Runs `handler` over every record of `event`: an SQS event, a DynamoDB stream event, a
-    /// Kinesis event or a Kafka event.
+    /// Kinesis event or a Kafka event. The records are those of the event's
+    /// [`expand`](EventSource::expand) when it gives one: each user record of a Kinesis
+    /// aggregate (KPL) runs, and has its report entry, as a record of its own.
     pub async fn process<E, H>(
         &self,
         event: &LambdaEvent<E>,
@@ -216,7 +218,10 @@ impl BatchProcessor {
         E: EventSource,
         H: RecordHandler<E::Record>,
     {
-        let records = event.payload.records();
+        // A Kinesis event with KPL aggregates: each user record a record of its own.
+        let expanded = event.payload.expand();
+        let payload = expanded.as_ref().unwrap_or(&event.payload);
+        let records = payload.records();
         let mut owned_ids = Vec::with_capacity(records.len());
         for (index, record) in records.iter().enumerate() {
             if E::is_stream() && record.position().is_none() {
@@ -251,7 +256,7 @@ impl BatchProcessor {
         );
         let mut outcomes: Vec<Option<Settled<H::Output>>> =
             (0..records.len()).map(|_| None).collect();
-        let lanes = self.lanes::<E, H>(&records, handler, event.payload.ordered());
+        let lanes = self.lanes::<E, H>(&records, handler, payload.ordered());
         let done: Vec<_> = stream::iter(lanes)
             .map(|(group, indices)| run.lane(indices, group).boxed())
             .buffer_unordered(self.concurrency)

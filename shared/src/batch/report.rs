@@ -36,7 +36,10 @@ pub enum BatchError {
 /// One record's result.
 #[derive(Debug)]
 pub struct RecordReport<T> {
-    /// Position in the event's `Records`.
+    /// Position in the event's `Records`. In a Kinesis event with aggregates of the Kinesis
+    /// Producer Library, each aggregate counts as its user records, in their order: an entry per
+    /// user record ([`EventSource::expand`](super::EventSource::expand)), whose
+    /// [`message_id`](Self::message_id) ends with its sub-sequence number.
     pub index: usize,
     /// The record's id ([`Record::id`](super::Record::id)): the SQS message id, a stream
     /// record's.

@@ -18,31 +18,45 @@ const MAX_NAMES: usize = 50;
 
 /// Logs each record of `report` whose key pointer found nothing, and emits the batch's metric.
 pub(super) fn report<T, E: EventSource>(event: &LambdaEvent<E>, report: &BatchReport<T, E>) {
-    let records = event.payload.records();
-    for record in &report.records {
-        let Err(RecordError::Key {
-            message_id,
-            source: KeyError::Missing(pointer),
-        }) = &record.result
-        else {
-            continue;
-        };
-        let payload = records.get(record.index).and_then(|r| r.payload());
-        let body = payload.as_deref().and_then(|p| std::str::from_utf8(p).ok());
-        let fields = field_names(body);
-        tracing::error!(
-            pointer,
-            message_id,
-            fields = %fields,
-            "the key pointer {pointer} finds nothing in message {message_id}: its top-level \
-             fields are [{fields}]. A typo in the pointer (IDEMPOTENCY_KEY) fails every \
-             message; a producer's message without the key fails alone"
-        );
+    let missing = || {
+        report
+            .records
+            .iter()
+            .filter_map(|record| match &record.result {
+                Err(RecordError::Key {
+                    message_id,
+                    source: KeyError::Missing(pointer),
+                }) => Some((record.index, message_id, pointer)),
+                _ => None,
+            })
+    };
+    if missing().next().is_some() {
+        // The records the report's indices are of: a Kinesis aggregate's user records.
+        let expanded = event.payload.expand();
+        let records = expanded.as_ref().unwrap_or(&event.payload).records();
+        for (index, message_id, pointer) in missing() {
+            log(records.get(index).copied(), message_id, pointer);
+        }
     }
     if let Some(line) = crate::metrics::key_missing(report, &event.context.env_config.function_name)
     {
         line.emit();
     }
+}
+
+/// Logs that `pointer` finds nothing in `record` (message `message_id`).
+fn log<R: Record>(record: Option<&R>, message_id: &str, pointer: &str) {
+    let payload = record.and_then(|r| r.payload());
+    let body = payload.as_deref().and_then(|p| std::str::from_utf8(p).ok());
+    let fields = field_names(body);
+    tracing::error!(
+        pointer,
+        message_id,
+        fields = %fields,
+        "the key pointer {pointer} finds nothing in message {message_id}: its top-level \
+         fields are [{fields}]. A typo in the pointer (IDEMPOTENCY_KEY) fails every \
+         message; a producer's message without the key fails alone"
+    );
 }
 
 /// The names of the body's top-level fields, sorted, never their values.

@@ -22,6 +22,8 @@ struct Entry {
     shard: String,
     key: Option<String>,
     payload: Option<Value>,
+    /// A Kinesis record's data other than its payload's JSON: a KPL aggregate.
+    data: Option<Vec<u8>>,
     sequence: u128,
 }
 
@@ -88,6 +90,52 @@ impl StreamEventBuilder {
             shard: self.shard.clone(),
             key: Some(key.into()),
             payload: Some(payload),
+            data: None,
+            sequence,
+        });
+        self
+    }
+
+    /// Adds a Kinesis record that aggregates `records` (each a partition key and a JSON
+    /// payload) as the Kinesis Producer Library does: one record, of the first one's partition
+    /// key, whose data is the KPL's aggregate of them (feature `kinesis-aggregation`). Only
+    /// [`kinesis`](Self::kinesis) builds it: [`dynamodb`](Self::dynamodb) and
+    /// [`kafka`](Self::kafka) panic on it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use aws_lambda_events::kinesis::KinesisEventRecord;
+    /// use lambda_idempotency::batch::{BatchProcessor, RecordContext, json};
+    /// use lambda_idempotency::test_util::StreamEventBuilder;
+    /// use serde_json::{Value, json};
+    ///
+    /// let event = StreamEventBuilder::new()
+    ///     .aggregate([("acct-1", json!({"n": 1})), ("acct-2", json!({"n": 2}))])
+    ///     .kinesis();
+    /// let handler = json(|_v: Value, _ctx: RecordContext| async { Ok::<_, std::io::Error>(()) });
+    /// let report = BatchProcessor::new().process(&event, &handler).await.unwrap();
+    /// let ids: Vec<_> = report.records.iter().map(|r| r.message_id.as_str()).collect();
+    /// assert_eq!(ids, ["shardId-000000000000:100:0", "shardId-000000000000:100:1"]);
+    /// # });
+    /// ```
+    #[cfg(feature = "kinesis-aggregation")]
+    pub fn aggregate<K: Into<String>>(
+        mut self,
+        records: impl IntoIterator<Item = (K, Value)>,
+    ) -> Self {
+        let records: Vec<(String, Value)> =
+            records.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        let data = crate::batch::source::kinesis_aggregation::encode(
+            records
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.to_string().into_bytes())),
+        );
+        let sequence = self.next_sequence();
+        self.entries.push(Entry {
+            shard: self.shard.clone(),
+            key: records.first().map(|(k, _)| k.clone()),
+            payload: None,
+            data: Some(data),
             sequence,
         });
         self
@@ -100,6 +148,7 @@ impl StreamEventBuilder {
             shard: self.shard.clone(),
             key: Some(key.into()),
             payload: None,
+            data: None,
             sequence,
         });
         self
@@ -128,6 +177,7 @@ impl StreamEventBuilder {
             .entries
             .iter()
             .map(|e| {
+                assert!(e.data.is_none(), "a KPL aggregate is a Kinesis record only");
                 let key = json!({"pk": {"S": e.key.clone().unwrap_or_default()}});
                 let mut image = match &e.payload {
                     Some(payload) => serde_dynamo::to_item::<_, serde_dynamo::Item>(payload)
@@ -168,7 +218,10 @@ impl StreamEventBuilder {
             .entries
             .iter()
             .map(|e| {
-                let data = e.payload.as_ref().map(Value::to_string).unwrap_or_default();
+                let data = match &e.data {
+                    Some(data) => data.clone(),
+                    None => e.payload.as_ref().map(Value::to_string).unwrap_or_default().into_bytes(),
+                };
                 json!({
                     "kinesis": {
                         "kinesisSchemaVersion": "1.0",
@@ -195,6 +248,7 @@ impl StreamEventBuilder {
     pub fn kafka(&self) -> LambdaEvent<KafkaEvent> {
         let mut partitions = serde_json::Map::new();
         for e in &self.entries {
+            assert!(e.data.is_none(), "a KPL aggregate is a Kinesis record only");
             let name = format!("{KAFKA_TOPIC}-{}", e.shard);
             let record = json!({
                 "topic": KAFKA_TOPIC,

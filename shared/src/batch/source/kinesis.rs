@@ -8,18 +8,22 @@ use aws_lambda_events::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::sqs::SqsMessage;
 use aws_lambda_events::streams::KinesisEventResponse;
 
-use super::{EventSource, checkpoints, stream_copy};
+use super::{EventSource, checkpoints, kinesis_aggregation, stream_copy};
 use crate::record::{Position, Record};
+use crate::store::BoxError;
 
 impl Record for KinesisEventRecord {
     const KIND: &'static str = "Kinesis record";
 
     fn id(&self) -> Option<Cow<'_, str>> {
         let position = self.position()?;
-        Some(Cow::Owned(format!(
-            "{}:{}",
-            position.shard, position.sequence
-        )))
+        let id = format!("{}:{}", position.shard, position.sequence);
+        // A user record of a KPL aggregate: its sub-sequence number too.
+        Some(Cow::Owned(kinesis_aggregation::with_sub_sequence(self, id)))
+    }
+
+    fn malformed(&self) -> Option<BoxError> {
+        kinesis_aggregation::malformed(self).map(Into::into)
     }
 
     fn payload(&self) -> Option<Cow<'_, [u8]>> {
@@ -69,6 +73,10 @@ impl Record for KinesisEventRecord {
 impl EventSource for KinesisEvent {
     type Record = KinesisEventRecord;
     type Response = KinesisEventResponse;
+
+    fn expand(&self) -> Option<Self> {
+        kinesis_aggregation::expand(self)
+    }
 
     fn records(&self) -> Vec<&KinesisEventRecord> {
         self.records.iter().collect()

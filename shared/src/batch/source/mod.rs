@@ -14,6 +14,7 @@
 mod dynamodb;
 mod kafka;
 mod kinesis;
+pub(crate) mod kinesis_aggregation;
 mod sqs;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use serde::Serialize;
 use crate::record::{Position, Record};
 
 pub use kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage};
+pub use kinesis_aggregation::AggregateError;
 
 /// An event the [`BatchProcessor`](super::BatchProcessor) processes: its records, whether they run
 /// in order, and the partial batch response for the records that failed. Implemented for
@@ -36,6 +38,19 @@ pub trait EventSource: Send + Sync + 'static {
     type Record: Record;
     /// The partial batch response (`{"batchItemFailures": [...]}`).
     type Response: Clone + fmt::Debug + Serialize + Send + Sync + 'static;
+
+    /// The event with its records unpacked, when some record packs several: a Kinesis event
+    /// whose records include aggregates of the Kinesis Producer Library, each replaced by its
+    /// user records (see [`AggregateError`]). `None` (the default) when the event is processed
+    /// as it is. [`BatchProcessor::process`](super::BatchProcessor::process) calls it once,
+    /// first: the records, the report's entries and the response are then those of the event it
+    /// gives.
+    fn expand(&self) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
 
     /// The records, in the order the source delivered them (a Kafka event's partitions in the
     /// order of their names, each in offset order).
