@@ -342,3 +342,28 @@ async fn the_sample_aggregated_events_are_what_the_builder_writes_and_run() {
         "no dead-letter queue"
     );
 }
+
+#[tokio::test]
+async fn a_consumer_unpacks_aggregates_and_dead_letters_a_corrupt_one() {
+    use lambda_idempotency::consumer::Consumer;
+
+    let world = World::default();
+    let sqs = InMemorySqs::new();
+    let consumer = Consumer::builder(InMemoryBackend::default())
+        .with_in_memory_sqs(&sqs)
+        .source::<KinesisEvent>()
+        .idempotent(world.handler());
+    let response = consumer.handle(batch().kinesis()).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    let mut payments = world.payments();
+    payments.sort();
+    assert_eq!(payments, ["a1", "a2", "a3", "b1", "b2"]);
+    // The same aggregate again, corrupt: its records are not its user records any more.
+    let response = consumer
+        .handle(corrupt(batch().kinesis(), 0))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(sqs.dead_letters().len(), 1);
+    assert_eq!(world.payments().len(), 5, "a3 is a duplicate");
+}
