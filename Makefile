@@ -408,8 +408,8 @@ up-ministack:
 # AWS Lambda Powertools (Python) on the same workload and local endpoint, directly
 # and through a +5 ms proxy, and each side's instructions per record under
 # valgrind's callgrind; writes docs/benchmarks-figures.md, docs/benchmarks.json and
-# the charts; then the same payments as a DynamoDB stream and a Kinesis stream (the
-# stream section). Then each function's deploy package (its zip) and init under a Runtime
+# the charts; then the same payments as a DynamoDB stream, a Kinesis stream and a
+# Kafka partition (the stream section). Then each function's deploy package (its zip) and init under a Runtime
 # API, beside Powertools' (bench-package: docs/package.json). About 50 minutes on
 # 2 cores.
 bench:
@@ -420,9 +420,9 @@ bench:
 	$(LOCAL_AWS) run -- $(CARGO) run --release --quiet -p bench --bin bench-package -- \
 	  --bin-dir $(TARGET_DIR)/release --python $(ROOT)/.venv-bench/bin/python --out $(ROOT)/docs
 
-# The stream scenarios alone (a DynamoDB stream and a Kinesis stream, beside Powertools'
-# stream processors), into docs/benchmarks.md's stream section and docs/benchmarks.json; the
-# SQS figures there are kept. About 15 minutes on 2 cores.
+# The stream scenarios alone (a DynamoDB stream, a Kinesis stream and a Kafka partition,
+# beside Powertools' stream and Kafka processors), into docs/benchmarks.md's stream section
+# and docs/benchmarks.json; the SQS figures there are kept. About 25 minutes on 2 cores.
 bench-streams:
 	$(ROOT)/bench/powertools/setup.sh >/dev/null
 	$(CARGO) build --release --quiet -p bench --bins

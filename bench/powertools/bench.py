@@ -4,7 +4,7 @@ import time; T0 = time.perf_counter(); T0_WALL_NS = time.time_ns()  # noqa: E702
 # same work as the Rust library. See README.md beside this file.
 #
 #   python bench.py --events FILE --idempotency-table T --effects-table E
-#                   (--standard|--fifo|--dynamodb-streams|--kinesis)
+#                   (--standard|--fifo|--dynamodb-streams|--kinesis|--kafka)
 #                   --out RESULT.json [--started-at-ns NS] [--lambda-timeout-ms MS]
 #
 # Runs a Lambda-style `handler(event, context)` on each event of FILE ({"events": [{"Records":
@@ -17,7 +17,11 @@ import time; T0 = time.perf_counter(); T0_WALL_NS = time.time_ns()  # noqa: E702
 # With --dynamodb-streams or --kinesis the events are a DynamoDB stream's or a Kinesis stream's,
 # the processor `BatchProcessor(event_type=EventType.DynamoDBStreams / KinesisDataStreams)`, the
 # key the record's `eventID` (the Kinesis one is the shard id and the sequence number), and the
-# payment the new image or the data.
+# payment the new image or the data. With --kafka the events are an Amazon MSK event source
+# mapping's ({"records": {"topic-partition": [...]}}, key and value base64), the processor
+# `BatchProcessor(event_type=EventType.Kafka)` (which reports every failed record by its
+# partition and offset), the key the record's topic, partition and offset, and the payment the
+# value (`json_value`).
 #
 # Talks only to AWS_ENDPOINT_URL (required: without it, or pointing at amazonaws.com, it refuses
 # to run). Exit status: 0 when every record succeeded, 2 when RESULT.json was written but some
@@ -55,6 +59,7 @@ def _parse_args(argv):
     mode.add_argument(
         "--kinesis", action="store_true", help="Kinesis events: BatchProcessor(event_type=EventType.KinesisDataStreams)"
     )
+    mode.add_argument("--kafka", action="store_true", help="Kafka events: BatchProcessor(event_type=EventType.Kafka)")
     p.add_argument("--out", required=True, help="where to write RESULT.json")
     p.add_argument(
         "--started-at-ns",
@@ -95,20 +100,59 @@ def _check_endpoint() -> str:
 
 
 def _source(args) -> str:
-    """The events' source: `standard`, `fifo`, `dynamodb-streams` or `kinesis`."""
+    """The events' source: `standard`, `fifo`, `dynamodb-streams`, `kinesis` or `kafka`."""
     if args.dynamodb_streams:
         return "dynamodb-streams"
     if args.kinesis:
         return "kinesis"
+    if args.kafka:
+        return "kafka"
     return "fifo" if args.fifo else "standard"
 
 
-def _record_id_field(source: str) -> str:
-    """What identifies a record of `source` across deliveries (the idempotency key)."""
+def _record_key(source: str) -> str:
+    """The JMESPath of what identifies a record of `source` across deliveries (the idempotency
+    key): the message id, a stream record's `eventID`, a Kafka record's topic, partition and offset."""
+    if source == "kafka":
+        return "[topic, partition, offset]"
     return "messageId" if source in ("standard", "fifo") else "eventID"
 
 
-def _load_events(path: str, id_field: str = "messageId") -> tuple[list[tuple[int, int]], list[int], object]:
+def _record_id(source: str):
+    """A record's id (a dict as Lambda delivers it): the same as `_record_key`'s, as a string
+    (`topic-partition@offset` for Kafka, as the Rust side names it); None when it has none."""
+    if source == "kafka":
+
+        def kafka_id(record: dict):
+            topic, partition, offset = (record.get(k) for k in ("topic", "partition", "offset"))
+            if not isinstance(topic, str) or not isinstance(partition, int) or not isinstance(offset, int):
+                return None
+            return f"{topic}-{partition}@{offset}"
+
+        return kafka_id
+    field = _record_key(source)
+
+    def field_id(record: dict):
+        value = record.get(field)
+        return value if isinstance(value, str) else None
+
+    return field_id
+
+
+def _event_records(event, source: str):
+    """The records of `event` (a list; a Kafka event's `records` map flattened), or None."""
+    if not isinstance(event, dict):
+        return None
+    if source == "kafka":
+        partitions = event.get("records")
+        if not isinstance(partitions, dict) or not all(isinstance(p, list) for p in partitions.values()):
+            return None
+        return [r for records in partitions.values() for r in records]
+    records = event.get("Records")
+    return records if isinstance(records, list) else None
+
+
+def _load_events(path: str, source: str = "standard") -> tuple[list[tuple[int, int]], list[int], object]:
     """Splits the workload into its events, each as compact JSON in an anonymous temporary file,
     read back and decoded just before its invocation (as the Lambda runtime decodes the event it
     receives): the process never holds the whole workload, which would show in the peak RSS.
@@ -124,13 +168,14 @@ def _load_events(path: str, id_field: str = "messageId") -> tuple[list[tuple[int
         _die(f'{path}: expected {{"events": [{{"Records": [...]}}, ...]}} with at least one event')
     spill = tempfile.TemporaryFile()
     spans, counts, offset = [], [], 0
+    record_id = _record_id(source)
     for i, event in enumerate(events):
-        records = event.get("Records") if isinstance(event, dict) else None
-        if not isinstance(records, list) or not records:
-            _die(f"{path}: event {i} has no Records")
+        records = _event_records(event, source)
+        if not records:
+            _die(f"{path}: event {i} has no records (a {source} event)")
         for r in records:
-            if not isinstance(r, dict) or not isinstance(r.get(id_field), str):
-                _die(f"{path}: event {i} has a record without a {id_field}")
+            if not isinstance(r, dict) or record_id(r) is None:
+                _die(f"{path}: event {i} has a record without its id ({_record_key(source)})")
         raw = json.dumps(event, separators=(",", ":")).encode()
         spill.write(raw)
         spans.append((offset, len(raw)))
@@ -172,7 +217,8 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def main(argv=None) -> int:
     args = _parse_args(argv)
     source = _source(args)
-    id_field = _record_id_field(source)
+    key_path = _record_key(source)
+    record_id = _record_id(source)
     endpoint = _check_endpoint()
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
@@ -182,7 +228,7 @@ def main(argv=None) -> int:
     if args.init_only:
         event_spans, record_counts, spill, spill_fd = [], [], None, -1
     else:
-        event_spans, record_counts, spill = _load_events(args.events, id_field)
+        event_spans, record_counts, spill = _load_events(args.events, source)
         spill_fd = spill.fileno()
     events_load_s = time.perf_counter() - t_load
 
@@ -218,7 +264,7 @@ def main(argv=None) -> int:
     handler_requests = [0]
 
     persistence = DynamoDBPersistenceLayer(table_name=args.idempotency_table, boto3_client=dynamodb)
-    config = IdempotencyConfig(event_key_jmespath=id_field)
+    config = IdempotencyConfig(event_key_jmespath=key_path)
     effects_table = args.effects_table
 
     # The payment and the record's id, from each source's record as Powertools gives it.
@@ -231,6 +277,11 @@ def main(argv=None) -> int:
 
         def payment_of(record):
             return record.kinesis.data_as_json(), record.event_id
+
+    elif source == "kafka":
+
+        def payment_of(record):
+            return record.json_value, f"{record.topic}-{record.partition}@{record.offset}"
 
     else:
 
@@ -268,7 +319,7 @@ def main(argv=None) -> int:
 
     class CountingMixin:
         def _process_record(self, record: dict):
-            message_id = record.get(id_field)
+            message_id = record_id(record)
             before, handler_before = requests[0], handler_requests[0]
             try:
                 return super()._process_record(record)
@@ -293,6 +344,8 @@ def main(argv=None) -> int:
         processor = CountingBatchProcessor(event_type=EventType.DynamoDBStreams)
     elif source == "kinesis":
         processor = CountingBatchProcessor(event_type=EventType.KinesisDataStreams)
+    elif source == "kafka":
+        processor = CountingBatchProcessor(event_type=EventType.Kafka)
     else:
         processor = CountingBatchProcessor(event_type=EventType.SQS)
 

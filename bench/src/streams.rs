@@ -1,7 +1,7 @@
-//! The stream benchmark: the payments of the SQS workload as a DynamoDB stream and as a Kinesis
-//! stream, delivered in batches of 10 as Lambda delivers them, with replays from a checkpoint
-//! (what a stream redelivers), through the floor, this project and Powertools'
-//! `BatchProcessor(event_type=DynamoDBStreams / KinesisDataStreams)`.
+//! The stream benchmark: the payments of the SQS workload as a DynamoDB stream, a Kinesis stream
+//! and a Kafka topic's partition, delivered in batches of 10 as Lambda delivers them, with replays
+//! from a checkpoint (what a stream redelivers), through the floor, this project and Powertools'
+//! `BatchProcessor(event_type=DynamoDBStreams / KinesisDataStreams / Kafka)`.
 //!
 //! [`stream_workload`] makes the events; the driver runs them through [`STREAM_SIDES`];
 //! [`StreamReport`] holds the figures (`benchmarks.json`'s `streams`) and [`render`] writes
@@ -28,11 +28,19 @@ pub enum StreamSource {
     /// A Kinesis data stream (`KinesisEvent`): each payment's JSON as a record's data, its
     /// account as the partition key.
     Kinesis,
+    /// A Kafka topic's partition through an Amazon MSK event source mapping (`KafkaEvent`): each
+    /// payment's JSON as a record's value, its account as the key (both base64), its payment id
+    /// as a header.
+    Kafka,
 }
 
 impl StreamSource {
-    /// Both, in the order of the tables.
-    pub const ALL: [StreamSource; 2] = [StreamSource::DynamodbStreams, StreamSource::Kinesis];
+    /// All three, in the order of the tables.
+    pub const ALL: [StreamSource; 3] = [
+        StreamSource::DynamodbStreams,
+        StreamSource::Kinesis,
+        StreamSource::Kafka,
+    ];
 
     /// Its name in files, on command lines (`bench-worker --source`, `bench.py --source`) and in
     /// `Scenario::queue`.
@@ -40,6 +48,7 @@ impl StreamSource {
         match self {
             StreamSource::DynamodbStreams => "dynamodb-streams",
             StreamSource::Kinesis => "kinesis",
+            StreamSource::Kafka => "kafka",
         }
     }
 
@@ -53,6 +62,7 @@ impl StreamSource {
         match self {
             StreamSource::DynamodbStreams => "DynamoDB stream",
             StreamSource::Kinesis => "Kinesis",
+            StreamSource::Kafka => "Kafka",
         }
     }
 }
@@ -66,6 +76,11 @@ pub const DYNAMODB_STREAM_ARN: &str =
     "arn:aws:dynamodb:us-east-1:123456789012:table/payments/stream/2026-01-01T00:00:00.000";
 /// The Kinesis stream of the events.
 pub const KINESIS_STREAM_ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/payments";
+/// The Amazon MSK cluster of the Kafka events.
+pub const KAFKA_CLUSTER_ARN: &str =
+    "arn:aws:kafka:us-east-1:123456789012:cluster/payments/a1b2c3d4-5678-90ab-cdef-1234567890ab-1";
+/// The Kafka topic of the events (one partition, 0).
+pub const KAFKA_TOPIC: &str = "payments";
 
 /// One record of the stream: a payment, at its position.
 #[derive(Debug, Clone)]
@@ -79,13 +94,16 @@ struct Entry {
     event_id: String,
 }
 
-/// The same deliveries as a DynamoDB stream's events and as a Kinesis stream's.
+/// The same deliveries as a DynamoDB stream's events, a Kinesis stream's and a Kafka
+/// partition's.
 #[derive(Debug, Clone)]
 pub struct StreamWorkload {
     /// The DynamoDB stream events, in delivery order.
     pub dynamodb: Workload,
     /// The Kinesis events, in delivery order.
     pub kinesis: Workload,
+    /// The Kafka events, in delivery order.
+    pub kafka: Workload,
 }
 
 impl StreamWorkload {
@@ -94,6 +112,7 @@ impl StreamWorkload {
         match source {
             StreamSource::DynamodbStreams => &self.dynamodb,
             StreamSource::Kinesis => &self.kinesis,
+            StreamSource::Kafka => &self.kafka,
         }
     }
 }
@@ -138,17 +157,26 @@ pub fn stream_workload(
         next = next.max(start + n);
         delivered += n;
     }
+    let records = |batch: &std::ops::Range<usize>, record: &dyn Fn(&Entry) -> Value| {
+        log[batch.clone()].iter().map(record).collect::<Vec<_>>()
+    };
     let events = |record: &dyn Fn(&Entry) -> Value| -> Workload {
         Workload {
             events: batches
                 .iter()
-                .map(|batch| json!({ "Records": log[batch.clone()].iter().map(record).collect::<Vec<_>>() }))
+                .map(|batch| json!({ "Records": records(batch, record) }))
                 .collect(),
         }
     };
     StreamWorkload {
         dynamodb: events(&dynamodb_record),
         kinesis: events(&kinesis_record),
+        kafka: Workload {
+            events: batches
+                .iter()
+                .map(|batch| kafka_event(records(batch, &kafka_record)))
+                .collect(),
+        },
     }
 }
 
@@ -206,6 +234,32 @@ fn kinesis_record(e: &Entry) -> Value {
         "invokeIdentityArn": "arn:aws:iam::123456789012:role/payments-consumer",
         "awsRegion": "us-east-1",
         "eventSourceARN": KINESIS_STREAM_ARN,
+    })
+}
+
+/// A Kafka event as Lambda's Amazon MSK event source mapping delivers it (the shape of AWS's
+/// sample event): the records under their `topic-partition`.
+fn kafka_event(records: Vec<Value>) -> Value {
+    json!({
+        "eventSource": "aws:kafka",
+        "eventSourceArn": KAFKA_CLUSTER_ARN,
+        "bootstrapServers": "b-1.payments.a1b2c3.c1.kafka.us-east-1.amazonaws.com:9098",
+        "records": { format!("{KAFKA_TOPIC}-0"): records },
+    })
+}
+
+/// A Kafka record as Lambda delivers it: the payment's JSON as the value and its account as the
+/// key, both base64; its payment id as a header (bytes, as Lambda gives them).
+fn kafka_record(e: &Entry) -> Value {
+    json!({
+        "topic": KAFKA_TOPIC,
+        "partition": 0,
+        "offset": e.index,
+        "timestamp": 1_790_000_000_000u64 + (e.index / 10) as u64 * 1000,
+        "timestampType": "CREATE_TIME",
+        "key": STANDARD.encode(&e.account),
+        "value": STANDARD.encode(body(e).to_string()),
+        "headers": [{ "paymentId": e.payment.bytes().collect::<Vec<u8>>() }],
     })
 }
 
@@ -401,6 +455,8 @@ fn replays(report: &StreamReport) -> String {
 mod tests {
     use std::collections::HashSet;
 
+    use lambda_idempotency::batch::KafkaMessage;
+
     use super::*;
 
     #[test]
@@ -413,13 +469,17 @@ mod tests {
             let (mut deliveries, mut replays) = (0, 0);
             let mut last_end = 0u64;
             for event in events {
-                let records = event["Records"].as_array().unwrap();
+                let records = match source {
+                    StreamSource::Kafka => event["records"]["payments-0"].as_array().unwrap(),
+                    _ => event["Records"].as_array().unwrap(),
+                };
                 let sequences: Vec<u64> = records
                     .iter()
                     .map(|r| {
                         let s = match source {
                             StreamSource::DynamodbStreams => &r["dynamodb"]["SequenceNumber"],
                             StreamSource::Kinesis => &r["kinesis"]["sequenceNumber"],
+                            StreamSource::Kafka => return r["offset"].as_u64().unwrap(),
                         };
                         let s = s.as_str().unwrap();
                         s[s.len() - 10..].parse().unwrap()
@@ -435,7 +495,11 @@ mod tests {
                 last_end = last_end.max(sequences[sequences.len() - 1] + 1);
                 for r in records {
                     deliveries += 1;
-                    if !seen.insert(r["eventID"].as_str().unwrap().to_owned()) {
+                    let id = match source {
+                        StreamSource::Kafka => r["offset"].to_string(),
+                        _ => r["eventID"].as_str().unwrap().to_owned(),
+                    };
+                    if !seen.insert(id) {
                         replays += 1;
                     }
                 }
@@ -455,7 +519,15 @@ mod tests {
         assert_eq!(data["paymentId"], "pay-000003");
         assert_eq!(kinesis.records[3].kinesis.partition_key, "acct-03");
         assert_eq!(kinesis.records[3].kinesis.sequence_number.len(), 56);
-        // The same payments in both.
+        let kafka: aws_lambda_events::kafka::KafkaEvent =
+            serde_json::from_value(w.kafka.events[0].clone()).unwrap();
+        let message = KafkaMessage::decode(&kafka.records["payments-0"][3]).unwrap();
+        let value: Value = serde_json::from_slice(message.value.as_deref().unwrap()).unwrap();
+        assert_eq!(value["paymentId"], "pay-000003");
+        assert_eq!(message.key.as_deref(), Some(&b"acct-03"[..]));
+        assert_eq!(message.header("paymentId"), Some(&b"pay-000003"[..]));
+        assert_eq!((message.partition, message.offset), (0, 3));
+        // The same payments in all three.
         assert_eq!(
             dynamodb.records[3].change.new_image["paymentId"],
             serde_dynamo::AttributeValue::S("pay-000003".into())

@@ -172,10 +172,12 @@
 //! Over DynamoDB stream, Kinesis or Kafka records ([`EventSource`](crate::batch::EventSource)),
 //! a mode needs the rows above with these differences, all of actions the table already names:
 //!
-//! - A replay from a checkpoint looks like a first delivery, so the transactional and inline
-//!   modes read the record before their write: the inline mode needs the rows of **inline,
-//!   attempts read** (`dynamodb:GetItem` on the idempotency table); the transactional mode's
-//!   own rows have the read.
+//! - A replay from a checkpoint looks like a first delivery, so the transactional mode reads
+//!   the record before its commit (its own rows have the read). The inline mode goes straight
+//!   to its write, and reads the record only before it would dead-letter a failure no request
+//!   told the store of (an item over the size limit: the replay of a record dead-lettered
+//!   before is answered there): it needs the rows of **inline, attempts read**
+//!   (`dynamodb:GetItem` on the idempotency table).
 //! - A dead-lettered record's key is settled in the idempotency table (taken and completed,
 //!   `{"deadLettered": reason}` as its result) instead of having its attempts reset, so that a
 //!   replay of its shard neither runs it nor sends it again: the same `dynamodb:UpdateItem` as

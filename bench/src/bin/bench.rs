@@ -3,8 +3,8 @@
 //! with a local cache, `bench-worker`; the lease mode over Redis; Powertools,
 //! `bench/powertools/bench.py`), directly and through a proxy adding latency, counts each side's
 //! instructions per record under callgrind, measures the publisher, and writes the report. Then
-//! the same payments as a DynamoDB stream and a Kinesis stream, through the floor, the lease and
-//! inline modes and Powertools' stream processors (`--only streams`: those alone).
+//! the same payments as a DynamoDB stream, a Kinesis stream and a Kafka partition, through the
+//! floor, the lease and inline modes and Powertools' stream and Kafka processors (`--only streams`: those alone).
 //!
 //! `make bench` runs it with a fresh local endpoint (moto and a Redis server); `bench --help`
 //! lists the options. `bench --render DIR/benchmarks.json [--out DIR]` writes the report and
@@ -80,7 +80,7 @@ struct Options {
 enum Only {
     /// The SQS queues (standard and FIFO) and the publisher.
     Sqs,
-    /// A DynamoDB stream and a Kinesis stream.
+    /// A DynamoDB stream, a Kinesis stream and a Kafka partition.
     Streams,
 }
 
@@ -425,9 +425,9 @@ async fn measure_sqs(
     })
 }
 
-/// The stream scenarios: the same payments as a DynamoDB stream and as a Kinesis stream, with
-/// replays from a checkpoint, through [`STREAM_SIDES`] on moto and on the instant endpoint
-/// (+0 ms); the instruction counts of each source.
+/// The stream scenarios: the same payments as a DynamoDB stream, a Kinesis stream and a Kafka
+/// partition, with replays from a checkpoint, through [`STREAM_SIDES`] on moto and on the
+/// instant endpoint (+0 ms); the instruction counts of each source.
 async fn measure_streams(
     o: &Options,
     endpoint: &str,

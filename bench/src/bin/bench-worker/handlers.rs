@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 use crate::counting::{Counted, IN_HANDLER};
 use crate::{BoxError, Invocations, Mode, Seen};
 
-/// The payment of a record: an SQS message's body, a Kinesis record's data, a DynamoDB stream
-/// record's new image.
+/// The payment of a record: an SQS message's body, a Kinesis record's data, a Kafka record's
+/// value, a DynamoDB stream record's new image.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Payment {

@@ -2,8 +2,8 @@
 //! (DynamoDB, or Redis/Valkey in the lease mode), over a workload file, in a process of its own.
 //! Writes a [`bench::SideResult`]. See `bench-worker --help` for the options.
 //!
-//! The events file has one Lambda event per line (SQS, or with `--source` a DynamoDB stream's
-//! or a Kinesis stream's: the same handlers run on their records); each is read and decoded just before its
+//! The events file has one Lambda event per line (SQS, or with `--source` a DynamoDB stream's,
+//! a Kinesis stream's or a Kafka partition's: the same handlers run on their records); each is read and decoded just before its
 //! invocation, as the Lambda runtime would, so the process never holds the whole workload (which
 //! would show in its peak memory), and the decoding is kept out of the CPU time, like the Python
 //! side does.
@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::kafka::KafkaEvent;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -91,6 +92,8 @@ enum Source {
     DynamodbStreams,
     /// Kinesis events: the payment is the data.
     Kinesis,
+    /// Kafka events (Amazon MSK): the payment is the value.
+    Kafka,
 }
 
 /// The idempotency store of `--store`.
@@ -246,6 +249,7 @@ async fn main() -> Result<(), BoxError> {
         Source::Sqs => side.run::<SqsEvent, _>(invocations).await?,
         Source::DynamodbStreams => side.run::<DynamoDbEvent, _>(invocations).await?,
         Source::Kinesis => side.run::<KinesisEvent, _>(invocations).await?,
+        Source::Kafka => side.run::<KafkaEvent, _>(invocations).await?,
     };
     let (_, peak_kib) = rusage();
     result.cpu_us_per_record = result.cpu_ms_total * 1000.0 / result.records.max(1) as f64;

@@ -6,14 +6,16 @@ use serde::Serialize;
 
 use super::transactional_mode::{Start, finish, start};
 use super::{Deduplicated, Idempotent, Mode, key_and_hash};
+use crate::Idempotency;
 use crate::batch::handler::HandlerOutput;
 use crate::batch::lookup::ItemLookup;
 use crate::batch::{RecordContext, RecordHandler};
 use crate::error::RecordError;
 use crate::inline::InlinePut;
+use crate::payload::PayloadHash;
 use crate::record::Record;
 use crate::store::TransactionalBackend;
-use crate::transaction::Transaction;
+use crate::transaction::{Peeked, Transaction};
 
 /// A handler whose effect is one new item, written with its idempotency record on it: the inner
 /// handler returns an [`InlinePut`] (its output and its item) instead of writing the item.
@@ -48,6 +50,29 @@ use crate::transaction::Transaction;
 /// transactional mode does, so that its handler is told the store's failed attempts plus one,
 /// for one more request. See [`crate::inline`] for where failures are counted and what the mode
 /// cannot carry.
+///
+/// On a stream (DynamoDB Streams, Kinesis, Kafka) every record goes straight to its write too:
+/// a first delivery costs its one conditional write, and a replay from a checkpoint of a record
+/// that succeeded costs the refused write. A replay of a record dead-lettered before (its key
+/// settled in the engine's table, see [`Idempotent`]; its item never written) is not read for
+/// first, so its handler runs again:
+///
+/// - If it fails again, as a poison record does, the conditional write that records the failure
+///   in the engine's table finds the key settled and answers a duplicate: the record is neither
+///   counted nor dead-lettered a second time. A failure no request tells the store of (an item
+///   over the store's size limit, found before the write) reads the engine's table before it
+///   would be dead-lettered, for the same answer.
+/// - If it now succeeds (a record dead-lettered once its attempts ran out, whose cause has
+///   gone), its item is written, with its record: the record's effect happens once, late (after
+///   the records of its key that the shard ran past it), and the copy in the dead-letter queue is
+///   of a record that is done; a redrive of that copy through this handler is a refused write, a
+///   duplicate. The effect being one new item written only if absent, the late write can neither
+///   double it nor overwrite a later record's item.
+///
+/// A handler for which a dead-lettered record must never run again uses
+/// [`with_attempts_read`](Inline::with_attempts_read): every stream record then reads the
+/// engine's table first, and a dead-lettered record's replay is answered by that read, for one
+/// more request per record.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -139,7 +164,9 @@ impl<H, B: TransactionalBackend> Inline<H, B> {
 
     /// A redelivery (receive count above 1) reads the engine's table before the handler runs,
     /// so that the handler is told its attempt as the store counts it: one more request per
-    /// redelivery. The read cannot see the item, so a redelivered duplicate then costs the read
+    /// redelivery. A stream record has no receive count: every one reads (two requests for a
+    /// first delivery), and a replay of a dead-lettered record is answered by the read without
+    /// running. The read cannot see the item, so a redelivered duplicate then costs the read
     /// and the refused write (the read answers it alone only for a key completed earlier by the
     /// transactional mode, whose record is in the engine's table).
     pub fn with_attempts_read(mut self) -> Self {
@@ -166,10 +193,7 @@ where
         H: RecordHandler<R>,
     {
         let (key, hash) = key_and_hash(&this.keys, record, ctx)?;
-        // A stream record may be a replay of one dead-lettered before (settled in the engine's
-        // table, not on an item): it reads the table first, as with the attempts read.
-        let reads = this.mode.read_attempts || !R::redriven();
-        let inner_ctx = if reads {
+        let inner_ctx = if this.mode.read_attempts {
             match start(&this.engine, &key, &hash, ctx).await? {
                 Start::Run(inner_ctx) => inner_ctx,
                 Start::Done(duplicate) => return Ok(duplicate),
@@ -191,6 +215,39 @@ where
             .engine
             .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
             .await;
-        finish(result, ctx, &key)
+        match finish(result, ctx, &key) {
+            Err(error) if !R::redriven() && unseen_dead_letter(&error) => {
+                settled(&this.engine, &key, &hash, ctx, error).await
+            }
+            answered => answered,
+        }
+    }
+}
+
+/// True for a failure the processor dead-letters that no request told the store of: a limit of
+/// the item found before the write ([`TransactError::Limit`](crate::transaction::TransactError::Limit)),
+/// permanent and not counted. Every other failure of the handler or the write is noted in the
+/// engine's table by a conditional write, which finds a key settled there and answers it.
+fn unseen_dead_letter(error: &RecordError) -> bool {
+    error.is_permanent() && error.attempts().is_none()
+}
+
+/// `error`, or the duplicate the engine's table answers for `key`: a stream record whose
+/// failure the store has not seen may be the replay of one dead-lettered before, settled there
+/// ([`settle_dead_lettered`](super::settle_dead_lettered)); it is read before the record is
+/// dead-lettered again. A read that fails, or finds anything else, leaves `error`.
+async fn settled<B: TransactionalBackend, T>(
+    engine: &Idempotency<B>,
+    key: &str,
+    hash: &PayloadHash,
+    ctx: &RecordContext,
+    error: RecordError,
+) -> Result<Deduplicated<T>, RecordError> {
+    match engine.peek(key, hash).await {
+        Ok(Peeked::Duplicate { result }) => {
+            tracing::info!(message_id = ctx.message_id, key, "duplicate skipped");
+            Ok(Deduplicated::Duplicate { stored: result })
+        }
+        _ => Err(error),
     }
 }
