@@ -8,7 +8,8 @@
 //! [`record`]) and the output trait a hand-written handler implements ([`HandlerOutput`]),
 //! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
 //! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
-//! ([`KeyConfig`]); the bound of a consumer generic over its backend ([`TransactionalBackend`]);
+//! ([`KeyConfig`]); the bounds of a consumer generic over its backend ([`Backend`],
+//! [`TransactionalBackend`]);
 //! and on DynamoDB the backend, the inline mode's item and the SDK's
 //! `AttributeValue` (the SDK's other types a transaction is written with, at this crate's
 //! version, are in [`dynamodb`](crate::dynamodb)). `Error` is Lambda's boxed error. The event
@@ -25,7 +26,7 @@ pub use crate::batch::{
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;
 pub use crate::key::KeyConfig;
-pub use crate::store::TransactionalBackend;
+pub use crate::store::{Backend, TransactionalBackend};
 pub use crate::transaction::Transaction;
 pub use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord as DynamoDbEventRecord};
 pub use aws_lambda_events::kafka::{KafkaEvent, KafkaRecord};
