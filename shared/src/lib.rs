@@ -128,6 +128,9 @@
 //!   dead-letter queue and the request counter all work, over a [`store::Backend`] of your own
 //!   (or the in-memory backend of `test-util`, in tests):
 //!   `lambda-idempotency = { version = "0.1", default-features = false }`.
+//! - `mapping-check` (default): the cold-start check of a stream or Kafka consumer's event
+//!   source mapping (its retry and age limits, partial batch responses, on-failure destination:
+//!   `lambda:ListEventSourceMappings`), and the `aws-sdk-lambda` dependency.
 // Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
 #![cfg_attr(
     feature = "redis",
@@ -139,10 +142,13 @@
 )]
 //!   dependency.
 //! - `test-util`: what unit tests run on: [`store::InMemoryBackend`] (which takes the inline
-//!   mode's DynamoDB `NewItem` too) and [`store::MemoryWrite`], [`time::ManualClock`], and the
-//!   state machine's table of transitions, [`state::table`], which a backend of your own is
-//!   tested against; and [`test_util`]: SQS in memory (the dead-letter queue and the backoff of a
-//!   test consumer) and SQS events from `(message id, body)` pairs. Its items are in these docs
+//!   mode's DynamoDB `NewItem` too, and fails on demand with
+//!   [`with_faults`](store::InMemoryBackend::with_faults)) and [`store::MemoryWrite`],
+//!   [`time::ManualClock`], and the state machine's table of transitions, [`state::table`],
+//!   which a backend of your own is tested against; and [`test_util`]: SQS in memory (the
+//!   dead-letter queue and the backoff of a test consumer), SQS events from `(message id, body)`
+//!   pairs and stream events ([`StreamEventBuilder`](test_util::StreamEventBuilder)), the fault
+//!   injector and the simulated queue. Its items are in these docs
 //!   whatever features your build has. No dependency; in `[dev-dependencies]`:
 //!   `lambda-idempotency = { version = "0.1", features = ["test-util"] }`.
 //!

@@ -13,11 +13,20 @@ use serde_json::json;
 
 /// The customers' spend, and the customers closed.
 #[derive(Clone, Default)]
-struct Spend(Arc<Mutex<(HashMap<String, i64>, Vec<String>)>>);
+struct Spend(Arc<Mutex<Counts>>);
+
+#[derive(Default)]
+struct Counts {
+    counts: HashMap<String, i64>,
+    refused: Vec<String>,
+}
 
 impl Customers for Spend {
     async fn add_spend(&self, order: &Order) -> Result<(), SpendError> {
-        let (spent, closed) = &mut *self.0.lock().unwrap();
+        let Counts {
+            counts: spent,
+            refused: closed,
+        } = &mut *self.0.lock().unwrap();
         if closed.contains(&order.customer_id) {
             return Err(SpendError::CustomerClosed(order.customer_id.clone()));
         }
@@ -28,7 +37,7 @@ impl Customers for Spend {
 
 impl Spend {
     fn of(&self, customer: &str) -> Option<i64> {
-        self.0.lock().unwrap().0.get(customer).copied()
+        self.0.lock().unwrap().counts.get(customer).copied()
     }
 }
 
@@ -79,14 +88,14 @@ async fn each_order_is_counted_once_however_often_its_record_is_delivered() {
 #[tokio::test]
 async fn a_failure_is_the_checkpoint_holds_its_customer_and_the_replay_redoes_nothing() {
     let (spend, _sqs, consumer) = setup();
-    spend.0.lock().unwrap().1.push("cust-7".into());
+    spend.0.lock().unwrap().refused.push("cust-7".into());
     let report = consumer.process(&orders().dynamodb()).await.unwrap();
     // o-1 failed: the checkpoint. o-3, the same customer's, waited; o-2, another's, ran.
     assert_eq!(checkpoints(&report), ["100"]);
     assert_eq!((spend.of("cust-7"), spend.of("cust-9")), (None, Some(1000)));
 
     // The account is reopened; Lambda delivers the shard again from the checkpoint.
-    spend.0.lock().unwrap().1.clear();
+    spend.0.lock().unwrap().refused.clear();
     let report = consumer.process(&orders().dynamodb()).await.unwrap();
     assert!(checkpoints(&report).is_empty());
     assert_eq!(

@@ -19,11 +19,20 @@ const AWS_SAMPLE: &str = include_str!("../events/aws-msk-sample.json");
 
 /// The products' stock, and the products being counted.
 #[derive(Clone, Default)]
-struct Levels(Arc<Mutex<(HashMap<String, i64>, Vec<String>)>>);
+struct Levels(Arc<Mutex<Counts>>);
+
+#[derive(Default)]
+struct Counts {
+    counts: HashMap<String, i64>,
+    refused: Vec<String>,
+}
 
 impl Stock for Levels {
     async fn move_units(&self, sku: &str, delta: i64) -> Result<(), StockError> {
-        let (levels, stocktake) = &mut *self.0.lock().unwrap();
+        let Counts {
+            counts: levels,
+            refused: stocktake,
+        } = &mut *self.0.lock().unwrap();
         if stocktake.iter().any(|s| s == sku) {
             return Err(StockError::Stocktake(sku.into()));
         }
@@ -34,7 +43,7 @@ impl Stock for Levels {
 
 impl Levels {
     fn of(&self, sku: &str) -> Option<i64> {
-        self.0.lock().unwrap().0.get(sku).copied()
+        self.0.lock().unwrap().counts.get(sku).copied()
     }
 }
 
@@ -101,7 +110,7 @@ async fn each_change_applies_once_and_a_tombstone_is_read_as_none() {
 #[tokio::test]
 async fn a_failure_is_its_partitions_checkpoint_holds_its_key_and_the_replay_redoes_nothing() {
     let (levels, _sqs, consumer) = setup();
-    levels.0.lock().unwrap().1.push("sku-1".into());
+    levels.0.lock().unwrap().refused.push("sku-1".into());
     let report = consumer.process(&changes().kafka()).await.unwrap();
     // c-1 (offset 100) failed: the partition's lowest reported offset. c-3, sku-1's too, waited;
     // sku-2's change ran.
@@ -118,7 +127,7 @@ async fn a_failure_is_its_partitions_checkpoint_holds_its_key_and_the_replay_red
     assert_eq!((levels.of("sku-1"), levels.of("sku-2")), (None, Some(-3)));
 
     // The stocktake ends; Lambda delivers the partition again from the checkpoint.
-    levels.0.lock().unwrap().1.clear();
+    levels.0.lock().unwrap().refused.clear();
     let report = consumer.process(&changes().kafka()).await.unwrap();
     assert!(self::reported(&report).is_empty());
     assert_eq!(

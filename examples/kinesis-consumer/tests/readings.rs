@@ -13,11 +13,20 @@ use serde_json::json;
 
 /// The meters' totals, and the meters out of service.
 #[derive(Clone, Default)]
-struct Totals(Arc<Mutex<(HashMap<String, i64>, Vec<String>)>>);
+struct Totals(Arc<Mutex<Counts>>);
+
+#[derive(Default)]
+struct Counts {
+    counts: HashMap<String, i64>,
+    refused: Vec<String>,
+}
 
 impl Meters for Totals {
     async fn add(&self, meter_id: &str, watt_hours: i64) -> Result<(), CountError> {
-        let (totals, out) = &mut *self.0.lock().unwrap();
+        let Counts {
+            counts: totals,
+            refused: out,
+        } = &mut *self.0.lock().unwrap();
         if out.iter().any(|m| m == meter_id) {
             return Err(CountError::OutOfService(meter_id.into()));
         }
@@ -28,7 +37,7 @@ impl Meters for Totals {
 
 impl Totals {
     fn of(&self, meter: &str) -> Option<i64> {
-        self.0.lock().unwrap().0.get(meter).copied()
+        self.0.lock().unwrap().counts.get(meter).copied()
     }
 }
 
@@ -83,7 +92,7 @@ async fn a_reading_is_counted_once_however_often_it_is_delivered_or_put() {
 #[tokio::test]
 async fn a_failure_is_the_checkpoint_holds_its_meter_and_the_replay_redoes_nothing() {
     let (meters, _sqs, consumer) = setup();
-    meters.0.lock().unwrap().1.push("meter-17".into());
+    meters.0.lock().unwrap().refused.push("meter-17".into());
     let report = consumer.process(&readings().kinesis()).await.unwrap();
     // r-1 failed: the checkpoint. r-3, of the same meter, waited; r-2, another meter's, ran.
     assert_eq!(checkpoints(&report), ["100"]);
@@ -93,7 +102,7 @@ async fn a_failure_is_the_checkpoint_holds_its_meter_and_the_replay_redoes_nothi
     );
 
     // The meter is back; Lambda delivers the shard again from the checkpoint.
-    meters.0.lock().unwrap().1.clear();
+    meters.0.lock().unwrap().refused.clear();
     let report = consumer.process(&readings().kinesis()).await.unwrap();
     assert!(checkpoints(&report).is_empty());
     assert_eq!(
