@@ -161,11 +161,16 @@
 //! Small standalone crates in the repository's `examples/` directory, each a Lambda function (a
 //! thin `src/main.rs` over a handler in `src/lib.rs`, a plain async function a test can call),
 //! with a sample event under `events/`, a README on running it with `cargo lambda` and deploying
-//! it, and a test that runs the handler on the sample event: in memory (`inline-consumer`), or
-//! against a local DynamoDB or SQS (the others):
+//! it, and a test that runs the handler: in memory (`inline-consumer` and the three stream
+//! consumers), or against a local DynamoDB or SQS (the others):
 //!
 //! - `examples/inline-consumer`: the consumer above, whole: a [`Consumer`](consumer::Consumer)
 //!   from the environment in the inline mode, its tests on the in-memory backend.
+//! - `examples/kinesis-consumer`, `examples/dynamodb-stream-consumer`,
+//!   `examples/kafka-consumer`: a [`Consumer`](consumer::Consumer) of a stream or a Kafka topic
+//!   (`.source::<KinesisEvent>()`), its tests in memory with
+//!   [`StreamEventBuilder`](test_util::StreamEventBuilder): the checkpoint, a replay from it, a
+//!   poison record dead-lettered with its reason.
 //! - `examples/sqs-consumer`: a standard-queue consumer, `json(f).idempotent(engine)` under a
 //!   [`BatchProcessor`](batch::BatchProcessor) with a partial batch response, records in
 //!   DynamoDB; a duplicate delivery runs the effect once.
