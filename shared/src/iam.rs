@@ -189,8 +189,10 @@
 //!   resource). Optional for processing: without the grant, a warning that the check could not
 //!   run. It is the one request of the library outside the table.
 //!
-//! The runs of `tests/iam_per_mode/` are of SQS consumers; these differences are not run under
-//! its guard yet.
+//! The workspace README's IAM table gives these per source, a column each; `tests/iam_per_mode/`
+//! runs a lease consumer of each source (a record done, one failed and replayed, one
+//! dead-lettered, the table check) under exactly its column's grants. The inline and
+//! transactional modes on a stream are not run under its guard yet.
 //!
 //! # A policy for the common inline consumer
 //!

@@ -132,6 +132,9 @@
 //!   unpacked, each user record processed as a record of its own ([`batch::AggregateError`] says
 //!   why an aggregate cannot be), and the `prost` and `md-5` dependencies. Without it an
 //!   aggregate fails as a permanent error naming the feature.
+//! - `mapping-check` (default): the cold-start check of a stream or Kafka consumer's event
+//!   source mapping (its retry and age limits, partial batch responses, on-failure destination:
+//!   `lambda:ListEventSourceMappings`), and the `aws-sdk-lambda` dependency.
 // Without the feature `redis` its backend is not compiled: the link goes to docs.rs's page.
 #![cfg_attr(
     feature = "redis",
@@ -143,10 +146,13 @@
 )]
 //!   dependency.
 //! - `test-util`: what unit tests run on: [`store::InMemoryBackend`] (which takes the inline
-//!   mode's DynamoDB `NewItem` too) and [`store::MemoryWrite`], [`time::ManualClock`], and the
-//!   state machine's table of transitions, [`state::table`], which a backend of your own is
-//!   tested against; and [`test_util`]: SQS in memory (the dead-letter queue and the backoff of a
-//!   test consumer) and SQS events from `(message id, body)` pairs. Its items are in these docs
+//!   mode's DynamoDB `NewItem` too, and fails on demand with
+//!   [`with_faults`](store::InMemoryBackend::with_faults)) and [`store::MemoryWrite`],
+//!   [`time::ManualClock`], and the state machine's table of transitions, [`state::table`],
+//!   which a backend of your own is tested against; and [`test_util`]: SQS in memory (the
+//!   dead-letter queue and the backoff of a test consumer), SQS events from `(message id, body)`
+//!   pairs and stream events ([`StreamEventBuilder`](test_util::StreamEventBuilder)), the fault
+//!   injector and the simulated queue. Its items are in these docs
 //!   whatever features your build has. No dependency; in `[dev-dependencies]`:
 //!   `lambda-idempotency = { version = "0.1", features = ["test-util"] }`.
 //!
@@ -159,11 +165,16 @@
 //! Small standalone crates in the repository's `examples/` directory, each a Lambda function (a
 //! thin `src/main.rs` over a handler in `src/lib.rs`, a plain async function a test can call),
 //! with a sample event under `events/`, a README on running it with `cargo lambda` and deploying
-//! it, and a test that runs the handler on the sample event: in memory (`inline-consumer`), or
-//! against a local DynamoDB or SQS (the others):
+//! it, and a test that runs the handler: in memory (`inline-consumer` and the three stream
+//! consumers), or against a local DynamoDB or SQS (the others):
 //!
 //! - `examples/inline-consumer`: the consumer above, whole: a [`Consumer`](consumer::Consumer)
 //!   from the environment in the inline mode, its tests on the in-memory backend.
+//! - `examples/kinesis-consumer`, `examples/dynamodb-stream-consumer`,
+//!   `examples/kafka-consumer`: a [`Consumer`](consumer::Consumer) of a stream or a Kafka topic
+//!   (`.source::<KinesisEvent>()`), its tests in memory with
+//!   [`StreamEventBuilder`](test_util::StreamEventBuilder): the checkpoint, a replay from it, a
+//!   poison record dead-lettered with its reason.
 //! - `examples/sqs-consumer`: a standard-queue consumer, `json(f).idempotent(engine)` under a
 //!   [`BatchProcessor`](batch::BatchProcessor) with a partial batch response, records in
 //!   DynamoDB; a duplicate delivery runs the effect once.

@@ -1,11 +1,14 @@
-use aws_lambda_events::dynamodb::Event;
-use dynamodb_stream_consumer::{App, Config};
-use lambda_runtime::{Error, LambdaEvent};
+use dynamodb_stream_consumer::{CustomersTable, consumer};
+use lambda_idempotency::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let app = App::new(&aws_config::load_from_env().await, Config::from_env()?);
-    // Several invocations at once on Lambda Managed Instances, one after another elsewhere.
-    lambda_idempotency::runtime::run(app, |app, event: LambdaEvent<Event>| app.handle(event)).await
+    let table = std::env::var("CUSTOMERS_TABLE").map_err(|_| "CUSTOMERS_TABLE is not set")?;
+    let builder = Consumer::from_env().await?;
+    // The customers table through the idempotency table's client.
+    let dynamodb = builder.engine().backend().client().clone();
+    consumer(builder, CustomersTable { dynamodb, table })
+        .run()
+        .await
 }

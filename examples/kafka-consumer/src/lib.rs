@@ -2,10 +2,10 @@
 //! topic moves its product's stock level, once per record, however often Lambda delivers it.
 //!
 //! - The effect is not idempotent by itself (`ADD units :delta`): a second run would move the
-//!   stock twice. [`RecordHandlerExt::idempotent`] (the lease mode, records in DynamoDB) makes it
+//!   stock twice. [`ConsumerBuilder::idempotent`] (the lease mode, records in DynamoDB) makes it
 //!   run once per record, keyed by default on the record's topic, partition and offset
 //!   (`stock-changes-0@4100`), which stay the same when Lambda delivers the partition again.
-//! - [`BatchProcessor`] runs the records of one Kafka key (a product) in offset order, different
+//! - The records of one Kafka key (a product) in offset order, different
 //!   keys concurrently. A failure holds the later records of its key, and the response names each
 //!   failed partition's checkpoint, its lowest failed offset, as AWS documents it for Kafka:
 //!   `{"itemIdentifier": {"partition": "stock-changes-0", "offset": 4101}}` (the event source
@@ -16,17 +16,14 @@
 //!   reason, and the partition moves past it; so does a record whose `MAX_ATTEMPTS` failed
 //!   attempts are used up.
 //!
-//! [`App::handle`] is a plain async method: the tests call it with the sample event.
+//! [`consumer`] builds it over any backend and any [`Stock`], so that the tests run it in
+//! memory.
 
-use aws_lambda_events::kafka::KafkaEvent;
-use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{
-    BatchProcessor, KafkaEventResponse, PermanentError, RecordContext, RecordHandlerExt, json,
-};
-use lambda_idempotency::dead_letter::DeadLetter;
-use lambda_idempotency::store::DynamoDbBackend;
-use lambda_runtime::{Error, LambdaEvent};
+use std::future::Future;
+use std::sync::Arc;
+
+use lambda_idempotency::dynamodb::{AttributeValue, Client};
+use lambda_idempotency::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// A record's value: a change of a product's stock.
@@ -52,50 +49,6 @@ pub enum StockError {
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
 }
 
-/// Why the function cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// A required environment variable is not set.
-    #[error("the environment variable {0} is not set")]
-    Missing(&'static str),
-    /// `MAX_ATTEMPTS` is not a whole number of at least 1.
-    #[error("MAX_ATTEMPTS is {0:?}: give a whole number of at least 1")]
-    MaxAttempts(String),
-}
-
-/// The function's settings, from its environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `IDEMPOTENCY_TABLE`: the idempotency records (string key `id`, TTL on `expiration`).
-    pub idempotency_table: String,
-    /// `STOCK_TABLE`: the products' stock levels (string key `sku`).
-    pub stock_table: String,
-    /// `DEAD_LETTER_QUEUE_URL`: where changes that can never apply go, with their reason.
-    pub dead_letter_queue_url: String,
-    /// `MAX_ATTEMPTS` (5 when unset): failed attempts of a record before it is dead-lettered.
-    pub max_attempts: u32,
-}
-
-impl Config {
-    /// Reads `IDEMPOTENCY_TABLE`, `STOCK_TABLE`, `DEAD_LETTER_QUEUE_URL` and `MAX_ATTEMPTS`.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let var = |name| std::env::var(name).map_err(|_| ConfigError::Missing(name));
-        let max_attempts = match std::env::var("MAX_ATTEMPTS") {
-            Err(_) => 5,
-            Ok(text) => match text.parse() {
-                Ok(n) if n >= 1 => n,
-                _ => return Err(ConfigError::MaxAttempts(text)),
-            },
-        };
-        Ok(Self {
-            idempotency_table: var("IDEMPOTENCY_TABLE")?,
-            stock_table: var("STOCK_TABLE")?,
-            dead_letter_queue_url: var("DEAD_LETTER_QUEUE_URL")?,
-            max_attempts,
-        })
-    }
-}
-
 /// What one record came to (stored with its idempotency record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
@@ -105,95 +58,85 @@ pub enum Applied {
     Tombstone,
 }
 
-/// The function's state, built once per execution environment.
-#[derive(Debug, Clone)]
-pub struct App {
-    engine: Idempotency<DynamoDbBackend>,
-    dynamodb: aws_sdk_dynamodb::Client,
-    stock_table: String,
-    processor: BatchProcessor,
+/// The products' stock levels: the effect's one call.
+pub trait Stock: Send + Sync + 'static {
+    /// Moves the stock of `sku` by `delta` units.
+    fn move_units(
+        &self,
+        sku: &str,
+        delta: i64,
+    ) -> impl Future<Output = Result<(), StockError>> + Send;
 }
 
-impl App {
-    /// The app over the SDK configuration `sdk`.
-    pub fn new(sdk: &aws_config::SdkConfig, config: Config) -> Self {
-        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let backend = DynamoDbBackend::new(dynamodb.clone(), config.idempotency_table);
-        let dead_letter =
-            DeadLetter::new(aws_sdk_sqs::Client::new(sdk), config.dead_letter_queue_url);
-        Self {
-            // The prefix lets one idempotency table serve several functions.
-            engine: Idempotency::new(backend).with_key_prefix("kafka-consumer"),
-            dynamodb,
-            stock_table: config.stock_table,
-            processor: BatchProcessor::new()
-                .with_dead_letter(dead_letter)
-                .max_attempts(config.max_attempts),
-        }
-    }
+/// The stock table (string key `sku`): `ADD units`, refused while the item has `stocktake`.
+#[derive(Debug, Clone)]
+pub struct StockTable {
+    /// The client.
+    pub dynamodb: Client,
+    /// The table (`STOCK_TABLE`).
+    pub table: String,
+}
 
-    /// Handles one Kafka batch: applies each new change once, in order per key, and answers with
-    /// the checkpoint of each partition where a record failed.
-    pub async fn handle(
-        &self,
-        event: LambdaEvent<KafkaEvent>,
-    ) -> Result<KafkaEventResponse, Error> {
-        // A tombstone's value is JSON null: `None`.
-        let handler = json(
-            |change: Option<StockChange>, ctx: RecordContext| async move {
-                match change {
-                    Some(change) => self.apply(change, ctx).await.map(Applied::Units),
-                    None => {
-                        tracing::info!(record = ctx.message_id, "tombstone: nothing to apply");
-                        Ok(Applied::Tombstone)
-                    }
-                }
-            },
-        )
-        .idempotent(self.engine.clone());
-        let report = self.processor.process(&event, &handler).await?;
-        for dead in report.dead_lettered() {
-            tracing::warn!(record = dead.message_id, "moved to the dead-letter queue");
-        }
-        Ok(report.response())
-    }
-
-    /// The effect: moves the product's stock, unless a stocktake is running. Returns the units
-    /// moved, which the idempotency record stores.
-    async fn apply(&self, change: StockChange, ctx: RecordContext) -> Result<i64, Error> {
-        if change.delta == 0 {
-            let reason = format!(
-                "change {} of {} moves no units",
-                change.change_id, change.sku
-            );
-            return Err(PermanentError::new(reason).into());
-        }
+impl Stock for StockTable {
+    async fn move_units(&self, sku: &str, delta: i64) -> Result<(), StockError> {
         let update = self
             .dynamodb
             .update_item()
-            .table_name(&self.stock_table)
-            .key("sku", AttributeValue::S(change.sku.clone()))
+            .table_name(&self.table)
+            .key("sku", AttributeValue::S(sku.to_owned()))
             .update_expression("ADD #units :delta")
             .expression_attribute_names("#units", "units")
             .condition_expression("attribute_not_exists(stocktake)")
-            .expression_attribute_values(":delta", AttributeValue::N(change.delta.to_string()))
+            .expression_attribute_values(":delta", AttributeValue::N(delta.to_string()))
             .send()
             .await
             .map_err(aws_sdk_dynamodb::Error::from);
         match update {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             Err(aws_sdk_dynamodb::Error::ConditionalCheckFailedException(_)) => {
-                return Err(StockError::Stocktake(change.sku).into());
+                Err(StockError::Stocktake(sku.to_owned()))
             }
-            Err(other) => return Err(StockError::DynamoDb(other).into()),
+            Err(other) => Err(StockError::DynamoDb(other)),
         }
-        tracing::info!(
-            record = ctx.message_id,
-            change_id = change.change_id,
-            sku = change.sku,
-            delta = change.delta,
-            "stock moved"
-        );
-        Ok(change.delta)
     }
+}
+
+/// The effect: moves the product's stock; a tombstone (`None`) applies nothing. A change of no
+/// units can never apply: a permanent failure, dead-lettered at once with its reason.
+pub async fn apply(stock: &impl Stock, change: Option<StockChange>) -> Result<Applied, Error> {
+    let Some(change) = change else {
+        tracing::info!("tombstone: nothing to apply");
+        return Ok(Applied::Tombstone);
+    };
+    if change.delta == 0 {
+        let reason = format!(
+            "change {} of {} moves no units",
+            change.change_id, change.sku
+        );
+        return Err(PermanentError::new(reason).into());
+    }
+    stock.move_units(&change.sku, change.delta).await?;
+    tracing::info!(
+        change_id = change.change_id,
+        sku = change.sku,
+        delta = change.delta,
+        "stock moved"
+    );
+    Ok(Applied::Units(change.delta))
+}
+
+/// The consumer, from `builder` (the environment's in the function, the in-memory backend's in
+/// tests), applying each change to `stock`. Keyed on the record's topic, partition and offset
+/// (the default): a replay from the checkpoint is a duplicate.
+pub fn consumer<B: Backend + 'static>(
+    builder: ConsumerBuilder<B>,
+    stock: impl Stock,
+) -> Consumer<Deduplicated<Applied>, KafkaEvent> {
+    let stock = Arc::new(stock);
+    // A tombstone's value is JSON null: `None`.
+    let handler = json(move |change: Option<StockChange>, _ctx: RecordContext| {
+        let stock = stock.clone();
+        async move { apply(&*stock, change).await }
+    });
+    builder.source::<KafkaEvent>().idempotent(handler)
 }

@@ -1,13 +1,14 @@
-use aws_lambda_events::kafka::KafkaEvent;
-use kafka_consumer::{App, Config};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use kafka_consumer::{StockTable, consumer};
+use lambda_idempotency::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let app = App::new(&aws_config::load_from_env().await, Config::from_env()?);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<KafkaEvent>| {
-        app.handle(event)
-    }))
-    .await
+    let table = std::env::var("STOCK_TABLE").map_err(|_| "STOCK_TABLE is not set")?;
+    let builder = Consumer::from_env().await?;
+    // The stock table through the idempotency table's client.
+    let dynamodb = builder.engine().backend().client().clone();
+    consumer(builder, StockTable { dynamodb, table })
+        .run()
+        .await
 }

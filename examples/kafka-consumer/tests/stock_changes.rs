@@ -1,160 +1,174 @@
-//! The consumer on its sample event and on AWS's documented sample, against the local DynamoDB
-//! and SQS (README.md, "Test it"). There is no local Kafka broker: the events are in the shape
-//! the event source mapping delivers.
+//! The consumer in memory (no endpoint): the in-memory idempotency store and SQS, a `Stock` in a
+//! map, Kafka events as the event source mapping delivers them, and AWS's documented sample.
+//! There is no local Kafka broker.
 
-mod local;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::kafka::KafkaEvent;
-use aws_sdk_dynamodb::types::AttributeValue;
-use kafka_consumer::{App, Config};
-use lambda_idempotency::batch::{KafkaEventResponse, KafkaMessage};
-use lambda_runtime::{Context, LambdaEvent};
-use local::{create_queue, create_table, dead_letters, number, sdk_config};
+use kafka_consumer::{Applied, Stock, StockError, consumer};
+use lambda_idempotency::batch::{BatchReport, KafkaMessage};
+use lambda_idempotency::prelude::*;
+use lambda_idempotency::store::InMemoryBackend;
+use lambda_idempotency::test_util::{InMemorySqs, LambdaEvent, StreamEventBuilder};
+use lambda_runtime::Context;
 use serde_json::json;
 
-const EVENT: &str = include_str!("../events/stock-changes.json");
 /// The Amazon MSK event of AWS's Lambda developer guide ("Using Lambda with Amazon MSK",
 /// "Example event"), as it is printed there.
 const AWS_SAMPLE: &str = include_str!("../events/aws-msk-sample.json");
 
-struct Fixture {
-    app: App,
-    dynamodb: aws_sdk_dynamodb::Client,
-    sqs: aws_sdk_sqs::Client,
-    stock_table: String,
-    dead_letter_queue_url: String,
+/// The products' stock, and the products being counted.
+#[derive(Clone, Default)]
+struct Levels(Arc<Mutex<Counts>>);
+
+#[derive(Default)]
+struct Counts {
+    counts: HashMap<String, i64>,
+    refused: Vec<String>,
 }
 
-async fn fixture() -> Fixture {
-    let sdk = sdk_config().await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let config = Config {
-        idempotency_table: create_table(&dynamodb, "idempotency", "id").await,
-        stock_table: create_table(&dynamodb, "stock", "sku").await,
-        dead_letter_queue_url: create_queue(&sqs, "stock-dlq").await,
-        max_attempts: 5,
-    };
-    Fixture {
-        stock_table: config.stock_table.clone(),
-        dead_letter_queue_url: config.dead_letter_queue_url.clone(),
-        app: App::new(&sdk, config),
-        dynamodb,
-        sqs,
+impl Stock for Levels {
+    async fn move_units(&self, sku: &str, delta: i64) -> Result<(), StockError> {
+        let Counts {
+            counts: levels,
+            refused: stocktake,
+        } = &mut *self.0.lock().unwrap();
+        if stocktake.iter().any(|s| s == sku) {
+            return Err(StockError::Stocktake(sku.into()));
+        }
+        *levels.entry(sku.into()).or_default() += delta;
+        Ok(())
     }
 }
 
-fn event(json: &str) -> LambdaEvent<KafkaEvent> {
-    let event = serde_json::from_str(json).expect("a Kafka event");
-    LambdaEvent::new(event, Context::default())
+impl Levels {
+    fn of(&self, sku: &str) -> Option<i64> {
+        self.0.lock().unwrap().counts.get(sku).copied()
+    }
 }
 
-fn response_json(response: &KafkaEventResponse) -> serde_json::Value {
-    serde_json::to_value(response).unwrap()
+type StockConsumer = Consumer<Deduplicated<Applied>, KafkaEvent>;
+
+fn setup() -> (Levels, InMemorySqs, StockConsumer) {
+    let (levels, sqs) = (Levels::default(), InMemorySqs::new());
+    let builder = Consumer::builder(Arc::new(InMemoryBackend::default())).with_in_memory_sqs(&sqs);
+    (levels.clone(), sqs, consumer(builder, levels))
 }
 
-fn no_failures() -> serde_json::Value {
-    json!({"batchItemFailures": []})
+fn change(id: &str, sku: &str, delta: i64) -> serde_json::Value {
+    json!({"changeId": id, "sku": sku, "delta": delta})
 }
 
-async fn units(f: &Fixture, sku: &str) -> Option<i64> {
-    number(&f.dynamodb, &f.stock_table, ("sku", sku), "units").await
+/// Partition 0 (`payments-0`): offsets 100 (sku-1), 101 (sku-2), 102 (sku-1), 103 (sku-3's
+/// tombstone).
+fn changes() -> StreamEventBuilder {
+    StreamEventBuilder::new()
+        .record("sku-1", change("c-1", "sku-1", 10))
+        .record("sku-2", change("c-2", "sku-2", -3))
+        .record("sku-1", change("c-3", "sku-1", -4))
+        .tombstone("sku-3")
 }
 
-async fn set_stocktake(f: &Fixture, sku: &str, running: bool) {
-    let update = f
-        .dynamodb
-        .update_item()
-        .table_name(&f.stock_table)
-        .key("sku", AttributeValue::S(sku.to_owned()));
-    let update = if running {
-        update
-            .update_expression("SET stocktake = :yes")
-            .expression_attribute_values(":yes", AttributeValue::Bool(true))
-    } else {
-        update.update_expression("REMOVE stocktake")
-    };
-    update.send().await.unwrap();
+/// The (partition, offset) pairs the response names.
+fn reported(report: &BatchReport<Deduplicated<Applied>, KafkaEvent>) -> Vec<(String, i64)> {
+    let response = serde_json::to_value(report.response()).unwrap();
+    let failures = response["batchItemFailures"].as_array().unwrap().iter();
+    let id = |f: &serde_json::Value| f["itemIdentifier"].clone();
+    failures
+        .map(|f| {
+            (
+                id(f)["partition"].as_str().unwrap().to_owned(),
+                id(f)["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 #[tokio::test]
 async fn each_change_applies_once_and_a_tombstone_is_read_as_none() {
-    let f = fixture().await;
+    let (levels, _sqs, consumer) = setup();
+    let report = consumer.process(&changes().kafka()).await.unwrap();
+    assert!(reported(&report).is_empty());
+    assert_eq!(
+        (levels.of("sku-1"), levels.of("sku-2")),
+        (Some(6), Some(-3))
+    );
+    let outputs: Vec<_> = report.successes().map(|(_, done)| done.clone()).collect();
+    assert!(
+        outputs.contains(&Deduplicated::Processed(Applied::Tombstone)),
+        "{outputs:?}"
+    );
 
-    let first = f.app.handle(event(EVENT)).await.unwrap();
-    assert_eq!(response_json(&first), no_failures());
-    assert_eq!(units(&f, "sku-1").await, Some(5 - 2));
-    assert_eq!(units(&f, "sku-2").await, Some(10));
-    // sku-3's record is a tombstone: nothing to apply, and no failure.
-    assert_eq!(units(&f, "sku-3").await, None);
-
-    let again = f.app.handle(event(EVENT)).await.unwrap();
-    assert_eq!(response_json(&again), no_failures());
-    assert_eq!(units(&f, "sku-1").await, Some(5 - 2), "applied twice");
-    assert_eq!(units(&f, "sku-2").await, Some(10), "applied twice");
+    let replay = consumer.process(&changes().kafka()).await.unwrap();
+    assert!(replay.successes().all(|(_, done)| done.is_duplicate()));
+    assert_eq!(
+        (levels.of("sku-1"), levels.of("sku-2")),
+        (Some(6), Some(-3))
+    );
 }
 
 #[tokio::test]
-async fn each_failed_partition_reports_its_lowest_offset_in_the_shape_aws_documents() {
-    let f = fixture().await;
-    set_stocktake(&f, "sku-1", true).await;
-    set_stocktake(&f, "sku-2", true).await;
-
-    // sku-1's first change (offset 4100) fails, and holds its second (4101, the same key);
-    // sku-2's (2730) fails on partition 1; sku-3's tombstone (2731) runs.
-    let first = f.app.handle(event(EVENT)).await.unwrap();
+async fn a_failure_is_its_partitions_checkpoint_holds_its_key_and_the_replay_redoes_nothing() {
+    let (levels, _sqs, consumer) = setup();
+    levels.0.lock().unwrap().refused.push("sku-1".into());
+    let report = consumer.process(&changes().kafka()).await.unwrap();
+    // c-1 (offset 100) failed: the partition's lowest reported offset. c-3, sku-1's too, waited;
+    // sku-2's change ran.
+    let reported = reported(&report);
     assert_eq!(
-        response_json(&first),
-        json!({"batchItemFailures": [
-            {"itemIdentifier": {"partition": "stock-changes-0", "offset": 4100}},
-            {"itemIdentifier": {"partition": "stock-changes-1", "offset": 2730}},
-        ]})
+        reported.iter().map(|(_, o)| *o).min(),
+        Some(100),
+        "{reported:?}"
     );
-    assert_eq!(units(&f, "sku-1").await, None);
-    assert_eq!(units(&f, "sku-2").await, None);
+    assert!(
+        reported.iter().all(|(p, _)| p == "payments-0"),
+        "{reported:?}"
+    );
+    assert_eq!((levels.of("sku-1"), levels.of("sku-2")), (None, Some(-3)));
 
-    // Lambda delivers both partitions again from their checkpoints: the tombstone is a duplicate.
-    set_stocktake(&f, "sku-1", false).await;
-    set_stocktake(&f, "sku-2", false).await;
-    let replay = f.app.handle(event(EVENT)).await.unwrap();
-    assert_eq!(response_json(&replay), no_failures());
-    assert_eq!(units(&f, "sku-1").await, Some(5 - 2));
-    assert_eq!(units(&f, "sku-2").await, Some(10));
+    // The stocktake ends; Lambda delivers the partition again from the checkpoint.
+    levels.0.lock().unwrap().refused.clear();
+    let report = consumer.process(&changes().kafka()).await.unwrap();
+    assert!(self::reported(&report).is_empty());
+    assert_eq!(
+        (levels.of("sku-1"), levels.of("sku-2")),
+        (Some(6), Some(-3))
+    );
 }
 
 #[tokio::test]
 async fn a_change_that_can_never_apply_is_dead_lettered_with_its_partition_and_offset() {
-    let f = fixture().await;
-    let mut e = event(EVENT);
-    let records = e.payload.records.get_mut("stock-changes-1").unwrap();
-    // {"changeId":"c-3","sku":"sku-2","delta":0}, base64.
-    records[0].value = Some("eyJjaGFuZ2VJZCI6ImMtMyIsInNrdSI6InNrdS0yIiwiZGVsdGEiOjB9".into());
-
-    let response = f.app.handle(e).await.unwrap();
-    assert_eq!(response_json(&response), no_failures());
-    assert_eq!(units(&f, "sku-1").await, Some(5 - 2));
-    let dead = dead_letters(&f.sqs, &f.dead_letter_queue_url).await;
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].body["topic"], "stock-changes");
-    assert_eq!(dead[0].body["partition"], 1);
-    assert_eq!(dead[0].body["offset"], 2730);
-    assert!(
-        dead[0]
-            .reason
-            .contains("change c-3 of sku-2 moves no units"),
-        "{}",
-        dead[0].reason
+    let (levels, sqs, consumer) = setup();
+    let batch = StreamEventBuilder::new()
+        .record("sku-1", change("c-9", "sku-1", 0))
+        .record("sku-1", change("c-10", "sku-1", 5));
+    let report = consumer.process(&batch.kafka()).await.unwrap();
+    assert!(reported(&report).is_empty());
+    assert_eq!(levels.of("sku-1"), Some(5));
+    let dead = sqs.dead_letters();
+    let copy: serde_json::Value = serde_json::from_str(dead[0].message.body()).unwrap();
+    assert_eq!(
+        (copy["topic"].as_str(), copy["offset"].as_i64()),
+        (Some("payments"), Some(100))
     );
+    let reason = &dead[0].reason;
+    assert!(
+        reason.contains("change c-9 of sku-1 moves no units"),
+        "{reason}"
+    );
+
+    // A replay sends nothing again.
+    consumer.process(&batch.kafka()).await.unwrap();
+    assert_eq!(sqs.dead_letters().len(), 1);
 }
 
 /// The sample's key, `abcDEFghiJKLmnoPQRstuVWXyz1234==`, has non-zero trailing bits: a strict
 /// base64 decoder refuses it ("Invalid last symbol 52, offset 29"), where Python's `b64decode`
 /// (Powertools) reads it. `KafkaMessage::decode` must read what AWS prints.
 #[tokio::test]
-async fn aws_documented_sample_event_is_decoded() {
+async fn aws_documented_sample_event_is_decoded_and_dead_lettered_as_not_a_stock_change() {
     let sample: KafkaEvent = serde_json::from_str(AWS_SAMPLE).expect("AWS's sample parses");
-    let record = &sample.records["mytopic-0"][0];
-    let message = KafkaMessage::decode(record).unwrap();
+    let message = KafkaMessage::decode(&sample.records["mytopic-0"][0]).unwrap();
     assert_eq!(
         (message.topic.as_str(), message.partition, message.offset),
         ("mytopic", 0, 15)
@@ -164,20 +178,14 @@ async fn aws_documented_sample_event_is_decoded() {
         Some(&b"Hello, this is a test."[..])
     );
     assert_eq!(message.header("headerKey"), Some(&b"headerValue"[..]));
-    assert!(message.key.is_some());
-}
 
-#[tokio::test]
-async fn aws_documented_sample_event_is_dead_lettered_as_its_value_is_not_a_stock_change() {
-    let f = fixture().await;
-    let response = f.app.handle(event(AWS_SAMPLE)).await.unwrap();
-    assert_eq!(response_json(&response), no_failures());
-    let dead = dead_letters(&f.sqs, &f.dead_letter_queue_url).await;
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].body["topic"], "mytopic");
-    assert_eq!(dead[0].body["offset"], 15);
-    assert_eq!(
-        dead[0].body["record"]["value"],
-        "SGVsbG8sIHRoaXMgaXMgYSB0ZXN0Lg=="
-    );
+    let (_levels, sqs, consumer) = setup();
+    let report = consumer
+        .process(&LambdaEvent::new(sample, Context::default()))
+        .await
+        .unwrap();
+    assert!(reported(&report).is_empty());
+    let copy: serde_json::Value =
+        serde_json::from_str(sqs.dead_letters()[0].message.body()).unwrap();
+    assert_eq!(copy["record"]["value"], "SGVsbG8sIHRoaXMgaXMgYSB0ZXN0Lg==");
 }

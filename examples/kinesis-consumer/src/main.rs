@@ -1,14 +1,14 @@
-use aws_lambda_events::kinesis::KinesisEvent;
-use kinesis_consumer::{App, Config};
-use lambda_runtime::{Error, LambdaEvent};
+use kinesis_consumer::{MetersTable, consumer};
+use lambda_idempotency::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let app = App::new(&aws_config::load_from_env().await, Config::from_env()?);
-    // Several invocations at once on Lambda Managed Instances, one after another elsewhere.
-    lambda_idempotency::runtime::run(app, |app, event: LambdaEvent<KinesisEvent>| {
-        app.handle(event)
-    })
-    .await
+    let table = std::env::var("METERS_TABLE").map_err(|_| "METERS_TABLE is not set")?;
+    let builder = Consumer::from_env().await?;
+    // The meters table through the idempotency table's client.
+    let dynamodb = builder.engine().backend().client().clone();
+    consumer(builder, MetersTable { dynamodb, table })
+        .run()
+        .await
 }

@@ -35,12 +35,16 @@
 //!   `BACKOFF_BASE_SECONDS=0`, or [`without_attempt_budget`](ConsumerBuilder::without_attempt_budget),
 //!   [`without_backoff`](ConsumerBuilder::without_backoff));
 //! - **the dead-letter queue** takes permanent failures and used-up budgets, with their reason,
-//!   when `DEAD_LETTER_QUEUE_URL` names one (else the queue's own redrive policy is the only
-//!   bound, and the consumer warns when it is built: such a record stays on the queue until
-//!   SQS's redrive or retention ends it, without its reason);
+//!   when `DEAD_LETTER_QUEUE_URL` names one (else the consumer warns when it is built, in the
+//!   source's terms: on SQS such a record stays on the queue until SQS's redrive or retention
+//!   ends it, without its reason; on a stream or a Kafka topic it holds its shard or partition
+//!   until the event source mapping's retry limits discard it);
 //! - **the settings are checked when it is built**: `IDEMPOTENCY_TTL_SECONDS=0` is refused
-//!   ([`ConfigError::Invalid`]), an expiry shorter than the retention rule's default is a
-//!   warning naming both values; a key pointer that finds nothing in a message is logged as an
+//!   ([`ConfigError::Invalid`]), an expiry shorter than what the source keeps a record for is a
+//!   warning naming the source and both values (SQS: 18 days, a queue's 4 and its dead-letter
+//!   queue's 14; DynamoDB Streams and Kinesis: 24 hours, and on Kinesis the stream's retention
+//!   period, up to 365 days, which the consumer does not read; Kafka: 7 days, the default
+//!   `retention.ms`, the topic's own unknown to the consumer); a key pointer that finds nothing in a message is logged as an
 //!   error (the pointer and the message's top-level field names, never their values) and
 //!   counted in the [`KeyMissing`](crate::metrics::KEY_MISSING) metric;
 //! - **the cold-start checks** (the idempotency table, the queue's redrive policy and
@@ -64,13 +68,14 @@ mod cold_start;
 mod config;
 mod key_missing;
 mod mapping_check;
+mod source_terms;
 
 use std::any::Any;
 use std::sync::Arc;
 
 use std::marker::PhantomData;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
@@ -379,16 +384,19 @@ impl<B: Backend> ConsumerBuilder<B> {
 
 impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
     /// A consumer of another event source: a DynamoDB stream
-    /// ([`dynamodb::Event`](aws_lambda_events::dynamodb::Event)), a Kinesis stream
-    /// ([`KinesisEvent`](aws_lambda_events::kinesis::KinesisEvent)) or a Kafka topic
-    /// ([`KafkaEvent`](aws_lambda_events::kafka::KafkaEvent)), with the same settings. The
-    /// dead-letter queue is still an SQS queue (the record, its shard or partition and sequence
-    /// number, and the reason); the visibility backoff and the source queue's check are SQS's
-    /// alone; an item lookup is of SQS messages.
+    /// ([`DynamoDbEvent`](crate::prelude::DynamoDbEvent)), a Kinesis stream
+    /// ([`KinesisEvent`](crate::prelude::KinesisEvent)) or a Kafka topic
+    /// ([`KafkaEvent`](crate::prelude::KafkaEvent)), with the same settings (the event types are
+    /// in the [prelude](crate::prelude)). The dead-letter queue is still an SQS queue (the
+    /// record, its shard or partition and sequence number, and the reason); the source queue's
+    /// check (`SOURCE_QUEUE_URL`, `EVENT_SOURCE_BATCH_SIZE`) is SQS's alone (set on a stream, a
+    /// warning names the source), and a stream's event source mapping is checked instead; an
+    /// item lookup ([`with_item_lookup`](Self::with_item_lookup)) takes the source's record, so
+    /// set it after this call (one set before, of another record type, is dropped with a
+    /// warning).
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), lambda_runtime::Error> {
-    /// use aws_lambda_events::kinesis::KinesisEvent;
     /// use lambda_idempotency::prelude::*;
     ///
     /// #[derive(serde::Deserialize)]
@@ -405,6 +413,19 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
     /// # }
     /// ```
     pub fn source<E2: EventSource>(self) -> ConsumerBuilder<B, E2> {
+        let mut item_lookup = self.item_lookup;
+        if item_lookup.is_some()
+            && std::any::TypeId::of::<E::Record>() != std::any::TypeId::of::<E2::Record>()
+        {
+            tracing::warn!(
+                source = source_terms::Source::of::<E2>().name(),
+                "the item lookup set before `source` takes a {}, not a {}: it is dropped. Call \
+                 `with_item_lookup` after `source`",
+                <E::Record as crate::batch::Record>::KIND,
+                <E2::Record as crate::batch::Record>::KIND
+            );
+            item_lookup = None;
+        }
         ConsumerBuilder {
             engine: self.engine,
             keys: self.keys,
@@ -413,7 +434,7 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
             table_check: self.table_check,
             processor: self.processor,
             local_cache: self.local_cache,
-            item_lookup: self.item_lookup,
+            item_lookup,
             mapping_check: self.mapping_check,
             source: PhantomData,
         }
@@ -516,14 +537,16 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
         &self.config
     }
 
-    /// Where a message's item is, for the inline and the transactional modes: a failure reads
+    /// Where a record's item is, for the inline and the transactional modes: a failure reads
     /// it before it is counted, and a record on it answers for the key (see
     /// [`Inline::with_item_lookup`](crate::batch::Inline::with_item_lookup)). `locate` gets the
-    /// message's idempotency key and the message.
+    /// record's idempotency key and the record: the source's own (an [`SqsMessage`](crate::prelude::SqsMessage),
+    /// a [`KinesisEventRecord`](crate::prelude::KinesisEventRecord), ...), so set it after
+    /// [`source`](Self::source).
     pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
     where
         B: TransactionalBackend,
-        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        F: Fn(&str, &E::Record) -> Option<I> + Send + Sync + 'static,
         I: Into<B::Write>,
     {
         self.item_lookup = Some(Arc::new(ItemLookup::<B::Write>::new(locate)));
@@ -660,6 +683,18 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
             Some(Sqs::Client(client)) => Some(client.clone()),
             _ => None,
         };
+        let source = source_terms::Source::of::<E>();
+        if E::is_stream()
+            && let Some(url) = &config.source_queue_url
+        {
+            tracing::warn!(
+                source = source.name(),
+                source_queue_url = url,
+                "SOURCE_QUEUE_URL names an SQS queue, and this consumer reads {}: the queue's \
+                 cold-start check does not run (the event source mapping's does)",
+                source.name()
+            );
+        }
         // The source queue's check is of SQS queues.
         let queue = client.filter(|_| !E::is_stream()).map(|sqs| QueueToCheck {
             sqs,
@@ -676,15 +711,9 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
                 dead_letter_queue = url,
                 "the consumer has no SQS client: nothing is sent to its dead-letter queue"
             ),
-            (_, None) => tracing::warn!(
-                "no dead-letter queue (DEAD_LETTER_QUEUE_URL is not set): a permanent failure, or \
-                 a record whose attempt budget is used up, stays on the queue, received and \
-                 failed again, until the queue's own redrive policy moves it (without its \
-                 reason) or its retention deletes it. Set DEAD_LETTER_QUEUE_URL to move it at \
-                 once, with the reason"
-            ),
+            (_, None) => source_terms::warn_no_dead_letter_queue(source),
         }
-        warn_if_expiry_below_the_rule(engine.expiry());
+        source_terms::warn_if_expiry_below_the_rule(source, engine.expiry());
         if let Some(sqs) = &sqs
             && !config.backoff_base.is_zero()
         {
@@ -702,29 +731,5 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
             mapping_check: mapping_check.filter(|_| E::is_stream()),
             mapping_checked: std::sync::Once::new(),
         }
-    }
-}
-
-/// The warning at init of an expiry shorter than the retention rule's default: a record must
-/// outlive every redelivery of its message, the source queue's `MessageRetentionPeriod` plus
-/// its dead-letter queue's ([`DEFAULT_EXPIRY`](crate::idempotency::DEFAULT_EXPIRY): SQS's
-/// default 4 days plus the longest 14). The cold-start queue check compares it with the
-/// queues' actual retention.
-fn warn_if_expiry_below_the_rule(expiry: std::time::Duration) {
-    let rule = crate::idempotency::DEFAULT_EXPIRY;
-    if expiry < rule {
-        tracing::warn!(
-            expiry_seconds = expiry.as_secs(),
-            rule_seconds = rule.as_secs(),
-            "idempotency expiry (IDEMPOTENCY_TTL_SECONDS) of {} s is shorter than the retention \
-             rule's {} s: a record must outlive every redelivery of its message (the queue's \
-             retention plus its dead-letter queue's, SQS's default 4 days plus the longest 14), \
-             or a copy delivered or redriven after its record expired runs again. Safe only if \
-             both queues keep messages for less than {} s in all; the cold-start queue check \
-             compares it with their MessageRetentionPeriod",
-            expiry.as_secs(),
-            rule.as_secs(),
-            expiry.as_secs()
-        );
     }
 }

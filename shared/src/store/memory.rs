@@ -8,6 +8,7 @@ use super::{
     MAX_TRANSACTION_BYTES, Put, StoreError, TransactionalBackend, Update, Updated,
 };
 use crate::state::{self, IdempotencyRecord, Step};
+use crate::test_util::fault::Faults;
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
 /// put under a table and a key, unconditionally or only where there is none. In the
@@ -141,6 +142,8 @@ pub struct InMemoryBackend {
     /// Each item's value, and the record it carries when the inline mode wrote it.
     items: Mutex<HashMap<(String, ItemKey), StoredItem>>,
     requests: Counts,
+    /// The faults its requests meet ([`with_faults`](Self::with_faults)); none by default.
+    faults: Option<Faults>,
 }
 
 /// The requests [`InMemoryBackend`] has answered, by the DynamoDB request each stands for: what
@@ -188,6 +191,48 @@ struct StoredItem {
 }
 
 impl InMemoryBackend {
+    /// The backend, its requests failing as `faults` says: a test of a throttled write or an
+    /// outage of the store, on the vocabulary of the SDK clients' fault injector. A request
+    /// meets [`Fault::Fail`](crate::test_util::fault::Fault::Fail) (the `n`-th request from the
+    /// arming, refused: DynamoDB throttled it) and [`Fault::Outage`](crate::test_util::fault::Fault::Outage)
+    /// (every request refused until the faults' clock passes its end) before it is applied,
+    /// and fails with [`StoreError::Request`] naming the operation; nothing is applied, and it
+    /// is not counted in [`requests`](Self::requests). Every request of
+    /// [`Backend`] and [`TransactionalBackend`] counts towards `n`.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::Idempotency;
+    /// use lambda_idempotency::store::{InMemoryBackend, StoreError};
+    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+    /// use lambda_idempotency::time::SystemClock;
+    /// use std::sync::Arc;
+    ///
+    /// let faults = Faults::new("dynamodb", Arc::new(Crash::default()), Arc::new(SystemClock));
+    /// let engine = Idempotency::new(InMemoryBackend::default().with_faults(faults.clone()));
+    /// faults.arm(1, Fault::Fail); // the next request is throttled
+    /// let refused = engine.acquire("k", b"body", None).await.unwrap_err();
+    /// assert!(refused.to_string().contains("UpdateItem"), "{refused}");
+    /// assert!(engine.acquire("k", b"body", None).await.is_ok(), "the next one goes through");
+    /// # });
+    /// ```
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// The fault the request `operation` meets, if any, as the store's error.
+    fn fault(&self, operation: &'static str) -> Result<(), StoreError> {
+        match self.faults.as_ref().and_then(|f| f.refuses(operation)) {
+            None => Ok(()),
+            Some(why) => Err(StoreError::Request {
+                operation,
+                message: why.clone(),
+                source: why.into(),
+            }),
+        }
+    }
+
     /// The value a committed [`MemoryWrite`] (or an inline write) left under `table` and `key`:
     /// a key (`"o-1"`), or a key and a sort key (`("o-1", "line-2")`).
     pub fn item(&self, table: &str, key: impl Into<ItemKey>) -> Option<String> {
@@ -328,6 +373,7 @@ fn refused_for_a_key(writes: &[MemoryWrite], single: bool) -> Option<Commit> {
 
 impl Backend for InMemoryBackend {
     async fn put(&self, record: &IdempotencyRecord, now_ms: i64) -> Result<Put, StoreError> {
+        self.fault("UpdateItem")?;
         Counts::add(&self.requests.update);
         let mut records = self.lock();
         let t = state::acquire(records.get(&record.key), record, now_ms);
@@ -338,6 +384,7 @@ impl Backend for InMemoryBackend {
     }
 
     async fn get(&self, key: &str, _now_ms: i64) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.fault("GetItem")?;
         Counts::add(&self.requests.get);
         Ok(self.lock().get(key).cloned())
     }
@@ -348,6 +395,7 @@ impl Backend for InMemoryBackend {
         update: &Update,
         _now_ms: i64,
     ) -> Result<Updated, StoreError> {
+        self.fault("UpdateItem")?;
         Counts::add(&self.requests.update);
         let mut records = self.lock();
         let t = state::update(records.get(key), update);
@@ -364,6 +412,7 @@ impl Backend for InMemoryBackend {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.fault("DeleteItem")?;
         Counts::add(&self.requests.delete);
         self.lock().remove(key);
         Ok(())
@@ -425,6 +474,7 @@ impl TransactionalBackend for InMemoryBackend {
         _token: &str,
         now_ms: i64,
     ) -> Result<Commit, StoreError> {
+        self.fault("TransactWriteItems")?;
         Counts::add(&self.requests.transact);
         // Refused whole, as DynamoDB refuses a request over its limits.
         if let Err(limit) = self.check(record, writes, None) {
@@ -478,6 +528,10 @@ impl TransactionalBackend for InMemoryBackend {
             });
         };
         // One write is one `PutItem` (the inline mode), more a `TransactWriteItems`.
+        self.fault(match writes.len() {
+            1 => "PutItem",
+            _ => "TransactWriteItems",
+        })?;
         Counts::add(match writes.len() {
             1 => &self.requests.put,
             _ => &self.requests.transact,
@@ -521,6 +575,7 @@ impl TransactionalBackend for InMemoryBackend {
         record: &IdempotencyRecord,
         now_ms: i64,
     ) -> Result<Failure, StoreError> {
+        self.fault("UpdateItem")?;
         Counts::add(&self.requests.update);
         let mut records = self.lock();
         match state::record_failure(records.get(&record.key), record, now_ms) {
@@ -550,6 +605,7 @@ impl TransactionalBackend for InMemoryBackend {
         key: &str,
         at: &MemoryWrite,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.fault("GetItem")?;
         let items = self.items();
         let carried = items.get(&at.at()).and_then(|item| item.record.clone());
         Ok(carried.map(|record| IdempotencyRecord {

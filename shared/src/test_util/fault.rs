@@ -257,6 +257,25 @@ impl Faults {
         }
     }
 
+    /// A request of the in-memory backend ([`InMemoryBackend::with_faults`](crate::store::InMemoryBackend::with_faults)),
+    /// about to be answered: why it fails, if it does. The in-memory backend serves the faults
+    /// that refuse a request before it is applied ([`Fault::Fail`], [`Fault::Outage`], and every
+    /// request after a raised [`Crash`]); a lost answer or a crash after an applied request is
+    /// the SDK clients' (this injector as their interceptor), and armed on the in-memory
+    /// backend it panics, naming the fault.
+    pub(crate) fn refuses(&self, operation: &str) -> Option<String> {
+        match self.before(operation) {
+            Before::Send => None,
+            Before::Refuse(why) => Some(why),
+            Before::SendThen(fault) => panic!(
+                "{}: Fault::{fault:?} (request {operation}) is not served by the in-memory \
+                 backend, which applies a request or refuses it; arm it on an SDK client's \
+                 Faults interceptor",
+                self.service
+            ),
+        }
+    }
+
     /// What to do with the answer of a request sent with `then`: an error, and for a crash the
     /// crash raised.
     fn after(&self, then: Fault) -> String {

@@ -3,8 +3,11 @@
 //! ([`InMemorySqs`]: the dead-letter queue and the backoff's visibility changes), beside the
 //! in-memory backend ([`InMemoryBackend`](crate::store::InMemoryBackend)) and the clock that
 //! moves by hand ([`ManualClock`](crate::time::ManualClock)). The event types are re-exported
-//! here ([`SqsEvent`], [`SqsMessage`], [`LambdaEvent`]), so that a test names them without a
-//! dependency of its own on `aws_lambda_events`.
+//! here ([`SqsEvent`], [`SqsMessage`], [`LambdaEvent`]; the streams' and Kafka's, with
+//! [`StreamEventBuilder`] building them, are in the [prelude](crate::prelude)), so that a test
+//! names them without a dependency of its own on `aws_lambda_events`. A store that fails on
+//! demand (throttled, unreachable): [`InMemoryBackend::with_faults`](crate::store::InMemoryBackend::with_faults)
+//! with a [`fault::Faults`].
 //!
 //! ```toml
 //! [dev-dependencies]

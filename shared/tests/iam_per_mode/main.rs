@@ -14,7 +14,8 @@
 //! - `guard`: the interceptor, and the IAM actions of each request;
 //! - `run`: one run's tables, queues and guarded clients, and the check at its end;
 //! - `modes`: the handlers of the modes, and the batches that take each through its paths;
-//! - `consumer`: the same batches through a consumer with its defaults.
+//! - `consumer`: the same batches through a consumer with its defaults;
+//! - `streams`: a stream consumer of each source under the workspace README's column for it.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -22,6 +23,9 @@ mod consumer;
 mod guard;
 mod modes;
 mod run;
+// The workspace README's IAM table, a column per source: only where the README is.
+#[cfg(workspace_readme)]
+mod streams;
 mod table;
 
 use std::collections::BTreeSet;

@@ -1,7 +1,6 @@
 //! The inline mode of the [`Idempotent`] wrapper ([`Inline`]): a handler whose one new item carries its idempotency record, written
 //! in one conditional request (see [`crate::inline`]).
 
-use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
 use super::transactional_mode::{Start, finish, start};
@@ -147,9 +146,10 @@ impl<H, B: TransactionalBackend> Inline<H, B> {
     /// a later message of the key whose handler fails before giving its item continues the
     /// count that earlier failures left, even when another message completed the key in
     /// between.
-    pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
+    pub fn with_item_lookup<R, I, F>(mut self, locate: F) -> Self
     where
-        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        R: crate::record::Record,
+        F: Fn(&str, &R) -> Option<I> + Send + Sync + 'static,
         I: Into<B::Write>,
     {
         self.mode.lookup = ItemLookup::new(locate);

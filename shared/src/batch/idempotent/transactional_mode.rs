@@ -1,7 +1,6 @@
 //! The transactional mode of the [`Idempotent`] wrapper ([`Transactional`]): a handler whose DynamoDB writes commit with its idempotency
 //! record, in one request (see [`crate::transaction`]).
 
-use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
 use super::{Deduplicated, Idempotent, Mode, key_and_hash};
@@ -102,9 +101,10 @@ impl<H, B: TransactionalBackend> Transactional<H, B> {
     /// [`Inline::with_item_lookup`](super::Inline::with_item_lookup), a failed attempt reads
     /// that item before it is counted, and a record on it answers for the key. A record written
     /// beside the writes is in the engine's table, where the failure finds it without a lookup.
-    pub fn with_item_lookup<I, F>(mut self, locate: F) -> Self
+    pub fn with_item_lookup<R, I, F>(mut self, locate: F) -> Self
     where
-        F: Fn(&str, &SqsMessage) -> Option<I> + Send + Sync + 'static,
+        R: crate::record::Record,
+        F: Fn(&str, &R) -> Option<I> + Send + Sync + 'static,
         I: Into<B::Write>,
     {
         self.mode.lookup = ItemLookup::new(locate);
