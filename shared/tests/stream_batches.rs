@@ -179,7 +179,7 @@ async fn strict_order_stops_the_shard_at_its_first_failure() {
 }
 
 #[tokio::test]
-async fn each_kafka_partition_reports_its_own_checkpoint_as_aws_documents_it() {
+async fn each_kafka_partition_reports_its_own_failures() {
     let world = World::default();
     world.fail("p0-second");
     world.fail("p1-first");

@@ -4,12 +4,17 @@
 //!
 //! - **SQS**: every failed message is named (`itemIdentifier` = its message id); SQS redelivers
 //!   those alone.
-//! - **Streams and Kafka**: Lambda restarts a shard (a partition) from the *lowest* sequence
-//!   number (offset) reported, and delivers everything after it again. So the response names, per
-//!   shard, the checkpoint: the lowest failed record, never a later one, and never an identifier
-//!   Lambda does not know (an empty or unknown one fails the whole batch). The records after it
-//!   that succeeded come back too: under an idempotency mode they are duplicates and do not run
-//!   again.
+//! - **DynamoDB Streams and Kinesis**: Lambda restarts a shard from the *lowest* sequence number
+//!   reported, and delivers everything after it again. So the response names, per shard, the
+//!   checkpoint: the lowest failed record, never a later one, and never an identifier Lambda does
+//!   not know (an empty or unknown one fails the whole batch). The records after it that
+//!   succeeded come back too: under an idempotency mode they are duplicates and do not run again.
+//! - **Kafka**: AWS's documentation reads both ways (Lambda restarts a partition from the lowest
+//!   offset named, or it retries only the records named), so the response names every record
+//!   not done: each failed record and each held behind a failure (of its key, or of its
+//!   partition under strict order, or not started before the deadline), never one that
+//!   succeeded or went to the dead-letter queue. Under the first reading the lowest is the
+//!   checkpoint; under the second nothing not done is left behind.
 
 mod dynamodb;
 mod kafka;
@@ -56,8 +61,9 @@ pub trait EventSource: Send + Sync + 'static {
         false
     }
 
-    /// The response naming `failed` (the records to retry, in batch order; never empty of
-    /// identifiers Lambda knows).
+    /// The response for `failed`, every record not done (failed, or held behind a failure; in
+    /// batch order; never a dead-lettered one): each of them for SQS and Kafka, the checkpoint of
+    /// each shard for DynamoDB Streams and Kinesis.
     fn response(failed: &[&Self::Record]) -> Self::Response;
 }
 
