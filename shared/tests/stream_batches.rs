@@ -158,7 +158,10 @@ async fn a_batch_retried_from_its_checkpoint_runs_nothing_twice() {
         .filter(|(_, d)| d.is_duplicate())
         .map(|(id, _)| id.to_owned())
         .collect();
-    assert_eq!(duplicates, ["shardId-000000000000:103"]);
+    assert_eq!(
+        duplicates,
+        ["arn:aws:kinesis:us-east-1:123456789012:stream/payments/shardId-000000000000:103"]
+    );
 }
 
 #[tokio::test]

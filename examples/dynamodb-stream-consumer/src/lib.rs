@@ -24,7 +24,7 @@ use aws_lambda_events::streams::DynamoDbEventResponse;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{
-    BatchProcessor, PermanentError, Record, RecordContext, RecordHandlerExt, json,
+    BatchProcessor, Change, PermanentError, Record, RecordContext, RecordHandlerExt, record,
 };
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::store::DynamoDbBackend;
@@ -143,7 +143,7 @@ impl App {
     /// order per customer, and answers with the shard's checkpoint if a record failed.
     pub async fn handle(&self, event: LambdaEvent<Event>) -> Result<DynamoDbEventResponse, Error> {
         // Keyed on the record's eventID (the default): a replay from the checkpoint is a duplicate.
-        let handler = json(|order: Order, ctx: RecordContext| self.count_spend(order, ctx))
+        let handler = record(|change: EventRecord, ctx: RecordContext| self.on_change(change, ctx))
             .ordered_by(customer_of)
             .idempotent(self.engine.clone());
         let report = self.processor.process(&event, &handler).await?;
@@ -151,6 +151,17 @@ impl App {
             tracing::warn!(record = dead.message_id, "moved to the dead-letter queue");
         }
         Ok(report.response())
+    }
+
+    /// An inserted order counts its spend. A modification counts nothing, and so does a delete
+    /// (a `REMOVE`, or a time to live expiry: `Change::Remove { expired }`), whose payload is the
+    /// order's keys, never the order: the spend already counted stays.
+    async fn on_change(&self, change: EventRecord, ctx: RecordContext) -> Result<i64, Error> {
+        if ctx.change != Some(Change::Insert) {
+            return Ok(0);
+        }
+        let order: Order = change.decode().map_err(PermanentError::new)?;
+        self.count_spend(order, ctx).await
     }
 
     /// The effect: adds the order's total to its customer's spend, unless the customer is closed

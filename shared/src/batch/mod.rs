@@ -63,7 +63,8 @@ pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use source::{
-    EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage,
+    Change, EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier,
+    KafkaMessage,
 };
 pub use then::{AndThen, OrderedBy};
 

@@ -172,6 +172,21 @@ impl EventSource for KafkaEvent {
         self.event_source_arn.as_deref()
     }
 
+    /// The cluster, then the topic, partition and offset
+    /// (`arn:aws:kafka:...:cluster/payments/abc/payments-0@42`, or
+    /// `b-1.example.com:9092,b-2.example.com:9092/payments-0@42` for self-managed Kafka).
+    fn record_id<'a>(&'a self, record: &'a KafkaRecord) -> Option<Cow<'a, str>> {
+        let id = record.id()?;
+        let cluster = [&self.event_source_arn, &self.bootstrap_servers]
+            .into_iter()
+            .flatten()
+            .find(|c| !c.is_empty());
+        Some(match cluster {
+            Some(cluster) => Cow::Owned(format!("{cluster}/{id}")),
+            None => id,
+        })
+    }
+
     fn ordered(&self) -> bool {
         true
     }

@@ -14,12 +14,18 @@ use crate::record::{Position, Record};
 impl Record for KinesisEventRecord {
     const KIND: &'static str = "Kinesis record";
 
+    /// The stream's ARN, the shard id and the sequence number
+    /// (`arn:aws:kinesis:...:stream/payments/shardId-000000000000:4959...`), so that two streams
+    /// never share a key; the shard id and sequence number alone for a record without its
+    /// stream's ARN.
     fn id(&self) -> Option<Cow<'_, str>> {
         let position = self.position()?;
-        Some(Cow::Owned(format!(
-            "{}:{}",
-            position.shard, position.sequence
-        )))
+        Some(Cow::Owned(match self.event_source_arn.as_deref() {
+            Some(arn) if !arn.is_empty() => {
+                format!("{arn}/{}:{}", position.shard, position.sequence)
+            }
+            _ => format!("{}:{}", position.shard, position.sequence),
+        }))
     }
 
     fn payload(&self) -> Option<Cow<'_, [u8]>> {

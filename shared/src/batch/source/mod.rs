@@ -21,6 +21,7 @@ mod kafka;
 mod kinesis;
 mod sqs;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -29,6 +30,7 @@ use serde::Serialize;
 
 use crate::record::{Position, Record};
 
+pub use dynamodb::Change;
 pub use kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage};
 
 /// An event the [`BatchProcessor`](super::BatchProcessor) processes: its records, whether they run
@@ -49,6 +51,15 @@ pub trait EventSource: Send + Sync + 'static {
     /// True when records run in order: each stream shard (Kafka partition) by key, a FIFO queue
     /// by message group. False for a standard SQS queue, whose records run concurrently.
     fn ordered(&self) -> bool;
+
+    /// What identifies `record` across its deliveries, and so its default idempotency key
+    /// ([`RecordContext::message_id`](super::RecordContext::message_id)): its own
+    /// [`Record::id`], and for a Kafka record, whose record does not name its cluster, the
+    /// cluster (the event's `eventSourceArn`, or its `bootstrapServers` for self-managed Kafka)
+    /// before it, so that two clusters never share a key.
+    fn record_id<'a>(&'a self, record: &'a Self::Record) -> Option<Cow<'a, str>> {
+        record.id()
+    }
 
     /// The ARN of the event's source (a queue, a stream, an MSK cluster), if the event names it.
     fn source_arn(&self) -> Option<&str> {
