@@ -116,7 +116,11 @@ type KeyFn = dyn Fn(&dyn Any) -> Result<String, KeyError> + Send + Sync;
 /// Where the idempotency key of a message comes from.
 #[derive(Clone, Default)]
 pub enum KeySource {
-    /// The SQS `MessageId` (the default): catches redeliveries of one message.
+    /// The record's id (the default): catches redeliveries of one message. The SQS `MessageId`;
+    /// under a [`BatchProcessor`](crate::batch::BatchProcessor), what it names the record by
+    /// ([`RecordContext::message_id`](crate::batch::RecordContext::message_id), from
+    /// [`EventSource::record_id`](crate::batch::EventSource::record_id)), which for a Kafka
+    /// record names its cluster as well.
     #[default]
     MessageId,
     /// A string or number in the JSON body, by [JSON pointer](https://www.rfc-editor.org/rfc/rfc6901)
@@ -260,6 +264,21 @@ impl KeyConfig {
     ) -> Result<(String, PayloadHash), KeyError> {
         let mut body = None;
         let key = self.key_with(message, &mut body)?;
+        Ok((key, self.hash_with(message, &mut body)?))
+    }
+
+    /// The key and the payload hash of `message`, whose id is `id` (the processor's, which for a
+    /// Kafka record names its cluster: [`EventSource::record_id`](crate::batch::EventSource::record_id)).
+    pub(crate) fn key_and_payload_hash_of<R: Record>(
+        &self,
+        message: &R,
+        id: &str,
+    ) -> Result<(String, PayloadHash), KeyError> {
+        let mut body = None;
+        let key = match &self.key {
+            KeySource::MessageId if !id.is_empty() => id.to_owned(),
+            _ => self.key_with(message, &mut body)?,
+        };
         Ok((key, self.hash_with(message, &mut body)?))
     }
 

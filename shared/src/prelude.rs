@@ -6,8 +6,8 @@
 //!
 //! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`],
 //! [`record`]) and the output trait a hand-written handler implements ([`HandlerOutput`]),
-//! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
-//! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
+//! what a handler is told and answers ([`RecordContext`] and a DynamoDB stream record's
+//! [`Change`], [`RecordError`], [`PermanentError`], [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
 //! ([`KeyConfig`]); the bounds of a consumer generic over its backend ([`Backend`],
 //! [`TransactionalBackend`]);
 //! and on DynamoDB the backend, the inline mode's item and the SDK's
@@ -20,8 +20,8 @@
 
 pub use crate::Idempotency;
 pub use crate::batch::{
-    BoxRecordHandler, Deduplicated, HandlerOutput, PermanentError, RecordContext, RecordError,
-    RecordHandler, RecordHandlerExt, json, message, record,
+    BoxRecordHandler, Change, Deduplicated, HandlerOutput, PermanentError, RecordContext,
+    RecordError, RecordHandler, RecordHandlerExt, json, message, record,
 };
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;

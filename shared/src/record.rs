@@ -21,18 +21,21 @@ pub trait Record: Clone + Send + Sync + 'static {
     const KIND: &'static str;
 
     /// What identifies the record across its deliveries, and so its default idempotency key:
-    /// the SQS message id, the DynamoDB stream record's `eventID`, a Kinesis record's shard id
-    /// and sequence number (`shardId-000000000000:4959...`; a user record of a KPL aggregate's
-    /// ends with its sub-sequence number, `...:4959...:2`), a Kafka record's topic, partition
-    /// and offset (`payments-0@42`). `None` when the record has none.
+    /// the SQS message id, the DynamoDB stream record's `eventID` (unique across streams), a
+    /// Kinesis record's stream ARN, shard id and sequence number
+    /// (`arn:aws:kinesis:...:stream/payments/shardId-000000000000:4959...`; a user record of a
+    /// KPL aggregate's ends with its sub-sequence number, `...:4959...:2`), a Kafka record's
+    /// topic, partition and offset (`payments-0@42`; the processor puts the event's cluster
+    /// before it: [`EventSource::record_id`](crate::batch::EventSource::record_id)). `None` when
+    /// the record has none.
     fn id(&self) -> Option<Cow<'_, str>>;
 
     /// The record's payload: what [`json`](crate::batch::json) handlers decode, a
     /// [`KeyConfig::json_pointer`](crate::key::KeyConfig::json_pointer) reads and the payload
     /// hash covers. The SQS body; a Kinesis record's data and a Kafka record's value (decoded
-    /// from base64); a DynamoDB stream record's new image (its old image for a `REMOVE`) as
-    /// plain JSON. `None` when there is none (a Kafka tombstone, an image the stream's view
-    /// type leaves out).
+    /// from base64); a DynamoDB stream record's new image as plain JSON, or its keys where it has
+    /// none (a `REMOVE`, any record under `KEYS_ONLY`: see [`Change`](crate::batch::Change)).
+    /// `None` when there is none (a Kafka tombstone).
     fn payload(&self) -> Option<Cow<'_, [u8]>>;
 
     /// The payload as a `T` (no payload reads as JSON `null`). JSON for every source but DynamoDB streams, whose image is read as
@@ -56,6 +59,12 @@ pub trait Record: Clone + Send + Sync + 'static {
     /// [`RecordHandler`](crate::batch::RecordHandler) should too. `None` (the default) for a
     /// record that can be.
     fn malformed(&self) -> Option<Box<dyn std::error::Error + Send + Sync>> {
+        None
+    }
+
+    /// What happened to a DynamoDB stream record's item (`INSERT`, `MODIFY`, `REMOVE`, a time
+    /// to live expiry); `None` for the other sources.
+    fn change(&self) -> Option<crate::batch::Change> {
         None
     }
 

@@ -158,7 +158,10 @@ async fn a_batch_retried_from_its_checkpoint_runs_nothing_twice() {
         .filter(|(_, d)| d.is_duplicate())
         .map(|(id, _)| id.to_owned())
         .collect();
-    assert_eq!(duplicates, ["shardId-000000000000:103"]);
+    assert_eq!(
+        duplicates,
+        ["arn:aws:kinesis:us-east-1:123456789012:stream/payments/shardId-000000000000:103"]
+    );
 }
 
 #[tokio::test]
@@ -179,7 +182,7 @@ async fn strict_order_stops_the_shard_at_its_first_failure() {
 }
 
 #[tokio::test]
-async fn each_kafka_partition_reports_its_own_checkpoint_as_aws_documents_it() {
+async fn each_kafka_partition_reports_its_own_failures() {
     let world = World::default();
     world.fail("p0-second");
     world.fail("p1-first");

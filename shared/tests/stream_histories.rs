@@ -7,29 +7,17 @@
 //! - the records of one key take effect in the shard's order;
 //! - the checkpoint never passes a record whose effect has not happened.
 
+mod flaky;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use flaky::{Log, flaky};
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{
-    BatchProcessor, RecordContext, RecordError, RecordHandlerExt, json,
-};
+use lambda_idempotency::batch::{BatchProcessor, RecordHandlerExt};
 use lambda_idempotency::store::InMemoryBackend;
 use lambda_idempotency::test_util::StreamEventBuilder;
 use proptest::prelude::*;
-
-#[derive(serde::Deserialize)]
-struct Work {
-    index: usize,
-    key: String,
-}
-
-/// What happened: the effects in order, and how many times each record has been tried.
-#[derive(Default)]
-struct Log {
-    effects: Vec<(String, usize)>,
-    tries: HashMap<usize, u32>,
-}
 
 #[derive(Debug, Clone)]
 struct History {
@@ -78,23 +66,8 @@ async fn replay(history: History) -> Result<(), TestCaseError> {
     }
     let shard = events.kinesis();
     let log = Arc::new(Mutex::new(Log::default()));
-    let fails = history.fails.clone();
-    let l = log.clone();
-    let handler = json(move |w: Work, _ctx: RecordContext| {
-        let log = l.clone();
-        let fails = fails[w.index];
-        async move {
-            let mut log = log.lock().unwrap();
-            let tries = log.tries.entry(w.index).or_default();
-            *tries += 1;
-            if *tries <= fails {
-                return Err(RecordError::handler(format!("record {} failed", w.index)));
-            }
-            log.effects.push((w.key, w.index));
-            Ok(w.index)
-        }
-    })
-    .idempotent(Idempotency::new(InMemoryBackend::default()));
+    let handler = flaky(log.clone(), history.fails.clone(), Vec::new())
+        .idempotent(Idempotency::new(InMemoryBackend::default()));
     let processor = BatchProcessor::new().strict_order(history.strict);
 
     let mut checkpoint = 0;

@@ -142,14 +142,24 @@ pub async fn count_spend(customers: &impl Customers, order: Order) -> Result<i64
 /// The consumer, from `builder` (the environment's in the function, the in-memory backend's in
 /// tests), counting each new order's spend into `customers`, in order per customer. Keyed on the
 /// record's `eventID` (the default): a replay from the checkpoint is a duplicate.
+///
+/// An inserted order counts its spend. A modification counts nothing, and so does a delete (a
+/// `REMOVE`, or a time to live expiry: `Change::Remove { expired }`), whose payload is the
+/// order's keys, never the order: the spend already counted stays.
 pub fn consumer<B: Backend + 'static>(
     builder: ConsumerBuilder<B>,
     customers: impl Customers,
 ) -> Consumer<Deduplicated<i64>, DynamoDbEvent> {
     let customers = Arc::new(customers);
-    let handler = json(move |order: Order, _ctx: RecordContext| {
+    let handler = record(move |change: DynamoDbEventRecord, ctx: RecordContext| {
         let customers = customers.clone();
-        async move { count_spend(&*customers, order).await }
+        async move {
+            if ctx.change != Some(Change::Insert) {
+                return Ok(0);
+            }
+            let order: Order = change.decode().map_err(PermanentError::new)?;
+            count_spend(&*customers, order).await
+        }
     });
     builder
         .source::<DynamoDbEvent>()

@@ -19,9 +19,10 @@ use crate::time::{Clock, Deadline, SystemClock};
 /// What a handler knows about the record it is given.
 #[derive(Debug, Clone)]
 pub struct RecordContext {
-    /// The record's id (never empty; see [`Record::id`]): the SQS message id, a DynamoDB stream
-    /// record's `eventID`, a Kinesis record's shard and sequence number, a Kafka record's topic,
-    /// partition and offset.
+    /// The record's id (never empty; see [`EventSource::record_id`](super::EventSource::record_id)):
+    /// the SQS message id, a DynamoDB stream record's `eventID`, a Kinesis record's stream ARN,
+    /// shard and sequence number, a Kafka record's cluster, topic, partition and offset. The
+    /// default idempotency key.
     pub message_id: String,
     /// The invocation's deadline, if known: when Lambda stops it.
     pub deadline: Option<Deadline>,
@@ -43,6 +44,10 @@ pub struct RecordContext {
     /// stream record's arrival), if the event carries it: the time from a producer's write to
     /// `sent_at` is the relay's lag, from `sent_at` to now the queue's.
     pub sent_at: Option<SystemTime>,
+    /// What happened to a DynamoDB stream record's item ([`Record::change`]: an insert, a
+    /// modification, a delete, and whether time to live deleted it); `None` for SQS, Kinesis and
+    /// Kafka. A `json` handler of a delete decodes the item's keys, never the deleted item.
+    pub change: Option<super::Change>,
     /// The Lambda request id.
     pub request_id: String,
     /// When the handler's own work is cancelled (the deadline minus the processor's stop
@@ -66,6 +71,7 @@ impl RecordContext {
             attempt: 1,
             group_id: None,
             sent_at: None,
+            change: None,
             request_id: String::new(),
             stop_at: None,
             finish_by: None,
@@ -247,7 +253,8 @@ impl<T, F> fmt::Debug for JsonHandler<T, F> {
 
 /// A handler from an async function of the deserialized payload ([`Record::decode`]: an SQS
 /// body, a Kinesis record's data or a Kafka record's value as JSON; a DynamoDB stream record's
-/// new image, or its old one for a `REMOVE`). A payload that does not deserialize fails its
+/// new image, or its keys where it has none: a `REMOVE`, whose [`RecordContext::change`] says so,
+/// or any record under `KEYS_ONLY`). A payload that does not deserialize fails its
 /// record with [`RecordError::Body`], naming the record and the cause. A record without a
 /// payload (a Kafka tombstone) is read as JSON `null`: take an `Option<T>` to handle it.
 ///

@@ -208,7 +208,9 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
         } else {
             format!("attempt budget used up: {error}")
         });
-        let copy = self.records[i].dead_letter_copy();
+        let mut copy = self.records[i].dead_letter_copy();
+        // Named as the processor names the record (a Kafka record with its cluster).
+        copy.message_id = Some(message_id.to_owned());
         match tokio::time::timeout(budget, dead_letter.send(&copy, &reason)).await {
             Ok(Ok(copied)) => {
                 tracing::warn!(
@@ -280,6 +282,7 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
             attempt: receive_count.max(1),
             group_id: self.handler.order_key(record),
             sent_at: record.sent_at(),
+            change: record.change(),
             request_id: self.request_id.to_owned(),
             stop_at: deadline.map(|d| d.earlier_by(p.stop_margin)),
             finish_by: deadline.map(|d| d.earlier_by(p.finish_margin)),

@@ -63,7 +63,7 @@ pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use source::{
-    AggregateError, EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier,
+    AggregateError, Change, EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier,
     KafkaMessage,
 };
 pub use then::{AndThen, OrderedBy};

@@ -230,7 +230,7 @@ impl BatchProcessor {
                     kind: <E::Record as Record>::KIND,
                 });
             }
-            match record.id() {
+            match event.payload.record_id(record) {
                 Some(id) if !id.is_empty() => owned_ids.push(id),
                 _ => return Err(BatchError::MissingMessageId { index }),
             }

@@ -183,7 +183,7 @@ where
             {
                 tracing::warn!(message_id = ctx.message_id, key, error = %e, "could not reset the attempts of a dead-lettered record");
             }
-        } else if let Ok((key, hash)) = self.keys.key_and_payload_hash(record) {
+        } else if let Ok((key, hash)) = self.keys.key_and_payload_hash_of(record, &ctx.message_id) {
             // The stream moves past the record, and replays it when an earlier record of its
             // shard is retried: its key is settled, so that the replay neither runs it nor sends
             // it to the destination again.
@@ -253,7 +253,7 @@ fn key_and_hash<R: Record>(
     record: &R,
     ctx: &RecordContext,
 ) -> Result<(String, PayloadHash), RecordError> {
-    keys.key_and_payload_hash(record)
+    keys.key_and_payload_hash_of(record, &ctx.message_id)
         .map_err(|source| RecordError::Key {
             message_id: ctx.message_id.clone(),
             source,

@@ -1,5 +1,7 @@
 //! DynamoDB Streams: a record is identified by its `eventID`, ordered by its item's keys, and
-//! reported by its sequence number.
+//! reported by its sequence number; its payload is the item as the change left it (the new
+//! image), or its keys where the record has no new image (a `REMOVE`, any record under
+//! `KEYS_ONLY`), and [`Change`] tells a handler what happened to the item.
 
 use std::borrow::Cow;
 use std::time::SystemTime;
@@ -11,6 +13,44 @@ use serde::de::DeserializeOwned;
 
 use super::{EventSource, checkpoints, stream_copy};
 use crate::record::{Position, Record};
+
+/// What happened to a DynamoDB stream record's item ([`RecordContext::change`](crate::batch::RecordContext::change)).
+///
+/// A handler counting, say, orders acts on [`Insert`](Self::Insert) and treats a
+/// [`Remove`](Self::Remove) as a delete: the record's payload is then the item's keys, never the
+/// deleted item (its old image is in the record, `change.old_image`, for a [`record`](crate::batch::record)
+/// handler under `OLD_IMAGE` or `NEW_AND_OLD_IMAGES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Change {
+    /// `INSERT`: a new item.
+    Insert,
+    /// `MODIFY`: an item's attributes changed.
+    Modify,
+    /// `REMOVE`: the item was deleted.
+    Remove {
+        /// True when DynamoDB's time to live deleted it (the record's `userIdentity` is
+        /// `{"type": "Service", "principalId": "dynamodb.amazonaws.com"}`), false for a delete of
+        /// the table's writers.
+        expired: bool,
+    },
+}
+
+impl Change {
+    /// The change `record` tells of; `None` for an event name DynamoDB does not document.
+    pub fn of(record: &EventRecord) -> Option<Self> {
+        match record.event_name.as_str() {
+            "INSERT" => Some(Self::Insert),
+            "MODIFY" => Some(Self::Modify),
+            "REMOVE" => Some(Self::Remove {
+                expired: record.user_identity.as_ref().is_some_and(|who| {
+                    who.type_ == "Service" && who.principal_id == "dynamodb.amazonaws.com"
+                }),
+            }),
+            _ => None,
+        }
+    }
+}
 
 impl Record for EventRecord {
     const KIND: &'static str = "DynamoDB stream record";
@@ -27,13 +67,26 @@ impl Record for EventRecord {
     fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
         let image = image(self).ok_or_else(|| {
             format!(
-                "the {} has no image (event {}, stream view type {:?})",
+                "the {} has neither a new image nor keys (event {})",
                 Self::KIND,
-                self.event_name,
-                self.change.stream_view_type
+                self.event_name
             )
         })?;
-        serde_dynamo::from_item(image.clone()).map_err(|e| e.to_string())
+        serde_dynamo::from_item(image.clone()).map_err(|e| {
+            if self.change.new_image.is_empty() {
+                format!(
+                    "{e} (a {} without a new image, event {}, decodes from its keys)",
+                    Self::KIND,
+                    self.event_name
+                )
+            } else {
+                e.to_string()
+            }
+        })
+    }
+
+    fn change(&self) -> Option<Change> {
+        Change::of(self)
     }
 
     fn sent_at(&self) -> Option<SystemTime> {
@@ -76,9 +129,11 @@ impl Record for EventRecord {
     }
 }
 
-/// The image a record's payload is: the new one, else the old one (a `REMOVE`).
+/// What a record's payload is: the item as the change left it (the new image), else its keys
+/// (a `REMOVE`, whose item is gone; any record under `KEYS_ONLY`; an `INSERT` or `MODIFY` under
+/// `OLD_IMAGE`). Never the old image: a delete must not read as the item itself.
 fn image(record: &EventRecord) -> Option<&serde_dynamo::Item> {
-    [&record.change.new_image, &record.change.old_image]
+    [&record.change.new_image, &record.change.keys]
         .into_iter()
         .find(|image| !image.is_empty())
 }

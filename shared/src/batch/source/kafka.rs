@@ -11,7 +11,7 @@ use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::{Deserialize, Serialize};
 
-use super::{EventSource, checkpoints, stream_copy};
+use super::{EventSource, stream_copy};
 use crate::record::{Position, Record};
 
 /// Base64 as Lambda's Kafka events carry it, read leniently, as Python's `b64decode` (which
@@ -128,7 +128,7 @@ impl Record for KafkaRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaEventResponse {
-    /// The checkpoint of each partition with a failure.
+    /// Every record not done (failed, or held behind a failure) of each partition.
     pub batch_item_failures: Vec<KafkaBatchItemFailure>,
 }
 
@@ -172,6 +172,21 @@ impl EventSource for KafkaEvent {
         self.event_source_arn.as_deref()
     }
 
+    /// The cluster, then the topic, partition and offset
+    /// (`arn:aws:kafka:...:cluster/payments/abc/payments-0@42`, or
+    /// `b-1.example.com:9092,b-2.example.com:9092/payments-0@42` for self-managed Kafka).
+    fn record_id<'a>(&'a self, record: &'a KafkaRecord) -> Option<Cow<'a, str>> {
+        let id = record.id()?;
+        let cluster = [&self.event_source_arn, &self.bootstrap_servers]
+            .into_iter()
+            .flatten()
+            .find(|c| !c.is_empty());
+        Some(match cluster {
+            Some(cluster) => Cow::Owned(format!("{cluster}/{id}")),
+            None => id,
+        })
+    }
+
     fn ordered(&self) -> bool {
         true
     }
@@ -180,9 +195,21 @@ impl EventSource for KafkaEvent {
         true
     }
 
+    /// Every record not done, of every partition: each failed record and each held behind a
+    /// failure, in partition and offset order (never a dead-lettered one). Right under either
+    /// reading of AWS's documentation: a mapping that restarts each partition from the lowest
+    /// offset named finds its checkpoint first, and one that retries only the named records
+    /// retries all that are not done.
     fn response(failed: &[&KafkaRecord]) -> KafkaEventResponse {
+        let mut failed = failed.to_vec();
+        failed.sort_by(|a, b| {
+            (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset))
+        });
+        failed.dedup_by(|a, b| {
+            (&a.topic, a.partition, a.offset) == (&b.topic, b.partition, b.offset)
+        });
         KafkaEventResponse {
-            batch_item_failures: checkpoints(failed)
+            batch_item_failures: failed
                 .into_iter()
                 .map(|record| KafkaBatchItemFailure {
                     item_identifier: KafkaItemIdentifier {

@@ -15,9 +15,18 @@ use crate::store::BoxError;
 impl Record for KinesisEventRecord {
     const KIND: &'static str = "Kinesis record";
 
+    /// The stream's ARN, the shard id and the sequence number
+    /// (`arn:aws:kinesis:...:stream/payments/shardId-000000000000:4959...`), so that two streams
+    /// never share a key; the shard id and sequence number alone for a record without its
+    /// stream's ARN.
     fn id(&self) -> Option<Cow<'_, str>> {
         let position = self.position()?;
-        let id = format!("{}:{}", position.shard, position.sequence);
+        let id = match self.event_source_arn.as_deref() {
+            Some(arn) if !arn.is_empty() => {
+                format!("{arn}/{}:{}", position.shard, position.sequence)
+            }
+            _ => format!("{}:{}", position.shard, position.sequence),
+        };
         // A user record of a KPL aggregate: its sub-sequence number too.
         Some(Cow::Owned(kinesis_aggregation::with_sub_sequence(self, id)))
     }

@@ -4,12 +4,17 @@
 //!
 //! - **SQS**: every failed message is named (`itemIdentifier` = its message id); SQS redelivers
 //!   those alone.
-//! - **Streams and Kafka**: Lambda restarts a shard (a partition) from the *lowest* sequence
-//!   number (offset) reported, and delivers everything after it again. So the response names, per
-//!   shard, the checkpoint: the lowest failed record, never a later one, and never an identifier
-//!   Lambda does not know (an empty or unknown one fails the whole batch). The records after it
-//!   that succeeded come back too: under an idempotency mode they are duplicates and do not run
-//!   again.
+//! - **DynamoDB Streams and Kinesis**: Lambda restarts a shard from the *lowest* sequence number
+//!   reported, and delivers everything after it again. So the response names, per shard, the
+//!   checkpoint: the lowest failed record, never a later one, and never an identifier Lambda does
+//!   not know (an empty or unknown one fails the whole batch). The records after it that
+//!   succeeded come back too: under an idempotency mode they are duplicates and do not run again.
+//! - **Kafka**: AWS's documentation reads both ways (Lambda restarts a partition from the lowest
+//!   offset named, or it retries only the records named), so the response names every record
+//!   not done: each failed record and each held behind a failure (of its key, or of its
+//!   partition under strict order, or not started before the deadline), never one that
+//!   succeeded or went to the dead-letter queue. Under the first reading the lowest is the
+//!   checkpoint; under the second nothing not done is left behind.
 
 mod dynamodb;
 mod kafka;
@@ -17,6 +22,7 @@ mod kinesis;
 pub(crate) mod kinesis_aggregation;
 mod sqs;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -25,6 +31,7 @@ use serde::Serialize;
 
 use crate::record::{Position, Record};
 
+pub use dynamodb::Change;
 pub use kafka::{KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier, KafkaMessage};
 pub use kinesis_aggregation::AggregateError;
 
@@ -60,6 +67,15 @@ pub trait EventSource: Send + Sync + 'static {
     /// by message group. False for a standard SQS queue, whose records run concurrently.
     fn ordered(&self) -> bool;
 
+    /// What identifies `record` across its deliveries, and so its default idempotency key
+    /// ([`RecordContext::message_id`](super::RecordContext::message_id)): its own
+    /// [`Record::id`], and for a Kafka record, whose record does not name its cluster, the
+    /// cluster (the event's `eventSourceArn`, or its `bootstrapServers` for self-managed Kafka)
+    /// before it, so that two clusters never share a key.
+    fn record_id<'a>(&'a self, record: &'a Self::Record) -> Option<Cow<'a, str>> {
+        record.id()
+    }
+
     /// The ARN of the event's source (a queue, a stream, an MSK cluster), if the event names it.
     fn source_arn(&self) -> Option<&str> {
         None
@@ -71,8 +87,9 @@ pub trait EventSource: Send + Sync + 'static {
         false
     }
 
-    /// The response naming `failed` (the records to retry, in batch order; never empty of
-    /// identifiers Lambda knows).
+    /// The response for `failed`, every record not done (failed, or held behind a failure; in
+    /// batch order; never a dead-lettered one): each of them for SQS and Kafka, the checkpoint of
+    /// each shard for DynamoDB Streams and Kinesis.
     fn response(failed: &[&Self::Record]) -> Self::Response;
 }
 
