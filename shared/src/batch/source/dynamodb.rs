@@ -75,7 +75,10 @@ impl Record for EventRecord {
         serde_dynamo::from_item(image.clone()).map_err(|e| {
             if self.change.new_image.is_empty() {
                 format!(
-                    "{e} (a {} without a new image, event {}, decodes from its keys)",
+                    "{e} (a {} without a new image, event {}, decodes from its keys: read it \
+                     with `record` and check `RecordContext::change`, or leave such records out \
+                     with the event source mapping's FilterCriteria, \
+                     {{\"eventName\": [\"INSERT\", \"MODIFY\"]}})",
                     Self::KIND,
                     self.event_name
                 )
