@@ -7,7 +7,7 @@
 //! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`],
 //! [`record`]) and the output trait a hand-written handler implements ([`HandlerOutput`]),
 //! what a handler is told and answers ([`RecordContext`], [`RecordError`], [`PermanentError`],
-//! [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
+//! [`TransientError`], [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
 //! ([`KeyConfig`]); the bound of a consumer generic over its backend ([`TransactionalBackend`]);
 //! and on DynamoDB the backend, the inline mode's item and the SDK's
 //! `AttributeValue` (the SDK's other types a transaction is written with, at this crate's
@@ -16,7 +16,7 @@
 pub use crate::Idempotency;
 pub use crate::batch::{
     BoxRecordHandler, Deduplicated, HandlerOutput, PermanentError, RecordContext, RecordError,
-    RecordHandler, RecordHandlerExt, json, message, record,
+    RecordHandler, RecordHandlerExt, TransientError, json, message, record,
 };
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;

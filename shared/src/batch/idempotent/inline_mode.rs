@@ -4,7 +4,7 @@
 use aws_lambda_events::sqs::SqsMessage;
 use serde::Serialize;
 
-use super::transactional_mode::{Start, finish, start};
+use super::transactional_mode::{Start, counted, finish, start};
 use super::{Deduplicated, Idempotent, Mode, key_and_hash};
 use crate::batch::handler::HandlerOutput;
 use crate::batch::lookup::ItemLookup;
@@ -189,7 +189,7 @@ where
         };
         let result = this
             .engine
-            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
+            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work, counted)
             .await;
         finish(result, ctx, &key)
     }
