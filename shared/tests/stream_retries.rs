@@ -110,19 +110,17 @@ async fn drain(
         clock,
         crash,
         sqs,
-        |batch: StreamEventBuilder| {
-            async move {
-                let response = consumer
-                    .handle(batch.kinesis())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(failed_sequences(
-                    response
-                        .batch_item_failures
-                        .iter()
-                        .map(|f| f.item_identifier.as_deref()),
-                ))
-            }
+        |batch: StreamEventBuilder| async move {
+            let response = consumer
+                .handle(batch.kinesis())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(failed_sequences(
+                response
+                    .batch_item_failures
+                    .iter()
+                    .map(|f| f.item_identifier.as_deref()),
+            ))
         },
     )
     .await

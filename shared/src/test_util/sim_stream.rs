@@ -93,12 +93,12 @@ pub struct MappingSettings {
 
 impl Default for MappingSettings {
     /// The examples' mapping (`examples/*/template.yaml`): batches of 100, retries unbounded,
-    /// records kept for at most a day, bisection on, a 30 s function.
+    /// records kept for at most an hour, bisection on, a 30 s function.
     fn default() -> Self {
         Self {
             batch_size: 100,
             maximum_retry_attempts: None,
-            maximum_record_age: Some(Duration::from_secs(24 * 60 * 60)),
+            maximum_record_age: Some(Duration::from_secs(3600)),
             bisect_on_function_error: true,
             function_timeout: Duration::from_secs(30),
         }
