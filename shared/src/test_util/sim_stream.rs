@@ -21,7 +21,7 @@
 //!
 //! Each invocation's deadline is [`MappingSettings::function_timeout`] from its start on the
 //! clock; the clock moves only as the function's own waits move it (a
-//! [`ManualClock`](crate::time::ManualClock) given to the processor). [`Drained::problems`]
+//! [`ManualClock`] given to the processor). [`Drained::problems`]
 //! says what went wrong for records that are not at fault: not done, sent to the on-failure
 //! destination, dead-lettered, or a function error that was not a crash.
 //!
