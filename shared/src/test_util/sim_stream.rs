@@ -50,7 +50,8 @@
 //!     .map_processor(|processor| processor.with_clock(clock.clone()))
 //!     .idempotent(json(flaky));
 //! let shard = SimShard::new([("acct-1", json!({"id": 1}))], clock.now_ms());
-//! let drained = drain(shard, MappingSettings::default(), &clock, &Crash::default(), &sqs, |batch| async {
+//! let consumer = &consumer;
+//! let drained = drain(shard, MappingSettings::default(), &clock, &Crash::default(), &sqs, |batch| async move {
 //!     let response = consumer.handle(batch.kinesis()).await.map_err(|e| e.to_string())?;
 //!     Ok(failed_sequences(response.batch_item_failures.iter().map(|f| f.item_identifier.as_deref())))
 //! })
