@@ -67,8 +67,7 @@ pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(11 * 60 * 60);
 #[derive(Debug)]
 pub struct VisibilityBackoff {
     sink: Sink,
-    base: Duration,
-    max: Duration,
+    schedule: RetrySchedule,
     enabled: bool,
     queue_urls: Mutex<HashMap<String, String>>,
 }
@@ -108,8 +107,7 @@ impl VisibilityBackoff {
     fn with_sink(sink: Sink) -> Self {
         Self {
             sink,
-            base: Duration::from_secs(2),
-            max: Duration::from_secs(300),
+            schedule: RetrySchedule::default(),
             enabled: true,
             queue_urls: Mutex::new(HashMap::new()),
         }
@@ -117,14 +115,20 @@ impl VisibilityBackoff {
 
     /// The delay after the first failure (whole seconds, at least 1).
     pub fn base(mut self, base: Duration) -> Self {
-        self.base = base.max(Duration::from_secs(1));
+        self.schedule = RetrySchedule::new(base, self.schedule.max);
         self
     }
 
     /// The longest delay (at most 11 hours: see the module docs).
     pub fn max(mut self, max: Duration) -> Self {
-        self.max = max.min(MAX_VISIBILITY);
+        self.schedule = RetrySchedule::new(self.schedule.base, max);
         self
+    }
+
+    /// Its schedule: on a stream, it spaces the retries within the invocation instead (see
+    /// [`BatchProcessor::retry_in_invocation`](crate::batch::BatchProcessor::retry_in_invocation)).
+    pub fn schedule(&self) -> RetrySchedule {
+        self.schedule
     }
 
     /// Turns the backoff on or off.
@@ -145,7 +149,7 @@ impl VisibilityBackoff {
     /// assert_eq!(delays, [2, 4, 8, 16, 32, 60, 60]);
     /// ```
     pub fn delay(&self, attempt: u32) -> Duration {
-        self.doubled(attempt, self.max)
+        self.schedule.delay(attempt)
     }
 
     /// The delay after a failure that is not an attempt of the handler's own (see
@@ -163,13 +167,7 @@ impl VisibilityBackoff {
     /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 11 * 60 * 60);
     /// ```
     pub fn delay_not_counted(&self, receives: u32) -> Duration {
-        self.doubled(receives, MAX_VISIBILITY)
-    }
-
-    /// `min(base * 2^(n - 1), cap)`.
-    fn doubled(&self, n: u32, cap: Duration) -> Duration {
-        let exponent = n.saturating_sub(1).min(31);
-        self.base.saturating_mul(1 << exponent).min(cap)
+        self.schedule.doubled(receives, MAX_VISIBILITY)
     }
 
     /// The visibility timeout (whole seconds) for a record that failed with `error` on its
@@ -200,11 +198,7 @@ impl VisibilityBackoff {
             RecordError::InProgress { lease_until_ms } => {
                 ((lease_until_ms - now_ms + 999) / 1000).clamp(1, MAX_VISIBILITY.as_secs() as i64)
             }
-            _ => {
-                let d = delay.as_secs().max(1) as i64;
-                let spread = (d + 3) / 4;
-                d + (jitter_u64() % (spread as u64 + 1)) as i64
-            }
+            _ => RetrySchedule::jittered(delay).as_secs() as i64,
         };
         secs.min(MAX_VISIBILITY.as_secs() as i64) as i32
     }
@@ -352,6 +346,64 @@ impl VisibilityBackoff {
             .unwrap_or_else(|e| e.into_inner())
             .insert(arn.to_owned(), url.clone());
         Ok(url)
+    }
+}
+
+/// When a failed record is tried again: `min(base * 2^(attempt - 1), max)` after its
+/// `attempt`-th failure, plus up to a quarter more of jitter (whole seconds). One schedule for
+/// both ways a retry is spaced: SQS's visibility ([`VisibilityBackoff`]), and on a stream the
+/// wait within the invocation
+/// ([`BatchProcessor::retry_in_invocation`](crate::batch::BatchProcessor::retry_in_invocation)).
+///
+/// ```
+/// use lambda_idempotency::backoff::RetrySchedule;
+/// use std::time::Duration;
+///
+/// let schedule = RetrySchedule::new(Duration::from_secs(2), Duration::from_secs(60));
+/// let delays: Vec<_> = (1..=7).map(|n| schedule.delay(n).as_secs()).collect();
+/// assert_eq!(delays, [2, 4, 8, 16, 32, 60, 60]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySchedule {
+    base: Duration,
+    max: Duration,
+}
+
+impl Default for RetrySchedule {
+    /// From 2 s up to 5 minutes.
+    fn default() -> Self {
+        Self::new(Duration::from_secs(2), Duration::from_secs(300))
+    }
+}
+
+impl RetrySchedule {
+    /// From `base` (at least 1 s) up to `max` (at most 11 hours).
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base: base.max(Duration::from_secs(1)),
+            max: max.min(MAX_VISIBILITY),
+        }
+    }
+
+    /// The delay after the `attempt`-th failure, without jitter: `min(base * 2^(attempt - 1),
+    /// max)`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        self.doubled(attempt, self.max)
+    }
+
+    /// `min(base * 2^(n - 1), cap)`.
+    fn doubled(&self, n: u32, cap: Duration) -> Duration {
+        let exponent = n.saturating_sub(1).min(31);
+        self.base.saturating_mul(1 << exponent).min(cap)
+    }
+
+    /// `delay` (whole seconds, at least 1) plus from 0 to a quarter of it (rounded up, so that
+    /// even a 1 s delay gets some), at random: retries of records that failed together do not
+    /// come back in step.
+    pub fn jittered(delay: Duration) -> Duration {
+        let d = delay.as_secs().max(1);
+        let spread = d.div_ceil(4);
+        Duration::from_secs(d + jitter_u64() % (spread + 1))
     }
 }
 

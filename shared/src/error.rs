@@ -40,6 +40,11 @@ pub enum RecordError {
     /// queue on the processor, the message goes straight to it.
     #[error("permanent failure: {0}")]
     Permanent(BoxError),
+    /// The handler said the failure is not the record's fault ([`TransientError`]: a dependency
+    /// is unavailable, throttled or timed out): retried, never counted against the attempt
+    /// budget, never permanent.
+    #[error("transient failure: {0}")]
+    Transient(BoxError),
     /// The handler panicked.
     #[error("handler panicked: {0}")]
     Panicked(String),
@@ -108,11 +113,16 @@ pub enum RecordError {
 
 impl RecordError {
     /// Wraps any error as a handler failure. A [`PermanentError`] becomes
-    /// [`RecordError::Permanent`], and a boxed `RecordError` is kept as it is.
+    /// [`RecordError::Permanent`], a [`TransientError`] [`RecordError::Transient`], and a boxed
+    /// `RecordError` is kept as it is.
     pub fn handler(error: impl Into<BoxError>) -> Self {
         let error = error.into();
         let error = match error.downcast::<PermanentError>() {
             Ok(permanent) => return RecordError::Permanent(permanent.0),
+            Err(other) => other,
+        };
+        let error = match error.downcast::<TransientError>() {
+            Ok(transient) => return RecordError::Transient(transient.0),
             Err(other) => other,
         };
         match error.downcast::<RecordError>() {
@@ -161,7 +171,8 @@ impl RecordError {
 
     /// True when the handler ran and failed (or panicked, or was cancelled): the failures an
     /// attempt budget counts. Records that did not run (blocked, not started, in progress
-    /// elsewhere, store unreachable) do not use up attempts.
+    /// elsewhere, store unreachable) and failures the handler marked as not the record's fault
+    /// ([`RecordError::Transient`]) do not use up attempts.
     pub fn is_attempt(&self) -> bool {
         matches!(
             self.cause(),
@@ -201,6 +212,42 @@ impl fmt::Display for PermanentError {
 }
 
 impl std::error::Error for PermanentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
+/// An error a handler marks as not the record's fault: a dependency is unavailable, throttled or
+/// timed out (the handler's own table in an outage, say). Return it from a handler (it converts
+/// into the handler's error type through `Box<dyn Error>`): the record is retried as any failed
+/// one, but the failure never counts against the attempt budget, so an outage of any length
+/// never sends a healthy record to the dead-letter queue. Under an idempotency store the failure
+/// is still recorded (its error kept), without counting an attempt.
+///
+/// ```
+/// use lambda_idempotency::batch::{RecordError, TransientError};
+///
+/// let error = RecordError::handler(TransientError::new("the ledger table is throttled"));
+/// assert!(matches!(error, RecordError::Transient(_)));
+/// assert!(!error.is_attempt() && !error.is_permanent());
+/// ```
+#[derive(Debug)]
+pub struct TransientError(BoxError);
+
+impl TransientError {
+    /// Marks `error` transient: not the record's fault.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+}
+
+impl fmt::Display for TransientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransientError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(self.0.as_ref())
     }

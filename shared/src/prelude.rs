@@ -7,9 +7,9 @@
 //! The [`Consumer`] and its builder and settings; the handler adapters ([`json`], [`message`],
 //! [`record`]) and the output trait a hand-written handler implements ([`HandlerOutput`]),
 //! what a handler is told and answers ([`RecordContext`] and a DynamoDB stream record's
-//! [`Change`], [`RecordError`], [`PermanentError`], [`Deduplicated`]); each mode's output ([`InlinePut`], [`Transaction`]); the keys
-//! ([`KeyConfig`]); the bounds of a consumer generic over its backend ([`Backend`],
-//! [`TransactionalBackend`]);
+//! [`Change`], [`RecordError`], [`PermanentError`], [`TransientError`], [`Deduplicated`]); each
+//! mode's output ([`InlinePut`], [`Transaction`]); the keys ([`KeyConfig`]); the bounds of a
+//! consumer generic over its backend ([`Backend`], [`TransactionalBackend`]);
 //! and on DynamoDB the backend, the inline mode's item and the SDK's
 //! `AttributeValue` (the SDK's other types a transaction is written with, at this crate's
 //! version, are in [`dynamodb`](crate::dynamodb)). `Error` is Lambda's boxed error. The event
@@ -21,7 +21,7 @@
 pub use crate::Idempotency;
 pub use crate::batch::{
     BoxRecordHandler, Change, Deduplicated, HandlerOutput, PermanentError, RecordContext,
-    RecordError, RecordHandler, RecordHandlerExt, json, message, record,
+    RecordError, RecordHandler, RecordHandlerExt, TransientError, json, message, record,
 };
 pub use crate::consumer::{Consumer, ConsumerBuilder, ConsumerConfig};
 pub use crate::inline::InlinePut;

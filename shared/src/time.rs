@@ -30,6 +30,8 @@
 //! assert!(stop_at.has_passed(&clock) && !deadline.has_passed(&clock));
 //! ```
 
+use std::future::Future;
+use std::pin::Pin;
 #[cfg(any(test, doc, feature = "test-util"))]
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -41,6 +43,14 @@ use lambda_runtime::Context;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
+
+    /// Waits until the clock reads `at_ms` (at once when it does already): the processor's
+    /// waits between a stream record's retries. By default tokio's timer sleeps the difference;
+    /// a [`ManualClock`] jumps to `at_ms` at once, as a simulation's time does.
+    fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let wait = u64::try_from(at_ms.saturating_sub(self.now_ms())).unwrap_or(0);
+        Box::pin(tokio::time::sleep(Duration::from_millis(wait)))
+    }
 }
 
 /// The system clock.
@@ -108,6 +118,12 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
+    }
+
+    /// Moves the clock to `at_ms` (never back), then yields once to the other tasks.
+    fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        self.0.fetch_max(at_ms, Ordering::SeqCst);
+        Box::pin(tokio::task::yield_now())
     }
 }
 

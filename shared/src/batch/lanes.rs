@@ -13,10 +13,15 @@ use tracing::Instrument;
 
 use super::handler::{caught, too_late_to_start};
 use super::{RecordContext, RecordHandler};
+use crate::backoff::RetrySchedule;
 use crate::dead_letter::DeadLetter;
 use crate::error::RecordError;
 use crate::record::Record;
 use crate::time::{Clock, Deadline};
+
+/// How long after another invocation's lease ends a record it held is tried again: room for
+/// the clocks of two invocations to differ.
+const LEASE_SLACK_MS: i64 = 1_000;
 
 /// How one record settled: its result, and whether it went to the dead-letter queue.
 pub(super) struct Settled<T> {
@@ -31,6 +36,8 @@ pub(super) struct Limits<'a> {
     pub(super) finish_margin: Duration,
     pub(super) call_timeout: Duration,
     pub(super) max_attempts: Option<u32>,
+    /// On a stream: the schedule of retries within the invocation.
+    pub(super) retry: Option<RetrySchedule>,
     pub(super) clock: &'a Arc<dyn Clock>,
     pub(super) dead_letter: Option<&'a DeadLetter>,
 }
@@ -138,13 +145,7 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
                 ));
                 continue;
             }
-            let (ctx, result) = self.one(i).await;
-            let dead_lettered = match &result {
-                Err(error) if self.goes_to_dead_letter(error, self.records[i]) => {
-                    self.dead_letter(i, &ctx, error).await
-                }
-                _ => false,
-            };
+            let (result, dead_lettered) = self.settle(i).await;
             if result.is_err() && !dead_lettered {
                 failed = Some(self.ids[i]);
             }
@@ -157,6 +158,78 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
             ));
         }
         out
+    }
+
+    /// Runs record `i` and moves it to the dead-letter queue when its error sends it there; on a
+    /// stream with retries in the invocation ([`Limits::retry`]), runs it again after each
+    /// failure that a wait can help, as long as the retry can start before the start margin.
+    /// Returns its result and whether it went to the dead-letter queue.
+    async fn settle(&self, i: usize) -> (Result<H::Output, RecordError>, bool) {
+        let mut tries = 1;
+        loop {
+            let (ctx, result) = self.one(i).await;
+            let Err(error) = &result else {
+                return (result, false);
+            };
+            let bound = self.goes_to_dead_letter(error, self.records[i]);
+            if bound && self.dead_letter(i, &ctx, error).await {
+                return (result, true);
+            }
+            let Some(at_ms) = self.retry_at(error, tries, bound) else {
+                return (result, false);
+            };
+            let clock = &**self.limits.clock;
+            let latest_start = self
+                .deadline
+                .map(|d| d.earlier_by(self.limits.start_margin).epoch_ms())
+                .unwrap_or(i64::MAX);
+            if at_ms > latest_start {
+                // Too late for a retry here: the record is reported once the retry could no
+                // longer start anyway, so that Lambda's back-to-back retries of the stream come
+                // one per invocation, never in a burst.
+                tracing::info!(
+                    message_id = ctx.message_id,
+                    error = %error,
+                    "failed; its retry cannot start before the start margin: reported then"
+                );
+                clock.sleep_until(latest_start).await;
+                return (result, false);
+            }
+            tracing::info!(
+                message_id = ctx.message_id,
+                error = %error,
+                wait_ms = at_ms - clock.now_ms(),
+                "failed; retried within the invocation"
+            );
+            clock.sleep_until(at_ms).await;
+            tries += 1;
+        }
+    }
+
+    /// When to run a stream record again within the invocation after its `tries`-th run failed
+    /// with `error` (`bound`: the error sent it to the dead-letter queue, and the send failed):
+    /// when the lease of the invocation that holds its key ends, else after the retry
+    /// schedule's delay for its attempt (the store's count, else this invocation's runs).
+    /// `None` without retries in the invocation, without a deadline, or for an error a wait
+    /// cannot help (the deadline's, a permanent one that was not sent to the dead-letter queue).
+    fn retry_at(&self, error: &RecordError, tries: u32, bound: bool) -> Option<i64> {
+        let schedule = self.limits.retry?;
+        self.deadline?;
+        let waits = match error.cause() {
+            RecordError::DeadlineNear { .. } | RecordError::DeadlineReached { .. } => false,
+            _ => bound || !error.is_permanent(),
+        };
+        if !waits {
+            return None;
+        }
+        Some(match error.cause() {
+            RecordError::InProgress { lease_until_ms } => lease_until_ms + LEASE_SLACK_MS,
+            _ => {
+                let attempt = error.attempts().unwrap_or(tries);
+                let delay = RetrySchedule::jittered(schedule.delay(attempt));
+                self.limits.clock.now_ms() + crate::time::millis(delay)
+            }
+        })
     }
 
     /// True when `error` sends its record to the dead-letter queue: one is configured, and the
@@ -323,8 +396,10 @@ impl<'a, R: Record, H: RecordHandler<R>> Run<'a, H, R> {
 /// True when a failure is an attempt of the handler's own: the store counted it, or the handler
 /// keeps no count (its attempts are then the receive count). A failure the store did not count
 /// (an outage, a failed follow-up after a committed effect) is not the message's fault.
+/// A [`RecordError::Transient`] never is.
 pub(super) fn is_counted<R: Record, H: RecordHandler<R>>(handler: &H, error: &RecordError) -> bool {
-    error.attempts().is_some() || !handler.counts_attempts()
+    !matches!(error.cause(), RecordError::Transient(_))
+        && (error.attempts().is_some() || !handler.counts_attempts())
 }
 
 /// The attempt a failure counts as: the store's count when the handler keeps one, else the

@@ -68,4 +68,4 @@ pub use source::{
 };
 pub use then::{AndThen, OrderedBy};
 
-pub use crate::error::{PermanentError, RecordError};
+pub use crate::error::{PermanentError, RecordError, TransientError};

@@ -13,7 +13,7 @@ use lambda_runtime::LambdaEvent;
 use super::lanes::{Limits, Run, Settled, attempt_of, is_counted};
 use super::source::EventSource;
 use super::{BatchError, BatchReport, RecordHandler, RecordReport};
-use crate::backoff::VisibilityBackoff;
+use crate::backoff::{RetrySchedule, VisibilityBackoff};
 use crate::dead_letter::DeadLetter;
 use crate::error::RecordError;
 use crate::record::Record;
@@ -75,6 +75,7 @@ pub struct BatchProcessor {
     pub(super) max_attempts: Option<u32>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) backoff: Option<Arc<VisibilityBackoff>>,
+    pub(super) retry: Option<RetrySchedule>,
     pub(super) dead_letter: Option<Arc<DeadLetter>>,
 }
 
@@ -120,6 +121,7 @@ impl BatchProcessor {
             max_attempts: None,
             clock: Arc::new(SystemClock),
             backoff: None,
+            retry: None,
             dead_letter: None,
         }
     }
@@ -147,9 +149,36 @@ impl BatchProcessor {
     }
 
     /// Spaces out the retries of failed records by setting their visibility timeout (see
-    /// [`VisibilityBackoff`]).
+    /// [`VisibilityBackoff`]). On a stream, where a record has no visibility, its
+    /// [schedule](VisibilityBackoff::schedule) spaces the retries within the invocation instead,
+    /// unless [`retry_in_invocation`](Self::retry_in_invocation) sets another.
     pub fn with_backoff(mut self, backoff: VisibilityBackoff) -> Self {
         self.backoff = Some(Arc::new(backoff));
+        self
+    }
+
+    /// Streams and Kafka (DynamoDB Streams, Kinesis, Kafka; SQS is spaced by
+    /// [`with_backoff`](Self::with_backoff)): a record that fails with an error a wait can help
+    /// runs again within the invocation, instead of being reported at once, where Lambda would
+    /// retry the batch back to back and spend its `MaximumRetryAttempts` and the attempt budget
+    /// in seconds:
+    ///
+    /// - found in progress ([`RecordError::InProgress`]: a crashed invocation's lease, or a live
+    ///   one on another shard that shares the key): after that lease ends (and a second more);
+    /// - any other failure that is not permanent and not the deadline's (a handler's error, a
+    ///   [`TransientError`](crate::error::TransientError), the store unreachable, a failed
+    ///   dead-letter send): after `schedule`'s delay for its attempt (the store's count of
+    ///   failed attempts, else this invocation's runs of it), with jitter.
+    ///
+    /// A retry starts only if it can start before the [start margin](Self::start_margin). When
+    /// the wait would end later, the record is reported failed (the shard's checkpoint) at that
+    /// latest start, not at once, so that Lambda's back-to-back retries come one per invocation.
+    /// The rest of its lane (its key, or its shard under
+    /// [`strict_order`](Self::strict_order)) waits behind it; other lanes run on. The waits use
+    /// the processor's [clock](Self::with_clock). Without a deadline (a context without one)
+    /// nothing is retried within the invocation.
+    pub fn retry_in_invocation(mut self, schedule: RetrySchedule) -> Self {
+        self.retry = Some(schedule);
         self
     }
 
@@ -243,6 +272,12 @@ impl BatchProcessor {
             finish_margin: self.finish_margin,
             call_timeout: self.call_timeout,
             max_attempts: self.max_attempts,
+            retry: if E::is_stream() {
+                self.retry
+                    .or_else(|| self.backoff.as_ref().map(|b| b.schedule()))
+            } else {
+                None
+            },
             clock: &self.clock,
             dead_letter: self.dead_letter.as_deref(),
         };

@@ -8,10 +8,19 @@
 //! - `MaximumRetryAttempts` and `MaximumRecordAgeInSeconds` both unbounded (-1, the defaults):
 //!   a record that can never succeed blocks its shard until it leaves the stream (up to a day on
 //!   DynamoDB Streams, a week or more on Kinesis);
-//! - no on-failure destination: a batch Lambda gives up on leaves no trace.
+//! - no on-failure destination: a batch Lambda gives up on leaves no trace;
+//! - a bound that gives up during an outage the consumer's retries within the invocation ride
+//!   out ([`OUTAGE_RIDDEN`], 10 minutes): `MaximumRetryAttempts` x the function's timeout (each
+//!   failing invocation is held to its latest start, so a retry lasts about one timeout), or
+//!   `MaximumRecordAgeInSeconds`, below it. Lambda then sends the batch to the on-failure
+//!   destination, which keeps its metadata only: the records are lost.
 //!
 //! A check that cannot run (denied `lambda:ListEventSourceMappings`, no mapping found) is a
 //! warning too.
+
+/// The outage the stream's retries within the invocation must ride out without Lambda giving a
+/// batch up.
+pub(crate) const OUTAGE_RIDDEN: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// The settings of an event source mapping that the check reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,6 +33,8 @@ pub(crate) struct MappingSettings {
     pub(crate) maximum_record_age_in_seconds: Option<i32>,
     /// `DestinationConfig.OnFailure.Destination`.
     pub(crate) on_failure: Option<String>,
+    /// The function's timeout, when known.
+    pub(crate) function_timeout: Option<std::time::Duration>,
 }
 
 /// The warnings for `settings`.
@@ -49,6 +60,34 @@ pub(crate) fn mapping_warnings(settings: &MappingSettings) -> Vec<String> {
              set BisectBatchOnFunctionError"
                 .to_owned(),
         );
+    }
+    let ridden = OUTAGE_RIDDEN.as_secs();
+    if let (Some(retries), Some(timeout)) =
+        (settings.maximum_retry_attempts, settings.function_timeout)
+        && retries >= 0
+        && u64::from(retries.unsigned_abs()) * timeout.as_secs() < ridden
+    {
+        warnings.push(format!(
+            "the event source mapping's MaximumRetryAttempts is {retries}: with a {} s function \
+             timeout, Lambda gives a batch up after about {} s of failures, and an outage of a \
+             dependency the consumer's retries would ride out ({ridden} s) sends healthy records \
+             to the on-failure destination, which keeps their metadata only: they are lost. Fix: \
+             set MaximumRetryAttempts to -1 (or at least {}) and bound MaximumRecordAgeInSeconds",
+            timeout.as_secs(),
+            u64::from(retries.unsigned_abs()) * timeout.as_secs(),
+            ridden.div_ceil(timeout.as_secs().max(1)),
+        ));
+    }
+    if let Some(age) = settings.maximum_record_age_in_seconds
+        && age >= 0
+        && u64::from(age.unsigned_abs()) < ridden
+    {
+        warnings.push(format!(
+            "the event source mapping's MaximumRecordAgeInSeconds is {age}: a record older than \
+             that is sent to the on-failure destination (its metadata only: lost) during an \
+             outage the consumer's retries would ride out ({ridden} s). Fix: set it to at least \
+             {ridden}, well above, or -1"
+        ));
     }
     if settings.on_failure.is_none() {
         warnings.push(
@@ -106,6 +145,9 @@ pub(crate) async fn check(
             .and_then(|d| d.on_failure())
             .and_then(|o| o.destination())
             .map(str::to_owned),
+        // Not on the mapping (GetFunctionConfiguration would need another permission): the
+        // retry bound is checked against the record age only.
+        function_timeout: None,
     };
     for warning in mapping_warnings(&settings) {
         tracing::warn!(function, source = source_arn, "{warning}");
@@ -128,6 +170,7 @@ mod tests {
             maximum_retry_attempts: Some(5),
             maximum_record_age_in_seconds: Some(-1),
             on_failure: Some("arn:aws:sqs:us-east-1:123456789012:failures".into()),
+            function_timeout: None,
         };
         assert!(mapping_warnings(&bounded).is_empty());
         let aged = MappingSettings {
@@ -136,5 +179,48 @@ mod tests {
             ..bounded
         };
         assert!(mapping_warnings(&aged).is_empty());
+    }
+
+    #[test]
+    fn a_bound_that_gives_up_during_a_ten_minute_outage_is_warned_about() {
+        let examples = MappingSettings {
+            reports_item_failures: true,
+            maximum_retry_attempts: Some(-1),
+            maximum_record_age_in_seconds: Some(86_400),
+            on_failure: Some("arn:aws:sqs:us-east-1:123456789012:failures".into()),
+            function_timeout: Some(std::time::Duration::from_secs(30)),
+        };
+        assert!(mapping_warnings(&examples).is_empty());
+        // The examples' old settings: 5 retries of a 30 s function last 150 s.
+        let five = MappingSettings {
+            maximum_retry_attempts: Some(5),
+            ..examples.clone()
+        };
+        let warnings = mapping_warnings(&five);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("MaximumRetryAttempts is 5"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[0].contains("at least 20"), "{}", warnings[0]);
+        // 20 retries of 30 s ride ten minutes out.
+        let twenty = MappingSettings {
+            maximum_retry_attempts: Some(20),
+            ..examples.clone()
+        };
+        assert!(mapping_warnings(&twenty).is_empty());
+        let young = MappingSettings {
+            maximum_record_age_in_seconds: Some(300),
+            ..examples
+        };
+        let warnings = mapping_warnings(&young);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("MaximumRecordAgeInSeconds is 300"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[0].contains("at least 600"), "{}", warnings[0]);
     }
 }

@@ -30,8 +30,9 @@
 //! ([`idempotent`](ConsumerBuilder::idempotent), [`transactional`](ConsumerBuilder::transactional),
 //! [`inline`](ConsumerBuilder::inline)), built from [`ConsumerConfig`]:
 //!
-//! - **the attempt budget** ([`DEFAULT_MAX_ATTEMPTS`], 5) and **visibility backoff** (2 s
-//!   doubling to 300 s, plus jitter) are on unless turned off (`MAX_ATTEMPTS=0`,
+//! - **the attempt budget** ([`DEFAULT_MAX_ATTEMPTS`], 5) and **backoff** (2 s doubling to
+//!   300 s, plus jitter: the visibility timeout on SQS, a wait within the invocation on a
+//!   stream, see [`BatchProcessor::retry_in_invocation`]) are on unless turned off (`MAX_ATTEMPTS=0`,
 //!   `BACKOFF_BASE_SECONDS=0`, or [`without_attempt_budget`](ConsumerBuilder::without_attempt_budget),
 //!   [`without_backoff`](ConsumerBuilder::without_backoff));
 //! - **the dead-letter queue** takes permanent failures and used-up budgets, with their reason,
@@ -87,7 +88,7 @@ pub use config::{
 
 use self::cold_start::TableCheckFn;
 use crate::Idempotency;
-use crate::backoff::VisibilityBackoff;
+use crate::backoff::{RetrySchedule, VisibilityBackoff};
 use crate::batch::{
     BatchError, BatchProcessor, BatchReport, BoxRecordHandler, Deduplicated, EventSource,
     HandlerOutput, ItemLookup, RecordHandler, RecordHandlerExt,
@@ -483,7 +484,8 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
         self
     }
 
-    /// No visibility backoff: a failed record comes back after the queue's visibility timeout.
+    /// No backoff: on SQS a failed record comes back after the queue's visibility timeout; on a
+    /// stream it is reported at once, not retried within the invocation.
     pub fn without_backoff(mut self) -> Self {
         self.config.backoff_base = std::time::Duration::ZERO;
         self
@@ -714,7 +716,13 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
             (_, None) => source_terms::warn_no_dead_letter_queue(source),
         }
         source_terms::warn_if_expiry_below_the_rule(source, engine.expiry());
-        if let Some(sqs) = &sqs
+        // On a stream the backoff spaces the retries within the invocation.
+        if E::is_stream() && !config.backoff_base.is_zero() {
+            processor = processor.retry_in_invocation(RetrySchedule::new(
+                config.backoff_base,
+                config.backoff_max.max(config.backoff_base),
+            ));
+        } else if let Some(sqs) = &sqs
             && !config.backoff_base.is_zero()
         {
             processor = processor.with_backoff(

@@ -376,9 +376,30 @@ impl<B: Backend> Idempotency<B> {
     ///
     /// Fenced like [`complete`](Self::complete).
     pub async fn fail(&self, lease: &Lease, error: &str) -> Result<Updated, StoreError> {
+        self.fail_counted(lease, error, true).await
+    }
+
+    /// Marks the attempt failed without counting an attempt (its failed attempts stay as they
+    /// were), the error stored (truncated): a failure that is not the message's fault (a
+    /// [`TransientError`](crate::error::TransientError)). Fenced like [`fail`](Self::fail).
+    pub async fn fail_not_counted(
+        &self,
+        lease: &Lease,
+        error: &str,
+    ) -> Result<Updated, StoreError> {
+        self.fail_counted(lease, error, false).await
+    }
+
+    async fn fail_counted(
+        &self,
+        lease: &Lease,
+        error: &str,
+        counted: bool,
+    ) -> Result<Updated, StoreError> {
         let update = Update::Fail {
             owner: lease.owner().to_owned(),
             error: error.to_owned(),
+            counted,
         };
         self.backend
             .update(lease.stored_key(), &update, self.clock.now_ms())

@@ -57,7 +57,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Transaction<T, B::Write>, E>>,
     {
-        self.transact_at(key, payload_hash, finish_by, None, work)
+        self.transact_at(key, payload_hash, finish_by, None, work, |_| true)
             .await
     }
 
@@ -90,6 +90,9 @@ impl<B: TransactionalBackend> Idempotency<B> {
     /// the failure is not counted. So a key whose work is done is never dead-lettered for a
     /// later failure, and a success costs nothing more than its write: the count of failed
     /// attempts in the engine's table is never ended by a success, only never reached again.
+    /// A failure of `work` that `counted` says is not an attempt (not the message's fault: a
+    /// [`TransientError`](crate::error::TransientError)) is not recorded: the key's record and
+    /// its count stay as they were.
     pub(crate) async fn transact_at<T, E, F, Fut>(
         &self,
         key: &str,
@@ -97,6 +100,7 @@ impl<B: TransactionalBackend> Idempotency<B> {
         finish_by: Option<Deadline>,
         item: Option<&B::Write>,
         work: F,
+        counted: impl FnOnce(&E) -> bool,
     ) -> Result<Transacted<T>, TransactError<E>>
     where
         T: Serialize,
@@ -121,6 +125,12 @@ impl<B: TransactionalBackend> Idempotency<B> {
                     .await
                 {
                     return answer(done);
+                }
+                if !counted(&error) {
+                    return Err(TransactError::Failed {
+                        error,
+                        attempts: None,
+                    });
                 }
                 let noted = attempt.note_failure(&record, &error.to_string()).await;
                 return settle(noted, |attempts| TransactError::Failed { error, attempts });

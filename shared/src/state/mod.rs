@@ -212,12 +212,17 @@ pub enum Update {
         /// True when a result existed but was too large to store.
         result_omitted: bool,
     },
-    /// Marks the record failed, adds one to its attempts and stores the (truncated) error.
+    /// Marks the record failed, adds one to its attempts when `counted` and stores the
+    /// (truncated) error.
     Fail {
         /// The token of the attempt that holds the record.
         owner: String,
         /// The error message.
         error: String,
+        /// True when the failure counts as an attempt; false for one that is not the record's
+        /// fault ([`TransientError`](crate::error::TransientError)), which leaves the attempts as
+        /// they are.
+        counted: bool,
     },
     /// Sets a failed record's attempts back to 0 (its message went to the dead-letter queue, so
     /// a redrive starts a new budget); the last error stays. Applies only to a failed record.
@@ -325,12 +330,16 @@ pub fn update(stored: Option<&IdempotencyRecord>, update: &Update) -> Transition
             record.result = result.clone();
             record.result_omitted = *result_omitted;
         }
-        Update::Fail { owner, error } => {
+        Update::Fail {
+            owner,
+            error,
+            counted,
+        } => {
             if !stored.is_owned_by(owner) {
                 return unchanged(Updated::NotApplied);
             }
             record.status = Status::Failed;
-            record.attempts += 1;
+            record.attempts += u32::from(*counted);
             record.last_error = Some(truncate_error(error));
         }
         Update::ResetAttempts => {

@@ -114,6 +114,9 @@ pub enum Event {
     FailOwn,
     /// [`Update::Fail`] by an attempt whose lease was taken over.
     FailStale,
+    /// [`Update::Fail`] by the stored record's owner, not counted (`counted: false`: a failure
+    /// that is not the message's fault).
+    FailOwnNotCounted,
     /// [`Update::ResetAttempts`].
     ResetAttempts,
     /// [`super::commit`] of a completed record with the stored payload (transactional mode).
@@ -187,15 +190,17 @@ impl Event {
             result: Some("7".to_owned()),
             result_omitted: false,
         };
-        let fail = |owner: &str| Update::Fail {
+        let fail = |owner: &str, counted: bool| Update::Fail {
             owner: owner.to_owned(),
             error: "failed".to_owned(),
+            counted,
         };
         Some(match self {
             Event::CompleteOwn => complete(OWN),
             Event::CompleteStale => complete(STALE),
-            Event::FailOwn => fail(OWN),
-            Event::FailStale => fail(STALE),
+            Event::FailOwn => fail(OWN, true),
+            Event::FailStale => fail(STALE, true),
+            Event::FailOwnNotCounted => fail(OWN, false),
             Event::ResetAttempts => Update::ResetAttempts,
             _ => return None,
         })
@@ -214,7 +219,10 @@ impl Event {
         if let Some(change) = self.update(now_ms) {
             let t = update(stored, &change);
             let after = t.write.as_ref().or(stored);
-            return (After::of_update(&t.answer, after), t.write.or_else(kept));
+            return (
+                After::of_update(&change, &t.answer, after),
+                t.write.or_else(kept),
+            );
         }
         let new = self.new_record(key, now_ms);
         match self {
@@ -316,13 +324,18 @@ impl After {
         }
     }
 
-    /// The row's answer for an update answered `updated`, with `after` the record stored after it.
-    pub fn of_update(updated: &Updated, after: Option<&IdempotencyRecord>) -> Self {
+    /// The row's answer for `update` answered `updated`, with `after` the record stored after
+    /// it.
+    pub fn of_update(
+        update: &Update,
+        updated: &Updated,
+        after: Option<&IdempotencyRecord>,
+    ) -> Self {
         match (updated, after) {
             (Updated::NotApplied, _) | (Updated::Applied { .. }, None) => After::Unchanged,
             (Updated::Applied { .. }, Some(record)) => match record.status {
                 Status::Completed => After::Completed,
-                Status::Failed if record.attempts == 0 => After::AttemptsReset,
+                Status::Failed if matches!(update, Update::ResetAttempts) => After::AttemptsReset,
                 Status::Failed => After::Failed {
                     attempts: record.attempts,
                 },
@@ -413,6 +426,15 @@ pub const TRANSITIONS: &[Row] = &[
     row(B::CompletedExpired, E::FailStale,    A::Unchanged),
     row(B::Failed,           E::FailStale,    A::Unchanged),
     row(B::FailedExpired,    E::FailStale,    A::Unchanged),
+    // ... not counted (not the message's fault): failed, its attempts as they were; its own
+    // failure again answers applied with the stored count.
+    row(B::Absent,           E::FailOwnNotCounted, A::Unchanged),
+    row(B::Held,             E::FailOwnNotCounted, failed(0)),
+    row(B::LeaseEnded,       E::FailOwnNotCounted, failed(0)),
+    row(B::Completed,        E::FailOwnNotCounted, A::Unchanged),
+    row(B::CompletedExpired, E::FailOwnNotCounted, A::Unchanged),
+    row(B::Failed,           E::FailOwnNotCounted, failed(1)),
+    row(B::FailedExpired,    E::FailOwnNotCounted, failed(1)),
     // Reset attempts: a failed record only (its message went to the dead-letter queue).
     row(B::Absent,           E::ResetAttempts, A::Unchanged),
     row(B::Held,             E::ResetAttempts, A::Unchanged),

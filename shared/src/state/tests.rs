@@ -27,6 +27,7 @@ fn every_transition_from_every_state_is_in_the_table_once_and_the_functions_agre
             Event::CompleteStale,
             Event::FailOwn,
             Event::FailStale,
+            Event::FailOwnNotCounted,
             Event::ResetAttempts,
             Event::CommitSame,
             Event::CommitOther,
@@ -122,6 +123,7 @@ fn an_update_finds_its_own_earlier_try() {
     let fail = Update::Fail {
         owner: "t".into(),
         error: "e".into(),
+        counted: true,
     };
     assert!(record(Status::Completed).shows_applied(&complete));
     assert!(!record(Status::Failed).shows_applied(&complete));
@@ -140,6 +142,7 @@ fn a_failure_stores_its_error_truncated() {
         &Update::Fail {
             owner: "t".into(),
             error: long,
+            counted: true,
         },
     );
     let written = t.write.unwrap();

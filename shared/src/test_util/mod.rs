@@ -134,6 +134,7 @@
 mod event;
 pub mod fault;
 pub mod sim_queue;
+pub mod sim_stream;
 mod stream_event;
 
 pub use crate::dead_letter::in_memory_sqs::{DeadLetteredMessage, InMemorySqs, VisibilityChange};

@@ -49,6 +49,7 @@ async fn write_state<B: Backend>(backend: &B, before: Before, key: &str, now_ms:
         Before::Failed | Before::FailedExpired => Update::Fail {
             owner: OWN.to_owned(),
             error: "boom".to_owned(),
+            counted: true,
         },
         _ => return,
     };
@@ -89,7 +90,7 @@ async fn send_lease_mode<B: Backend>(backend: &B, event: Event, key: &str, now_m
     if let Some(update) = event.update(now_ms) {
         let updated = backend.update(key, &update, now_ms).await.unwrap();
         let after = backend.get(key, now_ms).await.unwrap();
-        return After::of_update(&updated, after.as_ref());
+        return After::of_update(&update, &updated, after.as_ref());
     }
     match backend
         .put(&event.new_record(key, now_ms), now_ms)

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::transactional_mode::{Start, finish, start};
+use super::transactional_mode::{Start, counted, finish, start};
 use super::{Deduplicated, Idempotent, Mode, key_and_hash};
 use crate::Idempotency;
 use crate::batch::handler::HandlerOutput;
@@ -213,7 +213,7 @@ where
         };
         let result = this
             .engine
-            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
+            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work, counted)
             .await;
         match finish(result, ctx, &key) {
             Err(error) if !R::redriven() && unseen_dead_letter(&error) => {

@@ -22,6 +22,7 @@ where
     B: Backend,
 {
     /// Records the failure; the error carries the key's failed attempts when the store gave them.
+    /// A [`RecordError::Transient`] is recorded without counting an attempt, and stays as it is.
     async fn record_failure(
         &self,
         lease: &Lease,
@@ -29,7 +30,17 @@ where
         error: RecordError,
     ) -> RecordError {
         let text = error.to_string();
-        match bounded(ctx, self.engine.fail(lease, &text)).await {
+        let counted = !matches!(error.cause(), RecordError::Transient(_));
+        let fail = async {
+            if counted {
+                self.engine.fail(lease, &text).await
+            } else {
+                self.engine.fail_not_counted(lease, &text).await
+            }
+        };
+        match bounded(ctx, fail).await {
+            // Recorded without counting: not an attempt.
+            Some(Ok(Updated::Applied { .. })) if !counted => error,
             Some(Ok(Updated::Applied {
                 attempts: Some(attempts),
             })) => RecordError::Attempt {

@@ -164,6 +164,12 @@ pub(super) async fn start<B: TransactionalBackend, T>(
     Ok(Start::Run(inner_ctx))
 }
 
+/// True when a failure of the inner handler is recorded as an attempt: any but a
+/// [`RecordError::Transient`] (not the message's fault).
+pub(super) fn counted(error: &RecordError) -> bool {
+    !matches!(error.cause(), RecordError::Transient(_))
+}
+
 /// The record's answer for what the engine did.
 pub(super) fn finish<T>(
     result: Result<Transacted<T>, TransactError<RecordError>>,
@@ -249,7 +255,7 @@ where
         let work = || ctx.guarded(this.inner.handle(record, &inner_ctx));
         let result = this
             .engine
-            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work)
+            .transact_at(&key, &hash, ctx.finish_by, item.as_ref(), work, counted)
             .await;
         finish(result, ctx, &key)
     }

@@ -420,7 +420,11 @@ impl Backend for DynamoDbBackend {
                     &["#status", "#owner", "#exp", "#omitted", "#result"],
                 )
             }
-            Update::Fail { owner, error } => {
+            Update::Fail {
+                owner,
+                error,
+                counted,
+            } => {
                 let request = request
                     .condition_expression(HELD)
                     .update_expression("SET #status = :failed, #err = :err ADD #attempts :one")
@@ -428,7 +432,7 @@ impl Backend for DynamoDbBackend {
                     .expression_attribute_values(":owner", s(owner))
                     .expression_attribute_values(":failed", s(Status::Failed.as_str()))
                     .expression_attribute_values(":err", s(&truncate_error(error)))
-                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":one", n(u32::from(*counted)))
                     .return_values(ReturnValue::UpdatedNew);
                 (request, &["#status", "#owner", "#attempts", "#err"])
             }

@@ -347,10 +347,19 @@ where
                 args.extend(result.as_deref());
                 self.run_script(&SCRIPTS.complete, key, &args).await?
             }
-            Update::Fail { owner, error } => {
+            Update::Fail {
+                owner,
+                error,
+                counted,
+            } => {
                 let error = truncate_error(error);
-                self.run_script(&SCRIPTS.fail, key, &[owner.as_str(), error.as_str()])
-                    .await?
+                let increment = if *counted { "1" } else { "0" };
+                self.run_script(
+                    &SCRIPTS.fail,
+                    key,
+                    &[owner.as_str(), error.as_str(), increment],
+                )
+                .await?
             }
             Update::ResetAttempts => self.run_script(&SCRIPTS.reset_attempts, key, &[]).await?,
         };
