@@ -60,6 +60,18 @@ pub enum SpendError {
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
 }
 
+impl SpendError {
+    /// The error as the consumer takes it: DynamoDB unavailable (throttled, timed out, down) is
+    /// not the record's fault, a [`TransientError`]: retried without spending an attempt, so an
+    /// outage of the table dead-letters nothing. The other variants are the record's own.
+    pub fn into_error(self) -> Error {
+        match self {
+            SpendError::DynamoDb(e) => TransientError::new(e).into(),
+            other => other.into(),
+        }
+    }
+}
+
 /// The customers' spend: the effect's one call.
 pub trait Customers: Send + Sync + 'static {
     /// Adds `order`'s total to its customer's spend.
@@ -129,7 +141,10 @@ pub async fn count_spend(customers: &impl Customers, order: Order) -> Result<i64
         );
         return Err(PermanentError::new(reason).into());
     }
-    customers.add_spend(&order).await?;
+    customers
+        .add_spend(&order)
+        .await
+        .map_err(SpendError::into_error)?;
     tracing::info!(
         order_id = order.order_id,
         customer_id = order.customer_id,

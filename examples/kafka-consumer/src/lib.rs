@@ -49,6 +49,18 @@ pub enum StockError {
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
 }
 
+impl StockError {
+    /// The error as the consumer takes it: DynamoDB unavailable (throttled, timed out, down) is
+    /// not the record's fault, a [`TransientError`]: retried without spending an attempt, so an
+    /// outage of the table dead-letters nothing. The other variants are the record's own.
+    pub fn into_error(self) -> Error {
+        match self {
+            StockError::DynamoDb(e) => TransientError::new(e).into(),
+            other => other.into(),
+        }
+    }
+}
+
 /// What one record came to (stored with its idempotency record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
@@ -115,7 +127,10 @@ pub async fn apply(stock: &impl Stock, change: Option<StockChange>) -> Result<Ap
         );
         return Err(PermanentError::new(reason).into());
     }
-    stock.move_units(&change.sku, change.delta).await?;
+    stock
+        .move_units(&change.sku, change.delta)
+        .await
+        .map_err(StockError::into_error)?;
     tracing::info!(
         change_id = change.change_id,
         sku = change.sku,

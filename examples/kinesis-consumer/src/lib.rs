@@ -48,6 +48,18 @@ pub enum CountError {
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
 }
 
+impl CountError {
+    /// The error as the consumer takes it: DynamoDB unavailable (throttled, timed out, down) is
+    /// not the record's fault, a [`TransientError`]: retried without spending an attempt, so an
+    /// outage of the table dead-letters nothing. The other variants are the record's own.
+    pub fn into_error(self) -> Error {
+        match self {
+            CountError::DynamoDb(e) => TransientError::new(e).into(),
+            other => other.into(),
+        }
+    }
+}
+
 /// The meters' totals: the effect's one call.
 pub trait Meters: Send + Sync + 'static {
     /// Adds `watt_hours` to the total of `meter_id`.
@@ -102,7 +114,10 @@ pub async fn count(meters: &impl Meters, reading: Reading) -> Result<i64, Error>
         );
         return Err(PermanentError::new(reason).into());
     }
-    meters.add(&reading.meter_id, reading.watt_hours).await?;
+    meters
+        .add(&reading.meter_id, reading.watt_hours)
+        .await
+        .map_err(CountError::into_error)?;
     tracing::info!(
         reading_id = reading.reading_id,
         meter_id = reading.meter_id,

@@ -63,8 +63,8 @@ pub(crate) use lookup::ItemLookup;
 pub use processor::{BatchProcessor, DEFAULT_CONCURRENCY};
 pub use report::{BatchError, BatchReport, RecordReport};
 pub use source::{
-    AggregateError, Change, EventSource, KafkaBatchItemFailure, KafkaEventResponse, KafkaItemIdentifier,
-    KafkaMessage,
+    AggregateError, Change, EventSource, KafkaBatchItemFailure, KafkaEventResponse,
+    KafkaItemIdentifier, KafkaMessage,
 };
 pub use then::{AndThen, OrderedBy};
 

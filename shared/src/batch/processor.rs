@@ -73,7 +73,7 @@ pub struct BatchProcessor {
     pub(super) call_timeout: Duration,
     pub(super) strict_order: bool,
     pub(super) max_attempts: Option<u32>,
-    pub(super) clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     pub(super) backoff: Option<Arc<VisibilityBackoff>>,
     pub(super) retry: Option<RetrySchedule>,
     pub(super) dead_letter: Option<Arc<DeadLetter>>,

@@ -12,7 +12,8 @@
 //! - a bound that gives up during an outage the consumer's retries within the invocation ride
 //!   out ([`OUTAGE_RIDDEN`], 10 minutes): `MaximumRetryAttempts` x the function's timeout (each
 //!   failing invocation is held to its latest start, so a retry lasts about one timeout), or
-//!   `MaximumRecordAgeInSeconds`, below it. Lambda then sends the batch to the on-failure
+//!   `MaximumRecordAgeInSeconds`, below it (the timeout as the first invocation's time left
+//!   tells it). Lambda then sends the batch to the on-failure
 //!   destination, which keeps its metadata only: the records are lost.
 //!
 //! A check that cannot run (denied `lambda:ListEventSourceMappings`, no mapping found) is a
@@ -106,6 +107,7 @@ pub(crate) async fn check(
     lambda: aws_sdk_lambda::Client,
     function: String,
     source_arn: Option<String>,
+    function_timeout: Option<std::time::Duration>,
 ) {
     use aws_sdk_lambda::types::FunctionResponseType;
     let listed = lambda
@@ -146,8 +148,8 @@ pub(crate) async fn check(
             .and_then(|o| o.destination())
             .map(str::to_owned),
         // Not on the mapping (GetFunctionConfiguration would need another permission): the
-        // retry bound is checked against the record age only.
-        function_timeout: None,
+        // first invocation's time left tells it.
+        function_timeout,
     };
     for warning in mapping_warnings(&settings) {
         tracing::warn!(function, source = source_arn, "{warning}");

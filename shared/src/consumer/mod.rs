@@ -125,12 +125,13 @@ pub struct Consumer<O, E: EventSource = SqsEvent> {
     mapping_checked: std::sync::Once,
 }
 
-/// The event source mapping's check (see `mapping_check`): of the function's name and the
-/// source's ARN.
+/// The event source mapping's check (see `mapping_check`): of the function's name, the
+/// source's ARN and the function's timeout (as the first invocation's time left tells it).
 type MappingCheckFn = Arc<
     dyn Fn(
             String,
             Option<String>,
+            Option<std::time::Duration>,
         ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
         + Send
         + Sync,
@@ -202,7 +203,13 @@ impl<O: Send + 'static, E: EventSource + serde::de::DeserializeOwned> Consumer<O
             self.mapping_checked.call_once(|| {
                 let function = event.context.env_config.function_name.clone();
                 let source = event.payload.source_arn().map(str::to_owned);
-                tokio::spawn(check(function, source));
+                // The first invocation's time left, in whole seconds rounded up: the function's
+                // timeout (Lambda's init does not count against it).
+                let timeout = crate::time::Deadline::of(&event.context).map(|deadline| {
+                    let left = deadline.remaining(&*self.processor.clock);
+                    std::time::Duration::from_secs(left.as_millis().div_ceil(1000) as u64)
+                });
+                tokio::spawn(check(function, source, timeout));
             });
         }
         let report = self.processor.process(event, &self.handler).await?;
@@ -320,8 +327,13 @@ impl ConsumerBuilder<crate::store::DynamoDbBackend> {
         #[cfg(feature = "mapping-check")]
         {
             let lambda = aws_sdk_lambda::Client::new(sdk);
-            builder.mapping_check = Some(Arc::new(move |function, source| {
-                Box::pin(mapping_check::check(lambda.clone(), function, source))
+            builder.mapping_check = Some(Arc::new(move |function, source, timeout| {
+                Box::pin(mapping_check::check(
+                    lambda.clone(),
+                    function,
+                    source,
+                    timeout,
+                ))
             }));
         }
         Ok(builder)
