@@ -115,7 +115,10 @@ impl StreamEventBuilder {
     /// let handler = json(|_v: Value, _ctx: RecordContext| async { Ok::<_, std::io::Error>(()) });
     /// let report = BatchProcessor::new().process(&event, &handler).await.unwrap();
     /// let ids: Vec<_> = report.records.iter().map(|r| r.message_id.as_str()).collect();
-    /// assert_eq!(ids, ["shardId-000000000000:100:0", "shardId-000000000000:100:1"]);
+    /// // Each user record's id: the stream's ARN, the shard, the enclosing sequence number and
+    /// // its sub-sequence number.
+    /// let stream = "arn:aws:kinesis:us-east-1:123456789012:stream/payments";
+    /// assert_eq!(ids, [format!("{stream}/shardId-000000000000:100:0"), format!("{stream}/shardId-000000000000:100:1")]);
     /// # });
     /// ```
     #[cfg(feature = "kinesis-aggregation")]
