@@ -157,7 +157,8 @@ pub struct NewPayment {
     pub currency: String,
     /// Optional free text.
     pub description: Option<String>,
-    /// The body as parsed, for the payload hash.
+    /// The body as parsed, with `accountId` the caller's account when the body leaves it out:
+    /// the request's fingerprint, so that it always holds the account.
     pub json: Value,
 }
 
@@ -250,6 +251,13 @@ pub fn new_payment(
             ));
         }
     };
+    // The request's fingerprint always holds its account: a body leaving it out is the same
+    // request as one naming the caller's account, and never the same as another account's.
+    let mut json = json;
+    if let Value::Object(map) = &mut json {
+        map.entry("accountId")
+            .or_insert_with(|| Value::String(account_id.as_str().to_owned()));
+    }
     Ok(NewPayment {
         account_id,
         amount_cents,
