@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
 };
 use lambda_http::aws_lambda_events::apigw::{
     ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
@@ -124,17 +125,40 @@ fn summary(response: &Response<Body>) -> String {
     )
 }
 
-/// The accounts of the payments stored.
-async fn stored_accounts(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<String> {
-    let items = dynamodb
+/// Every item of `table`.
+async fn items(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<HashMap<String, AttributeValue>> {
+    dynamodb
         .scan()
         .table_name(table)
         .send()
         .await
         .expect("Scan")
         .items
-        .unwrap_or_default();
-    let mut accounts: Vec<String> = items
+        .unwrap_or_default()
+}
+
+/// Expires the keys' records (as their TTL would remove them): how many there were.
+async fn expire_records(dynamodb: &aws_sdk_dynamodb::Client, idempotency: &str) -> usize {
+    let records = items(dynamodb, idempotency).await;
+    for record in &records {
+        dynamodb
+            .delete_item()
+            .table_name(idempotency)
+            .key("id", record["id"].clone())
+            .send()
+            .await
+            .expect("DeleteItem");
+    }
+    records.len()
+}
+
+/// The accounts of the payments stored.
+async fn stored_accounts(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<String> {
+    let mut accounts: Vec<String> = items(dynamodb, table)
+        .await
         .iter()
         .map(|i| i["accountId"].as_s().unwrap().clone())
         .collect();
@@ -195,25 +219,7 @@ async fn after_the_record_expired_the_payment_still_tells_the_accounts_apart() {
     let first = app.handle(post("acct-a", "key-1", body)).await.unwrap();
     assert_eq!(first.status(), 201, "{}", summary(&first));
 
-    // The record expires (as its TTL would remove it).
-    let records = dynamodb
-        .scan()
-        .table_name(&idempotency)
-        .send()
-        .await
-        .expect("Scan")
-        .items
-        .unwrap_or_default();
-    assert_eq!(records.len(), 1);
-    for record in records {
-        dynamodb
-            .delete_item()
-            .table_name(&idempotency)
-            .key("id", record["id"].clone())
-            .send()
-            .await
-            .expect("DeleteItem");
-    }
+    assert_eq!(expire_records(&dynamodb, &idempotency).await, 1);
 
     let second = app.handle(post("acct-b", "key-1", body)).await.unwrap();
     assert_eq!(
@@ -227,4 +233,61 @@ async fn after_the_record_expired_the_payment_still_tells_the_accounts_apart() {
     assert_eq!(again.status(), 201, "{}", summary(&again));
     assert!(again.headers().contains_key(REPLAYED_HEADER));
     assert_eq!(again.body(), first.body());
+}
+
+/// Replaces, in every item of `table`, a string attribute equal to `from` by `to`.
+async fn replace_strings(dynamodb: &aws_sdk_dynamodb::Client, table: &str, from: &str, to: &str) {
+    let mut replaced = 0;
+    for mut item in items(dynamodb, table).await {
+        for value in item.values_mut() {
+            if value.as_s().is_ok_and(|s| s == from) {
+                *value = AttributeValue::S(to.to_owned());
+                replaced += 1;
+            }
+        }
+        dynamodb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("PutItem");
+    }
+    assert_eq!(replaced, 1, "one fingerprint in {table}");
+}
+
+/// A payment accepted by a payments-api older than the account rule, from a body leaving its
+/// account out, holds the body's fingerprint alone (in the key's record and in the payment): its
+/// retry replays it, with the record and after the record expired; another account's is a `422`.
+#[tokio::test]
+async fn a_payment_fingerprinted_without_its_account_still_replays_for_its_account() {
+    let (app, dynamodb, payments, idempotency) = app().await;
+    let body = r#"{"amountCents":900,"currency":"EUR"}"#;
+    let first = app.handle(post("acct-a", "key-1", body)).await.unwrap();
+    assert_eq!(first.status(), 201, "{}", summary(&first));
+    // As an older payments-api stored it: the hash of the body alone.
+    let with_account = lambda_idempotency::key::canonical_hash(
+        &serde_json::json!({"accountId": "acct-a", "amountCents": 900, "currency": "EUR"}),
+    );
+    let body_alone =
+        lambda_idempotency::key::canonical_hash(&serde_json::from_str::<Value>(body).unwrap());
+    replace_strings(&dynamodb, &payments, &with_account, &body_alone).await;
+    replace_strings(&dynamodb, &idempotency, &with_account, &body_alone).await;
+
+    let other = app.handle(post("acct-b", "key-1", body)).await.unwrap();
+    assert_eq!(other.status(), 422, "{}", summary(&other));
+    let again = app.handle(post("acct-a", "key-1", body)).await.unwrap();
+    assert_eq!(again.status(), 201, "with the record: {}", summary(&again));
+    assert!(again.headers().contains_key(REPLAYED_HEADER));
+    assert_eq!(again.body(), first.body());
+
+    // The record expires: the payment still tells its request.
+    assert_eq!(expire_records(&dynamodb, &idempotency).await, 1);
+    let other = app.handle(post("acct-b", "key-1", body)).await.unwrap();
+    assert_eq!(other.status(), 422, "{}", summary(&other));
+    let again = app.handle(post("acct-a", "key-1", body)).await.unwrap();
+    assert_eq!(again.status(), 201, "after the record: {}", summary(&again));
+    assert!(again.headers().contains_key(REPLAYED_HEADER));
+    assert_eq!(again.body(), first.body());
+    assert_eq!(stored_accounts(&dynamodb, &payments).await, ["acct-a"]);
 }

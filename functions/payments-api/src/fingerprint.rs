@@ -1,0 +1,50 @@
+//! A request's fingerprint: the hash of its validated payment ([`NewPayment::json`]), which
+//! always holds the account. The key's record and the payment item keep it (`requestHash`), and
+//! tell a retry (the same fingerprint) from a key reused with another request (`422`).
+//!
+//! A payments-api older than that rule stored, for a body leaving its account out, the hash of
+//! the body alone; a retry of such a request is still recognized as the same request when the
+//! stored payment is of the caller's account ([`is_of`]).
+
+use lambda_idempotency::key::canonical_hash;
+use serde_json::Value;
+
+use crate::representation::Item;
+use crate::validate::NewPayment;
+
+/// The fingerprint of `payment` (bare SHA-256 hex, the form payments and their records have
+/// always held).
+pub fn of(payment: &NewPayment) -> String {
+    canonical_hash(&payment.json)
+}
+
+/// The fingerprint an older payments-api stored for `payment`: that of the body alone, when it
+/// left its account out (one naming it had the same fingerprint then as now).
+fn before_accounts(payment: &NewPayment) -> Option<String> {
+    if payment.account_named {
+        return None;
+    }
+    let mut body = payment.json.clone();
+    if let Value::Object(map) = &mut body {
+        map.remove("accountId");
+    }
+    Some(canonical_hash(&body))
+}
+
+/// Whether the stored payment `stored` is of the request `payment`, whose fingerprint is
+/// `fingerprint` ([`of`]): it holds that fingerprint, or it is of the payment's account and
+/// holds the fingerprint an older payments-api stored for it ([`before_accounts`]).
+pub fn is_of(stored: &Item, payment: &NewPayment, fingerprint: &str) -> bool {
+    let text = |name: &str| {
+        stored
+            .get(name)
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+    };
+    let Some(stored_hash) = text("requestHash") else {
+        return false;
+    };
+    stored_hash == fingerprint
+        || (text("accountId") == Some(payment.account_id.as_str())
+            && before_accounts(payment).is_some_and(|h| h == stored_hash))
+}
