@@ -48,3 +48,54 @@ pub fn is_of(stored: &Item, payment: &NewPayment, fingerprint: &str) -> bool {
         || (text("accountId") == Some(payment.account_id.as_str())
             && before_accounts(payment).is_some_and(|h| h == stored_hash))
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use lambda_idempotency::publish::MessageGroupId;
+
+    use super::*;
+    use crate::validate::{DEFAULT_MAX_PAYMENT_AMOUNT, new_payment};
+
+    fn payment(account: &str, body: &str) -> NewPayment {
+        let account = MessageGroupId::new(account).unwrap();
+        new_payment(body.as_bytes(), &account, DEFAULT_MAX_PAYMENT_AMOUNT).unwrap()
+    }
+
+    fn stored(account: &str, hash: &str) -> Item {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        Item::from([
+            ("accountId".to_owned(), s(account)),
+            ("requestHash".to_owned(), s(hash)),
+        ])
+    }
+
+    const LEFT_OUT: &str = r#"{"amountCents":5,"currency":"EUR"}"#;
+
+    #[test]
+    fn the_fingerprint_holds_the_account() {
+        let named = r#"{"currency":"EUR","accountId":"a","amountCents":5}"#;
+        assert_eq!(of(&payment("a", LEFT_OUT)), of(&payment("a", named)));
+        assert_ne!(of(&payment("a", LEFT_OUT)), of(&payment("b", LEFT_OUT)));
+        assert_eq!(payment("a", LEFT_OUT).json["accountId"], "a");
+    }
+
+    #[test]
+    fn a_body_alone_fingerprint_is_its_accounts_only() {
+        let body_alone = canonical_hash(&serde_json::from_str(LEFT_OUT).unwrap());
+        let (a, b) = (payment("a", LEFT_OUT), payment("b", LEFT_OUT));
+        assert!(is_of(&stored("a", &of(&a)), &a, &of(&a)));
+        assert!(is_of(&stored("a", &body_alone), &a, &of(&a)));
+        assert!(!is_of(&stored("a", &body_alone), &b, &of(&b)));
+        assert!(!is_of(&stored("a", &of(&a)), &b, &of(&b)));
+        // A body naming its account had its fingerprint then as now: the body alone is another.
+        let named = payment("a", r#"{"accountId":"a","amountCents":5,"currency":"EUR"}"#);
+        assert!(!is_of(&stored("a", &body_alone), &named, &of(&named)));
+        let other_amount = payment("a", r#"{"amountCents":6,"currency":"EUR"}"#);
+        assert!(!is_of(
+            &stored("a", &body_alone),
+            &other_amount,
+            &of(&other_amount)
+        ));
+    }
+}
