@@ -33,7 +33,7 @@ fn before_accounts(payment: &NewPayment) -> Option<String> {
 
 /// Whether the stored payment `stored` is of the request `payment`, whose fingerprint is
 /// `fingerprint` ([`of`]): it holds that fingerprint, or it is of the payment's account and
-/// holds the fingerprint an older payments-api stored for it ([`before_accounts`]).
+/// holds the fingerprint an older payments-api stored for it (the body's alone).
 pub fn is_of(stored: &Item, payment: &NewPayment, fingerprint: &str) -> bool {
     let text = |name: &str| {
         stored
