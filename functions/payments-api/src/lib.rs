@@ -4,7 +4,14 @@
 //!
 //! - **Callers.** The caller is the token's `sub`; the account it may charge and read is the
 //!   claim `ACCOUNT_CLAIM` ([`identity::Caller`]). A body naming another account is a 403; a
-//!   payment of another account is a 404. Idempotency keys are scoped to the caller.
+//!   payment of another account is a 404. Idempotency keys are scoped to the caller, and the
+//!   request's fingerprint always holds the account ([`validate::NewPayment::json`]): a body
+//!   leaving `accountId` out is the same request as one naming the caller's account, so one
+//!   caller sending one key and body for two accounts (tokens of two accounts, with
+//!   `ACCOUNT_CLAIM` another claim than `sub`) gets a `422` for the second, never the first
+//!   account's payment ([`fingerprint`]). A payment stored before this rule from a body leaving
+//!   its account out holds the body's fingerprint alone: its retry still replays it (the payment
+//!   is of the caller's account), another account's is a `422`.
 //! - **The outbox.** The first request with a key writes the payment once (one conditional
 //!   `PutItem`, status `accepted`, with the request's fingerprint) and answers `201` with
 //!   `{paymentId, status}`. Nothing is sent to SQS here: payments-publisher relays every new
@@ -38,6 +45,7 @@
 //! The handler is a plain async method ([`App::handle`]), callable from tests without a runtime;
 //! [`App::with_clock`] times its keys' leases on a test's clock.
 
+pub mod fingerprint;
 pub mod identity;
 pub mod lambda_main;
 pub mod outcome;
@@ -55,7 +63,6 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
-use lambda_idempotency::key::canonical_hash;
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
@@ -327,7 +334,7 @@ impl App {
         let deadline = request
             .lambda_context_ref()
             .and_then(lambda_idempotency::time::Deadline::of);
-        let hash = canonical_hash(&payment.json);
+        let hash = fingerprint::of(&payment);
         // The request's fingerprint is canonical already (the validated payment's JSON): stored
         // as it is, the form payments and their records have always held.
         let fingerprint = PayloadHash::stored(hash.clone());
@@ -366,7 +373,7 @@ impl App {
                 )
             }
             Err(AcquireError::PayloadMismatch { .. }) => {
-                (Outcome::KeyReused, Problem::key_reused().response())
+                self.reused(&scoped_key, &hash, &payment).await
             }
             Err(AcquireError::Store(e)) => {
                 tracing::error!(error = %e, "idempotency store unavailable");
@@ -435,6 +442,38 @@ impl App {
         (outcome, stored_response(&stored, replayed))
     }
 
+    /// A key whose record holds another fingerprint: `422`, unless its payment is this request's
+    /// from an older payments-api ([`fingerprint::is_of`]), which replays.
+    async fn reused(
+        &self,
+        scoped_key: &str,
+        hash: &str,
+        payment: &NewPayment,
+    ) -> (Outcome, Response<Body>) {
+        let reused = (Outcome::KeyReused, Problem::key_reused().response());
+        if payment.account_named {
+            return reused;
+        }
+        let payment_id = payment_id(scoped_key);
+        match self.read_payment(&payment_id).await {
+            Ok(Some(stored)) if fingerprint::is_of(&stored, payment, hash) => {
+                tracing::info!("replaying a payment stored with the body's fingerprint alone");
+                (
+                    Outcome::Replayed,
+                    stored_response(&accepted_response(&payment_id), true),
+                )
+            }
+            Ok(_) => reused,
+            Err(e) => {
+                tracing::error!(error = %DisplayErrorContext(&e), "GetItem failed");
+                (
+                    Outcome::Unavailable,
+                    Problem::unavailable("the payments table is unavailable").response(),
+                )
+            }
+        }
+    }
+
     /// The payment's write, with its number in its account's order ([`payments_model::order`]):
     /// one update taking the account's next number (an `ADD`, which concurrent payments of the
     /// account never refuse), then one transaction of the payment (on condition that no payment
@@ -465,7 +504,7 @@ impl App {
         // repeating such a request (answered 422 each time) would leave one gap per request.
         // The key's lease keeps any other request with this key out meanwhile.
         if let Some(stored) = self.read_payment(payment_id).await? {
-            return Ok(same_or_other(&stored, hash));
+            return Ok(same_or_other(&stored, payment, hash));
         }
         let account = payment.account_id.as_str();
         match order::append(
@@ -482,7 +521,9 @@ impl App {
             order::Appended::Refused => Ok(self
                 .read_payment(payment_id)
                 .await?
-                .map_or(Written::OtherRequest, |stored| same_or_other(&stored, hash))),
+                .map_or(Written::OtherRequest, |stored| {
+                    same_or_other(&stored, payment, hash)
+                })),
         }
     }
 
@@ -644,11 +685,10 @@ fn stored_response(stored: &StoredResponse, replayed: bool) -> Response<Body> {
     response
 }
 
-/// Whether a stored payment is the request with fingerprint `hash` ([`Written::SameRequest`])
-/// or another one under its key ([`Written::OtherRequest`]).
-fn same_or_other(stored: &Item, hash: &str) -> Written {
-    let stored_hash = stored.get("requestHash").and_then(|v| v.as_s().ok());
-    if stored_hash.is_some_and(|h| h == hash) {
+/// Whether a stored payment is of the request `payment` with fingerprint `hash`
+/// ([`Written::SameRequest`]) or another one under its key ([`Written::OtherRequest`]).
+fn same_or_other(stored: &Item, payment: &NewPayment, hash: &str) -> Written {
+    if fingerprint::is_of(stored, payment, hash) {
         Written::SameRequest
     } else {
         Written::OtherRequest

@@ -157,8 +157,11 @@ pub struct NewPayment {
     pub currency: String,
     /// Optional free text.
     pub description: Option<String>,
-    /// The body as parsed, for the payload hash.
+    /// The body as parsed, with `accountId` the caller's account when the body leaves it out:
+    /// the request's fingerprint, so that it always holds the account.
     pub json: Value,
+    /// Whether the body named its account (else `json`'s `accountId` is the caller's).
+    pub account_named: bool,
 }
 
 /// Validates the `Idempotency-Key` header value: 1 to 255 printable ASCII characters. A value
@@ -250,12 +253,21 @@ pub fn new_payment(
             ));
         }
     };
+    // The request's fingerprint always holds its account: a body leaving it out is the same
+    // request as one naming the caller's account, and never the same as another account's.
+    let account_named = map.contains_key("accountId");
+    let mut json = json;
+    if let Value::Object(map) = &mut json {
+        map.entry("accountId")
+            .or_insert_with(|| Value::String(account_id.as_str().to_owned()));
+    }
     Ok(NewPayment {
         account_id,
         amount_cents,
         currency,
         description,
         json,
+        account_named,
     })
 }
 
