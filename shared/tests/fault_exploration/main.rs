@@ -13,8 +13,9 @@
 //!
 //! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
 //! and visibility changes are in memory here; the injector works on an SQS client, see
-//! [`sqs_client`]), records running concurrently (one at a time, so that request `n` is the same
-//! request in every run). The queue and the injector are the library's test utilities
+//! [`sqs_client`]), SQS records running concurrently (one at a time, so that request `n` is the
+//! same request in every run). The stream path (DynamoDB Streams, Kinesis, Kafka, on a simulated
+//! shard, records concurrently too) is [`streams`]. The queue and the injector are the library's test utilities
 //! (`test_util::{sim_queue, fault}`); the pipeline's consumer, payment-processor, is explored the
 //! same way on its DynamoDB and SQS clients, and its relay, payments-publisher, on a simulated
 //! stream shard: tests/tests/fault_exploration/.
@@ -28,13 +29,14 @@
 mod common;
 mod modes;
 mod sqs_client;
+mod streams;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::backoff::VisibilityBackoff;
-use lambda_idempotency::batch::{BatchProcessor, RecordHandler};
+use lambda_idempotency::batch::{BatchProcessor, Record, RecordHandler};
 use lambda_idempotency::dead_letter::DeadLetter;
 use lambda_idempotency::test_util::InMemorySqs;
 use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
@@ -68,6 +70,12 @@ pub struct Env {
 
 impl Env {
     fn new() -> Self {
+        // One record at a time: request `n` is the same request in every run.
+        Self::with_concurrency(1)
+    }
+
+    /// The processor running `concurrency` records (keys) at once.
+    fn with_concurrency(concurrency: usize) -> Self {
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("store", crash.clone(), clock.clone());
@@ -80,8 +88,7 @@ impl Env {
                 "https://sqs.us-east-1.amazonaws.com/123456789012/explore-dlq",
             ))
             .with_backoff(VisibilityBackoff::in_memory(&sqs))
-            // One record at a time: request `n` is the same request in every run.
-            .concurrency(1);
+            .concurrency(concurrency);
         Self {
             clock,
             crash,
@@ -92,9 +99,9 @@ impl Env {
     }
 }
 
-/// One mode under exploration: its handler, and what each message should have left.
-pub trait Explored {
-    type Handler: RecordHandler<SqsMessage>;
+/// One mode under exploration: its handler of records `R`, and what each record should have left.
+pub trait Explored<R: Record = SqsMessage> {
+    type Handler: RecordHandler<R>;
 
     fn handler(&self) -> &Self::Handler;
 
@@ -234,35 +241,35 @@ async fn explore<M: Explored>(name: &str, env: &Env, mode: &M) {
 #[tokio::test]
 async fn fault_exploration_lease_on_dynamodb() {
     let env = Env::new();
-    let mode = modes::Lease::on_dynamodb(&env).await;
+    let mode = modes::Lease::on_dynamodb::<SqsMessage>(&env).await;
     explore("lease (DynamoDB)", &env, &mode).await;
 }
 
 #[tokio::test]
 async fn fault_exploration_lease_on_redis() {
     let env = Env::new();
-    let mode = modes::Lease::on_redis(&env).await;
+    let mode = modes::Lease::on_redis::<SqsMessage>(&env).await;
     explore("lease (Redis)", &env, &mode).await;
 }
 
 #[tokio::test]
 async fn fault_exploration_transactional() {
     let env = Env::new();
-    let mode = modes::Transactional::new(&env, false).await;
+    let mode = modes::Transactional::new::<SqsMessage>(&env, false).await;
     explore("transactional", &env, &mode).await;
 }
 
 #[tokio::test]
 async fn fault_exploration_carried_record() {
     let env = Env::new();
-    let mode = modes::Transactional::new(&env, true).await;
+    let mode = modes::Transactional::new::<SqsMessage>(&env, true).await;
     explore("carried record", &env, &mode).await;
 }
 
 #[tokio::test]
 async fn fault_exploration_inline() {
     let env = Env::new();
-    let mode = modes::Inline::new(&env).await;
+    let mode = modes::Inline::new::<SqsMessage>(&env).await;
     explore("inline", &env, &mode).await;
 }
 
@@ -274,7 +281,7 @@ async fn fault_exploration_inline() {
 #[tokio::test]
 async fn fault_exploration_a_long_outage_moves_no_innocent_message() {
     let env = Env::new();
-    let mode = modes::Transactional::new(&env, false).await;
+    let mode = modes::Transactional::new::<SqsMessage>(&env, false).await;
     let mut totals = Totals::default();
     let mut problems = Vec::new();
     for fifo in [false, true] {

@@ -1,6 +1,10 @@
 //! The modes under exploration: each its handler (which never fails: every failure is the
 //! store's), and what each message must have left.
 //!
+//! Each handler checks, when it runs, that the effect of the record before it of the same order
+//! key (`after` in its payload, on streams) is applied: a record that runs ahead of its key's
+//! earlier record is noted ([`Disorder`]) and fails its case.
+//!
 //! A crashed process runs nothing more: each handler waits forever once the crash is raised (the
 //! harness then drops the invocation).
 
@@ -8,10 +12,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
-use lambda_idempotency::batch::{RecordContext, RecordHandler, RecordHandlerExt, json};
+use lambda_idempotency::batch::{Record, RecordContext, RecordHandler, RecordHandlerExt, json};
 use lambda_idempotency::count::RequestCounter;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::key::KeyConfig;
@@ -27,6 +30,34 @@ use lambda_idempotency::test_util::fault::{Crash, FaultyConnection};
 #[derive(serde::Deserialize)]
 struct Message {
     id: String,
+    /// The record before it of the same order key, whose effect must be applied first.
+    #[serde(default)]
+    after: Option<String>,
+}
+
+/// Records that ran before the effect of the record before them (of their order key) was
+/// applied: `id`, what was missing.
+#[derive(Clone, Default)]
+pub struct Disorder(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Disorder {
+    /// Notes `id` ran ahead of `after` when `applied` is false.
+    fn note(&self, id: &str, after: &str, applied: bool) {
+        if !applied {
+            let problem = format!("{id} ran before the effect of {after}, of its key, was applied");
+            self.0.lock().unwrap().push((id.to_owned(), problem));
+        }
+    }
+
+    /// What was noted of `id`.
+    fn of(&self, id: &str) -> Vec<String> {
+        let noted = self.0.lock().unwrap();
+        noted
+            .iter()
+            .filter(|(i, _)| i == id)
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
 }
 
 fn s(v: &str) -> AttributeValue {
@@ -106,20 +137,26 @@ pub struct Lease<B, H> {
     /// Records left in progress by a completion the store refused (see [`check_record`]).
     completions_lost: AtomicU32,
     effects: Arc<Mutex<HashMap<String, u32>>>,
+    disorder: Disorder,
     handler: H,
 }
 
-fn lease<B: Backend + Clone>(
+fn lease<B: Backend + Clone, R: Record>(
     env: &Env,
     engine: Idempotency<B>,
-) -> Lease<B, impl RecordHandler<SqsMessage> + use<B>> {
+) -> Lease<B, impl RecordHandler<R> + use<B, R>> {
     let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    let (e, crash) = (effects.clone(), env.crash.clone());
+    let disorder = Disorder::default();
+    let (e, crash, d) = (effects.clone(), env.crash.clone(), disorder.clone());
     let handler = json(move |m: Message, _ctx: RecordContext| {
-        let (e, crash) = (e.clone(), crash.clone());
+        let (e, crash, d) = (e.clone(), crash.clone(), d.clone());
         async move {
             alive(&crash).await;
-            *e.lock().unwrap().entry(m.id.clone()).or_default() += 1;
+            let mut effects = e.lock().unwrap();
+            if let Some(after) = &m.after {
+                d.note(&m.id, after, effects.contains_key(after));
+            }
+            *effects.entry(m.id.clone()).or_default() += 1;
             Ok::<_, std::io::Error>(result_of(&m.id))
         }
     })
@@ -129,23 +166,24 @@ fn lease<B: Backend + Clone>(
         engine,
         completions_lost: AtomicU32::new(0),
         effects,
+        disorder,
         handler,
     }
 }
 
 impl Lease<(), ()> {
-    pub async fn on_dynamodb(
+    pub async fn on_dynamodb<R: Record>(
         env: &Env,
-    ) -> Lease<DynamoDbBackend, impl RecordHandler<SqsMessage> + use<>> {
+    ) -> Lease<DynamoDbBackend, impl RecordHandler<R> + use<R>> {
         let (engine, _) = dynamodb_engine(env).await;
         lease(env, engine)
     }
 
-    pub async fn on_redis(
+    pub async fn on_redis<R: Record>(
         env: &Env,
     ) -> Lease<
         RedisBackend<FaultyConnection<redis::aio::ConnectionManager>>,
-        impl RecordHandler<SqsMessage> + use<>,
+        impl RecordHandler<R> + use<R>,
     > {
         let client = redis::Client::open(common::redis_url()).expect("REDIS_URL");
         let inner = redis::aio::ConnectionManager::new(client)
@@ -166,7 +204,7 @@ impl Lease<(), ()> {
     }
 }
 
-impl<B: Backend, H: RecordHandler<SqsMessage>> Explored for Lease<B, H> {
+impl<B: Backend, R: Record, H: RecordHandler<R>> Explored<R> for Lease<B, H> {
     type Handler = H;
 
     fn handler(&self) -> &H {
@@ -179,6 +217,7 @@ impl<B: Backend, H: RecordHandler<SqsMessage>> Explored for Lease<B, H> {
         if runs != 1 {
             problems.push(format!("{id}: the effect happened {runs} times"));
         }
+        problems.extend(self.disorder.of(id));
         problems
     }
 
@@ -237,29 +276,59 @@ impl Items {
     }
 }
 
+/// What the handler of a mode on DynamoDB does before its effect: waits forever once the
+/// process crashed, and notes when the effect (item `{prefix}-{after}`) of the record before it
+/// is not applied.
+#[derive(Clone)]
+struct Guard {
+    items: Arc<Items>,
+    disorder: Disorder,
+    crash: Arc<Crash>,
+}
+
+impl Guard {
+    async fn new(env: &Env, table: String) -> Self {
+        Self {
+            items: Arc::new(Items::new(table).await),
+            disorder: Disorder::default(),
+            crash: env.crash.clone(),
+        }
+    }
+
+    async fn before_effect(&self, m: &Message, prefix: &str) {
+        alive(&self.crash).await;
+        if let Some(after) = &m.after {
+            let applied = self.items.get(&format!("{prefix}-{after}")).await.is_some();
+            self.disorder.note(&m.id, after, applied);
+        }
+    }
+}
+
 /// The transactional mode, `json(f).transactional(engine)`: an entry put and a counter added
 /// to in one transaction with the record; with `carried`, the counter's update carries the
 /// record (`update_carrying_record`).
 pub struct Transactional<H> {
     engine: Idempotency<DynamoDbBackend>,
-    items: Items,
+    items: Arc<Items>,
     carried: bool,
+    disorder: Disorder,
     handler: H,
 }
 
 type Tx = Transaction<String, TransactWriteItem>;
 
 impl Transactional<()> {
-    pub async fn new(
+    pub async fn new<R: Record>(
         env: &Env,
         carried: bool,
-    ) -> Transactional<impl RecordHandler<SqsMessage> + use<>> {
+    ) -> Transactional<impl RecordHandler<R> + use<R>> {
         let (engine, effects) = dynamodb_engine(env).await;
-        let (table, crash) = (effects.clone(), env.crash.clone());
+        let guard = Guard::new(env, effects.clone()).await;
+        let (table, g) = (effects.clone(), guard.clone());
         let handler = json(move |m: Message, _ctx: RecordContext| {
-            let (table, crash) = (table.clone(), crash.clone());
+            let (table, g) = (table.clone(), g.clone());
             async move {
-                alive(&crash).await;
+                g.before_effect(&m, "count").await;
                 let entry = Put::builder()
                     .table_name(&table)
                     .item("pk", s(&format!("entry-{}", m.id)))
@@ -284,14 +353,15 @@ impl Transactional<()> {
         .with_keys(KeyConfig::json_pointer("/id"));
         Transactional {
             engine,
-            items: Items::new(effects).await,
+            items: guard.items,
             carried,
+            disorder: guard.disorder,
             handler,
         }
     }
 }
 
-impl<H: RecordHandler<SqsMessage>> Explored for Transactional<H> {
+impl<R: Record, H: RecordHandler<R>> Explored<R> for Transactional<H> {
     type Handler = H;
 
     fn handler(&self) -> &H {
@@ -322,6 +392,7 @@ impl<H: RecordHandler<SqsMessage>> Explored for Transactional<H> {
         if self.items.get(&format!("entry-{id}")).await.is_none() {
             problems.push(format!("{id}: no entry"));
         }
+        problems.extend(self.disorder.of(id));
         problems
     }
 }
@@ -329,18 +400,20 @@ impl<H: RecordHandler<SqsMessage>> Explored for Transactional<H> {
 /// The inline mode, `json(f).inline(engine)`: a new receipt carrying the record.
 pub struct Inline<H> {
     engine: Idempotency<DynamoDbBackend>,
-    items: Items,
+    items: Arc<Items>,
+    disorder: Disorder,
     handler: H,
 }
 
 impl Inline<()> {
-    pub async fn new(env: &Env) -> Inline<impl RecordHandler<SqsMessage> + use<>> {
+    pub async fn new<R: Record>(env: &Env) -> Inline<impl RecordHandler<R> + use<R>> {
         let (engine, effects) = dynamodb_engine(env).await;
-        let (table, crash) = (effects.clone(), env.crash.clone());
+        let guard = Guard::new(env, effects.clone()).await;
+        let (table, g) = (effects.clone(), guard.clone());
         let handler = json(move |m: Message, _ctx: RecordContext| {
-            let (table, crash) = (table.clone(), crash.clone());
+            let (table, g) = (table.clone(), g.clone());
             async move {
-                alive(&crash).await;
+                g.before_effect(&m, "receipt").await;
                 let receipt = NewItem::new(&table, "pk", s(&format!("receipt-{}", m.id)))
                     .attribute("amount", AttributeValue::N("500".into()));
                 Ok::<_, std::io::Error>(InlinePut::new(result_of(&m.id), receipt))
@@ -350,13 +423,14 @@ impl Inline<()> {
         .with_keys(KeyConfig::json_pointer("/id"));
         Inline {
             engine,
-            items: Items::new(effects).await,
+            items: guard.items,
+            disorder: guard.disorder,
             handler,
         }
     }
 }
 
-impl<H: RecordHandler<SqsMessage>> Explored for Inline<H> {
+impl<R: Record, H: RecordHandler<R>> Explored<R> for Inline<H> {
     type Handler = H;
 
     fn handler(&self) -> &H {
@@ -370,6 +444,7 @@ impl<H: RecordHandler<SqsMessage>> Explored for Inline<H> {
             Ok(Some(record)) if record.attempts == 0 => {}
             other => problems.push(format!("{id}: beside the receipt: {other:?}")),
         }
+        problems.extend(self.disorder.of(id));
         problems
     }
 }
