@@ -4,10 +4,10 @@
 //! the backoff as retries within the invocation, a dead-letter queue in memory), fed by a
 //! simulated shard and Lambda's stream event source mapping (`test_util::sim_stream`):
 //! back-to-back retries, the checkpoint from the partial batch response, bisection, record age,
-//! the on-failure destination, with `MappingSettings::default` (batches of 100, bisection, a 30 s
-//! function, retries unbounded, records kept a day). The examples' templates still bound the
-//! retries (`MaximumRetryAttempts: 5`, `MaximumRecordAgeInSeconds: 3600`): under those, every
-//! ten-minute outage sends the batch to the on-failure destination (six invocations of 30 s).
+//! the on-failure destination, with `MappingSettings::default`, the examples' templates' mapping
+//! (batches of 100, bisection, a 30 s function, `MaximumRetryAttempts: -1`,
+//! `MaximumRecordAgeInSeconds: 3600`). Under the templates' former bound of 5 retries every
+//! ten-minute outage sent the batch to the on-failure destination (six invocations of 30 s).
 //!
 //! Each batch is three records of two order keys (the first and the third share one; the third
 //! names the first as the record before it). A clean run counts the store's requests; then for
@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use crate::{Env, Explored, FAULTS, common, modes};
 
 /// The examples' event source mapping, as `MappingSettings::default` gives it: batches of 100,
-/// bisection, a 30 s function, retries unbounded, records kept for at most a day.
+/// bisection, a 30 s function, retries unbounded, records kept for at most an hour.
 fn mapping() -> MappingSettings {
     MappingSettings::default()
 }
