@@ -34,7 +34,7 @@ pub trait Record: Clone + Send + Sync + 'static {
     /// [`KeyConfig::json_pointer`](crate::key::KeyConfig::json_pointer) reads and the payload
     /// hash covers. The SQS body; a Kinesis record's data and a Kafka record's value (decoded
     /// from base64); a DynamoDB stream record's new image as plain JSON, or its keys where it has
-    /// none (a `REMOVE`, any record under `KEYS_ONLY`: see [`Change`](crate::batch::Change)).
+    /// none (a `REMOVE`, any record under `KEYS_ONLY`: see [`Change`]).
     /// `None` when there is none (a Kafka tombstone).
     fn payload(&self) -> Option<Cow<'_, [u8]>>;
 
@@ -64,7 +64,7 @@ pub trait Record: Clone + Send + Sync + 'static {
 
     /// What happened to a DynamoDB stream record's item (`INSERT`, `MODIFY`, `REMOVE`, a time
     /// to live expiry); `None` for the other sources.
-    fn change(&self) -> Option<crate::batch::Change> {
+    fn change(&self) -> Option<Change> {
         None
     }
 
@@ -103,6 +103,28 @@ pub trait Record: Clone + Send + Sync + 'static {
     fn redriven() -> bool {
         false
     }
+}
+
+/// What happened to a DynamoDB stream record's item ([`RecordContext::change`](crate::batch::RecordContext::change)).
+///
+/// A handler counting, say, orders acts on [`Insert`](Self::Insert) and treats a
+/// [`Remove`](Self::Remove) as a delete: the record's payload is then the item's keys, never the
+/// deleted item (its old image is in the record, `change.old_image`, for a [`record`](crate::batch::record)
+/// handler under `OLD_IMAGE` or `NEW_AND_OLD_IMAGES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Change {
+    /// `INSERT`: a new item.
+    Insert,
+    /// `MODIFY`: an item's attributes changed.
+    Modify,
+    /// `REMOVE`: the item was deleted.
+    Remove {
+        /// True when DynamoDB's time to live deleted it (the record's `userIdentity` is
+        /// `{"type": "Service", "principalId": "dynamodb.amazonaws.com"}`), false for a delete of
+        /// the table's writers.
+        expired: bool,
+    },
 }
 
 /// Where a stream record is: its shard (a Kafka topic's partition) and its sequence number (its

@@ -13,15 +13,22 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The `[features]` table's entries (`name = [...]`, each on one line), `default` among them.
+/// The `[features]` table's entries, `default` among them: each `name = [...]`, on one line as
+/// written here or over several as `cargo package` normalizes the manifest.
 fn cargo_toml() -> Features {
     let manifest = read("Cargo.toml");
-    let start = manifest.find("\n[features]\n").expect("a [features] table");
-    let entries: Vec<(&str, &str)> = manifest[start + 12..]
-        .lines()
-        .take_while(|line| !line.starts_with('['))
-        .filter_map(|line| line.split_once(" = "))
-        .collect();
+    let start = manifest.find("\n[features]\n").expect("a [features] table") + 12;
+    let table = &manifest[start..];
+    let table = &table[..table.find("\n[").unwrap_or(table.len())];
+    // Each entry: its name, and its list up to the closing bracket.
+    let mut entries: Vec<(&str, &str)> = Vec::new();
+    let mut rest = table;
+    while let Some(eq) = rest.find(" = [") {
+        let name = rest[..eq].rsplit('\n').next().unwrap_or_default().trim();
+        let list_end = rest[eq..].find(']').map_or(rest.len(), |end| eq + end + 1);
+        entries.push((name, &rest[eq + 3..list_end]));
+        rest = &rest[list_end..];
+    }
     let defaults = entries
         .iter()
         .find(|(name, _)| *name == "default")
@@ -29,7 +36,7 @@ fn cargo_toml() -> Features {
         .expect("default features");
     entries
         .iter()
-        .filter(|(name, _)| *name != "default")
+        .filter(|(name, _)| *name != "default" && !name.starts_with('#'))
         .map(|(name, _)| (name.to_string(), defaults.contains(&format!("\"{name}\""))))
         .collect()
 }

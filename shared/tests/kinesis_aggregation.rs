@@ -86,7 +86,8 @@ fn reported(response: &KinesisEventResponse) -> Vec<String> {
         .collect()
 }
 
-const SHARD: &str = "shardId-000000000000";
+/// A record's id: its stream's ARN, then its shard (`test_util::KINESIS_STREAM_ARN`).
+const SHARD: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/payments/shardId-000000000000";
 
 #[tokio::test]
 async fn each_user_record_runs_once_with_its_own_id_and_its_partition_key() {

@@ -8,7 +8,6 @@ use super::{
     MAX_TRANSACTION_BYTES, Put, StoreError, TransactionalBackend, Update, Updated,
 };
 use crate::state::{self, IdempotencyRecord, Step};
-use crate::test_util::fault::Faults;
 
 /// A write of [`InMemoryBackend`]'s transactions (unit tests of the transactional mode): a value
 /// put under a table and a key, unconditionally or only where there is none. In the
@@ -142,8 +141,21 @@ pub struct InMemoryBackend {
     /// Each item's value, and the record it carries when the inline mode wrote it.
     items: Mutex<HashMap<(String, ItemKey), StoredItem>>,
     requests: Counts,
-    /// The faults its requests meet ([`with_faults`](Self::with_faults)); none by default.
-    faults: Option<Faults>,
+    /// What refuses its requests ([`with_faults`](Self::with_faults)); nothing by default.
+    pub(crate) refuse: Option<Refuse>,
+}
+
+/// What refuses an [`InMemoryBackend`]'s requests: of an operation's name, why it is refused.
+#[derive(Clone)]
+pub(crate) struct Refuse(pub(crate) std::sync::Arc<RefuseFn>);
+
+/// Of an operation's name, why it is refused (`None`: it goes through).
+pub(crate) type RefuseFn = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl std::fmt::Debug for Refuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Refuse")
+    }
 }
 
 /// The requests [`InMemoryBackend`] has answered, by the DynamoDB request each stands for: what
@@ -191,39 +203,13 @@ struct StoredItem {
 }
 
 impl InMemoryBackend {
-    /// The backend, its requests failing as `faults` says: a test of a throttled write or an
-    /// outage of the store, on the vocabulary of the SDK clients' fault injector. A request
-    /// meets [`Fault::Fail`](crate::test_util::fault::Fault::Fail) (the `n`-th request from the
-    /// arming, refused: DynamoDB throttled it) and [`Fault::Outage`](crate::test_util::fault::Fault::Outage)
-    /// (every request refused until the faults' clock passes its end) before it is applied,
-    /// and fails with [`StoreError::Request`] naming the operation; nothing is applied, and it
-    /// is not counted in [`requests`](Self::requests). Every request of
-    /// [`Backend`] and [`TransactionalBackend`] counts towards `n`.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use lambda_idempotency::Idempotency;
-    /// use lambda_idempotency::store::{InMemoryBackend, StoreError};
-    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
-    /// use lambda_idempotency::time::SystemClock;
-    /// use std::sync::Arc;
-    ///
-    /// let faults = Faults::new("dynamodb", Arc::new(Crash::default()), Arc::new(SystemClock));
-    /// let engine = Idempotency::new(InMemoryBackend::default().with_faults(faults.clone()));
-    /// faults.arm(1, Fault::Fail); // the next request is throttled
-    /// let refused = engine.acquire("k", b"body", None).await.unwrap_err();
-    /// assert!(refused.to_string().contains("UpdateItem"), "{refused}");
-    /// assert!(engine.acquire("k", b"body", None).await.is_ok(), "the next one goes through");
-    /// # });
-    /// ```
-    pub fn with_faults(mut self, faults: Faults) -> Self {
-        self.faults = Some(faults);
-        self
-    }
-
     /// The fault the request `operation` meets, if any, as the store's error.
     fn fault(&self, operation: &'static str) -> Result<(), StoreError> {
-        match self.faults.as_ref().and_then(|f| f.refuses(operation)) {
+        match self
+            .refuse
+            .as_ref()
+            .and_then(|refuse| (refuse.0)(operation))
+        {
             None => Ok(()),
             Some(why) => Err(StoreError::Request {
                 operation,

@@ -35,7 +35,7 @@
 mod dynamodb;
 mod dynamodb_layout;
 #[cfg(any(test, doc, feature = "test-util"))]
-mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "redis")]
 mod redis;
 mod transactional_backend;

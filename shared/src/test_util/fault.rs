@@ -406,3 +406,37 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for Faulty
         self.inner.get_db()
     }
 }
+
+impl crate::store::InMemoryBackend {
+    /// The backend, its requests failing as `faults` says: a test of a throttled write or an
+    /// outage of the store, on the vocabulary of the SDK clients' fault injector. A request
+    /// meets [`Fault::Fail`](crate::test_util::fault::Fault::Fail) (the `n`-th request from the
+    /// arming, refused: DynamoDB throttled it) and [`Fault::Outage`](crate::test_util::fault::Fault::Outage)
+    /// (every request refused until the faults' clock passes its end) before it is applied,
+    /// and fails with [`StoreError::Request`](crate::store::StoreError::Request) naming the operation; nothing is applied, and it
+    /// is not counted in [`requests`](crate::store::InMemoryBackend::requests). Every request of
+    /// [`Backend`](crate::store::Backend) and [`TransactionalBackend`](crate::store::TransactionalBackend) counts towards `n`.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::Idempotency;
+    /// use lambda_idempotency::store::{InMemoryBackend, StoreError};
+    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+    /// use lambda_idempotency::time::SystemClock;
+    /// use std::sync::Arc;
+    ///
+    /// let faults = Faults::new("dynamodb", Arc::new(Crash::default()), Arc::new(SystemClock));
+    /// let engine = Idempotency::new(InMemoryBackend::default().with_faults(faults.clone()));
+    /// faults.arm(1, Fault::Fail); // the next request is throttled
+    /// let refused = engine.acquire("k", b"body", None).await.unwrap_err();
+    /// assert!(refused.to_string().contains("UpdateItem"), "{refused}");
+    /// assert!(engine.acquire("k", b"body", None).await.is_ok(), "the next one goes through");
+    /// # });
+    /// ```
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.refuse = Some(crate::store::memory::Refuse(std::sync::Arc::new(
+            move |operation| faults.refuses(operation),
+        )));
+        self
+    }
+}

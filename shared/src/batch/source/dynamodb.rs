@@ -14,27 +14,7 @@ use serde::de::DeserializeOwned;
 use super::{EventSource, checkpoints, stream_copy};
 use crate::record::{Position, Record};
 
-/// What happened to a DynamoDB stream record's item ([`RecordContext::change`](crate::batch::RecordContext::change)).
-///
-/// A handler counting, say, orders acts on [`Insert`](Self::Insert) and treats a
-/// [`Remove`](Self::Remove) as a delete: the record's payload is then the item's keys, never the
-/// deleted item (its old image is in the record, `change.old_image`, for a [`record`](crate::batch::record)
-/// handler under `OLD_IMAGE` or `NEW_AND_OLD_IMAGES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Change {
-    /// `INSERT`: a new item.
-    Insert,
-    /// `MODIFY`: an item's attributes changed.
-    Modify,
-    /// `REMOVE`: the item was deleted.
-    Remove {
-        /// True when DynamoDB's time to live deleted it (the record's `userIdentity` is
-        /// `{"type": "Service", "principalId": "dynamodb.amazonaws.com"}`), false for a delete of
-        /// the table's writers.
-        expired: bool,
-    },
-}
+pub use crate::record::Change;
 
 impl Change {
     /// The change `record` tells of; `None` for an event name DynamoDB does not document.
