@@ -94,8 +94,11 @@ pub enum Outcome<T> {
     /// too large to store).
     Duplicate(Option<T>),
     /// The work ran now, but marking its record completed failed, even after retries (the error is
-    /// logged). Its effects happened: do not run it again. A duplicate arriving after the lease
-    /// ends would run it again, as after a crash.
+    /// logged). Its effects happened: do not run it again. The engine remembers the completion:
+    /// the next acquire of the key in this process writes it first and answers a duplicate (see
+    /// [`Idempotency::unrecorded_completions`](crate::Idempotency::unrecorded_completions)). A
+    /// duplicate that another process receives after the lease ends, before the store took the
+    /// write, runs it again, as after a crash.
     RanNotRecorded(T),
 }
 

@@ -214,3 +214,88 @@ async fn completion_retries_stop_at_the_deadline() {
         "no retry without room for it before the deadline"
     );
 }
+
+/// The lease mode's window: the work ran and the store refused its completion (every try). The
+/// engine remembers it: a delivery of the key after the lease ended is a duplicate answered with
+/// the result, the completion written first, instead of the work running a second time.
+#[tokio::test]
+async fn a_completion_the_store_refused_is_written_on_the_next_delivery() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let backend = Arc::new(FailingCompletions {
+        failures: lambda_idempotency::idempotency::COMPLETE_ATTEMPTS + 1,
+        ..FailingCompletions::default()
+    });
+    let e = Idempotency::new(backend.clone()).with_clock(clock.clone());
+    let ran = std::sync::atomic::AtomicU32::new(0);
+    let work = || async {
+        ran.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, String>(3)
+    };
+    let first = e.run("k", b"p", deadline(1_030_000), work).await.unwrap();
+    assert_eq!(first, Outcome::RanNotRecorded(3));
+    assert_eq!(e.unrecorded_completions(), 1, "remembered");
+    clock.advance(Duration::from_secs(60));
+    // The store refuses once more: the work ran here, so the answer is a duplicate all the same.
+    let second = e.run("k", b"p", deadline(1_090_000), work).await.unwrap();
+    assert_eq!(second, Outcome::Duplicate(Some(3)));
+    assert_eq!(
+        e.get("k").await.unwrap().unwrap().status,
+        Status::InProgress
+    );
+    // The store is back: the completion is written, and forgotten here.
+    let third = e.run("k", b"p", deadline(1_090_000), work).await.unwrap();
+    assert_eq!(third, Outcome::Duplicate(Some(3)));
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the work ran once");
+    let record = e.get("k").await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.result.as_deref()),
+        (Status::Completed, Some("3"))
+    );
+    assert_eq!(e.unrecorded_completions(), 0);
+    // Another payload under the key is refused as against any completed record.
+    assert!(matches!(
+        e.acquire("k", b"other", None).await,
+        Err(AcquireError::PayloadMismatch { .. })
+    ));
+}
+
+/// A remembered completion whose key another process took over after the lease ended is not
+/// written (the record is that attempt's): it is forgotten, and the key answers as the store says.
+#[tokio::test]
+async fn a_remembered_completion_yields_to_a_takeover() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let backend = Arc::new(FailingCompletions {
+        failures: lambda_idempotency::idempotency::COMPLETE_ATTEMPTS,
+        ..FailingCompletions::default()
+    });
+    let here = Idempotency::new(backend.clone()).with_clock(clock.clone());
+    let elsewhere = Idempotency::new(backend.clone()).with_clock(clock.clone());
+    let first = here
+        .run("k", b"p", deadline(1_030_000), || async {
+            Ok::<_, String>(3)
+        })
+        .await
+        .unwrap();
+    assert_eq!(first, Outcome::RanNotRecorded(3));
+    clock.advance(Duration::from_secs(60));
+    let other = elsewhere
+        .run("k", b"p", deadline(1_090_000), || async {
+            Ok::<_, String>(4)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        other,
+        Outcome::Ran(4),
+        "another process knows nothing of the first run"
+    );
+    assert_eq!(
+        here.acquire("k", b"p", None).await.unwrap(),
+        Acquired::Duplicate {
+            result: Some("4".into()),
+            result_omitted: false
+        },
+        "the store's record, not the remembered result"
+    );
+    assert_eq!(here.unrecorded_completions(), 0, "forgotten");
+}

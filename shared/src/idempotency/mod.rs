@@ -28,6 +28,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 mod transact;
+mod unrecorded;
+
+pub use unrecorded::MAX_UNRECORDED;
+use unrecorded::UnrecordedCompletions;
 
 use crate::cache::{CachedBackend, LocalCache};
 use crate::error::panic_message;
@@ -81,6 +85,8 @@ pub struct Idempotency<B> {
     default_lease: Duration,
     key_prefix: Option<String>,
     clock: Arc<dyn Clock>,
+    /// Completions the store refused after the work ran, shared by the engine's clones.
+    unrecorded: UnrecordedCompletions,
 }
 
 impl<B: fmt::Debug> fmt::Debug for Idempotency<B> {
@@ -116,6 +122,7 @@ impl<B: Backend> Idempotency<B> {
             default_lease: DEFAULT_LEASE,
             key_prefix,
             clock: Arc::new(SystemClock),
+            unrecorded: UnrecordedCompletions::default(),
         }
     }
 
@@ -130,6 +137,7 @@ impl<B: Backend> Idempotency<B> {
             default_lease: self.default_lease,
             key_prefix: self.key_prefix,
             clock: self.clock,
+            unrecorded: self.unrecorded,
         }
     }
 
@@ -249,8 +257,11 @@ impl<B: Backend> Idempotency<B> {
         payload_hash: &PayloadHash,
         deadline: Option<Deadline>,
     ) -> Result<Acquired, AcquireError> {
-        let now_ms = self.clock.now_ms();
         let stored = self.stored_key(key);
+        if let Some(done) = self.complete_remembered(&stored, payload_hash).await {
+            return Ok(done);
+        }
+        let now_ms = self.clock.now_ms();
         let lease_until_ms = self.lease_end(now_ms, deadline);
         let owner = new_owner_token();
         let record = IdempotencyRecord {
@@ -496,6 +507,7 @@ impl<B: Backend> Idempotency<B> {
                     }
                     Err(e) => {
                         tracing::error!(key, error = %e, "ran, but the completion could not be recorded");
+                        self.remember_unrecorded(&lease, json.as_deref());
                         Ok(Outcome::RanNotRecorded(value))
                     }
                 }
@@ -514,6 +526,58 @@ impl<B: Backend> Idempotency<B> {
                 std::panic::resume_unwind(panic)
             }
         }
+    }
+
+    /// Remembers, in this process, a completion the store refused after `lease`'s work ran:
+    /// the next acquire of its key writes it first and answers a duplicate for the same payload
+    /// (see `unrecorded.rs`).
+    pub(crate) fn remember_unrecorded(&self, lease: &Lease, result: Option<&str>) {
+        self.unrecorded.remember(lease, result);
+    }
+
+    /// How many completions the store refused after the work ran this engine (and its clones)
+    /// remembers: each is written on the next acquire of its key, whose duplicates are answered
+    /// from here until then. At most [`MAX_UNRECORDED`].
+    pub fn unrecorded_completions(&self) -> usize {
+        self.unrecorded.len()
+    }
+
+    /// Writes the completion remembered for `stored`, if any, before the key is acquired again.
+    /// For the same payload the answer is a duplicate with its result (the work ran in this
+    /// process), even when the store refuses the write again; `None` goes on to acquire the key
+    /// (no completion remembered, another payload, or another attempt took the key over).
+    async fn complete_remembered(
+        &self,
+        stored: &str,
+        payload_hash: &PayloadHash,
+    ) -> Option<Acquired> {
+        let pending = self.unrecorded.get(stored)?;
+        let key = pending.lease.key();
+        match self
+            .complete(&pending.lease, pending.result.as_deref())
+            .await
+        {
+            Ok(Updated::Applied { .. }) => {
+                self.unrecorded.forget(stored);
+                tracing::info!(key, "completion the store refused earlier is recorded now");
+            }
+            Ok(Updated::NotApplied) => {
+                self.unrecorded.forget(stored);
+                tracing::warn!(
+                    key,
+                    "completion the store refused earlier not recorded: another attempt took \
+                     the key over after the lease ended"
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "the store still refuses a completion; the work ran in this process");
+            }
+        }
+        (pending.lease.payload_hash() == payload_hash).then(|| Acquired::Duplicate {
+            result: pending.result.clone(),
+            result_omitted: false,
+        })
     }
 
     pub(crate) fn expires_at(&self, now_ms: i64) -> i64 {

@@ -9,7 +9,6 @@
 //! harness then drops the invocation).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
@@ -99,30 +98,13 @@ async fn dynamodb_engine(env: &Env) -> (Idempotency<DynamoDbBackend>, String) {
 }
 
 /// What is wrong with the stored record of `id` (completed, its result, no failed attempt).
-/// With `lost` (the lease mode), a record left in progress by a completion the store refused
-/// after the handler succeeded is counted there instead: the lease mode reports the record a
-/// success then (reporting it failed would run its effect again once the lease ends), and the
-/// record stays in progress until its lease ends.
-async fn check_record<B: Backend>(
-    engine: &Idempotency<B>,
-    id: &str,
-    lost: Option<&AtomicU32>,
-) -> Vec<String> {
+async fn check_record<B: Backend>(engine: &Idempotency<B>, id: &str) -> Vec<String> {
     match engine.get(id).await {
         Ok(Some(record))
             if record.status == Status::Completed
                 && record.result.as_deref() == Some(&format!("\"{}\"", result_of(id)))
                 && record.attempts == 0 =>
         {
-            Vec::new()
-        }
-        Ok(Some(record))
-            if record.status == Status::InProgress
-                && record.attempts == 0
-                && record.result.is_none()
-                && let Some(lost) = lost =>
-        {
-            lost.fetch_add(1, Ordering::SeqCst);
             Vec::new()
         }
         other => vec![format!(
@@ -134,8 +116,6 @@ async fn check_record<B: Backend>(
 /// The lease mode, `json(f).idempotent(engine)`: the handler's effect is an entry in a map.
 pub struct Lease<B, H> {
     engine: Idempotency<B>,
-    /// Records left in progress by a completion the store refused (see [`check_record`]).
-    completions_lost: AtomicU32,
     effects: Arc<Mutex<HashMap<String, u32>>>,
     disorder: Disorder,
     handler: H,
@@ -164,7 +144,6 @@ fn lease<B: Backend + Clone, R: Record>(
     .with_keys(KeyConfig::json_pointer("/id"));
     Lease {
         engine,
-        completions_lost: AtomicU32::new(0),
         effects,
         disorder,
         handler,
@@ -212,20 +191,13 @@ impl<B: Backend, R: Record, H: RecordHandler<R>> Explored<R> for Lease<B, H> {
     }
 
     async fn check(&self, id: &str) -> Vec<String> {
-        let mut problems = check_record(&self.engine, id, Some(&self.completions_lost)).await;
+        let mut problems = check_record(&self.engine, id).await;
         let runs = self.effects.lock().unwrap().get(id).copied().unwrap_or(0);
         if runs != 1 {
             problems.push(format!("{id}: the effect happened {runs} times"));
         }
         problems.extend(self.disorder.of(id));
         problems
-    }
-
-    fn notes(&self) -> String {
-        format!(
-            "{} records left in progress by a refused completion (the effect once, the message acknowledged)",
-            self.completions_lost.load(Ordering::SeqCst)
-        )
     }
 }
 
@@ -379,7 +351,7 @@ impl<R: Record, H: RecordHandler<R>> Explored<R> for Transactional<H> {
             }
             problems
         } else {
-            check_record(&self.engine, id, None).await
+            check_record(&self.engine, id).await
         };
         let applied = self
             .items

@@ -119,20 +119,26 @@ where
                         .complete_with_retries(&lease, json.as_deref(), ctx.finish_by);
                 let problem = match bounded(ctx, write).await {
                     Some(Ok(Updated::Applied { .. })) => None,
-                    Some(Ok(Updated::NotApplied)) => Some(
+                    Some(Ok(Updated::NotApplied)) => Some((
                         "another attempt took the key over after this one's lease ended".into(),
-                    ),
-                    Some(Err(e)) => Some(e.to_string()),
-                    None => Some("no time left before the deadline".to_owned()),
+                        false,
+                    )),
+                    Some(Err(e)) => Some((e.to_string(), true)),
+                    None => Some(("no time left before the deadline".to_owned(), true)),
                 };
-                if let Some(problem) = problem {
+                if let Some((problem, remember)) = problem {
                     tracing::error!(
                         message_id = ctx.message_id,
                         key,
                         problem,
-                        "processed, but the record could not be marked completed; \
-                         a redelivery after the lease ends would run again"
+                        remembered = remember,
+                        "processed, but the record could not be marked completed; when \
+                         remembered, this process writes it on the key's next delivery and \
+                         answers that delivery as a duplicate"
                     );
+                    if remember {
+                        this.engine.remember_unrecorded(&lease, json.as_deref());
+                    }
                 }
                 Ok(Deduplicated::Processed(output))
             }
