@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::Path;
 
 use lambda_idempotency::metrics::{BatchCounts, Metrics};
 use serde_json::Value as Json;
@@ -32,9 +33,61 @@ impl fmt::Display for Metric {
     }
 }
 
-/// The EMF line of each way a function emits metrics, built by the code its handler prints it
-/// with: payments-api's (and payments-reader's) for every outcome, payment-processor's,
-/// receipt-sender's and payments-publisher's for a batch, the reconciler's for a run.
+/// Where the functions print their EMF lines (file, and the statement, trimmed): each prints
+/// the line [`emitted_lines`] builds with the same code.
+pub const EMITTERS: &[(&str, &str)] = &[
+    (
+        "functions/payments-api/src/lib.rs",
+        "outcome.metrics().emit();",
+    ),
+    (
+        "functions/payment-processor/src/lib.rs",
+        "handled.metrics().emit();",
+    ),
+    (
+        "functions/receipt-sender/src/lib.rs",
+        "metrics(&counts).emit();",
+    ),
+    (
+        "functions/payments-publisher/src/lib.rs",
+        "relayed.metrics().emit();",
+    ),
+    (
+        "functions/payments-operations/src/reconcile/mod.rs",
+        "report.metrics().emit();",
+    ),
+];
+
+/// Each statement of the functions' sources that prints an EMF line (`.emit()`), as
+/// [`EMITTERS`] lists them.
+pub fn emit_calls() -> Vec<(String, String)> {
+    fn walk(dir: &Path, root: &Path, found: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let file = path.strip_prefix(root).unwrap().display().to_string();
+                for line in std::fs::read_to_string(&path).unwrap().lines() {
+                    let code = line.trim();
+                    if code.contains(".emit()") && !code.starts_with("//") {
+                        found.push((file.clone(), code.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    walk(&root.join("functions"), &root, &mut found);
+    found.sort();
+    found
+}
+
+/// The EMF line of each way a function emits metrics ([`EMITTERS`]), built by the code its
+/// handler prints it with: payments-api's (and payments-reader's) for every outcome,
+/// payment-processor's, receipt-sender's and payments-publisher's for a batch, the
+/// reconciler's for a run.
 pub fn emitted_lines() -> Vec<String> {
     let mut lines: Vec<Metrics> = payments_api::Outcome::ALL
         .into_iter()

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lambda_idempotency::metrics::Metrics;
 use serde_yaml_ng::Value;
 
-use emf::{Metric, emf_metrics, emitted};
+use emf::{EMITTERS, Metric, emf_metrics, emit_calls, emitted};
 use stack::{AWS_METRICS, Kind, Stack, not_published, project_text};
 use watched::{alarm_metrics, dashboards};
 
@@ -129,6 +129,16 @@ fn the_dashboard_and_the_alarms_watch_what_the_functions_emit() {
     assert_eq!(stack.of_kind(Kind::Queue).count(), 5);
     assert_eq!(stack.of_kind(Kind::Function).count(), 6);
     assert_eq!(stack.of_kind(Kind::Table).count(), 6);
+}
+
+#[test]
+fn every_emf_line_the_functions_print_is_one_the_check_builds() {
+    let mut listed: Vec<(String, String)> = EMITTERS
+        .iter()
+        .map(|(file, call)| ((*file).to_owned(), (*call).to_owned()))
+        .collect();
+    listed.sort();
+    assert_eq!(emit_calls(), listed);
 }
 
 #[test]
