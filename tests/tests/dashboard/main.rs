@@ -1,7 +1,8 @@
 //! template.yaml's dashboard and alarms watch metrics that exist. Each metric of the pipeline's
 //! own (any namespace but `AWS/*`) is one the functions emit, with the same namespace, name and
 //! dimensions: the EMF lines are built by the code each handler prints them with
-//! ([`emf::emitted_lines`]) and read as CloudWatch reads them (`_aws.CloudWatchMetrics`). Each AWS
+//! ([`emf::emitted_lines`]; every `.emit()` of the functions is one of those, [`emf::EMITTERS`])
+//! and read as CloudWatch reads them (`_aws.CloudWatchMetrics`). Each AWS
 //! metric is one its service publishes, under the dimension it publishes it with, for a
 //! resource of this stack. The dashboard shows every metric the functions emit, each queue's
 //! depth and oldest message (the dead-letter queues' too), each function's errors, throttles
