@@ -6,7 +6,8 @@ the workspace's own build serves: each `AWS::Serverless::Function` gets a direct
 logical id holding its binary (its `Metadata.BuildProperties.Binary`) as `bootstrap`, and the
 template is written beside them as JSON (cfn-lint's reader keeps every intrinsic) with each
 function's `CodeUri` pointing at its directory. Nothing else of the template changes, except the
-resources named with --drop (what MiniStack refuses to create; each printed with its reason).
+resources named with --drop (what MiniStack refuses to create; each printed with its reason), which
+the dashboards' alarm widgets leave out too.
 
 Usage (in the tools venv, which has cfn-lint):
   python layout.py TEMPLATE BIN_DIR OUT_DIR [--drop LOGICAL_ID=REASON ...]
@@ -25,6 +26,23 @@ def references(value, name: str) -> bool:
     text = json.dumps(value)
     return (f'"Ref": "{name}"' in text or f'"{name}.' in text or f'["{name}"' in text
             or f"${{{name}}}" in text or f"${{{name}." in text or f'"DependsOn": "{name}"' in text)
+
+
+def leave_out_of_dashboards(resources, name: str) -> None:
+    """Takes the alarm `name` out of every dashboard's alarm widgets (a `DashboardBody` is a
+    `!Sub` of the body's JSON, which names each alarm `${Id.Arn}`)."""
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::CloudWatch::Dashboard":
+            continue
+        body = resource["Properties"]["DashboardBody"]
+        if not isinstance(body, dict) or not isinstance(body.get("Fn::Sub"), str):
+            continue
+        dashboard = json.loads(body["Fn::Sub"])
+        for widget in dashboard.get("widgets", []):
+            properties = widget.get("properties", {})
+            if "alarms" in properties:
+                properties["alarms"] = [a for a in properties["alarms"] if a != f"${{{name}.Arn}}"]
+        body["Fn::Sub"] = json.dumps(dashboard, indent=1)
 
 
 def main() -> None:
@@ -49,6 +67,7 @@ def main() -> None:
         if logical not in resources:
             sys.exit(f"layout: --drop {logical}: no such resource in {template_path}")
         del resources[logical]
+        leave_out_of_dashboards(resources, logical)
         for other, resource in resources.items():
             if references(resource, logical):
                 sys.exit(f"layout: cannot drop {logical}: {other} refers to it")

@@ -57,7 +57,7 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::cache::{CachedBackend, HitCounter};
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::metrics::BatchCounts;
+use lambda_idempotency::metrics::{BatchCounts, Metrics};
 use lambda_idempotency::publish::{Message, Publisher};
 use lambda_idempotency::state::truncate_error;
 use lambda_idempotency::store::{DynamoDbBackend, NewItem, StoreError, TableCheck};
@@ -143,6 +143,30 @@ pub struct Handled {
     pub receipts_resent: u64,
     /// Payments marked failed ahead of their message (`failedAhead`).
     pub failed_ahead: u64,
+}
+
+impl Handled {
+    /// The invocation's EMF line, which [`App::handle_counted`] prints: the batch's counts
+    /// ([`BatchCounts::metrics`]) and the processor's own.
+    pub fn metrics(&self) -> Metrics {
+        self.counts
+            .metrics(
+                METRICS_NAMESPACE,
+                payments_model::metrics::function::PAYMENT_PROCESSOR,
+            )
+            .count(
+                payments_model::metrics::processor::CACHE_HITS,
+                self.cache_hits,
+            )
+            .count(
+                payments_model::metrics::processor::RECEIPTS_RESENT,
+                self.receipts_resent,
+            )
+            .count(
+                payments_model::metrics::processor::FAILED_AHEAD,
+                self.failed_ahead,
+            )
+    }
 }
 
 /// The function's state, built once per execution environment.
@@ -261,25 +285,7 @@ impl App {
             receipts_resent: tally.get(Event::ReceiptResent),
             failed_ahead: tally.get(Event::FailedAhead),
         };
-        handled
-            .counts
-            .metrics(
-                METRICS_NAMESPACE,
-                payments_model::metrics::function::PAYMENT_PROCESSOR,
-            )
-            .count(
-                payments_model::metrics::processor::CACHE_HITS,
-                handled.cache_hits,
-            )
-            .count(
-                payments_model::metrics::processor::RECEIPTS_RESENT,
-                handled.receipts_resent,
-            )
-            .count(
-                payments_model::metrics::processor::FAILED_AHEAD,
-                handled.failed_ahead,
-            )
-            .emit();
+        handled.metrics().emit();
         Ok(handled)
     }
 

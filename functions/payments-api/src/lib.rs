@@ -63,14 +63,12 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Error, Request, RequestExt, Response};
-use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::payload::PayloadHash;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
 use lambda_idempotency::{AcquireError, Acquired, Idempotency, Lease};
 use payments_config::{ConfigError, DEFAULT_IDEMPOTENCY_TTL, Settings};
-use payments_model::metrics::{FUNCTION_DIMENSION, function};
-use payments_model::{METRICS_NAMESPACE, PaymentStatus, lifecycle, order};
+use payments_model::{PaymentStatus, lifecycle, order};
 use serde::{Deserialize, Serialize};
 
 use crate::identity::Caller;
@@ -248,10 +246,7 @@ impl App {
     /// (one EMF line).
     pub async fn handle(&self, request: Request) -> Result<Response<Body>, Error> {
         let (outcome, response) = self.respond(&request).await;
-        Metrics::new(METRICS_NAMESPACE)
-            .dimension(FUNCTION_DIMENSION, function::PAYMENTS_API)
-            .count(outcome.metric(), 1)
-            .emit();
+        outcome.metrics().emit();
         Ok(response)
     }
 

@@ -2,7 +2,9 @@
 //! ([`payments_model::metrics::api`]), so that a `503`, which is a successful invocation to
 //! Lambda, is still counted (`unavailable`) and alarmed.
 
-use payments_model::metrics::api;
+use lambda_idempotency::metrics::Metrics;
+use payments_model::METRICS_NAMESPACE;
+use payments_model::metrics::{FUNCTION_DIMENSION, api, function};
 
 /// The outcome of one request; [`App::handle`](crate::App::handle) emits its metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +30,28 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome (each variant once, in the enum's order).
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Accepted,
+        Outcome::Replayed,
+        Outcome::InProgress,
+        Outcome::KeyReused,
+        Outcome::Rejected,
+        Outcome::Unauthorized,
+        Outcome::NotFound,
+        Outcome::Found,
+        Outcome::Unavailable,
+    ];
+
+    /// The EMF line of one request that came to this outcome (a count of 1 of its
+    /// [`metric`](Self::metric)), which [`App::handle`](crate::App::handle) prints. payments-reader
+    /// runs the same code: its requests count under payments-api's name too.
+    pub fn metrics(self) -> Metrics {
+        Metrics::new(METRICS_NAMESPACE)
+            .dimension(FUNCTION_DIMENSION, function::PAYMENTS_API)
+            .count(self.metric(), 1)
+    }
+
     /// The metric counting it.
     pub fn metric(self) -> &'static str {
         match self {

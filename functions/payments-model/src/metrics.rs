@@ -1,7 +1,9 @@
 //! The pipeline's metrics: CloudWatch Embedded Metric Format lines in [`NAMESPACE`], with one
 //! dimension, [`FUNCTION_DIMENSION`], naming the function ([`function`]). The names live here,
 //! once: the functions emit them, and the template's check (`infra/tests/alarms.rs`) proves that
-//! each metric of [`ALARMED`] has an alarm with an action.
+//! each metric of [`ALARMED`] has an alarm with an action; `tests/tests/dashboard` that the
+//! template's dashboard shows every metric the functions emit, and that each metric the
+//! dashboard or an alarm watches is one they emit.
 
 pub use lambda_idempotency::metrics::FUNCTION_DIMENSION;
 

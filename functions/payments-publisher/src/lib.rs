@@ -120,6 +120,20 @@ impl Relayed {
         self.response.clone()
     }
 
+    /// The batch's EMF line, which [`App::handle`] prints.
+    pub fn metrics(&self) -> Metrics {
+        let max_lag = self.sent.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
+        Metrics::new(METRICS_NAMESPACE)
+            .dimension(
+                metrics::FUNCTION_DIMENSION,
+                metrics::function::PAYMENTS_PUBLISHER,
+            )
+            .count(publisher::RELAYED, self.sent.len() as u64)
+            .count(publisher::FAILED, self.failed.len() as u64)
+            .count(publisher::DEAD_LETTERED, self.dead_lettered.len() as u64)
+            .milliseconds(publisher::MAX_RELAY_LAG, max_lag as f64)
+    }
+
     fn of(report: &BatchReport<Outcome, Event>, records: &[EventRecord]) -> Self {
         let sequence = |index: usize| {
             records[index]
@@ -198,17 +212,7 @@ impl App {
     /// Handles one batch of stream records; reports the shard's checkpoint.
     pub async fn handle(&self, event: LambdaEvent<Event>) -> Result<DynamoDbEventResponse, Error> {
         let relayed = self.relay_event(&event).await?;
-        let max_lag = relayed.sent.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
-        Metrics::new(METRICS_NAMESPACE)
-            .dimension(
-                metrics::FUNCTION_DIMENSION,
-                metrics::function::PAYMENTS_PUBLISHER,
-            )
-            .count(publisher::RELAYED, relayed.sent.len() as u64)
-            .count(publisher::FAILED, relayed.failed.len() as u64)
-            .count(publisher::DEAD_LETTERED, relayed.dead_lettered.len() as u64)
-            .milliseconds(publisher::MAX_RELAY_LAG, max_lag as f64)
-            .emit();
+        relayed.metrics().emit();
         Ok(relayed.response())
     }
 

@@ -62,7 +62,7 @@ use lambda_idempotency::batch::{
 };
 use lambda_idempotency::cache::CachedBackend;
 use lambda_idempotency::key::KeyConfig;
-use lambda_idempotency::metrics::BatchCounts;
+use lambda_idempotency::metrics::{BatchCounts, Metrics};
 use lambda_idempotency::redact::safe_reason;
 use lambda_idempotency::store::{DynamoDbBackend, StoreError, TableCheck};
 use lambda_idempotency::time::{Clock, SystemClock};
@@ -189,12 +189,7 @@ impl App {
         let handler = verify::Verified::new(self, receipt);
         let report = self.processor.process(&event, &handler).await?;
         let counts = BatchCounts::of(&report);
-        counts
-            .metrics(
-                METRICS_NAMESPACE,
-                payments_model::metrics::function::RECEIPT_SENDER,
-            )
-            .emit();
+        metrics(&counts).emit();
         Ok((report.response(), counts))
     }
 
@@ -308,6 +303,15 @@ impl App {
         );
         Ok(receipt_id)
     }
+}
+
+/// A batch's EMF line, which [`App::handle_counted`] prints: its counts
+/// ([`BatchCounts::metrics`]) under receipt-sender's name.
+pub fn metrics(counts: &BatchCounts) -> Metrics {
+    counts.metrics(
+        METRICS_NAMESPACE,
+        payments_model::metrics::function::RECEIPT_SENDER,
+    )
 }
 
 /// The longest payment id a receipt is sent for, in characters (payment-processor charges no
