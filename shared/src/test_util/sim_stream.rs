@@ -185,6 +185,8 @@ pub struct Drained {
     pub invocations: u32,
     /// Those that crashed ([`Crash`] raised): Lambda saw no answer.
     pub crashes: u32,
+    /// The request ids of those that crashed (`invocation-<n>`, as the context's `request_id`).
+    pub crashed: Vec<String>,
     /// The errors the function returned, and responses after the deadline.
     pub errors: Vec<String>,
     /// What Lambda sent to the on-failure destination.
@@ -260,6 +262,7 @@ where
         shard: shard.clone(),
         invocations: 0,
         crashes: 0,
+        crashed: Vec::new(),
         errors: Vec::new(),
         discarded: Vec::new(),
         dead_letters: Vec::new(),
@@ -294,7 +297,8 @@ where
         crash.reset();
         sqs.clear();
         let mut context = Context::default();
-        context.request_id = format!("invocation-{}", drained.invocations);
+        let request_id = format!("invocation-{}", drained.invocations);
+        context.request_id = request_id.clone();
         let deadline = now + millis(settings.function_timeout);
         context.deadline = deadline as u64;
         let (events, sequences) = shard.batch(size, context);
@@ -327,6 +331,7 @@ where
             }
             _ => {
                 drained.crashes += 1;
+                drained.crashed.push(request_id);
                 None
             }
         };

@@ -112,6 +112,11 @@ pub trait Explored<R: Record = SqsMessage> {
     fn notes(&self) -> String {
         String::new()
     }
+
+    /// The invocations (request ids) of the case to be checked that crashed, where records ran
+    /// at once: a crash raised by one record's request may fall between another's effect and
+    /// its completion (the lease mode's crash window). Nothing by default.
+    fn crashed(&self, _request_ids: &[String]) {}
 }
 
 /// Delivers `messages` through the processor until the queue drains.

@@ -9,6 +9,7 @@
 //! harness then drops the invocation).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
@@ -113,10 +114,16 @@ async fn check_record<B: Backend>(engine: &Idempotency<B>, id: &str) -> Vec<Stri
     }
 }
 
-/// The lease mode, `json(f).idempotent(engine)`: the handler's effect is an entry in a map.
+/// The lease mode, `json(f).idempotent(engine)`: the handler's effect is an entry in a map,
+/// with the request id of each invocation that made it.
 pub struct Lease<B, H> {
     engine: Idempotency<B>,
-    effects: Arc<Mutex<HashMap<String, u32>>>,
+    effects: Arc<Mutex<HashMap<String, Vec<String>>>>,
+    /// The crashed invocations of the case being checked ([`Explored::crashed`]).
+    crashed: Mutex<Vec<String>>,
+    /// Effects run a second time because the invocation of the first crashed before its
+    /// completion (records run at once only).
+    crash_windows: AtomicU32,
     disorder: Disorder,
     handler: H,
 }
@@ -125,10 +132,10 @@ fn lease<B: Backend + Clone, R: Record>(
     env: &Env,
     engine: Idempotency<B>,
 ) -> Lease<B, impl RecordHandler<R> + use<B, R>> {
-    let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let effects: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
     let disorder = Disorder::default();
     let (e, crash, d) = (effects.clone(), env.crash.clone(), disorder.clone());
-    let handler = json(move |m: Message, _ctx: RecordContext| {
+    let handler = json(move |m: Message, ctx: RecordContext| {
         let (e, crash, d) = (e.clone(), crash.clone(), d.clone());
         async move {
             alive(&crash).await;
@@ -136,7 +143,10 @@ fn lease<B: Backend + Clone, R: Record>(
             if let Some(after) = &m.after {
                 d.note(&m.id, after, effects.contains_key(after));
             }
-            *effects.entry(m.id.clone()).or_default() += 1;
+            effects
+                .entry(m.id.clone())
+                .or_default()
+                .push(ctx.request_id.clone());
             Ok::<_, std::io::Error>(result_of(&m.id))
         }
     })
@@ -145,6 +155,8 @@ fn lease<B: Backend + Clone, R: Record>(
     Lease {
         engine,
         effects,
+        crashed: Mutex::default(),
+        crash_windows: AtomicU32::new(0),
         disorder,
         handler,
     }
@@ -192,12 +204,38 @@ impl<B: Backend, R: Record, H: RecordHandler<R>> Explored<R> for Lease<B, H> {
 
     async fn check(&self, id: &str) -> Vec<String> {
         let mut problems = check_record(&self.engine, id).await;
-        let runs = self.effects.lock().unwrap().get(id).copied().unwrap_or(0);
-        if runs != 1 {
-            problems.push(format!("{id}: the effect happened {runs} times"));
+        let runs = self
+            .effects
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default();
+        let crashed = self.crashed.lock().unwrap();
+        match runs.as_slice() {
+            [_] => {}
+            // The crash's window: the first run's invocation crashed before the completion.
+            [first, _] if crashed.contains(first) => {
+                self.crash_windows.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => problems.push(format!(
+                "{id}: the effect happened {} times (invocations {runs:?}; crashed {crashed:?})",
+                runs.len()
+            )),
         }
         problems.extend(self.disorder.of(id));
         problems
+    }
+
+    fn crashed(&self, request_ids: &[String]) {
+        *self.crashed.lock().unwrap() = request_ids.to_vec();
+    }
+
+    fn notes(&self) -> String {
+        format!(
+            "{} effects ran again after a crash between them and their completion",
+            self.crash_windows.load(Ordering::SeqCst)
+        )
     }
 }
 
