@@ -17,6 +17,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::error::TransientError;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::{Error, LambdaEvent};
@@ -52,6 +53,19 @@ pub enum TransactionError {
     /// DynamoDB failed.
     #[error(transparent)]
     DynamoDb(#[from] aws_sdk_dynamodb::Error),
+}
+
+impl TransactionError {
+    /// The error as the processor takes it: DynamoDB unavailable (throttled, timed out, down) is
+    /// not the message's fault, a [`TransientError`]: retried without spending an attempt, so an
+    /// outage of the table dead-letters nothing. A withdrawal the balance does not cover is the
+    /// message's own failure, counted.
+    pub fn into_error(self) -> Error {
+        match self {
+            TransactionError::DynamoDb(e) => TransientError::new(e).into(),
+            other => other.into(),
+        }
+    }
 }
 
 /// Why the function cannot start.
@@ -107,11 +121,19 @@ impl App {
     /// Handles one FIFO batch: applies each new transaction in its group's order, and reports
     /// the failed ones and those held behind them.
     pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
-        let handler = json(|tx: Transaction, ctx: RecordContext| self.apply(tx, ctx))
+        let handler = json(|tx: Transaction, ctx: RecordContext| self.apply_as_record(tx, ctx))
             .idempotent(self.engine.clone())
             .with_keys(KeyConfig::json_pointer("/transactionId"));
         let report = self.processor.process(&event, &handler).await?;
         Ok(report.response())
+    }
+
+    /// [`apply`](Self::apply), its error as the processor takes it
+    /// ([`TransactionError::into_error`]).
+    async fn apply_as_record(&self, tx: Transaction, ctx: RecordContext) -> Result<(), Error> {
+        self.apply(tx, ctx)
+            .await
+            .map_err(TransactionError::into_error)
     }
 
     /// The effect: adds the amount to the balance; a withdrawal only while the balance covers it.

@@ -14,6 +14,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{BatchProcessor, RecordContext, RecordHandlerExt, json};
+use lambda_idempotency::error::TransientError;
 use lambda_idempotency::store::DynamoDbBackend;
 use lambda_runtime::{Error, LambdaEvent};
 use serde::Deserialize;
@@ -103,7 +104,10 @@ impl App {
             .expression_attribute_values(":points", AttributeValue::N(points.to_string()))
             .send()
             .await
-            .map_err(aws_sdk_dynamodb::Error::from)?;
+            // DynamoDB unavailable (throttled, timed out, down) is not the message's fault: a
+            // `TransientError` is retried without spending an attempt, so an outage of the table
+            // dead-letters nothing.
+            .map_err(|e| TransientError::new(aws_sdk_dynamodb::Error::from(e)))?;
         tracing::info!(
             message_id = ctx.message_id,
             order_id = order.order_id,
