@@ -213,6 +213,7 @@ pub async fn run_mode(mode: Mode, options: Options, labels: &'static [&'static s
             10,
             BUDGET,
             Duration::from_secs(3600),
+            Some(VisibilityBackoff::new(run.sqs.clone()).schedule()),
         )
         .await;
         assert_eq!(
