@@ -1,21 +1,5 @@
 //! The outage cover: does a queue's `maxReceiveCount` leave room for an outage as long as the
-//! queue's retention?
-//!
-//! A failure the attempt budget does not count (the store or a follow-up service unreachable, a
-//! FIFO message held behind such a failure) has no end the consumer can count, but SQS counts its
-//! receives all the same. With the [visibility backoff](crate::backoff) on, those receives come
-//! [`delay_not_counted`](crate::backoff::RetrySchedule::delay_not_counted) apart, doubling up to
-//! 11 hours: an outage of `retention` costs a message at most
-//! [`receives_within`](crate::backoff::RetrySchedule::receives_within)`(retention)` receives.
-//! With the backoff off, each comes a visibility timeout after the last: `retention / timeout + 1`.
-//!
-//! Those receives come on top of the ones the attempt budget allows
-//! ([`min_max_receive_count`](super::min_max_receive_count)): a message may have used its own
-//! failed attempts, and been held behind others' in its FIFO group, before an outage starts. So
-//! an outage as long as the retention moves nothing when `maxReceiveCount` is at least their
-//! sum ([`OutageCover::required`]). The larger the backoff's base, the fewer receives an outage
-//! costs; the backoff's `max` and its jitter do not lower the count (an outage's delays double
-//! past `max`, and jitter only lengthens them).
+//! queue's retention? See [`outage_cover`].
 
 use std::time::Duration;
 
@@ -136,7 +120,23 @@ pub fn outage_receives(
 
 /// Whether `max_receive_count` covers the receives of batches of `batch_size` records and
 /// `max_attempts` attempts, plus an outage as long as `retention` under `backoff` (`None`: off,
-/// each retry a `visibility_timeout` later). See the [module](self) docs.
+/// each retry a `visibility_timeout` later).
+///
+/// A failure the attempt budget does not count (the store or a follow-up service unreachable, a
+/// FIFO message held behind such a failure) has no end the consumer can count, but SQS counts its
+/// receives all the same. With the [visibility backoff](crate::backoff) on, those receives come
+/// [`delay_not_counted`](crate::backoff::RetrySchedule::delay_not_counted) apart, doubling up to
+/// 11 hours: an outage of `retention` costs a message at most
+/// [`receives_within`](crate::backoff::RetrySchedule::receives_within)`(retention)` receives.
+/// With the backoff off, each comes a visibility timeout after the last: `retention / timeout + 1`.
+///
+/// Those receives come on top of the ones the attempt budget allows
+/// ([`min_max_receive_count`](super::min_max_receive_count)): a message may have used its own
+/// failed attempts, and been held behind others' in its FIFO group, before an outage starts. So
+/// an outage as long as the retention moves nothing when `maxReceiveCount` is at least their
+/// sum ([`OutageCover::required`]). The larger the backoff's base, the fewer receives an outage
+/// costs; the backoff's `max` and its jitter do not lower the count (an outage's delays double
+/// past `max`, and jitter only lengthens them).
 pub fn outage_cover(
     max_receive_count: u32,
     batch_size: u32,

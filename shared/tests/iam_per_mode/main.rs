@@ -258,7 +258,7 @@ async fn the_redrive_check_of_a_queue_given_by_its_arn() {
     assert_eq!(
         check,
         RedriveCheck::Ok {
-            max_receive_count: 50,
+            max_receive_count: 64,
             required: 41
         }
     );

@@ -219,7 +219,7 @@ pub async fn run_mode(mode: Mode, options: Options, labels: &'static [&'static s
         assert_eq!(
             queues.redrive,
             RedriveCheck::Ok {
-                max_receive_count: 50,
+                max_receive_count: 64,
                 required: 11
             }
         );
