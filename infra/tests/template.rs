@@ -46,7 +46,7 @@ fn queues() {
     assert_eq!(payments.message_retention_period, 345_600);
     let redrive = payments.redrive.as_ref().unwrap();
     assert_eq!(redrive.dead_letter_queue, "PaymentsDeadLetterQueue");
-    assert_eq!(redrive.max_receive_count, 41);
+    assert_eq!(redrive.max_receive_count, 65);
 
     let payments_dlq = &t.queues["PaymentsDeadLetterQueue"];
     assert_eq!(payments_dlq.name, "payments-dlq.fifo");
@@ -68,7 +68,7 @@ fn queues() {
     assert_eq!(receipts.visibility_timeout, 180);
     let redrive = receipts.redrive.as_ref().unwrap();
     assert_eq!(redrive.dead_letter_queue, "ReceiptsDeadLetterQueue");
-    assert_eq!(redrive.max_receive_count, 41);
+    assert_eq!(redrive.max_receive_count, 65);
     assert_eq!(t.queues["ReceiptsDeadLetterQueue"].name, "receipts-dlq");
     assert!(!t.queues["ReceiptsDeadLetterQueue"].fifo);
     assert_eq!(
@@ -504,7 +504,7 @@ fn naming_and_parameter_overrides() {
             .as_ref()
             .unwrap()
             .max_receive_count,
-        11
+        35
     );
     assert_eq!(
         t.queues["ReceiptsQueue"]
@@ -512,7 +512,7 @@ fn naming_and_parameter_overrides() {
             .as_ref()
             .unwrap()
             .max_receive_count,
-        11
+        35
     );
     let env = &t.functions["PaymentProcessorFunction"].environment;
     assert_eq!(env["IDEMPOTENCY_TTL_SECONDS"].as_literal(), Some("2000000"));

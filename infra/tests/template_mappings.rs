@@ -1,7 +1,10 @@
 //! `Mappings` and `!FindInMap`: the redrive backstop of every queue is derived from `MaxAttempts`,
 //! and the model resolves lookups as CloudFormation would, or refuses them.
 
-use lambda_idempotency::redrive_policy::min_max_receive_count;
+use std::time::Duration;
+
+use lambda_idempotency::backoff::RetrySchedule;
+use lambda_idempotency::redrive_policy::outage_cover;
 use local_aws::template::{MapValue, Template, TemplateOptions};
 
 fn with_attempts(n: u32) -> Template {
@@ -15,11 +18,22 @@ fn each_queue_s_max_receive_count_is_derived_from_max_attempts_for_its_batch_siz
         let t = with_attempts(n);
         let mut consumers = 0;
         for (f, e) in t.sqs_event_sources() {
-            let redrive = t.queues[&e.queue].redrive.as_ref().unwrap();
-            assert_eq!(
+            let q = &t.queues[&e.queue];
+            let redrive = q.redrive.as_ref().unwrap();
+            // The attempt bound and an outage as long as the retention, at the slowest backoff
+            // the template allows (BackoffBaseSeconds' MinValue, 1 s).
+            let slowest = RetrySchedule::new(Duration::from_secs(1), Duration::from_secs(1));
+            let cover = outage_cover(
                 redrive.max_receive_count,
-                min_max_receive_count(e.batch_size, n),
-                "{} with MaxAttempts {n}",
+                e.batch_size,
+                n,
+                Duration::from_secs(q.message_retention_period.into()),
+                Some(slowest),
+                Duration::from_secs(q.visibility_timeout.into()),
+            );
+            assert_eq!(
+                redrive.max_receive_count, cover.required,
+                "{} with MaxAttempts {n}: {cover}",
                 e.queue
             );
             let env = |name: &str| f.environment[name].as_literal().map(str::to_owned);
@@ -41,7 +55,7 @@ fn each_queue_s_max_receive_count_is_derived_from_max_attempts_for_its_batch_siz
     assert_eq!(t.parameter("MaxAttempts"), Some("5"));
     assert_eq!(
         t.mappings.get("RedriveBackstop", "5", "BatchSize10"),
-        Some(&MapValue::Text("41".into()))
+        Some(&MapValue::Text("65".into()))
     );
     let f = t.function_by_name("payment-processor").unwrap();
     assert!(f.environment.contains_key("SOURCE_QUEUE_URL"));
@@ -50,21 +64,51 @@ fn each_queue_s_max_receive_count_is_derived_from_max_attempts_for_its_batch_siz
 #[test]
 fn the_check_flags_a_backstop_a_blocked_follower_can_reach() {
     let text = std::fs::read_to_string(Template::project_path()).unwrap();
-    // The mapping's row for the default (5 attempts) set to the old maxReceiveCount of 5.
-    let row = r#""5": { BatchSize10: "41" }"#;
+    // The mapping's row for the default (5 attempts) set to the old maxReceiveCount of 5: below
+    // the attempt bound, and no room for an outage, for each of the two consumers.
+    let row = r#""5": { BatchSize10: "65" }"#;
     assert!(text.contains(row));
     let low = text.replacen(row, r#""5": { BatchSize10: "5" }"#, 1);
     let findings = Template::parse(&low, &TemplateOptions::default())
         .unwrap()
         .check();
+    assert_eq!(findings.len(), 4, "{findings:#?}");
+    let below = |text: &str| findings.iter().filter(|f| f.message.contains(text)).count();
+    assert_eq!(below("maxReceiveCount 5, below 41"), 2, "{findings:#?}");
+    assert_eq!(below("at least 65 = 41 + 24"), 2, "{findings:#?}");
+    // At the attempt bound alone (the template's value before the outage's room), the outage is
+    // found on each consumer, with the parameter that allows the slowest backoff.
+    let bound = text.replacen(row, r#""5": { BatchSize10: "41" }"#, 1);
+    let findings = Template::parse(&bound, &TemplateOptions::default())
+        .unwrap()
+        .check();
     assert_eq!(findings.len(), 2, "{findings:#?}");
     for f in &findings {
         assert!(
-            f.message.contains("maxReceiveCount 5, below 41"),
+            f.message
+                .contains("BackoffBaseSeconds, whose MinValue allows 1")
+                && f.message.contains("at least 65 = 41 + 24"),
             "{}",
             f.message
         );
     }
+    // A BackoffBaseSeconds that allows 0 (the backoff off) is found at any row.
+    let min = "    MinValue: 1\n    Description: >-\n      Visibility backoff";
+    assert!(text.contains(min));
+    let off = text.replacen(
+        min,
+        "    MinValue: 0\n    Description: >-\n      Visibility backoff",
+        1,
+    );
+    let findings = Template::parse(&off, &TemplateOptions::default())
+        .unwrap()
+        .check();
+    assert_eq!(findings.len(), 2, "{findings:#?}");
+    assert!(
+        findings[0].message.contains("turn the backoff on"),
+        "{}",
+        findings[0]
+    );
     // An EVENT_SOURCE_BATCH_SIZE that is not the event source's BatchSize is flagged too.
     let size = r#"EVENT_SOURCE_BATCH_SIZE: "10""#;
     assert!(text.contains(size));

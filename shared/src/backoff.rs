@@ -16,8 +16,11 @@
 //! is never counted against its budget. SQS still counts its receives against the queue's
 //! `maxReceiveCount`, so its delay doubles with each receive, past `max` up to 11 hours
 //! ([`visibility_not_counted`](VisibilityBackoff::visibility_not_counted)): an outage of minutes
-//! costs a few receives, and one of days about two a day; with a `maxReceiveCount` of 41, only
-//! an outage of over 12 days could reach the dead-letter queue.
+//! costs a few receives, and one of days about two a day: one as long as a queue's retention
+//! costs at most [`RetrySchedule::receives_within`] the retention, which the queue's
+//! `maxReceiveCount` must leave room for beyond the attempt budget's receives (the
+//! [outage cover](crate::redrive_policy::outage_cover), which the consumer's cold-start check
+//! applies).
 //! A record in progress in another invocation comes back when that invocation's lease ends (up
 //! to 11 hours away), and a FIFO record that did not run because an earlier one of its group
 //! failed comes back with that one.
@@ -167,7 +170,7 @@ impl VisibilityBackoff {
     /// assert_eq!(backoff.delay_not_counted(17).as_secs(), 11 * 60 * 60);
     /// ```
     pub fn delay_not_counted(&self, receives: u32) -> Duration {
-        self.schedule.doubled(receives, MAX_VISIBILITY)
+        self.schedule.delay_not_counted(receives)
     }
 
     /// The visibility timeout (whole seconds) for a record that failed with `error` on its
@@ -389,6 +392,45 @@ impl RetrySchedule {
     /// max)`.
     pub fn delay(&self, attempt: u32) -> Duration {
         self.doubled(attempt, self.max)
+    }
+
+    /// The delay after a failure the attempt budget does not count (an outage: see
+    /// [`VisibilityBackoff::visibility_not_counted`]), on a message's `receives`-th receive,
+    /// without jitter: `min(base * 2^(receives - 1), 11 h)`, past `max`.
+    pub fn delay_not_counted(&self, receives: u32) -> Duration {
+        self.doubled(receives, MAX_VISIBILITY)
+    }
+
+    /// The most receives of a message during an outage of `outage`, when each of them fails
+    /// through no fault of the message: the first at the outage's start, each next one
+    /// [`delay_not_counted`](Self::delay_not_counted) of the previous one's receive count later
+    /// (jitter and the time a receive takes only add to that). A message already received before
+    /// the outage waits longer after each receive, so it is received no more often in it.
+    ///
+    /// ```
+    /// use lambda_idempotency::backoff::RetrySchedule;
+    /// use std::time::Duration;
+    ///
+    /// const DAY: u64 = 24 * 60 * 60;
+    /// let from_2s = RetrySchedule::new(Duration::from_secs(2), Duration::from_secs(300));
+    /// // 2 s, 4 s, 8 s... to 11 hours after the 16th receive (about 18 hours in), then about two
+    /// // a day: a queue keeping its messages 4 days sees 23 receives, 14 days 44.
+    /// assert_eq!(from_2s.receives_within(Duration::from_secs(4 * DAY)), 23);
+    /// assert_eq!(from_2s.receives_within(Duration::from_secs(14 * DAY)), 44);
+    /// // From 1 s, one more: the slowest backoff the reference template allows.
+    /// let from_1s = RetrySchedule::new(Duration::from_secs(1), Duration::from_secs(1));
+    /// assert_eq!(from_1s.receives_within(Duration::from_secs(4 * DAY)), 24);
+    /// ```
+    pub fn receives_within(&self, outage: Duration) -> u32 {
+        let mut elapsed = Duration::ZERO;
+        let mut receives = 1;
+        loop {
+            elapsed = elapsed.saturating_add(self.delay_not_counted(receives));
+            if elapsed > outage || receives == u32::MAX {
+                return receives;
+            }
+            receives += 1;
+        }
     }
 
     /// `min(base * 2^(n - 1), cap)`.

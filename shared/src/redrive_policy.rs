@@ -18,18 +18,22 @@
 //! unreachable: an outage) is not in that bound, because it has no end the consumer can count.
 //! The [visibility backoff](crate::backoff) delays such a record, and the records held behind it,
 //! by its receive count instead, doubling up to 11 hours (SQS refuses a visibility ending more
-//! than 12 hours after the receive): with the default 2 s base, a message first received when an
-//! outage starts is received 41 times only after about 12 days, and moved on the 42nd receive,
-//! after 12.7. So an outage of less than 12 days never moves a message to the dead-letter queue
-//! while the backoff is on (`BACKOFF_BASE_SECONDS` not `0`); for a queue that keeps its messages
-//! 14 days (SQS's longest), a `maxReceiveCount` of 44 or more covers an outage as long as the
-//! retention.
+//! than 12 hours after the receive): with the default 2 s base, an outage of 4 days costs a
+//! message at most 23 receives, one of 14 days (SQS's longest retention) 44. Those come on top
+//! of the attempt bound's (a message may have used its attempts, or waited behind others', before
+//! the outage): the [outage cover](outage_cover) is their sum, and a `maxReceiveCount` at least
+//! that moves nothing during an outage as long as the queue's retention. Without the backoff
+//! (`BACKOFF_BASE_SECONDS` `0`) an outage's receives come a visibility timeout apart (480 a day
+//! at 180 s), which no `maxReceiveCount` of a queue keeping its messages days can cover.
 //!
-//! [`check_queue`] (and [`warn_if_unsafe`], which logs what it finds) does the same and two more
-//! checks, with one `GetQueueAttributes` of the queue (`RedrivePolicy`, `MessageRetentionPeriod`,
-//! `MaximumMessageSize`) and one of the dead-letter queue its policy names
-//! (`MessageRetentionPeriod`, `MaximumMessageSize`):
+//! [`check_queue`] (and [`warn_if_unsafe`], which logs what it finds) does the same and three
+//! more checks, with one `GetQueueAttributes` of the queue (`RedrivePolicy`,
+//! `MessageRetentionPeriod`, `MaximumMessageSize`, `VisibilityTimeout`) and one of the
+//! dead-letter queue its policy names (`MessageRetentionPeriod`, `MaximumMessageSize`):
 //!
+//! - the redrive policy's `maxReceiveCount` must cover an outage as long as the queue's
+//!   retention, under the consumer's backoff, on top of the attempt bound
+//!   ([`Finding::OutageCanMove`]);
 //! - the dead-letter queue must take messages as large as its source queue does: if its
 //!   `MaximumMessageSize` is smaller, a large message cannot be moved there whole
 //!   ([`Finding::DeadLetterTakesSmallerMessages`]; the consumer's own dead-lettering then sends a
@@ -46,6 +50,12 @@ use std::time::Duration;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::QueueAttributeName;
+
+use crate::backoff::RetrySchedule;
+
+mod outage;
+
+pub use outage::{OutageCover, outage_cover, outage_receives};
 
 /// The smallest safe `maxReceiveCount` for batches of `batch_size` records and `max_attempts`
 /// attempts per message: `(batch_size - 1) * (max_attempts - 1) + max_attempts`.
@@ -289,6 +299,9 @@ pub struct QueueCheck {
 /// Something [`check_queue`] found to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
+    /// The redrive policy's `maxReceiveCount` does not cover an outage as long as the queue's
+    /// retention on top of the attempt bound: SQS can move messages that are not at fault.
+    OutageCanMove(OutageCover),
     /// The dead-letter queue takes smaller messages than its source queue: a large message
     /// cannot be moved there whole.
     DeadLetterTakesSmallerMessages {
@@ -309,14 +322,16 @@ pub enum Finding {
         /// Their sum: the shortest safe expiry.
         required: Duration,
     },
-    /// A queue's `MaximumMessageSize` and `MessageRetentionPeriod` could not be read (the
-    /// dead-letter queue's need `sqs:GetQueueUrl` and `sqs:GetQueueAttributes` on it): what
-    /// depends on them was not checked.
+    /// A queue's `MaximumMessageSize`, `MessageRetentionPeriod` or `VisibilityTimeout` could not
+    /// be read (the dead-letter queue's need `sqs:GetQueueUrl` and `sqs:GetQueueAttributes` on
+    /// it): what depends on them was not checked.
     Unreadable(String),
 }
 
-/// [`check`], and two more checks of the queue and of the dead-letter queue its redrive policy
-/// names (see the module docs): the dead-letter queue's `MaximumMessageSize` is at least the
+/// [`check`], and three more checks of the queue and of the dead-letter queue its redrive policy
+/// names (see the module docs): the policy's `maxReceiveCount` covers an outage as long as the
+/// queue's `MessageRetentionPeriod` under `backoff` (`None`: the backoff is off) on top of the
+/// attempt bound ([`outage_cover`]), the dead-letter queue's `MaximumMessageSize` is at least the
 /// queue's, and `expiry`, the idempotency engine's (the records' lifetime), is at least the
 /// queue's `MessageRetentionPeriod` plus the dead-letter queue's (the queue's alone when it has no
 /// redrive policy). Two `GetQueueAttributes` (and a `GetQueueUrl` for the dead-letter queue, and
@@ -327,8 +342,9 @@ pub async fn check_queue(
     batch_size: u32,
     max_attempts: u32,
     expiry: Duration,
+    backoff: Option<RetrySchedule>,
 ) -> QueueCheck {
-    let read = read_all(sqs, queue, batch_size, max_attempts, expiry);
+    let read = read_all(sqs, queue, batch_size, max_attempts, expiry, backoff);
     tokio::time::timeout(CHECK_TIMEOUT, read)
         .await
         .unwrap_or_else(|_| unreadable(format!("no answer from SQS within {CHECK_TIMEOUT:?}")))
@@ -350,6 +366,7 @@ async fn read_all(
     batch_size: u32,
     max_attempts: u32,
     expiry: Duration,
+    backoff: Option<RetrySchedule>,
 ) -> QueueCheck {
     let url = match queue_url(sqs, queue).await {
         Ok(url) => url,
@@ -359,6 +376,7 @@ async fn read_all(
         QueueAttributeName::RedrivePolicy,
         QueueAttributeName::MessageRetentionPeriod,
         QueueAttributeName::MaximumMessageSize,
+        QueueAttributeName::VisibilityTimeout,
     ];
     let source_attributes = match attributes(sqs, &url, &names).await {
         Ok(attributes) => attributes,
@@ -381,6 +399,37 @@ async fn read_all(
         }
     };
     result.source = Some(source);
+    if let RedriveCheck::Ok {
+        max_receive_count, ..
+    }
+    | RedriveCheck::TooLow {
+        max_receive_count, ..
+    } = result.redrive
+    {
+        let visibility_timeout = source_attributes
+            .get(&QueueAttributeName::VisibilityTimeout)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        match (visibility_timeout, backoff) {
+            (None, None) => result.findings.push(Finding::Unreadable(format!(
+                "{url}: no VisibilityTimeout in the answer, and the backoff is off: the \
+                 redrive policy's cover of an outage was not checked"
+            ))),
+            (visibility_timeout, backoff) => {
+                let cover = outage_cover(
+                    max_receive_count,
+                    batch_size,
+                    max_attempts,
+                    source.retention,
+                    backoff,
+                    visibility_timeout.unwrap_or_default(),
+                );
+                if !cover.holds() {
+                    result.findings.push(Finding::OutageCanMove(cover));
+                }
+            }
+        }
+    }
     result.dead_letter_arn = source_attributes
         .get(&QueueAttributeName::RedrivePolicy)
         .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
@@ -433,13 +482,29 @@ pub async fn warn_if_unsafe(
     batch_size: u32,
     max_attempts: u32,
     expiry: Duration,
+    backoff: Option<RetrySchedule>,
 ) -> QueueCheck {
-    let result = check_queue(sqs, queue, batch_size, max_attempts, expiry).await;
+    let result = check_queue(sqs, queue, batch_size, max_attempts, expiry, backoff).await;
     log_backstop(queue, batch_size, max_attempts, &result.redrive);
     let queue = queue.to_string();
     let dead_letter_queue = result.dead_letter_arn.as_deref().unwrap_or("none");
     for finding in &result.findings {
         match finding {
+            Finding::OutageCanMove(cover) => tracing::warn!(
+                queue,
+                dead_letter_queue,
+                max_receive_count = cover.max_receive_count,
+                attempt_bound = cover.attempt_bound,
+                outage_receives = cover.outage_receives,
+                required = cover.required,
+                retention_seconds = cover.retention.as_secs(),
+                longest_outage_seconds = cover.longest_outage.as_secs(),
+                backoff_base_seconds = cover
+                    .backoff
+                    .map_or(0, |b| b.delay_not_counted(1).as_secs()),
+                "redrive backstop too low for an outage: queue {queue} (batches of {batch_size}, \
+                 {max_attempts} attempts): {cover}"
+            ),
             Finding::DeadLetterTakesSmallerMessages {
                 source,
                 dead_letter,
@@ -480,10 +545,9 @@ pub async fn warn_if_unsafe(
                 queue,
                 dead_letter_queue,
                 error,
-                "could not read a queue's MaximumMessageSize and MessageRetentionPeriod (the \
-                 dead-letter queue's need sqs:GetQueueUrl and sqs:GetQueueAttributes on it): the \
-                 dead-letter queue's message size and the idempotency expiry were not checked \
-                 against them"
+                "could not read a queue's attributes (the dead-letter queue's need \
+                 sqs:GetQueueUrl and sqs:GetQueueAttributes on it): what depends on them was not \
+                 checked: {error}"
             ),
         }
     }
@@ -492,8 +556,9 @@ pub async fn warn_if_unsafe(
             queue,
             dead_letter_queue,
             expiry_seconds = expiry.as_secs(),
-            "queue limits: the dead-letter queue takes the queue's messages, and records outlive \
-             every copy of their message"
+            "queue limits: the redrive policy covers an outage as long as the retention, the \
+             dead-letter queue takes the queue's messages, and records outlive every copy of \
+             their message"
         );
     }
     result

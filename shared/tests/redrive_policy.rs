@@ -3,12 +3,13 @@
 mod common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use lambda_idempotency::backoff::RetrySchedule;
 use lambda_idempotency::count::RequestCounter;
 use std::time::Duration;
 
 use lambda_idempotency::redrive_policy::{
-    Finding, QueueLimits, QueueRef, RedriveCheck, check, check_queue, warn_if_too_low,
-    warn_if_unsafe,
+    Finding, OutageCover, QueueCheck, QueueLimits, QueueRef, RedriveCheck, check, check_queue,
+    warn_if_too_low, warn_if_unsafe,
 };
 
 /// A FIFO queue with a FIFO dead-letter queue after `max_receive_count` receives (`None`: no
@@ -143,7 +144,8 @@ fn limits(retention: u64, max_message_size: u32) -> Vec<(QueueAttributeName, Str
     ]
 }
 
-/// A queue (retention 4 days, `source_size` bytes) whose redrive policy (maxReceiveCount 41)
+/// A queue (retention 4 days, `source_size` bytes) whose redrive policy (maxReceiveCount 64: 41
+/// receives for batches of 10 and 5 attempts, and 23 for an outage of 4 days from 2 s)
 /// names a dead-letter queue (retention 14 days, `dead_letter_size` bytes). The queue's URL, the
 /// dead-letter queue's URL and ARN.
 async fn pair(
@@ -155,7 +157,7 @@ async fn pair(
     let mut attributes = limits(FOUR_DAYS, source_size);
     attributes.push((
         QueueAttributeName::RedrivePolicy,
-        serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": 41 }).to_string(),
+        serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": 64 }).to_string(),
     ));
     let (url, _) = fifo_queue(sqs, &attributes).await;
     (url, dlq_url, dlq_arn)
@@ -163,15 +165,23 @@ async fn pair(
 
 const ENOUGH: Duration = Duration::from_secs(FOUR_DAYS + FOURTEEN_DAYS);
 
+/// The consumer's default backoff: from 2 s.
+fn backoff() -> Option<RetrySchedule> {
+    Some(RetrySchedule::new(
+        Duration::from_secs(2),
+        Duration::from_secs(300),
+    ))
+}
+
 #[tokio::test]
 async fn queues_that_fit_each_other_have_no_findings() {
     let sqs = common::sqs(&RequestCounter::default()).await;
     let (url, _, dlq_arn) = pair(&sqs, 262_144, 262_144).await;
-    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH, backoff()).await;
     assert_eq!(
         found.redrive,
         RedriveCheck::Ok {
-            max_receive_count: 41,
+            max_receive_count: 64,
             required: 41
         }
     );
@@ -197,7 +207,7 @@ async fn queues_that_fit_each_other_have_no_findings() {
 async fn a_dead_letter_queue_taking_smaller_messages_is_found_with_both_sizes() {
     let sqs = common::sqs(&RequestCounter::default()).await;
     let (url, _, _) = pair(&sqs, 1_048_576, 65_536).await;
-    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH, backoff()).await;
     assert_eq!(
         found.findings,
         [Finding::DeadLetterTakesSmallerMessages {
@@ -209,7 +219,7 @@ async fn a_dead_letter_queue_taking_smaller_messages_is_found_with_both_sizes() 
     // A larger dead-letter queue is fine.
     let (url, _, _) = pair(&sqs, 65_536, 1_048_576).await;
     assert_eq!(
-        check_queue(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH)
+        check_queue(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH, backoff())
             .await
             .findings,
         []
@@ -222,7 +232,7 @@ async fn an_expiry_shorter_than_both_retentions_is_found_with_the_numbers() {
     let (url, _, _) = pair(&sqs, 262_144, 262_144).await;
     let queue = QueueRef::Url(url);
     let short = ENOUGH - Duration::from_secs(1);
-    let found = warn_if_unsafe(&sqs, &queue, 10, 5, short).await;
+    let found = warn_if_unsafe(&sqs, &queue, 10, 5, short, backoff()).await;
     assert_eq!(
         found.findings,
         [Finding::ExpiryTooShort {
@@ -233,35 +243,161 @@ async fn an_expiry_shorter_than_both_retentions_is_found_with_the_numbers() {
         }]
     );
     // The library's default expiry (24 hours) is far too short for these queues.
-    let found = check_queue(&sqs, &queue, 10, 5, Duration::from_secs(86_400)).await;
+    let found = check_queue(&sqs, &queue, 10, 5, Duration::from_secs(86_400), backoff()).await;
     assert!(
         matches!(found.findings[..], [Finding::ExpiryTooShort { required, .. }] if required == ENOUGH),
         "{found:?}"
     );
-    assert_eq!(check_queue(&sqs, &queue, 10, 5, ENOUGH).await.findings, []);
+    assert_eq!(
+        check_queue(&sqs, &queue, 10, 5, ENOUGH, backoff())
+            .await
+            .findings,
+        []
+    );
 }
 
 #[tokio::test]
-async fn both_findings_are_reported_together_and_the_backstop_still_checked() {
+async fn every_finding_is_reported_together_and_the_backstop_still_checked() {
     let sqs = common::sqs(&RequestCounter::default()).await;
     let (url, _, _) = pair(&sqs, 262_144, 1_024).await;
-    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 6, Duration::from_secs(60)).await;
+    let found = warn_if_unsafe(
+        &sqs,
+        &QueueRef::Url(url),
+        10,
+        8,
+        Duration::from_secs(60),
+        backoff(),
+    )
+    .await;
     assert_eq!(
         found.redrive,
         RedriveCheck::TooLow {
-            max_receive_count: 41,
-            required: 51
+            max_receive_count: 64,
+            required: 71
         }
     );
-    assert_eq!(found.findings.len(), 2, "{found:?}");
+    assert_eq!(found.findings.len(), 3, "{found:?}");
     assert!(matches!(
         found.findings[0],
+        Finding::OutageCanMove(OutageCover {
+            max_receive_count: 64,
+            attempt_bound: 71,
+            outage_receives: 23,
+            required: 94,
+            ..
+        })
+    ));
+    assert!(matches!(
+        found.findings[1],
         Finding::DeadLetterTakesSmallerMessages {
             source: 262_144,
             dead_letter: 1_024
         }
     ));
-    assert!(matches!(found.findings[1], Finding::ExpiryTooShort { .. }));
+    assert!(matches!(found.findings[2], Finding::ExpiryTooShort { .. }));
+}
+
+// --- an outage as long as the queue's retention --------------------------------------------------
+
+/// A queue keeping its messages `retention` s with visibility timeout `visibility` s, whose
+/// redrive policy moves a message after `max_receive_count` receives; its URL.
+async fn retained(
+    sqs: &aws_sdk_sqs::Client,
+    retention: u64,
+    visibility: u32,
+    max_receive_count: u32,
+) -> String {
+    let (_, dlq_arn) = fifo_queue(sqs, &limits(FOURTEEN_DAYS, 262_144)).await;
+    let mut attributes = limits(retention, 262_144);
+    attributes.push((
+        QueueAttributeName::VisibilityTimeout,
+        visibility.to_string(),
+    ));
+    attributes.push((
+        QueueAttributeName::RedrivePolicy,
+        serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count })
+            .to_string(),
+    ));
+    fifo_queue(sqs, &attributes).await.0
+}
+
+/// The cold-start check finds a `maxReceiveCount` that covers the attempt bound but not an
+/// outage as long as the queue's retention on top of it, with the numbers: the pipeline's old
+/// backstop (41 for 5 attempts, 4 days), and 14 days at the default base; the exact sum passes.
+/// With the backoff off, an outage's receives come every visibility timeout: SQS's largest
+/// `maxReceiveCount` (1000) does not cover 4 days of them.
+#[tokio::test]
+async fn a_backstop_an_outage_as_long_as_the_retention_can_reach_is_found_with_the_numbers() {
+    let sqs = common::sqs(&RequestCounter::default()).await;
+    let outage = |found: &QueueCheck| match &found.findings[..] {
+        [Finding::OutageCanMove(cover)] => *cover,
+        other => panic!("one outage finding, not {other:?}"),
+    };
+    let old = QueueRef::Url(retained(&sqs, FOUR_DAYS, 180, 41).await);
+    let found = warn_if_unsafe(&sqs, &old, 10, 5, ENOUGH, backoff()).await;
+    assert!(
+        matches!(found.redrive, RedriveCheck::Ok { .. }),
+        "{found:?}"
+    );
+    let cover = outage(&found);
+    assert_eq!(
+        (cover.attempt_bound, cover.outage_receives, cover.required),
+        (41, 23, 64)
+    );
+    assert_eq!(cover.retention, Duration::from_secs(FOUR_DAYS));
+    assert_eq!(
+        cover.longest_outage,
+        Duration::ZERO,
+        "no receive left for an outage"
+    );
+    let message = cover.to_string();
+    for number in [
+        "maxReceiveCount 41",
+        "(345600 s)",
+        "up to 23 receives",
+        "at least 64 = 41 + 23",
+    ] {
+        assert!(message.contains(number), "{number}: {message}");
+    }
+    // One attempt: 1 receive, and 23 for the outage; a backstop of 11 covers an outage of 34
+    // minutes (the 11th receive comes 2046 s after the first).
+    let found = check_queue(
+        &sqs,
+        &QueueRef::Url(retained(&sqs, FOUR_DAYS, 180, 11).await),
+        10,
+        1,
+        ENOUGH,
+        backoff(),
+    )
+    .await;
+    let cover = outage(&found);
+    assert_eq!((cover.attempt_bound, cover.required), (1, 24));
+    assert_eq!(cover.longest_outage, Duration::from_secs(2045));
+    let fits = QueueRef::Url(retained(&sqs, FOUR_DAYS, 180, 24).await);
+    assert_eq!(
+        check_queue(&sqs, &fits, 10, 1, ENOUGH, backoff())
+            .await
+            .findings,
+        []
+    );
+    // 14 days: 44 receives from 2 s.
+    let long = QueueRef::Url(retained(&sqs, FOURTEEN_DAYS, 180, 84).await);
+    let expiry = Duration::from_secs(2 * FOURTEEN_DAYS);
+    let cover = outage(&check_queue(&sqs, &long, 10, 5, expiry, backoff()).await);
+    assert_eq!((cover.outage_receives, cover.required), (44, 85));
+    let long = QueueRef::Url(retained(&sqs, FOURTEEN_DAYS, 180, 85).await);
+    assert_eq!(
+        check_queue(&sqs, &long, 10, 5, expiry, backoff())
+            .await
+            .findings,
+        []
+    );
+    // The backoff off: one receive per 180 s, 1921 in 4 days.
+    let off = QueueRef::Url(retained(&sqs, FOUR_DAYS, 180, 1000).await);
+    let cover = outage(&check_queue(&sqs, &off, 10, 5, ENOUGH, None).await);
+    assert_eq!((cover.outage_receives, cover.required), (1921, 1962));
+    assert_eq!(cover.visibility_timeout, Duration::from_secs(180));
+    assert!(cover.to_string().contains("turn the backoff on"), "{cover}");
 }
 
 #[tokio::test]
@@ -269,7 +405,7 @@ async fn without_a_redrive_policy_the_expiry_is_checked_against_the_queues_reten
     let sqs = common::sqs(&RequestCounter::default()).await;
     let (url, _) = fifo_queue(&sqs, &limits(FOUR_DAYS, 262_144)).await;
     let queue = QueueRef::Url(url);
-    let found = warn_if_unsafe(&sqs, &queue, 10, 5, Duration::from_secs(86_400)).await;
+    let found = warn_if_unsafe(&sqs, &queue, 10, 5, Duration::from_secs(86_400), backoff()).await;
     assert_eq!(found.redrive, RedriveCheck::NoRedrivePolicy);
     assert_eq!(found.dead_letter_arn, None);
     assert_eq!(
@@ -282,9 +418,16 @@ async fn without_a_redrive_policy_the_expiry_is_checked_against_the_queues_reten
         }]
     );
     assert_eq!(
-        check_queue(&sqs, &queue, 10, 5, Duration::from_secs(FOUR_DAYS))
-            .await
-            .findings,
+        check_queue(
+            &sqs,
+            &queue,
+            10,
+            5,
+            Duration::from_secs(FOUR_DAYS),
+            backoff()
+        )
+        .await
+        .findings,
         []
     );
 }
@@ -294,7 +437,7 @@ async fn an_unreadable_dead_letter_queue_is_a_finding_not_a_failure() {
     let sqs = common::sqs(&RequestCounter::default()).await;
     let (url, dlq_url, _) = pair(&sqs, 262_144, 262_144).await;
     sqs.delete_queue().queue_url(&dlq_url).send().await.unwrap();
-    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(url), 10, 5, ENOUGH, backoff()).await;
     assert!(matches!(found.redrive, RedriveCheck::Ok { .. }));
     assert_eq!(found.dead_letter, None);
     assert!(
@@ -307,7 +450,7 @@ async fn an_unreadable_dead_letter_queue_is_a_finding_not_a_failure() {
         common::endpoint().trim_end_matches('/'),
         common::unique("missing")
     );
-    let found = warn_if_unsafe(&sqs, &QueueRef::Url(missing), 10, 5, ENOUGH).await;
+    let found = warn_if_unsafe(&sqs, &QueueRef::Url(missing), 10, 5, ENOUGH, backoff()).await;
     assert!(
         matches!(&found.redrive, RedriveCheck::Unreadable(e) if e.contains("GetQueueAttributes")),
         "{found:?}"

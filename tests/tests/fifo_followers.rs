@@ -50,7 +50,7 @@ async fn one_group(tag: &str, faults: &[Fault]) {
     )
     .unwrap();
     // Without the fix the group drains too, into the dead-letter queue, once the failing
-    // payment's receives reach the queue's maxReceiveCount (about 41 receives, 2 s apart).
+    // payment's receives reach the queue's maxReceiveCount (about 65 receives, 2 s apart).
     let drained = stack.wait_drained(Duration::from_secs(240)).await;
     let deliveries = running.deliveries.lock().unwrap().clone();
     let scope = declaring_faults(

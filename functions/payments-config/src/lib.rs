@@ -116,12 +116,27 @@ pub fn backoff(
     sqs: aws_sdk_sqs::Client,
     settings: &impl Settings,
 ) -> Result<lambda_idempotency::backoff::VisibilityBackoff, ConfigError> {
-    let base = settings.seconds("BACKOFF_BASE_SECONDS", Duration::from_secs(2))?;
-    let max = settings.seconds("BACKOFF_MAX_SECONDS", Duration::from_secs(300))?;
+    let (base, max) = backoff_settings(settings)?;
     Ok(lambda_idempotency::backoff::VisibilityBackoff::new(sqs)
         .base(base)
         .max(max)
         .enabled(!base.is_zero()))
+}
+
+/// The schedule of [`backoff`]; `None` when it is off.
+pub fn backoff_schedule(
+    settings: &impl Settings,
+) -> Result<Option<lambda_idempotency::backoff::RetrySchedule>, ConfigError> {
+    let (base, max) = backoff_settings(settings)?;
+    Ok((!base.is_zero()).then(|| lambda_idempotency::backoff::RetrySchedule::new(base, max)))
+}
+
+/// `BACKOFF_BASE_SECONDS` and `BACKOFF_MAX_SECONDS`, with their defaults.
+fn backoff_settings(settings: &impl Settings) -> Result<(Duration, Duration), ConfigError> {
+    Ok((
+        settings.seconds("BACKOFF_BASE_SECONDS", Duration::from_secs(2))?,
+        settings.seconds("BACKOFF_MAX_SECONDS", Duration::from_secs(300))?,
+    ))
 }
 
 /// The batch processor of a consumer: the visibility backoff of [`backoff`], the attempts of
@@ -187,7 +202,8 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
 ///
 /// - its `maxReceiveCount` is below [`min_max_receive_count`] of `EVENT_SOURCE_BATCH_SIZE` and
 ///   `MAX_ATTEMPTS` (then SQS could dead-letter messages that never failed, blocked behind a
-///   failing one of their FIFO group);
+///   failing one of their FIFO group), or below that plus the receives of an outage as long as
+///   the queue's retention under the backoff of [`backoff_schedule`] ([`outage_cover`]);
 /// - the dead-letter queue's `MaximumMessageSize` is smaller than the queue's (a large message
 ///   cannot be moved there whole);
 /// - `idempotency_ttl`, the consumer's configured expiry (`IDEMPOTENCY_TTL_SECONDS`), is shorter
@@ -199,6 +215,7 @@ fn positive(settings: &impl Settings, name: &'static str) -> Result<Option<u32>,
 ///
 /// [`ColdStartChecks`]: lambda_idempotency::consumer::ColdStartChecks
 /// [`min_max_receive_count`]: lambda_idempotency::redrive_policy::min_max_receive_count
+/// [`outage_cover`]: lambda_idempotency::redrive_policy::outage_cover
 /// [`warn_if_unsafe`]: lambda_idempotency::redrive_policy::warn_if_unsafe
 pub fn cold_start_checks(
     backend: &lambda_idempotency::store::DynamoDbBackend,
@@ -215,6 +232,7 @@ pub fn cold_start_checks(
             batch_size: event_source_batch_size(settings)?,
             max_attempts: max_attempts(settings)?,
             expiry: idempotency_ttl,
+            backoff: backoff_schedule(settings)?,
         }),
         None => None,
     };

@@ -13,8 +13,11 @@ impl Template {
     /// dead-letter retention at least the source's; and, for a consumer with `MAX_ATTEMPTS` in its
     /// environment, a redrive `maxReceiveCount` that a message blocked behind others of its FIFO
     /// group cannot reach before its attempts are used up
-    /// ([`min_max_receive_count`](lambda_idempotency::redrive_policy::min_max_receive_count)), and
-    /// an `EVENT_SOURCE_BATCH_SIZE` equal to the event source's `BatchSize`.
+    /// ([`min_max_receive_count`](lambda_idempotency::redrive_policy::min_max_receive_count)),
+    /// nor an outage as long as the queue's retention on top of that, at the slowest backoff the
+    /// consumer may run with (the `MinValue` of the parameter its `BACKOFF_BASE_SECONDS` comes
+    /// from: [`outage_cover`](lambda_idempotency::redrive_policy::outage_cover), the cold-start
+    /// check's own), and an `EVENT_SOURCE_BATCH_SIZE` equal to the event source's `BatchSize`.
     ///
     /// Idempotency records must outlive every copy of a message: for a consumer with
     /// `IDEMPOTENCY_TTL_SECONDS` in its environment, the value must be at least its queue's
@@ -146,6 +149,18 @@ impl Template {
                                 ),
                             );
                         }
+                        let (backoff, base) = self.slowest_backoff(f);
+                        let cover = lambda_idempotency::redrive_policy::outage_cover(
+                            r.max_receive_count,
+                            e.batch_size,
+                            n,
+                            std::time::Duration::from_secs(q.message_retention_period.into()),
+                            backoff,
+                            std::time::Duration::from_secs(q.visibility_timeout.into()),
+                        );
+                        if !cover.holds() {
+                            finding(&at, format!("queue {} with {base}: {cover}", q.logical_id));
+                        }
                     }
                     Err(_) => finding(&at, format!("MAX_ATTEMPTS {attempts:?} is not a number")),
                 }
@@ -196,6 +211,47 @@ impl Template {
         let mut seen = BTreeSet::new();
         findings.retain(|f| seen.insert((f.resource.clone(), f.message.clone())));
         findings
+    }
+
+    /// The slowest visibility backoff `f` can run with, and what it comes from: its
+    /// `BACKOFF_BASE_SECONDS`, or the `MinValue` of the parameter it comes from (none: 0, the
+    /// backoff off), or the library's default 2 s; `None` when it is off.
+    fn slowest_backoff(
+        &self,
+        f: &Function,
+    ) -> (Option<lambda_idempotency::backoff::RetrySchedule>, String) {
+        const VAR: &str = "BACKOFF_BASE_SECONDS";
+        let literal = |name: &str| {
+            f.environment
+                .get(name)
+                .and_then(Expr::as_literal)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let (base, from) = match f
+            .environment_parameters
+            .get(VAR)
+            .and_then(|name| Some((name, self.parameters.get(name)?)))
+        {
+            Some((name, p)) => {
+                let min = p.min_value.map_or(0, |m| m.max(0.0) as u64);
+                (
+                    min,
+                    format!("{VAR} from {name}, whose MinValue allows {min}"),
+                )
+            }
+            None => {
+                let base = literal(VAR).unwrap_or(2);
+                (base, format!("{VAR} {base}"))
+            }
+        };
+        let max = literal("BACKOFF_MAX_SECONDS").unwrap_or(300).max(base);
+        let schedule = (base > 0).then(|| {
+            lambda_idempotency::backoff::RetrySchedule::new(
+                std::time::Duration::from_secs(base),
+                std::time::Duration::from_secs(max),
+            )
+        });
+        (schedule, from)
     }
 
     /// The idempotency expiry rule of [`check`](Self::check) for one consumer of `queue`.

@@ -11,7 +11,7 @@
 //!   again in that container). Its warnings (no TTL, say) are logged.
 //! - **The source queue** (SQS: `GetQueueAttributes` of the queue and of its dead-letter queue,
 //!   `GetQueueUrl` for a queue known by its ARN): its redrive `maxReceiveCount` against the
-//!   attempt budget, its dead-letter queue's message size and the records' expiry against both
+//!   attempt budget and an outage as long as its retention under the backoff, its dead-letter queue's message size and the records' expiry against both
 //!   queues' retention ([`redrive_policy::warn_if_unsafe`]). What it finds is logged, never an
 //!   error, and nothing waits for it. The queue is `SOURCE_QUEUE_URL`, or the first event's.
 
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::backoff::RetrySchedule;
 use crate::redrive_policy::{self, QueueCheck, QueueRef};
 use crate::store::StoreError;
 
@@ -76,6 +77,9 @@ pub struct QueueToCheck {
     pub max_attempts: Option<u32>,
     /// The records' expiry.
     pub expiry: Duration,
+    /// The visibility backoff's schedule; `None` when it is off. The redrive policy must cover
+    /// the receives of an outage as long as the queue's retention under it.
+    pub backoff: Option<RetrySchedule>,
 }
 
 /// A function's cold-start checks, started in the background at init and awaited where they
@@ -232,12 +236,20 @@ impl ColdStartChecks {
             return;
         }
         let spec = spec.clone();
-        // Without a budget the queue's redrive policy is the only bound: any count is safe (one
-        // attempt in batches of one needs a maxReceiveCount of 1).
+        // Without a budget the queue's redrive policy is the only bound of the handler's own
+        // failures: they need one receive (one attempt in batches of one), and an outage's
+        // receives come on top.
         let (batch_size, attempts) = spec.max_attempts.map_or((1, 1), |n| (spec.batch_size, n));
         let task = runtime.spawn(async move {
-            redrive_policy::warn_if_unsafe(&spec.sqs, &queue, batch_size, attempts, spec.expiry)
-                .await
+            redrive_policy::warn_if_unsafe(
+                &spec.sqs,
+                &queue,
+                batch_size,
+                attempts,
+                spec.expiry,
+                spec.backoff,
+            )
+            .await
         });
         *self
             .queue_task

@@ -50,8 +50,8 @@ pub enum ConfigError {
 /// | `IDEMPOTENCY_KEY_PREFIX` | the prefix of every stored key | the function's name |
 /// | `IDEMPOTENCY_TTL_SECONDS` | how long a completed record blocks duplicates; `0` is refused, and less than the default is a warning at init (and at cold start against the queues' actual retention) | 1,555,200 (18 days: a queue's 4 days of retention and its dead-letter queue's 14) |
 /// | `MAX_ATTEMPTS` | the attempt budget: failures before the dead-letter queue; `0` turns it off | 5 |
-/// | `BACKOFF_BASE_SECONDS` | the first retry's delay, doubling: the visibility delay on SQS, the wait within the invocation on a stream ([`retry_in_invocation`](crate::batch::BatchProcessor::retry_in_invocation)); `0` turns backoff off (a stream then reports a failure at once) | 2 |
-/// | `BACKOFF_MAX_SECONDS` | the longest delay | 300 |
+/// | `BACKOFF_BASE_SECONDS` | the first retry's delay, doubling: the visibility delay on SQS, the wait within the invocation on a stream ([`retry_in_invocation`](crate::batch::BatchProcessor::retry_in_invocation)); `0` turns backoff off (a stream then reports a failure at once; on SQS an outage's receives then come every visibility timeout, and the cold-start check warns that the queue's `maxReceiveCount` cannot cover an outage as long as its retention) | 2 |
+/// | `BACKOFF_MAX_SECONDS` | the longest delay of the handler's own failures (an outage's doubles past it up to 11 hours) | 300 |
 /// | `DEAD_LETTER_QUEUE_URL` | where permanent failures and used-up budgets go, with their reason | none: a warning at init; such a record stays on the queue until its redrive policy or retention ends it, without its reason |
 /// | `SOURCE_QUEUE_URL` | the queue the cold-start check reads | the first event's queue |
 /// | `EVENT_SOURCE_BATCH_SIZE` | the event source's `BatchSize`, for the redrive check | 10 |

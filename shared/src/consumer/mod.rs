@@ -709,6 +709,13 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
                 source.name()
             );
         }
+        // The backoff's schedule, when it is on.
+        let schedule = (!config.backoff_base.is_zero()).then(|| {
+            RetrySchedule::new(
+                config.backoff_base,
+                config.backoff_max.max(config.backoff_base),
+            )
+        });
         // The source queue's check is of SQS queues.
         let queue = client.filter(|_| !E::is_stream()).map(|sqs| QueueToCheck {
             sqs,
@@ -716,6 +723,7 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
             batch_size: config.batch_size,
             max_attempts: config.max_attempts,
             expiry: engine.expiry(),
+            backoff: schedule,
         });
         match (&sqs, &config.dead_letter_queue_url) {
             (Some(sqs), Some(url)) => {
@@ -729,13 +737,12 @@ impl<B: Backend, E: EventSource> ConsumerBuilder<B, E> {
         }
         source_terms::warn_if_expiry_below_the_rule(source, engine.expiry());
         // On a stream the backoff spaces the retries within the invocation.
-        if E::is_stream() && !config.backoff_base.is_zero() {
-            processor = processor.retry_in_invocation(RetrySchedule::new(
-                config.backoff_base,
-                config.backoff_max.max(config.backoff_base),
-            ));
+        if E::is_stream()
+            && let Some(schedule) = schedule
+        {
+            processor = processor.retry_in_invocation(schedule);
         } else if let Some(sqs) = &sqs
-            && !config.backoff_base.is_zero()
+            && schedule.is_some()
         {
             processor = processor.with_backoff(
                 sqs.backoff()

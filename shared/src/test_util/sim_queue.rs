@@ -56,7 +56,9 @@ use super::InMemorySqs;
 use super::fault::Crash;
 use crate::time::{Clock, ManualClock};
 
-/// The default `maxReceiveCount`: the reference pipeline's (`template.yaml`), 41.
+/// The default `maxReceiveCount`, 41: the attempt bound of batches of 10 and 5 attempts
+/// ([`min_max_receive_count`](crate::redrive_policy::min_max_receive_count)). The reference
+/// pipeline's queues (`template.yaml`) add room for an outage as long as their retention: 65.
 pub const MAX_RECEIVE_COUNT: u32 = 41;
 /// The default visibility timeout: six times a 30 s function timeout, as AWS advises.
 pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(180);

@@ -85,7 +85,7 @@ pub async fn run_consumer(mode: Mode) {
     assert_eq!(
         queue.redrive,
         RedriveCheck::Ok {
-            max_receive_count: 50,
+            max_receive_count: 64,
             required: (DEFAULT_BATCH_SIZE - 1) * (DEFAULT_MAX_ATTEMPTS - 1) + DEFAULT_MAX_ATTEMPTS
         }
     );

@@ -258,7 +258,7 @@ async fn the_redrive_check_of_a_queue_given_by_its_arn() {
     assert_eq!(
         check,
         RedriveCheck::Ok {
-            max_receive_count: 50,
+            max_receive_count: 64,
             required: 41
         }
     );
@@ -270,7 +270,8 @@ async fn the_queue_check() {
     let run = Run::new(QUEUE_CHECK).await;
     let source = QueueRef::Arn(run.source.arn.clone());
     let check =
-        redrive_policy::check_queue(&run.sqs, &source, 10, 5, Duration::from_secs(3600)).await;
+        redrive_policy::check_queue(&run.sqs, &source, 10, 5, Duration::from_secs(3600), None)
+            .await;
     assert!(check.source.is_some(), "{check:?}");
     assert!(check.dead_letter.is_some(), "{check:?}");
     assert_eq!(

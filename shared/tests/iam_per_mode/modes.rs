@@ -213,12 +213,13 @@ pub async fn run_mode(mode: Mode, options: Options, labels: &'static [&'static s
             10,
             BUDGET,
             Duration::from_secs(3600),
+            Some(VisibilityBackoff::new(run.sqs.clone()).schedule()),
         )
         .await;
         assert_eq!(
             queues.redrive,
             RedriveCheck::Ok {
-                max_receive_count: 50,
+                max_receive_count: 64,
                 required: 11
             }
         );

@@ -52,7 +52,7 @@ impl Run {
         let effects = common::create_table(&setup_dynamodb, "pk", "ttl").await;
         let dead_letter = queue(&setup_sqs, &common::unique("dlq"), None).await;
         let redrive = format!(
-            r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":50}}"#,
+            r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":64}}"#,
             dead_letter.arn
         );
         let source = queue(&setup_sqs, &common::unique("source"), Some(redrive)).await;
