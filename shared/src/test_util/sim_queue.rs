@@ -74,6 +74,8 @@ struct Message {
     visible_at: i64,
     /// When it was last received.
     received_at: i64,
+    /// When it was received, each time.
+    received: Vec<i64>,
     deleted: bool,
 }
 
@@ -116,6 +118,7 @@ impl SimQueue {
                     receives: 0,
                     visible_at: now_ms,
                     received_at: now_ms,
+                    received: Vec::new(),
                     deleted: false,
                 })
                 .collect(),
@@ -136,6 +139,17 @@ impl SimQueue {
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
         self.visibility_timeout = timeout;
         self
+    }
+
+    /// The time between each receive of message `id` and the next: how long each of its
+    /// failures kept it away.
+    pub fn waits(&self, id: &str) -> Vec<Duration> {
+        self.messages
+            .iter()
+            .filter(|m| m.id == id)
+            .flat_map(|m| m.received.windows(2))
+            .map(|w| Duration::from_millis(u64::try_from(w[1] - w[0]).unwrap_or(0)))
+            .collect()
     }
 
     /// True when every message is deleted or moved.
@@ -165,6 +179,7 @@ impl SimQueue {
                 }
                 m.receives += 1;
                 m.received_at = now;
+                m.received.push(now);
                 m.visible_at = now + self.visibility_timeout.as_millis() as i64;
                 self.max_receives = self.max_receives.max(m.receives);
                 batch.push(self.event_record(i));
