@@ -304,12 +304,50 @@ pub struct Drained {
     pub errors: Vec<String>,
     /// What the function moved to its dead-letter queue: `id: reason`.
     pub dead_letters: Vec<String>,
+    /// The poison messages, to be dead-lettered: `(id, what its reason says)`.
+    poison: Vec<(String, String)>,
 }
 
 impl Drained {
+    /// This drain, where each message of `poison` (`(id, what its reason says)`) fails for good:
+    /// [`problems`](Self::problems) then requires the function to have dead-lettered it, each of
+    /// its copies with a reason that says so, and allows nothing else.
+    pub fn with_poison(mut self, poison: &[(String, String)]) -> Self {
+        self.poison = poison.to_vec();
+        self
+    }
+
+    /// The function's dead-letter copies of message `id`.
+    pub fn copies(&self, id: &str) -> usize {
+        let prefix = format!("{id}: ");
+        self.dead_letters
+            .iter()
+            .filter(|d| d.starts_with(&prefix))
+            .count()
+    }
+
+    /// The messages that failed and came back only after the queue's whole visibility timeout:
+    /// their backoff's visibility change was lost. A crash, or an outage of SQS, leaves them so;
+    /// one failed request must not.
+    pub fn kept_away(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for m in &self.queue.messages {
+            let waits = self.queue.waits(&m.id);
+            if waits.iter().any(|w| *w >= self.queue.visibility_timeout) {
+                problems.push(format!(
+                    "{} came back only after the visibility timeout (waits {waits:?}): its \
+                     visibility change was lost",
+                    m.id
+                ));
+            }
+        }
+        problems
+    }
+
     /// What went wrong with the queue: not drained; a message SQS moved to the dead-letter
-    /// queue; one the function dead-lettered; an error the function returned. Nothing innocent
-    /// may be any of these.
+    /// queue; one the function dead-lettered (unless it is [poison](Self::with_poison) and its
+    /// reason says so), or a poison message it did not; an error the function returned. Nothing
+    /// innocent may be any of these.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.queue.drained() {
@@ -323,8 +361,22 @@ impl Drained {
                 "{id} moved to the dead-letter queue by SQS after {receives} receives"
             ));
         }
-        for dead in &self.dead_letters {
+        let poisoned = |dead: &str| {
+            self.poison.iter().any(|(id, says)| {
+                dead.strip_prefix(id.as_str())
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .is_some_and(|reason| reason.contains(says.as_str()))
+            })
+        };
+        for dead in self.dead_letters.iter().filter(|d| !poisoned(d)) {
             problems.push(format!("dead-lettered by the function: {dead}"));
+        }
+        for (id, says) in &self.poison {
+            if self.copies(id) == 0 {
+                problems.push(format!(
+                    "{id}, poison, never dead-lettered with its reason ({says})"
+                ));
+            }
         }
         for error in &self.errors {
             problems.push(format!("the function failed the whole batch: {error}"));
@@ -451,5 +503,6 @@ where
         crashes,
         errors,
         dead_letters,
+        poison: Vec::new(),
     }
 }

@@ -21,7 +21,6 @@
 use std::time::{Duration, Instant};
 
 use lambda_idempotency::test_util::fault::Fault;
-use lambda_idempotency::test_util::sim_queue::{Drained, VISIBILITY_TIMEOUT};
 
 use aws_lambda_events::sqs::SqsMessage;
 
@@ -49,49 +48,10 @@ struct Case {
     extra_copies: usize,
 }
 
-/// What is wrong with how the queue drained: see the module docs.
-fn drain_problems(
-    drained: &Drained,
-    messages: &[(String, String)],
-    fault: Option<Fault>,
-) -> (Vec<String>, usize) {
-    let mut problems = Vec::new();
-    if !drained.queue.drained() {
-        problems.push(format!(
-            "not drained after {} invocations",
-            drained.invocations
-        ));
-    }
-    for (id, receives) in &drained.queue.moved {
-        problems.push(format!(
-            "{id} moved to the dead-letter queue by SQS after {receives} receives"
-        ));
-    }
-    for error in &drained.errors {
-        problems.push(format!("the function failed the whole batch: {error}"));
-    }
-    let poison = &messages[0].0;
-    let mut copies: usize = 0;
-    for dead in &drained.dead_letters {
-        match dead.split_once(": ") {
-            Some((id, reason)) if id == poison && reason.contains(POISON_REASON) => copies += 1,
-            _ => problems.push(format!("dead-lettered by the function: {dead}")),
-        }
-    }
-    if copies == 0 {
-        problems.push(format!("{poison} never dead-lettered with its reason"));
-    }
-    let spaced = !matches!(fault, Some(Fault::Crash | Fault::Outage(_)));
-    for (id, _) in messages.iter().filter(|_| spaced) {
-        let waits = drained.queue.waits(id);
-        if waits.iter().any(|w| *w >= VISIBILITY_TIMEOUT) {
-            problems.push(format!(
-                "{id} came back only after the visibility timeout (waits {waits:?}): its \
-                 visibility change was lost"
-            ));
-        }
-    }
-    (problems, copies.saturating_sub(1))
+/// Whether a case's fault leaves its failed messages to come back after the queue's visibility
+/// timeout: a crash, or an outage (which a visibility change sent again meets too).
+fn keeps_away(fault: Option<Fault>) -> bool {
+    matches!(fault, Some(Fault::Crash | Fault::Outage(_)))
 }
 
 /// Runs a batch with `fault` armed at the processor's SQS request `n` (none: a clean run).
@@ -102,32 +62,26 @@ async fn case<M: Explored>(env: &Env, mode: &M, fifo: bool, fault: Option<(u32, 
         Some((n, fault)) => env.sqs_faults.arm(n, fault),
         None => env.sqs_faults.disarm(),
     }
-    let drained = drain(env, mode.handler(), fifo, &messages).await;
+    let poison = [(messages[0].0.clone(), POISON_REASON.to_owned())];
+    let drained = drain(env, mode.handler(), fifo, &messages)
+        .await
+        .with_poison(&poison);
     let (requests, log) = (env.sqs_faults.sent(), env.sqs_faults.runs());
     let unfired = fault.is_some() && !env.sqs_faults.fired();
     env.sqs_faults.disarm();
     env.crash.reset();
-    let (mut problems, extra_copies) = drain_problems(&drained, &messages, fault.map(|f| f.1));
-    if unfired {
-        problems.insert(0, "the fault never fired".to_owned());
+    let mut more = Vec::new();
+    if !keeps_away(fault.map(|f| f.1)) {
+        more.extend(drained.kept_away());
     }
     for (_, body) in &messages {
         let id: serde_json::Value = serde_json::from_str(body).unwrap();
-        problems.extend(mode.check(id["id"].as_str().unwrap()).await);
-    }
-    if !problems.is_empty() {
-        problems.insert(
-            0,
-            format!(
-                "{} invocations, {} crashes, receive counts {}; SQS requests {log}",
-                drained.invocations, drained.crashes, drained.queue
-            ),
-        );
+        more.extend(mode.check(id["id"].as_str().unwrap()).await);
     }
     Case {
-        problems,
+        problems: drained.case_problems(unfired, &log, more),
         requests,
-        extra_copies,
+        extra_copies: drained.copies(&messages[0].0).saturating_sub(1),
     }
 }
 
