@@ -30,8 +30,9 @@
 //! window (up to 5 minutes) and within the invocation (up to 15). So the backoff sets at most 11
 //! hours, and an entry SQS refuses as too long anyway is tried once more at half its timeout.
 //!
-//! Each call is bounded by a timeout and by the time the processor has left; an entry SQS
-//! reports failed through no fault of the sender is retried once, then logged. Records whose
+//! Each call is bounded by a timeout and by the time the processor has left; a call that fails
+//! whole (throttled, a connection cut) is sent once more, and an entry SQS reports failed
+//! through no fault of the sender is retried once, then logged. Records whose
 //! visibility did not change come back after the queue's visibility timeout. The function needs `sqs:ChangeMessageVisibility` and
 //! `sqs:GetQueueUrl` on the queue.
 
@@ -41,7 +42,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+use aws_sdk_sqs::types::{BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry};
 
 use crate::error::RecordError;
 use crate::time::{Clock, Deadline};
@@ -207,7 +208,8 @@ impl VisibilityBackoff {
     }
 
     /// Sets the visibility of `records[index]` to `secs` for each `(index, secs)`, in calls of up
-    /// to 10 entries, each bounded by `call_timeout` and all by `until`. An entry SQS reports
+    /// to 10 entries, each bounded by `call_timeout` and all by `until`. A call that fails whole
+    /// (throttled, a connection cut, its answer lost) is sent once more; an entry SQS reports
     /// failed through no fault of the sender is retried once as it was, one refused as too long
     /// (`InvalidParameterValue`) once at half its timeout, any other not at all. Returns how many
     /// changed.
@@ -226,42 +228,40 @@ impl VisibilityBackoff {
             tracing::warn!("no eventSourceARN: visibility backoff skipped");
             return 0;
         };
-        #[cfg(any(test, doc, feature = "test-util"))]
-        if let Sink::InMemory(sqs) = &self.sink {
-            return record_in_memory(sqs, arn, records, visibility);
-        }
-        let Some(client) = self.sink.client() else {
-            return 0;
-        };
         let bound = |until: Option<Deadline>| {
             let left = until.map_or(Duration::MAX, |u| u.remaining(clock));
             left.min(call_timeout)
         };
-        if bound(until).is_zero() {
-            tracing::warn!(
-                arn,
-                "visibility backoff skipped: no time left for GetQueueUrl"
-            );
-            return 0;
-        }
-        let queue_url = match tokio::time::timeout(bound(until), self.queue_url(client, arn)).await
-        {
-            Ok(Ok(url)) => url,
-            Ok(Err(e)) => {
-                tracing::warn!(
-                    arn,
-                    error = e,
-                    "visibility backoff skipped: queue URL unknown"
-                );
-                return 0;
+        let target = match &self.sink {
+            Sink::Sqs(client) => {
+                if bound(until).is_zero() {
+                    tracing::warn!(
+                        arn,
+                        "visibility backoff skipped: no time left for GetQueueUrl"
+                    );
+                    return 0;
+                }
+                match tokio::time::timeout(bound(until), self.queue_url(client, arn)).await {
+                    Ok(Ok(url)) => Target::Sqs(client, url),
+                    Ok(Err(e)) => {
+                        tracing::warn!(
+                            arn,
+                            error = e,
+                            "visibility backoff skipped: queue URL unknown"
+                        );
+                        return 0;
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            arn,
+                            "visibility backoff skipped: no time left for GetQueueUrl"
+                        );
+                        return 0;
+                    }
+                }
             }
-            Err(_) => {
-                tracing::warn!(
-                    arn,
-                    "visibility backoff skipped: no time left for GetQueueUrl"
-                );
-                return 0;
-            }
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Sink::InMemory(sqs) => Target::InMemory(sqs, arn),
         };
         let entries: Vec<_> = visibility
             .iter()
@@ -282,15 +282,10 @@ impl VisibilityBackoff {
                 if pending.is_empty() {
                     break;
                 }
-                let call = client
-                    .change_message_visibility_batch()
-                    .queue_url(&queue_url)
-                    .set_entries(Some(pending.clone()))
-                    .send();
+                let call = target.call(records, &pending);
                 match tokio::time::timeout(bound(until), call).await {
-                    Ok(Ok(output)) => {
-                        changed += output.successful().len();
-                        let failed = output.failed();
+                    Ok(Ok((successful, failed))) => {
+                        changed += successful;
                         pending = pending
                             .into_iter()
                             .filter_map(|entry| {
@@ -307,10 +302,12 @@ impl VisibilityBackoff {
                             })
                             .collect();
                     }
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %DisplayErrorContext(&e), "ChangeMessageVisibilityBatch failed");
-                        break;
-                    }
+                    // The whole call again: a change is the same however often it is applied.
+                    Ok(Err(error)) => tracing::warn!(
+                        error,
+                        retry = round == 0,
+                        "ChangeMessageVisibilityBatch failed"
+                    ),
                     Err(_) => {
                         tracing::warn!("ChangeMessageVisibilityBatch timed out: no time left");
                         return changed;
@@ -457,43 +454,59 @@ enum Sink {
     InMemory(crate::dead_letter::in_memory_sqs::InMemorySqs),
 }
 
-impl Sink {
-    /// The SQS client, when the changes are sent.
-    fn client(&self) -> Option<&aws_sdk_sqs::Client> {
-        match self {
-            Sink::Sqs(client) => Some(client),
-            #[cfg(any(test, doc, feature = "test-util"))]
-            Sink::InMemory(_) => None,
-        }
-    }
+/// Where one backoff's calls go: the queue's URL found.
+enum Target<'a> {
+    Sqs(&'a aws_sdk_sqs::Client, String),
+    #[cfg(any(test, doc, feature = "test-util"))]
+    InMemory(&'a crate::dead_letter::in_memory_sqs::InMemorySqs, &'a str),
 }
 
-/// Records in `sqs` the changes the deployed backoff would send: one per record with a receipt
-/// handle. Returns how many.
-#[cfg(any(test, doc, feature = "test-util"))]
-fn record_in_memory(
-    sqs: &crate::dead_letter::in_memory_sqs::InMemorySqs,
-    arn: &str,
-    records: &[SqsMessage],
-    visibility: &[(usize, i32)],
-) -> usize {
-    let mut changed = 0;
-    for &(index, secs) in visibility {
-        let Some(record) = records.get(index) else {
-            continue;
-        };
-        let Some(handle) = record.receipt_handle.as_deref() else {
-            continue;
-        };
-        sqs.record_visibility_change(crate::dead_letter::in_memory_sqs::VisibilityChange {
-            queue_arn: arn.to_owned(),
-            message_id: record.message_id.clone().unwrap_or_default(),
-            receipt_handle: handle.to_owned(),
-            visibility_timeout: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
-        });
-        changed += 1;
+impl Target<'_> {
+    /// One `ChangeMessageVisibilityBatch` of `entries` (ids: indices in `records`): how many
+    /// changed and the entries that failed, or why the call failed whole.
+    #[cfg_attr(
+        not(any(test, doc, feature = "test-util")),
+        expect(unused_variables, reason = "only the in-memory SQS reads the records")
+    )]
+    async fn call(
+        &self,
+        records: &[SqsMessage],
+        entries: &[ChangeMessageVisibilityBatchRequestEntry],
+    ) -> Result<(usize, Vec<BatchResultErrorEntry>), String> {
+        match self {
+            Target::Sqs(client, queue_url) => {
+                let output = client
+                    .change_message_visibility_batch()
+                    .queue_url(queue_url)
+                    .set_entries(Some(entries.to_vec()))
+                    .send()
+                    .await
+                    .map_err(|e| DisplayErrorContext(&e).to_string())?;
+                Ok((output.successful().len(), output.failed().to_vec()))
+            }
+            #[cfg(any(test, doc, feature = "test-util"))]
+            Target::InMemory(sqs, arn) => {
+                use crate::dead_letter::in_memory_sqs::VisibilityChange;
+                let changes = entries
+                    .iter()
+                    .filter_map(|entry| {
+                        let record = records.get(entry.id().parse::<usize>().ok()?)?;
+                        Some(VisibilityChange {
+                            queue_arn: (*arn).to_owned(),
+                            message_id: record.message_id.clone().unwrap_or_default(),
+                            receipt_handle: entry.receipt_handle().to_owned(),
+                            visibility_timeout: Duration::from_secs(
+                                u64::try_from(entry.visibility_timeout().unwrap_or(0)).unwrap_or(0),
+                            ),
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                let count = changes.len();
+                sqs.record_visibility_changes(changes)?;
+                Ok((count, Vec::new()))
+            }
+        }
     }
-    changed
 }
 
 /// What to send again for an `entry` SQS refused with `failure`: the same entry when the refusal
@@ -501,7 +514,7 @@ fn record_in_memory(
 /// end more than 12 hours after the receive); nothing otherwise.
 fn retried_entry(
     entry: ChangeMessageVisibilityBatchRequestEntry,
-    failure: &aws_sdk_sqs::types::BatchResultErrorEntry,
+    failure: &BatchResultErrorEntry,
 ) -> Option<ChangeMessageVisibilityBatchRequestEntry> {
     if !failure.sender_fault() {
         return Some(entry);

@@ -4,7 +4,7 @@
 //! [dependencies]
 //! lambda-idempotency = "0.1"
 //! lambda_runtime = "1.5"
-//! tokio = { version = "1", features = ["macros"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! serde = { version = "1", features = ["derive"] }
 //! ```
 //!

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Copied;
 use crate::publish::Message;
+use crate::test_util::fault::Faults;
 
 /// SQS in memory, for tests: what a consumer sends to its dead-letter queue and the visibility
 /// changes of its backoff, recorded instead of sent. Clones share the records.
@@ -21,9 +22,13 @@ use crate::publish::Message;
 /// [`max_message_size`](crate::dead_letter::DeadLetter::max_message_size)), and a change is
 /// recorded for each record the deployed consumer would change (one with a receipt handle, in an
 /// event with an `eventSourceARN`).
+///
+/// [`with_faults`](Self::with_faults) sends each dead-letter copy and each call of the visibility
+/// changes through a fault injector, as the SDK client's interceptor would.
 #[derive(Debug, Clone, Default)]
 pub struct InMemorySqs {
     sent: Arc<Mutex<Recorded>>,
+    faults: Option<Faults>,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +72,37 @@ impl InMemorySqs {
         Self::default()
     }
 
+    /// This SQS, its requests going through `faults`: each dead-letter copy one `SendMessage`,
+    /// each call of up to 10 visibility changes one `ChangeMessageVisibilityBatch`. A request
+    /// refused before it is sent ([`Fault::Fail`](crate::test_util::fault::Fault::Fail),
+    /// [`Fault::Outage`](crate::test_util::fault::Fault::Outage), after a crash) records
+    /// nothing; a [`Fault::LoseAnswer`](crate::test_util::fault::Fault::LoseAnswer) or a
+    /// [`Fault::Crash`](crate::test_util::fault::Fault::Crash) records it, then fails it. The
+    /// failure reaches the consumer as an SQS error would once the SDK's retries are used up.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::dead_letter::DeadLetter;
+    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+    /// use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
+    /// use lambda_idempotency::time::SystemClock;
+    /// use std::sync::Arc;
+    ///
+    /// let faults = Faults::new("sqs", Arc::new(Crash::default()), Arc::new(SystemClock));
+    /// let sqs = InMemorySqs::new().with_faults(faults.clone());
+    /// let dead_letter = DeadLetter::in_memory(&sqs, "https://sqs.us-east-1.amazonaws.com/123456789012/dlq");
+    /// let event = sqs_event([("m-1", "not json")]);
+    /// faults.arm(1, Fault::LoseAnswer);
+    /// assert!(dead_letter.send(&event.payload.records[0], "bad body").await.is_err());
+    /// assert_eq!(sqs.dead_letters().len(), 1, "sent, its answer lost");
+    /// assert_eq!(faults.log(), ["SendMessage"]);
+    /// # });
+    /// ```
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
     /// The messages sent to the dead-letter queue, in order.
     pub fn dead_letters(&self) -> Vec<DeadLetteredMessage> {
         self.lock().dead_letters.clone()
@@ -84,6 +120,7 @@ impl InMemorySqs {
         sent.visibility_changes.clear();
     }
 
+    /// Records a dead-letter copy: one `SendMessage` through the faults, if any.
     pub(crate) fn record_dead_letter(
         &self,
         queue_url: &str,
@@ -91,19 +128,36 @@ impl InMemorySqs {
         reason: &str,
         message: Message,
         copied: Copied,
-    ) {
-        let reason = reason.to_owned();
-        self.lock().dead_letters.push(DeadLetteredMessage {
+    ) -> Result<(), String> {
+        let sent = DeadLetteredMessage {
             queue_url: queue_url.to_owned(),
             source_message_id: source_message_id.to_owned(),
-            reason,
+            reason: reason.to_owned(),
             copied,
             message,
-        });
+        };
+        self.serve("SendMessage", || self.lock().dead_letters.push(sent))
     }
 
-    pub(crate) fn record_visibility_change(&self, change: VisibilityChange) {
-        self.lock().visibility_changes.push(change);
+    /// Records one call's visibility changes (up to 10): one `ChangeMessageVisibilityBatch`
+    /// through the faults, if any.
+    pub(crate) fn record_visibility_changes(
+        &self,
+        changes: Vec<VisibilityChange>,
+    ) -> Result<(), String> {
+        self.serve("ChangeMessageVisibilityBatch", || {
+            self.lock().visibility_changes.extend(changes)
+        })
+    }
+
+    fn serve(&self, operation: &str, apply: impl FnOnce()) -> Result<(), String> {
+        match &self.faults {
+            Some(faults) => faults.serve(operation, apply),
+            None => {
+                apply();
+                Ok(())
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Recorded> {

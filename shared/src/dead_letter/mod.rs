@@ -264,7 +264,7 @@ impl DeadLetter {
                     &reason,
                     message,
                     copied.clone(),
-                );
+                )?;
                 return Ok(copied);
             }
         };

@@ -276,6 +276,25 @@ impl Faults {
         }
     }
 
+    /// A request served in memory (the dead-letter sends and visibility changes of
+    /// [`InMemorySqs::with_faults`](crate::test_util::InMemorySqs::with_faults)): `apply` runs
+    /// unless the request is refused before it is sent ([`Fault::Fail`], [`Fault::Outage`], a
+    /// raised [`Crash`]); after it, a [`Fault::LoseAnswer`] or a [`Fault::Crash`] (the crash
+    /// raised) turns the answer into an error, as on an SDK client.
+    pub(crate) fn serve(&self, operation: &str, apply: impl FnOnce()) -> Result<(), String> {
+        match self.before(operation) {
+            Before::Refuse(why) => Err(why),
+            Before::Send => {
+                apply();
+                Ok(())
+            }
+            Before::SendThen(fault) => {
+                apply();
+                Err(self.after(fault))
+            }
+        }
+    }
+
     /// What to do with the answer of a request sent with `then`: an error, and for a crash the
     /// crash raised.
     fn after(&self, then: Fault) -> String {

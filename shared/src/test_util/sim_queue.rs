@@ -76,6 +76,8 @@ struct Message {
     visible_at: i64,
     /// When it was last received.
     received_at: i64,
+    /// When it was received, each time.
+    received: Vec<i64>,
     deleted: bool,
 }
 
@@ -118,6 +120,7 @@ impl SimQueue {
                     receives: 0,
                     visible_at: now_ms,
                     received_at: now_ms,
+                    received: Vec::new(),
                     deleted: false,
                 })
                 .collect(),
@@ -138,6 +141,17 @@ impl SimQueue {
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
         self.visibility_timeout = timeout;
         self
+    }
+
+    /// The time between each receive of message `id` and the next: how long each of its
+    /// failures kept it away.
+    pub fn waits(&self, id: &str) -> Vec<Duration> {
+        self.messages
+            .iter()
+            .filter(|m| m.id == id)
+            .flat_map(|m| m.received.windows(2))
+            .map(|w| Duration::from_millis(u64::try_from(w[1] - w[0]).unwrap_or(0)))
+            .collect()
     }
 
     /// True when every message is deleted or moved.
@@ -167,6 +181,7 @@ impl SimQueue {
                 }
                 m.receives += 1;
                 m.received_at = now;
+                m.received.push(now);
                 m.visible_at = now + self.visibility_timeout.as_millis() as i64;
                 self.max_receives = self.max_receives.max(m.receives);
                 batch.push(self.event_record(i));
@@ -291,12 +306,50 @@ pub struct Drained {
     pub errors: Vec<String>,
     /// What the function moved to its dead-letter queue: `id: reason`.
     pub dead_letters: Vec<String>,
+    /// The poison messages, to be dead-lettered: `(id, what its reason says)`.
+    poison: Vec<(String, String)>,
 }
 
 impl Drained {
+    /// This drain, where each message of `poison` (`(id, what its reason says)`) fails for good:
+    /// [`problems`](Self::problems) then requires the function to have dead-lettered it, each of
+    /// its copies with a reason that says so, and allows nothing else.
+    pub fn with_poison(mut self, poison: &[(String, String)]) -> Self {
+        self.poison = poison.to_vec();
+        self
+    }
+
+    /// The function's dead-letter copies of message `id`.
+    pub fn copies(&self, id: &str) -> usize {
+        let prefix = format!("{id}: ");
+        self.dead_letters
+            .iter()
+            .filter(|d| d.starts_with(&prefix))
+            .count()
+    }
+
+    /// The messages that failed and came back only after the queue's whole visibility timeout:
+    /// their backoff's visibility change was lost. A crash, or an outage of SQS, leaves them so;
+    /// one failed request must not.
+    pub fn kept_away(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for m in &self.queue.messages {
+            let waits = self.queue.waits(&m.id);
+            if waits.iter().any(|w| *w >= self.queue.visibility_timeout) {
+                problems.push(format!(
+                    "{} came back only after the visibility timeout (waits {waits:?}): its \
+                     visibility change was lost",
+                    m.id
+                ));
+            }
+        }
+        problems
+    }
+
     /// What went wrong with the queue: not drained; a message SQS moved to the dead-letter
-    /// queue; one the function dead-lettered; an error the function returned. Nothing innocent
-    /// may be any of these.
+    /// queue; one the function dead-lettered (unless it is [poison](Self::with_poison) and its
+    /// reason says so), or a poison message it did not; an error the function returned. Nothing
+    /// innocent may be any of these.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if !self.queue.drained() {
@@ -310,8 +363,22 @@ impl Drained {
                 "{id} moved to the dead-letter queue by SQS after {receives} receives"
             ));
         }
-        for dead in &self.dead_letters {
+        let poisoned = |dead: &str| {
+            self.poison.iter().any(|(id, says)| {
+                dead.strip_prefix(id.as_str())
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .is_some_and(|reason| reason.contains(says.as_str()))
+            })
+        };
+        for dead in self.dead_letters.iter().filter(|d| !poisoned(d)) {
             problems.push(format!("dead-lettered by the function: {dead}"));
+        }
+        for (id, says) in &self.poison {
+            if self.copies(id) == 0 {
+                problems.push(format!(
+                    "{id}, poison, never dead-lettered with its reason ({says})"
+                ));
+            }
         }
         for error in &self.errors {
             problems.push(format!("the function failed the whole batch: {error}"));
@@ -438,5 +505,6 @@ where
         crashes,
         errors,
         dead_letters,
+        poison: Vec::new(),
     }
 }

@@ -11,10 +11,11 @@
 //! Every case runs; the failures are listed together at the end. Each test prints its number of
 //! cases, its time, its invocations (and how many crashed) and the highest receive count seen.
 //!
-//! What it does not explore yet: faults of the processor's own SQS calls (its dead-letter queue
-//! and visibility changes are in memory here; the injector works on an SQS client, see
-//! [`sqs_client`]), SQS records running concurrently (one at a time, so that request `n` is the
-//! same request in every run). The stream path (DynamoDB Streams, Kinesis, Kafka, on a simulated
+//! The processor's own SQS calls (its dead-letter sends and visibility changes, in memory here,
+//! through an injector of their own as an SQS client's interceptor would send them; the injector
+//! on an SQS client is [`sqs_client`]) are explored by [`own_sqs`], on a batch with a poison
+//! message and a flaky one. What it does not explore yet: SQS records running concurrently (one
+//! at a time, so that request `n` is the same request in every run). The stream path (DynamoDB Streams, Kinesis, Kafka, on a simulated
 //! shard, records concurrently too) is [`streams`]. The queue and the injector are the library's test utilities
 //! (`test_util::{sim_queue, fault}`); the pipeline's consumer, payment-processor, is explored the
 //! same way on its DynamoDB and SQS clients, and its relay, payments-publisher, on a simulated
@@ -28,6 +29,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod modes;
+mod own_sqs;
 mod sqs_client;
 mod streams;
 
@@ -59,11 +61,13 @@ pub const FAULTS: [Fault; 5] = [
 ];
 
 /// What a run of the harness shares: the clock, the crash, the store's fault injector, and the
-/// processor's SQS (the dead-letter queue and the visibility changes, in memory).
+/// processor's SQS (the dead-letter queue and the visibility changes, in memory) with its own.
 pub struct Env {
     pub clock: Arc<ManualClock>,
     pub crash: Arc<Crash>,
     pub faults: Faults,
+    /// The injector of the processor's SQS requests.
+    pub sqs_faults: Faults,
     sqs: InMemorySqs,
     processor: BatchProcessor,
 }
@@ -79,7 +83,8 @@ impl Env {
         let clock = Arc::new(ManualClock::starting_now());
         let crash = Arc::new(Crash::default());
         let faults = Faults::new("store", crash.clone(), clock.clone());
-        let sqs = InMemorySqs::new();
+        let sqs_faults = Faults::new("sqs", crash.clone(), clock.clone());
+        let sqs = InMemorySqs::new().with_faults(sqs_faults.clone());
         let processor = BatchProcessor::new()
             .with_clock(clock.clone() as Arc<dyn Clock>)
             .max_attempts(MAX_ATTEMPTS)
@@ -93,6 +98,7 @@ impl Env {
             clock,
             crash,
             faults,
+            sqs_faults,
             sqs,
             processor,
         }

@@ -7,6 +7,10 @@
 //!
 //! A crashed process runs nothing more: each handler waits forever once the crash is raised (the
 //! harness then drops the invocation).
+//!
+//! A message's id may give it a [`Role`] of its own, for the exploration of the processor's own
+//! SQS calls ([`own_sqs`](crate::own_sqs)): a poison message fails for good, a flaky one fails
+//! its first runs, each before any effect.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,6 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_idempotency::Idempotency;
 use lambda_idempotency::batch::{Record, RecordContext, RecordHandler, RecordHandlerExt, json};
 use lambda_idempotency::count::RequestCounter;
+use lambda_idempotency::error::PermanentError;
 use lambda_idempotency::inline::InlinePut;
 use lambda_idempotency::key::KeyConfig;
 use lambda_idempotency::state::Status;
@@ -60,6 +65,57 @@ impl Disorder {
     }
 }
 
+/// What a message does, from the end of its id: `-poison` fails for good (a
+/// [`PermanentError`] naming [`POISON_REASON`]); `-flaky{n}` fails (an attempt of its own) on
+/// its first `n` runs; any other succeeds. Each fails before any effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Innocent,
+    Poison,
+    Flaky(u32),
+}
+
+/// The reason a poison message fails with.
+pub const POISON_REASON: &str = "poison message: its amount is negative";
+
+impl Role {
+    pub fn of(id: &str) -> Self {
+        if id.ends_with("-poison") {
+            return Role::Poison;
+        }
+        match id.rsplit_once("-flaky") {
+            Some((_, n)) => Role::Flaky(n.parse().expect("-flaky{n}")),
+            None => Role::Innocent,
+        }
+    }
+
+    /// The failed attempts its record counts once it settled.
+    fn attempts(self) -> u32 {
+        match self {
+            Role::Flaky(n) => n,
+            _ => 0,
+        }
+    }
+}
+
+/// Each message's runs, for its [`Role`].
+#[derive(Clone, Default)]
+pub struct Runs(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Runs {
+    /// Counts a run of `id`: its role's failure, if this run fails.
+    fn run(&self, id: &str) -> Result<(), lambda_idempotency::prelude::Error> {
+        let mut runs = self.0.lock().unwrap();
+        let n = runs.entry(id.to_owned()).or_default();
+        *n += 1;
+        match Role::of(id) {
+            Role::Poison => Err(PermanentError::new(POISON_REASON).into()),
+            Role::Flaky(fails) if *n <= fails => Err(format!("{id} is busy (run {n})").into()),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
@@ -98,18 +154,42 @@ async fn dynamodb_engine(env: &Env) -> (Idempotency<DynamoDbBackend>, String) {
     (engine, effects)
 }
 
-/// What is wrong with the stored record of `id` (completed, its result, no failed attempt).
-async fn check_record<B: Backend>(engine: &Idempotency<B>, id: &str) -> Vec<String> {
+/// What is wrong with the stored record of `id` (completed, its result, no failed attempt, or
+/// with `counts_kept` (the lease mode, whose completion keeps the count) those of its [`Role`];
+/// a poison message's: failed with its own reason).
+async fn check_record<B: Backend>(
+    engine: &Idempotency<B>,
+    id: &str,
+    counts_kept: bool,
+) -> Vec<String> {
+    let role = Role::of(id);
+    let attempts = if counts_kept { role.attempts() } else { 0 };
+    if role == Role::Poison {
+        // Its own reason, findable by its key however its dead-letter sends went.
+        return match engine.get(id).await {
+            Ok(Some(record))
+                if record.status == Status::Failed
+                    && record.last_error.as_deref().is_some_and(|e| {
+                        e.starts_with("permanent failure") && e.contains(POISON_REASON)
+                    }) =>
+            {
+                Vec::new()
+            }
+            other => vec![format!(
+                "{id}: stored {other:?}, not failed with its own permanent reason"
+            )],
+        };
+    }
     match engine.get(id).await {
         Ok(Some(record))
             if record.status == Status::Completed
                 && record.result.as_deref() == Some(&format!("\"{}\"", result_of(id)))
-                && record.attempts == 0 =>
+                && record.attempts == attempts =>
         {
             Vec::new()
         }
         other => vec![format!(
-            "{id}: stored {other:?}, not completed with its result and no attempt"
+            "{id}: stored {other:?}, not completed with its result and {attempts} failed attempts"
         )],
     }
 }
@@ -134,11 +214,13 @@ fn lease<B: Backend + Clone, R: Record>(
 ) -> Lease<B, impl RecordHandler<R> + use<B, R>> {
     let effects: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
     let disorder = Disorder::default();
+    let runs = Runs::default();
     let (e, crash, d) = (effects.clone(), env.crash.clone(), disorder.clone());
     let handler = json(move |m: Message, ctx: RecordContext| {
-        let (e, crash, d) = (e.clone(), crash.clone(), d.clone());
+        let (e, crash, d, runs) = (e.clone(), crash.clone(), d.clone(), runs.clone());
         async move {
             alive(&crash).await;
+            runs.run(&m.id)?;
             let mut effects = e.lock().unwrap();
             if let Some(after) = &m.after {
                 d.note(&m.id, after, effects.contains_key(after));
@@ -147,7 +229,7 @@ fn lease<B: Backend + Clone, R: Record>(
                 .entry(m.id.clone())
                 .or_default()
                 .push(ctx.request_id.clone());
-            Ok::<_, std::io::Error>(result_of(&m.id))
+            Ok::<_, lambda_idempotency::prelude::Error>(result_of(&m.id))
         }
     })
     .idempotent(engine.clone())
@@ -203,7 +285,7 @@ impl<B: Backend, R: Record, H: RecordHandler<R>> Explored<R> for Lease<B, H> {
     }
 
     async fn check(&self, id: &str) -> Vec<String> {
-        let mut problems = check_record(&self.engine, id).await;
+        let mut problems = check_record(&self.engine, id, true).await;
         let runs = self
             .effects
             .lock()
@@ -212,10 +294,12 @@ impl<B: Backend, R: Record, H: RecordHandler<R>> Explored<R> for Lease<B, H> {
             .cloned()
             .unwrap_or_default();
         let crashed = self.crashed.lock().unwrap();
+        let poison = Role::of(id) == Role::Poison;
         match runs.as_slice() {
-            [_] => {}
+            [] if poison => {}
+            [_] if !poison => {}
             // The crash's window: the first run's invocation crashed before the completion.
-            [first, _] if crashed.contains(first) => {
+            [first, _] if !poison && crashed.contains(first) => {
                 self.crash_windows.fetch_add(1, Ordering::SeqCst);
             }
             _ => problems.push(format!(
@@ -294,6 +378,7 @@ struct Guard {
     items: Arc<Items>,
     disorder: Disorder,
     crash: Arc<Crash>,
+    runs: Runs,
 }
 
 impl Guard {
@@ -302,15 +387,22 @@ impl Guard {
             items: Arc::new(Items::new(table).await),
             disorder: Disorder::default(),
             crash: env.crash.clone(),
+            runs: Runs::default(),
         }
     }
 
-    async fn before_effect(&self, m: &Message, prefix: &str) {
+    async fn before_effect(
+        &self,
+        m: &Message,
+        prefix: &str,
+    ) -> Result<(), lambda_idempotency::prelude::Error> {
         alive(&self.crash).await;
+        self.runs.run(&m.id)?;
         if let Some(after) = &m.after {
             let applied = self.items.get(&format!("{prefix}-{after}")).await.is_some();
             self.disorder.note(&m.id, after, applied);
         }
+        Ok(())
     }
 }
 
@@ -338,7 +430,7 @@ impl Transactional<()> {
         let handler = json(move |m: Message, _ctx: RecordContext| {
             let (table, g) = (table.clone(), g.clone());
             async move {
-                g.before_effect(&m, "count").await;
+                g.before_effect(&m, "count").await?;
                 let entry = Put::builder()
                     .table_name(&table)
                     .item("pk", s(&format!("entry-{}", m.id)))
@@ -352,7 +444,7 @@ impl Transactional<()> {
                     .build()
                     .unwrap();
                 let tx = Tx::new(result_of(&m.id)).put(entry);
-                Ok::<_, std::io::Error>(if carried {
+                Ok::<_, lambda_idempotency::prelude::Error>(if carried {
                     tx.update_carrying_record(count)
                 } else {
                     tx.update(count)
@@ -389,18 +481,25 @@ impl<R: Record, H: RecordHandler<R>> Explored<R> for Transactional<H> {
             }
             problems
         } else {
-            check_record(&self.engine, id).await
+            check_record(&self.engine, id, false).await
         };
         let applied = self
             .items
             .get(&count)
             .await
             .and_then(|item| item.get("applied").cloned());
-        if applied != Some(AttributeValue::N("1".into())) {
-            problems.push(format!("{id}: the effect applied {applied:?} times"));
-        }
-        if self.items.get(&format!("entry-{id}")).await.is_none() {
-            problems.push(format!("{id}: no entry"));
+        let entry = self.items.get(&format!("entry-{id}")).await;
+        if Role::of(id) == Role::Poison {
+            if applied.is_some() || entry.is_some() {
+                problems.push(format!("{id}: a poison message's effect applied"));
+            }
+        } else {
+            if applied != Some(AttributeValue::N("1".into())) {
+                problems.push(format!("{id}: the effect applied {applied:?} times"));
+            }
+            if entry.is_none() {
+                problems.push(format!("{id}: no entry"));
+            }
         }
         problems.extend(self.disorder.of(id));
         problems
@@ -423,10 +522,13 @@ impl Inline<()> {
         let handler = json(move |m: Message, _ctx: RecordContext| {
             let (table, g) = (table.clone(), g.clone());
             async move {
-                g.before_effect(&m, "receipt").await;
+                g.before_effect(&m, "receipt").await?;
                 let receipt = NewItem::new(&table, "pk", s(&format!("receipt-{}", m.id)))
                     .attribute("amount", AttributeValue::N("500".into()));
-                Ok::<_, std::io::Error>(InlinePut::new(result_of(&m.id), receipt))
+                Ok::<_, lambda_idempotency::prelude::Error>(InlinePut::new(
+                    result_of(&m.id),
+                    receipt,
+                ))
             }
         })
         .inline(engine.clone())

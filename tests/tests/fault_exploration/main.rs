@@ -10,7 +10,9 @@
 //! retries (each fault reaches the function, as when the SDK's retries are used up), against the
 //! local AWS: the payments, ledger, balances, accounts and idempotency tables and the receipts
 //! queue are real. The dead-letter queue and the visibility changes are in memory, so that the
-//! simulated queue follows them.
+//! simulated queue follows them, their requests going through the SQS client's injector (one
+//! service: SQS). A clean run makes none of them: [`own_sqs`] explores them, on a batch with a
+//! poison payment and a flaky one.
 //!
 //! Each case checks: the queue drained; no message moved to a dead-letter queue, by the function
 //! or by SQS; each payment charged (none failed: every failure is an injected fault, never the
@@ -29,6 +31,7 @@
 
 mod api;
 mod clients;
+mod own_sqs;
 mod publisher;
 mod receipts;
 mod reconciler;
@@ -117,6 +120,7 @@ impl Harness {
         let dynamodb = faulty_dynamodb(&stack.sdk, &dynamodb_faults);
         let sqs = faulty_sqs(&stack.sdk, &sqs_faults);
         let config = Config::from_settings(&stack.settings("payment-processor").unwrap()).unwrap();
+        let memory = InMemorySqs::new().with_faults(sqs_faults.clone());
         Self {
             stack,
             clock,
@@ -126,7 +130,7 @@ impl Harness {
             dynamodb,
             sqs,
             config,
-            memory: InMemorySqs::new(),
+            memory,
         }
     }
 
@@ -318,11 +322,21 @@ async fn own_stack() -> Stack {
 /// `payments` payments of each of `accounts` new accounts, accepted as payments-api accepts them
 /// (concurrently, the accounts' in one call), by account.
 async fn accepted(stack: &Stack, accounts: usize, payments: usize) -> Vec<Vec<PaymentRequested>> {
+    described(stack, accounts, payments, |_| String::new()).await
+}
+
+/// As [`accepted`], payment `i` of each account's description ending in `suffix(i)`.
+async fn described(
+    stack: &Stack,
+    accounts: usize,
+    payments: usize,
+    suffix: impl Fn(usize) -> String,
+) -> Vec<Vec<PaymentRequested>> {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let batch = (0..accounts)
         .flat_map(|a| {
             let account = format!("acct-explore-{}-{a}", &run[..8]);
-            stack::payments(payments, 1, "explore", |_| String::new())
+            stack::payments(payments, 1, "explore", &suffix)
                 .into_iter()
                 .map(move |p| PaymentRequested {
                     account_id: account.clone(),
