@@ -70,29 +70,31 @@ struct Case {
     dynamodb_requests: u32,
 }
 
-/// payments-api over the exploration's [`Harness`]: its stack, clock, crash and faulty
-/// DynamoDB client.
-struct Api<'a> {
+/// A function of payments-api's binary (payments-api, payments-reader) over the exploration's
+/// [`Harness`]: its stack, clock, crash and faulty DynamoDB client.
+pub(crate) struct Api<'a> {
     harness: &'a Harness,
     config: payments_api::Config,
     timeout: Duration,
 }
 
 impl<'a> Api<'a> {
-    fn new(harness: &'a Harness) -> Self {
+    /// The function `name` of the template (payments-api or payments-reader): its settings and
+    /// timeout.
+    pub(crate) fn new(harness: &'a Harness, name: &str) -> Self {
         let stack = &harness.stack;
-        let config =
-            payments_api::Config::from_settings(&stack.settings("payments-api").unwrap()).unwrap();
-        let timeout = stack
-            .template
-            .function_by_name("payments-api")
-            .unwrap()
-            .timeout();
+        let config = payments_api::Config::from_settings(&stack.settings(name).unwrap()).unwrap();
+        let timeout = stack.template.function_by_name(name).unwrap().timeout();
         Self {
             harness,
             config,
             timeout,
         }
+    }
+
+    /// The exploration's harness.
+    pub(crate) fn harness(&self) -> &'a Harness {
+        self.harness
     }
 
     /// payments-api in a new execution environment: the template's settings, the faulty client,
@@ -102,9 +104,31 @@ impl<'a> Api<'a> {
             .with_clock(self.harness.clock.clone() as Arc<dyn Clock>)
     }
 
-    /// `POST /payments` as API Gateway passes it: the JWT authorizer's claims (the account's
-    /// user, and its account in the template's `ACCOUNT_CLAIM`), the invocation's deadline.
-    fn request(&self, account: &str, key: &str, body: &str) -> Request {
+    /// `POST /payments` with `key` and `body`, as API Gateway passes it ([`Self::request`]).
+    fn post_request(&self, account: &str, key: &str, body: &str) -> Request {
+        self.request(
+            "POST",
+            "/payments",
+            account,
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", key),
+            ],
+            body,
+        )
+    }
+
+    /// A request of `account`'s user as API Gateway passes it: the JWT authorizer's claims (the
+    /// account's user, and its account in the template's `ACCOUNT_CLAIM`), the invocation's
+    /// deadline.
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        account: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Request {
         let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
         jwt.claims = HashMap::from([("sub".to_owned(), format!("user-{account}"))]);
         jwt.claims
@@ -115,11 +139,13 @@ impl<'a> Api<'a> {
         http.authorizer = Some(authorizer);
         let mut lambda = Context::default();
         lambda.deadline = (self.harness.clock.now_ms() + self.timeout.as_millis() as i64) as u64;
-        lambda_http::http::Request::builder()
-            .method("POST")
-            .uri("https://api.example.com/payments")
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
+        let mut builder = lambda_http::http::Request::builder()
+            .method(method)
+            .uri(format!("https://api.example.com{path}"));
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder
             .body(Body::from(body.to_owned()))
             .unwrap()
             .with_request_context(RequestContext::ApiGatewayV2(http))
@@ -129,7 +155,7 @@ impl<'a> Api<'a> {
     /// One invocation: its response, or none when it crashed (its future dropped as the
     /// crash is raised; a new process serves the next request). An error of the handler is
     /// API Gateway's `500`.
-    async fn invoke(&self, request: Request) -> Option<Response<Body>> {
+    pub(crate) async fn invoke(&self, request: Request) -> Option<Response<Body>> {
         let crash = &self.harness.crash;
         let function = self.function();
         let answer = tokio::select! {
@@ -148,6 +174,41 @@ impl<'a> Api<'a> {
         answer
     }
 
+    /// The client's requests (each one `request()`) until a final answer (anything but a
+    /// `409`, a `429`, a `5xx` or no answer), or why the client could not get one: a retryable
+    /// answer that is not `application/problem+json`, as the API documents its errors, or no
+    /// final answer after [`GIVE_UP_AFTER`] requests. Adds the requests sent to `sent`.
+    pub(crate) async fn until_final(
+        &self,
+        request: impl Fn() -> Request,
+        sent: &mut u32,
+    ) -> Result<Response<Body>, String> {
+        let mut wait = FIRST_WAIT;
+        for _ in 0..GIVE_UP_AFTER {
+            *sent += 1;
+            let pause = match self.invoke(request()).await {
+                None => wait,
+                Some(response) => match response.status().as_u16() {
+                    409 | 429 | 500..=599 => {
+                        let kind = response.headers().get("content-type");
+                        if kind.is_none_or(|v| v != "application/problem+json") {
+                            return Err(format!(
+                                "answered {} as {kind:?}, not a problem: {}",
+                                response.status(),
+                                String::from_utf8_lossy(response.body())
+                            ));
+                        }
+                        wait.max(retry_after(&response))
+                    }
+                    _ => return Ok(response),
+                },
+            };
+            self.harness.clock.advance(pause);
+            wait = (wait * 2).min(LONGEST_WAIT);
+        }
+        Err(format!("no final answer after {GIVE_UP_AFTER} requests"))
+    }
+
     /// The client's requests with `key` until a final answer: the payment id it names, or why
     /// the client could not get one. Adds the requests sent to `sent`.
     async fn post(
@@ -157,34 +218,20 @@ impl<'a> Api<'a> {
         body: &str,
         sent: &mut u32,
     ) -> Result<String, String> {
-        let mut wait = FIRST_WAIT;
-        for _ in 0..GIVE_UP_AFTER {
-            *sent += 1;
-            let pause = match self.invoke(self.request(account, key, body)).await {
-                None => wait,
-                Some(response) => {
-                    let status = response.status().as_u16();
-                    let text = String::from_utf8_lossy(response.body()).into_owned();
-                    match status {
-                        200 | 201 => {
-                            let body: serde_json::Value =
-                                serde_json::from_str(&text).map_err(|e| {
-                                    format!("{status} with an unreadable body {text}: {e}")
-                                })?;
-                            return body["paymentId"]
-                                .as_str()
-                                .map(str::to_owned)
-                                .ok_or_else(|| format!("{status} without a paymentId: {text}"));
-                        }
-                        409 | 429 | 500..=599 => wait.max(retry_after(&response)),
-                        _ => return Err(format!("answered {status}: {text}")),
-                    }
-                }
-            };
-            self.harness.clock.advance(pause);
-            wait = (wait * 2).min(LONGEST_WAIT);
+        let response = self
+            .until_final(|| self.post_request(account, key, body), sent)
+            .await?;
+        let status = response.status().as_u16();
+        let text = String::from_utf8_lossy(response.body()).into_owned();
+        if !matches!(status, 200 | 201) {
+            return Err(format!("answered {status}: {text}"));
         }
-        Err(format!("no final answer after {GIVE_UP_AFTER} requests"))
+        let body: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{status} with an unreadable body {text}: {e}"))?;
+        body["paymentId"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{status} without a paymentId: {text}"))
     }
 
     /// A case: a new account's [`PAYMENTS`] POSTs and their replays, `fault` armed at the
@@ -312,7 +359,7 @@ async fn payments_by_account(harness: &Harness) -> HashMap<String, Vec<StoredPay
 async fn fault_exploration_payments_api() {
     let started = Instant::now();
     let harness = Harness::new().await;
-    let api = Api::new(&harness);
+    let api = Api::new(&harness, "payments-api");
     let clean = api.case("clean run".to_owned(), None).await;
     let requests = clean.dynamodb_requests;
     let mut cases = vec![clean];

@@ -24,7 +24,8 @@
 //! of payments-publisher, on a simulated stream shard, is [`publisher`]; that of receipt-sender,
 //! on a simulated receipts queue, is [`receipts`]; that of payments-api, under a client that
 //! retries as the API's docs say, with these payments charged afterwards, is [`api`]; that of
-//! payments-reconciler, run on its schedule over the state each of its duties starts from, is
+//! payments-reader, reading charged, accepted, foreign and missing payments under that client,
+//! is [`reader`]; that of payments-reconciler, run on its schedule over the state each of its duties starts from, is
 //! [`reconciler`]. The faulty clients they give their functions are [`clients`]'.
 //!
 //! Each exploration runs on a local AWS of its own ([`own_stack`]), not on the suite's.
@@ -33,6 +34,7 @@ mod api;
 mod clients;
 mod own_sqs;
 mod publisher;
+mod reader;
 mod receipts;
 mod reconciler;
 

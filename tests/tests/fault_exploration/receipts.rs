@@ -17,6 +17,12 @@
 //! follows them; they are the only requests of the function's SQS client, so no fault is armed
 //! on it.
 //!
+//! The same runs again on batches of duplicates ([`Batch::Duplicates`]): one charged payment's
+//! event twice under one message id (a standard queue can deliver a message twice, in one batch)
+//! and its second event twice under another id, all in one batch, with the batch processor at
+//! its default concurrency as receipt-sender deploys it (10 records at once): the repeated id
+//! runs once, and the records of the payment's key one after another.
+//!
 //! Each case checks: the queue drained; no message moved to a dead-letter queue, by the function
 //! or by SQS; the fault fired. Once every case ran: each payment has exactly one receipt, with
 //! its payment's account, amount and currency, and the invariant checker's verdict on the whole
@@ -46,6 +52,49 @@ use crate::{FAULTS, faulty_dynamodb, summarize};
 
 /// Payments per case, of one account.
 const PAYMENTS: usize = 3;
+
+/// What a case's queue holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batch {
+    /// Each payment's event, and a second event of the first payment under another message id
+    /// (payment-processor's after a crash), run one record at a time: request `n` is the same
+    /// request in every run.
+    Copy,
+    /// One payment's event twice under its message id (a standard queue delivering one message
+    /// twice in a batch) and its second event twice under another id, run by the processor as
+    /// deployed (its default concurrency, 10 records at once): the records of one key wait for
+    /// each other, so request `n` is still the same request in every run.
+    Duplicates,
+}
+
+impl Batch {
+    /// Payments per case.
+    fn payments(self) -> usize {
+        match self {
+            Batch::Copy => PAYMENTS,
+            Batch::Duplicates => 1,
+        }
+    }
+
+    /// The queue's messages for `charged`: `(id, body)`.
+    fn messages(self, charged: &[Charged]) -> Vec<(String, String)> {
+        let (first, body) = &charged[0];
+        let own = (format!("m-{}", first.payment_id), body.clone());
+        // payment-processor's second event of the first payment.
+        let again = (format!("m-{}-again", first.payment_id), body.clone());
+        match self {
+            Batch::Copy => {
+                let mut messages: Vec<(String, String)> = charged
+                    .iter()
+                    .map(|(p, body)| (format!("m-{}", p.payment_id), body.clone()))
+                    .collect();
+                messages.push(again);
+                messages
+            }
+            Batch::Duplicates => vec![own.clone(), own, again.clone(), again],
+        }
+    }
+}
 
 /// A payment charged by payment-processor, and the body of the `PaymentCharged` event it sent.
 type Charged = (PaymentRequested, String);
@@ -99,9 +148,10 @@ impl Harness {
 
     /// receipt-sender in a new execution environment: the template's settings, the faulty
     /// client, its idempotency records and a batch processor on the test's clock, one record at
-    /// a time (so that request `n` is the same request in every run), its dead-letter queue and
+    /// a time for `batch` [`Batch::Copy`] (so that request `n` is the same request in every run)
+    /// and at the default concurrency for [`Batch::Duplicates`], its dead-letter queue and
     /// backoff in memory.
-    fn function(&self) -> App {
+    fn function(&self, batch: Batch) -> App {
         let clock = self.clock.clone() as Arc<dyn Clock>;
         let mut processor = BatchProcessor::new()
             .with_clock(clock.clone())
@@ -109,8 +159,10 @@ impl Harness {
                 &self.memory,
                 self.stack.queue_url("ReceiptsDeadLetterQueue"),
             ))
-            .with_backoff(VisibilityBackoff::in_memory(&self.memory))
-            .concurrency(1);
+            .with_backoff(VisibilityBackoff::in_memory(&self.memory));
+        if batch == Batch::Copy {
+            processor = processor.concurrency(1);
+        }
         if let Some(attempts) = self.max_attempts {
             processor = processor.max_attempts(attempts);
         }
@@ -119,11 +171,11 @@ impl Harness {
             .with_clock(clock)
     }
 
-    /// [`PAYMENTS`] payments of each of `accounts` new accounts, accepted and charged by
+    /// `payments` payments of each of `accounts` new accounts, accepted and charged by
     /// payment-processor as deployed (its own clients, no fault), by account, each with the
     /// `PaymentCharged` event it sent, taken off the receipts queue.
-    async fn charged(&self, accounts: usize) -> Vec<Vec<Charged>> {
-        let accepted = crate::accepted(&self.stack, accounts, PAYMENTS).await;
+    async fn charged(&self, accounts: usize, payments: usize) -> Vec<Vec<Charged>> {
+        let accepted = crate::accepted(&self.stack, accounts, payments).await;
         let processor = self.stack.payment_processor().unwrap();
         let records: Vec<_> = accepted
             .iter()
@@ -174,16 +226,16 @@ impl Harness {
         events
     }
 
-    /// Runs a case on `charged` (one account's payments) with `fault` armed at a request of the
-    /// DynamoDB client (none: a clean run): what went wrong, and the requests sent.
-    async fn case(&self, fault: Option<(u32, Fault)>, charged: &[Charged]) -> (Vec<String>, u32) {
-        let mut messages: Vec<(String, String)> = charged
-            .iter()
-            .map(|(p, body)| (format!("m-{}", p.payment_id), body.clone()))
-            .collect();
-        // payment-processor's second event of the first payment.
-        let (first, body) = &charged[0];
-        messages.push((format!("m-{}-again", first.payment_id), body.clone()));
+    /// Runs a case of `batch` on `charged` (one account's payments) with `fault` armed at a
+    /// request of the DynamoDB client (none: a clean run): what went wrong, and the requests
+    /// sent.
+    async fn case(
+        &self,
+        batch: Batch,
+        fault: Option<(u32, Fault)>,
+        charged: &[Charged],
+    ) -> (Vec<String>, u32) {
+        let messages = batch.messages(charged);
         self.faults.disarm();
         self.crash.reset();
         if let Some((n, fault)) = fault {
@@ -193,7 +245,7 @@ impl Harness {
             .max_receive_count(self.max_receive_count)
             .visibility_timeout(self.visibility_timeout);
         let drained = sim_queue::drain(queue, &self.clock, &self.crash, &self.memory, |event| {
-            self.invoke(event)
+            self.invoke(batch, event)
         })
         .await;
         let fired = self.faults.fired();
@@ -207,8 +259,12 @@ impl Harness {
         )
     }
 
-    async fn invoke(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, String> {
-        self.function()
+    async fn invoke(
+        &self,
+        batch: Batch,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, String> {
+        self.function(batch)
             .handle(event)
             .await
             .map_err(|e| e.to_string())
@@ -251,41 +307,57 @@ impl Harness {
     }
 }
 
+/// Runs a clean case of `batch`, then one per fault at each request it made, adding the
+/// payments to `all` and what went wrong to `failures`: the cases run, and the clean run's
+/// requests.
+async fn explore(
+    harness: &Harness,
+    batch: Batch,
+    all: &mut Vec<PaymentRequested>,
+    failures: &mut Vec<String>,
+) -> (usize, u32) {
+    let clean_input = harness.charged(1, batch.payments()).await.remove(0);
+    let (clean, requests) = harness.case(batch, None, &clean_input).await;
+    all.extend(clean_input.into_iter().map(|(p, _)| p));
+    if !clean.is_empty() {
+        failures.push(format!("{batch:?} clean run: {}", clean.join("; ")));
+    }
+    let planned: Vec<(u32, Fault)> = (1..=requests)
+        .flat_map(|n| FAULTS.map(|fault| (n, fault)))
+        .collect();
+    let cases = planned.len() + 1;
+    let inputs = harness.charged(planned.len(), batch.payments()).await;
+    for ((n, fault), input) in planned.into_iter().zip(inputs) {
+        let (problems, _) = harness.case(batch, Some((n, fault)), &input).await;
+        all.extend(input.into_iter().map(|(p, _)| p));
+        if !problems.is_empty() {
+            failures.push(format!(
+                "{batch:?} DynamoDB request {n} {}: {}",
+                fault.label(),
+                problems.join("; ")
+            ));
+        }
+    }
+    (cases, requests)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_exploration_receipt_sender() {
     let started = Instant::now();
     let harness = Harness::new().await;
     let mut failures = Vec::new();
     let mut all = Vec::new();
-    let clean_input = harness.charged(1).await.remove(0);
-    let (clean, requests) = harness.case(None, &clean_input).await;
-    all.extend(clean_input.into_iter().map(|(p, _)| p));
-    if !clean.is_empty() {
-        failures.push(format!("clean run: {}", clean.join("; ")));
-    }
-    let planned: Vec<(u32, Fault)> = (1..=requests)
-        .flat_map(|n| FAULTS.map(|fault| (n, fault)))
-        .collect();
-    let cases = planned.len() + 1;
-    let inputs = harness.charged(planned.len()).await;
-    for ((n, fault), input) in planned.into_iter().zip(inputs) {
-        let (problems, _) = harness.case(Some((n, fault)), &input).await;
-        all.extend(input.into_iter().map(|(p, _)| p));
-        if !problems.is_empty() {
-            failures.push(format!(
-                "DynamoDB request {n} {}: {}",
-                fault.label(),
-                problems.join("; ")
-            ));
-        }
-    }
+    let (copies, copy_requests) = explore(&harness, Batch::Copy, &mut all, &mut failures).await;
+    let (duplicates, duplicate_requests) =
+        explore(&harness, Batch::Duplicates, &mut all, &mut failures).await;
     failures.extend(harness.wrong_receipts(&all).await);
     summarize(
         &format!(
-            "receipt-sender: in a clean run of {PAYMENTS} events and a copy, {requests} DynamoDB \
-             requests and no SQS request"
+            "receipt-sender: in a clean run of {PAYMENTS} events and a copy, {copy_requests} \
+             DynamoDB requests; of one event twice and its copy twice in one batch, \
+             {duplicate_requests}; no SQS request"
         ),
-        cases,
+        copies + duplicates,
         started,
         &failures,
     );
