@@ -330,11 +330,19 @@ async fn a_message_that_crashes_every_delivery_fails_with_its_reason_after_the_l
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         let waiting = reconcile_at(&pipeline, at).await;
         if round < send_back_limit {
-            assert_eq!(waiting.sent_back, [fatal_id.clone()], "{waiting:?}");
+            assert_eq!(
+                waiting.sent_back,
+                std::slice::from_ref(&fatal_id),
+                "{waiting:?}"
+            );
             assert!(waiting.marked_failed.is_empty(), "{waiting:?}");
         } else {
             // Moved again after it was sent back as often as the limit allows: failed.
-            assert_eq!(waiting.marked_failed, [fatal_id.clone()], "{waiting:?}");
+            assert_eq!(
+                waiting.marked_failed,
+                std::slice::from_ref(&fatal_id),
+                "{waiting:?}"
+            );
             assert!(waiting.sent_back.is_empty(), "{waiting:?}");
         }
         at += millis(ROUND);

@@ -116,12 +116,16 @@ async fn payments_left_accepted_get_their_moved_message_sent_back_or_are_sent_ag
     let report = reconciler.waiting(now_ms()).await.unwrap();
 
     // Moved once: not failed, sent back.
-    assert_eq!(report.sent_back, [moved.payment_id.clone()], "{report:?}");
+    assert_eq!(
+        report.sent_back,
+        std::slice::from_ref(&moved.payment_id),
+        "{report:?}"
+    );
     assert_eq!(status(&stack, &moved.payment_id).await.0, "accepted");
     // Moved again after `limit` sends back: failed, as a message fatal on every delivery.
     assert_eq!(
         report.marked_failed,
-        [fatal.payment_id.clone()],
+        std::slice::from_ref(&fatal.payment_id),
         "{report:?}"
     );
     let (fatal_status, reason) = status(&stack, &fatal.payment_id).await;
@@ -185,7 +189,11 @@ async fn a_message_sent_back_is_charged_once_and_its_other_copies_are_duplicates
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
     let report = reconciler.waiting(now_ms()).await.unwrap();
-    assert_eq!(report.sent_back, [moved.payment_id.clone()], "{report:?}");
+    assert_eq!(
+        report.sent_back,
+        std::slice::from_ref(&moved.payment_id),
+        "{report:?}"
+    );
     // What payment-processor receives: the body as it was, in the account's group, counted once.
     let received = stack
         .clients

@@ -484,6 +484,29 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_moved_by_sqs_has_no_reason_and_its_count_of_sends_back() {
+        let moved = message("m1", "a", "p1", None);
+        let (_, dead) = dead_letter(&moved).unwrap();
+        assert_eq!((dead.reason, dead.sent_back), (None, 0));
+        assert_eq!(dead.group.as_deref(), Some("a"));
+        let mut again = message("m2", "a", "p1", None);
+        again.message_attributes = Some(
+            [(
+                SENT_BACK_ATTRIBUTE.to_owned(),
+                MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value("2")
+                    .build()
+                    .unwrap(),
+            )]
+            .into(),
+        );
+        let (_, dead) = dead_letter(&again).unwrap();
+        assert_eq!((dead.reason, dead.sent_back), (None, 2));
+        assert_eq!(dead.body, again.body.unwrap());
+    }
+
+    #[test]
     fn a_look_not_whole_hides_every_account_and_a_held_group_its_own() {
         let mut peeked = Peeked::default();
         assert!(peeked.may_hide("a"), "not whole");

@@ -198,7 +198,7 @@ impl Reconciler {
                 Some(Left::Done)
             } else {
                 match self
-                    .from_dead_letters(dead_letters, &candidate.payment, now_ms)
+                    .by_dead_letters(dead_letters, &candidate.payment, now_ms)
                     .await?
                 {
                     FromDeadLetters::Marked => {
@@ -288,7 +288,7 @@ impl Reconciler {
     /// reason marks it failed with that reason; else the copies SQS moved are sent back, or,
     /// moved again after as many sends back as the limit allows, mark it failed
     /// ([`send_back`](super::send_back)).
-    async fn from_dead_letters(
+    async fn by_dead_letters(
         &self,
         dead_letters: &Peeked,
         payment: &PaymentItem,
