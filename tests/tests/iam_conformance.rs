@@ -403,10 +403,11 @@ async fn every_call_is_granted_and_every_grant_is_used() {
     }
     gateway.shutdown().await;
 
-    // payments-reconciler after the run: every charge audited, a payment left accepted with
-    // its message in the dead-letter queue (marked failed), one with no message (sent again).
+    // payments-reconciler after the run: every charge audited, payments left accepted with
+    // their message moved by SQS to the dead-letter queue (sent back; marked failed past the
+    // limit of sends back), one with no message (sent again).
     let recon_rec = recorder();
-    let mut left = reconcile(&stack, &recon_rec).await;
+    let (mut left, fatal) = reconcile(&stack, &recon_rec).await;
 
     let mut reports: Vec<Report> = Vec::new();
     let mut recorded = Vec::new();
@@ -471,39 +472,63 @@ async fn every_call_is_granted_and_every_grant_is_used() {
             &Scope::pipeline()
                 .leaving("PaymentsQueue")
                 .leaving("ReceiptsQueue")
-                .declaring(Failure::Permanent, [poisoned]),
+                .declaring(Failure::Permanent, [poisoned])
+                .declaring(Failure::Fatal, [fatal]),
             &left,
         )
         .await;
 }
 
-/// One payments-reconciler pass with `recorder`'s clients, over what the run left, two
-/// payments left accepted (one whose message is in the dead-letter queue, one with no message)
-/// and a charged payment whose receipt is gone. Returns the violations the pass leaves with no
-/// function running: the payment sent again still accepted, the charged payment's receipt event
-/// on the receipts queue, its receipt missing.
-async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
+/// One payments-reconciler pass with `recorder`'s clients, over what the run left, three
+/// payments left accepted (one whose message SQS moved to the dead-letter queue, sent back; one
+/// whose message SQS moved again after the limit of sends back, marked failed; one with no
+/// message, sent again) and a charged payment whose receipt is gone. Returns the violations the
+/// pass leaves with no function running: the payments sent again or back still accepted, the
+/// charged payment's receipt event on the receipts queue, its receipt missing; and the payment
+/// marked failed, to declare.
+async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> (Vec<Violation>, String) {
+    use payments_operations::reconcile::send_back::SENT_BACK_ATTRIBUTE;
     use payments_operations::reconcile::{Config, Reconciler};
-    let [dead, lost] = <[_; 2]>::try_from(
+    let [moved, dead, lost] = <[_; 3]>::try_from(
         stack
-            .accept(payments_e2e::stack::payments(2, 2, "iam-reconcile", |_| {
+            .accept(payments_e2e::stack::payments(3, 3, "iam-reconcile", |_| {
                 String::new()
             }))
             .await
             .unwrap(),
     )
     .unwrap();
-    stack
-        .clients
-        .sqs
-        .send_message()
-        .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
-        .message_body(serde_json::to_string(&dead).unwrap())
-        .message_group_id(&dead.account_id)
-        .message_deduplication_id("iam-reconcile")
-        .send()
-        .await
-        .unwrap();
+    let mut settings = stack.settings("payments-reconciler").unwrap();
+    for (k, v) in [
+        ("RESEND_AFTER_SECONDS", "0"),
+        ("AUDIT_LAG_SECONDS", "0"),
+        ("RECEIPT_AFTER_SECONDS", "0"),
+    ] {
+        settings.insert(k.into(), v.into());
+    }
+    let config = Config::from_settings(&settings).unwrap();
+    // As SQS's own move puts them there: no reason; the second after the limit of sends back.
+    for (payment, sent_back) in [(&moved, None), (&dead, Some(config.send_back_limit))] {
+        let mut send = stack
+            .clients
+            .sqs
+            .send_message()
+            .queue_url(stack.queue_url("PaymentsDeadLetterQueue"))
+            .message_body(serde_json::to_string(payment).unwrap())
+            .message_group_id(&payment.account_id)
+            .message_deduplication_id(format!("iam-reconcile-{}", payment.payment_id));
+        if let Some(n) = sent_back {
+            send = send.message_attributes(
+                SENT_BACK_ATTRIBUTE,
+                aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value(n.to_string())
+                    .build()
+                    .unwrap(),
+            );
+        }
+        send.send().await.unwrap();
+    }
     let receipt = stack.scan("ReceiptsTable").await.unwrap().remove(0);
     stack
         .clients
@@ -514,18 +539,10 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
         .send()
         .await
         .unwrap();
-    let mut settings = stack.settings("payments-reconciler").unwrap();
-    for (k, v) in [
-        ("RESEND_AFTER_SECONDS", "0"),
-        ("AUDIT_LAG_SECONDS", "0"),
-        ("RECEIPT_AFTER_SECONDS", "0"),
-    ] {
-        settings.insert(k.into(), v.into());
-    }
     let reconciler = Reconciler::new(
         recorder.dynamodb_client(&stack.sdk),
         recorder.sqs_client(&stack.sdk),
-        Config::from_settings(&settings).unwrap(),
+        config,
     );
     let report = reconciler
         .run(payments_publisher::now_ms() + 1)
@@ -536,44 +553,30 @@ async fn reconcile(stack: &Stack, recorder: &CallRecorder) -> Vec<Violation> {
         std::slice::from_ref(&dead.payment_id),
         "{report}"
     );
+    assert_eq!(
+        report.waiting.sent_back,
+        std::slice::from_ref(&moved.payment_id),
+        "{report}"
+    );
     assert!(report.waiting.resent.contains(&lost.payment_id), "{report}");
     assert_eq!(report.receipts.resent.len(), 1, "{report}");
     assert!(report.audit.audited > 0, "{report}");
     assert!(report.audit.mismatches.is_empty(), "{report}");
-    let reason = stack
-        .clients
-        .dynamodb
-        .get_item()
-        .table_name(stack.table("PaymentsTable"))
-        .key("paymentId", AttributeValue::S(dead.payment_id.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-        .and_then(|i| i.get("lastError").and_then(|v| v.as_s().ok()).cloned())
-        .unwrap_or_default();
-    vec![
+    let left = vec![
         Violation::Unsettled {
             payment_id: lost.payment_id,
             status: "accepted".into(),
         },
-        // Its message was put in the dead-letter queue as SQS's own move would (crashes or
-        // timeouts): marked failed for what is not its fault, which the checker reports, and
-        // which no test may declare.
-        Violation::FailedInnocent {
-            payment_id: dead.payment_id.clone(),
-            reason: reason.clone(),
-        },
-        Violation::UndeclaredFailure {
-            payment_id: dead.payment_id,
-            reason,
+        Violation::Unsettled {
+            payment_id: moved.payment_id,
+            status: "accepted".into(),
         },
         Violation::Receipts {
             payment_id: receipt["paymentId"].as_s().unwrap().clone(),
             receipts: 0,
         },
-    ]
+    ];
+    (left, dead.payment_id)
 }
 
 /// Every queue names who may send to it: one queue policy whose one statement denies

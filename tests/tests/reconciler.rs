@@ -1,9 +1,9 @@
 //! payments-reconciler against a provisioned stack: payments left `accepted` whose message SQS
-//! moved to the dead-letter queue are marked failed (the queue keeps the message), the others
-//! are sent again through the relay's path, those waiting too long are counted stuck, and a
-//! dead-letter copy that disagrees with its payment marks nothing; the audit reports a balance
-//! that its charges do not explain (an over-charge too), but not one with charges not yet
-//! audited.
+//! moved to the dead-letter queue get it sent back (a copy moved again after as many sends back
+//! as the limit allows marks its payment failed, and the queue keeps it), the others are sent
+//! again through the relay's path, those waiting too long are counted stuck, and a dead-letter
+//! copy that disagrees with its payment marks nothing; the audit reports a balance that its
+//! charges do not explain (an over-charge too), but not one with charges not yet audited.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,30 +11,43 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use lambda_idempotency::publish::{DeduplicationId, Message, MessageGroupId, Publisher};
 use lambda_idempotency::time::{Clock, Deadline};
 use payments_e2e::faults::{event, failed_ids};
-use payments_e2e::invariants::{Scope, Violation};
+use payments_e2e::invariants::{Failure, Scope, Violation};
 use payments_e2e::sqs_records::{fifo_record, receipts_record};
 use payments_e2e::stack::{self, Stack};
 use payments_model::{PaymentCharged, PaymentRequested};
 use payments_operations::reconcile::Budget;
 use payments_operations::reconcile::audit::{Mismatch, WRITER_CLOCK_SKEW};
-use payments_operations::reconcile::waiting::{MOVED_BY_SQS, Stopped};
+use payments_operations::reconcile::send_back::{FATAL_ON_EVERY_DELIVERY, SENT_BACK_ATTRIBUTE};
+use payments_operations::reconcile::waiting::Stopped;
 use payments_publisher::now_ms;
 
-async fn dead_letter(stack: &Stack, payment: &PaymentRequested) {
+/// Puts `payment`'s message in the dead-letter queue as SQS's own move does (no reason), after
+/// the reconciler sent it back `sent_back` times (its [`SENT_BACK_ATTRIBUTE`]).
+async fn dead_letter(stack: &Stack, payment: &PaymentRequested, sent_back: Option<u32>) {
     let publisher = Publisher::new(
         stack.clients.sqs.clone(),
         stack.queue_url("PaymentsDeadLetterQueue"),
     );
-    let message = Message::fifo(
+    let mut message = Message::fifo(
         MessageGroupId::new(payment.account_id.as_str()).unwrap(),
         DeduplicationId::from_key(&payment.payment_id),
         serde_json::to_string(payment).unwrap(),
     )
     .unwrap();
+    if let Some(n) = sent_back {
+        let count = MessageAttributeValue::builder()
+            .data_type("Number")
+            .string_value(n.to_string())
+            .build()
+            .unwrap();
+        message = message
+            .with_attribute_value(SENT_BACK_ATTRIBUTE, count)
+            .unwrap();
+    }
     publisher.send_all(vec![message]).await.remove(0).unwrap();
 }
 
@@ -55,70 +68,73 @@ async fn status(stack: &Stack, payment_id: &str) -> (String, Option<String>) {
     (s("status").unwrap(), s("lastError"))
 }
 
-/// The invariants once the reconciler sent `resent` again and no payment-processor ran: those
-/// payments left accepted, their messages left on the payments queue.
-/// `moved` are the payments whose messages the test put in the dead-letter queue as SQS's own
-/// move would (after crashes or timeouts): the reconciler marks them failed, which the checker
-/// reports as not their fault, and as failures no test may declare.
-async fn assert_left_resent(stack: &Stack, resent: &[String], moved: &[String]) {
-    let mut expected: Vec<Violation> = resent
+/// The invariants once the reconciler sent `resent` again (or back) and no payment-processor
+/// ran: those payments left accepted, their messages left on the payments queue. `fatal` are
+/// the payments whose message SQS moved again after the limit of sends back: failed, as a
+/// message that crashes its consumer on every delivery.
+async fn assert_left_resent(stack: &Stack, resent: &[String], fatal: &[String]) {
+    let expected: Vec<Violation> = resent
         .iter()
         .map(|id| Violation::Unsettled {
             payment_id: id.clone(),
             status: "accepted".into(),
         })
         .collect();
-    for id in moved {
-        let reason = status(stack, id).await.1.unwrap_or_default();
-        expected.push(Violation::FailedInnocent {
-            payment_id: id.clone(),
-            reason: reason.clone(),
-        });
-        expected.push(Violation::UndeclaredFailure {
-            payment_id: id.clone(),
-            reason,
-        });
-    }
     stack
         .assert_invariants(
-            &Scope::through_charging().leaving("PaymentsQueue"),
+            &Scope::through_charging()
+                .leaving("PaymentsQueue")
+                .declaring(Failure::Fatal, fatal.iter().cloned()),
             &expected,
         )
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payments_left_accepted_are_marked_from_the_dead_letter_queue_or_sent_again() {
+async fn payments_left_accepted_get_their_moved_message_sent_back_or_are_sent_again() {
     let stack = Stack::provision(&[]).await.unwrap();
-    // Three accounts, one payment each: moved by SQS to the dead-letter queue; its copy there
-    // disagreeing with it (an amount changed by hand); no message anywhere.
+    // Four accounts, one payment each: moved by SQS to the dead-letter queue once; moved again
+    // after the limit of sends back; its copy there disagreeing with it (an amount changed by
+    // hand); no message anywhere.
     let accepted = stack
-        .accept(stack::payments(3, 3, "reconcile", |_| String::new()))
+        .accept(stack::payments(4, 4, "reconcile", |_| String::new()))
         .await
         .unwrap();
-    let [moved, tampered, lost] = <[PaymentRequested; 3]>::try_from(accepted).unwrap();
-    dead_letter(&stack, &moved).await;
-    let mut wrong = tampered.clone();
-    wrong.amount_cents += 1;
-    dead_letter(&stack, &wrong).await;
-
-    // Everything older than a second is sent again, and counts as stuck.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let [moved, fatal, tampered, lost] = <[PaymentRequested; 4]>::try_from(accepted).unwrap();
     let reconciler = stack
         .reconciler(&[("RESEND_AFTER_SECONDS", "1"), ("STUCK_AFTER_SECONDS", "1")])
         .unwrap();
+    let limit = reconciler.config().send_back_limit;
+    dead_letter(&stack, &moved, None).await;
+    dead_letter(&stack, &fatal, Some(limit)).await;
+    let mut wrong = tampered.clone();
+    wrong.amount_cents += 1;
+    dead_letter(&stack, &wrong, None).await;
+
+    // Everything older than a second is sent again, and counts as stuck.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let report = reconciler.waiting(now_ms()).await.unwrap();
 
+    // Moved once: not failed, sent back.
     assert_eq!(
-        report.marked_failed,
-        vec![moved.payment_id.clone()],
+        report.sent_back,
+        std::slice::from_ref(&moved.payment_id),
         "{report:?}"
     );
-    let (moved_status, reason) = status(&stack, &moved.payment_id).await;
-    assert_eq!(moved_status, "failed");
+    assert_eq!(status(&stack, &moved.payment_id).await.0, "accepted");
+    // Moved again after `limit` sends back: failed, as a message fatal on every delivery.
+    assert_eq!(
+        report.marked_failed,
+        std::slice::from_ref(&fatal.payment_id),
+        "{report:?}"
+    );
+    let (fatal_status, reason) = status(&stack, &fatal.payment_id).await;
+    assert_eq!(fatal_status, "failed");
+    let reason = reason.unwrap_or_default();
     assert!(
-        reason.as_deref().unwrap().contains(MOVED_BY_SQS),
-        "{reason:?}"
+        reason.contains(FATAL_ON_EVERY_DELIVERY)
+            && reason.contains(&format!("sent back {limit} times")),
+        "{reason}"
     );
     // The tampered copy is not the payment's message: the payment is sent again instead.
     assert_eq!(status(&stack, &tampered.payment_id).await.0, "accepted");
@@ -127,10 +143,11 @@ async fn payments_left_accepted_are_marked_from_the_dead_letter_queue_or_sent_ag
     let mut expected = vec![tampered.payment_id.clone(), lost.payment_id.clone()];
     expected.sort();
     assert_eq!(resent, expected, "{report:?}");
-    assert_eq!(report.stuck.len(), 2, "{report:?}");
+    assert_eq!(report.stuck.len(), 3, "{report:?}");
     assert!(report.send_failed.is_empty(), "{report:?}");
 
-    // The dead-letter queue keeps both copies (the reconciler only looks), visible again.
+    // The dead-letter queue keeps the fatal and the tampered copies, visible again; the copy
+    // sent back left it.
     let in_dlq = stack::dead_letters_in_queue(
         &stack.clients.sqs,
         stack.queue_url("PaymentsDeadLetterQueue"),
@@ -138,16 +155,90 @@ async fn payments_left_accepted_are_marked_from_the_dead_letter_queue_or_sent_ag
     )
     .await
     .unwrap();
-    assert_eq!(in_dlq.len(), 2, "{in_dlq:?}");
-    // The resent messages are on payments.fifo, each with the relay's deduplication id.
-    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 2);
+    let mut in_dlq: Vec<String> = in_dlq.into_iter().map(|(id, _)| id).collect();
+    in_dlq.sort();
+    let mut kept = vec![fatal.payment_id.clone(), tampered.payment_id.clone()];
+    kept.sort();
+    assert_eq!(in_dlq, kept);
+    // The resent messages and the one sent back are on payments.fifo.
+    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 3);
 
-    // A second pass finds the same two still accepted (nothing charged them yet): sent again
-    // less than the resend interval ago, they are not sent a second time.
+    // A second pass finds the same three still accepted (nothing charged them yet): sent again
+    // or back less than the resend interval ago, they are not sent a second time.
     let again = reconciler.waiting(now_ms()).await.unwrap();
-    assert!(again.resent.is_empty(), "{again:?}");
-    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 2);
-    assert_left_resent(&stack, &expected, std::slice::from_ref(&moved.payment_id)).await;
+    assert!(
+        again.resent.is_empty() && again.sent_back.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(stack.depth("PaymentsQueue").await.unwrap(), 3);
+    expected.push(moved.payment_id.clone());
+    assert_left_resent(&stack, &expected, std::slice::from_ref(&fatal.payment_id)).await;
+}
+
+/// A payment's message moved by SQS, sent back by the reconciler, charged by payment-processor
+/// from the copy sent back: charged once, and the relay's copy still queued is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_back_is_charged_once_and_its_other_copies_are_duplicates() {
+    let stack = Stack::provision(&[]).await.unwrap();
+    let accepted = stack
+        .accept(stack::payments(1, 1, "sent-back", |_| String::new()))
+        .await
+        .unwrap();
+    let moved = accepted[0].clone();
+    dead_letter(&stack, &moved, None).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
+    let report = reconciler.waiting(now_ms()).await.unwrap();
+    assert_eq!(
+        report.sent_back,
+        std::slice::from_ref(&moved.payment_id),
+        "{report:?}"
+    );
+    // What payment-processor receives: the body as it was, in the account's group, counted once.
+    let received = stack
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(stack.queue_url("PaymentsQueue"))
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(received.len(), 1, "{received:?}");
+    let m = &received[0];
+    assert_eq!(
+        serde_json::from_str::<PaymentRequested>(m.body().unwrap())
+            .unwrap()
+            .payment_id,
+        moved.payment_id
+    );
+    assert_eq!(
+        m.attributes().unwrap()[&MessageSystemAttributeName::MessageGroupId],
+        moved.account_id
+    );
+    assert_eq!(
+        m.message_attributes().unwrap()[SENT_BACK_ATTRIBUTE].string_value(),
+        Some("1")
+    );
+    // payment-processor charges it; the same payment's message again (the relay's copy) is a
+    // duplicate: one ledger entry.
+    let app = stack.payment_processor().unwrap();
+    let record = fifo_record("m-sent-back", m.body().unwrap(), &moved.account_id, 1);
+    let response = app
+        .handle(event(vec![record], Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(failed_ids(&response).is_empty(), "{response:?}");
+    charge(&app, &moved).await;
+    assert_eq!(status(&stack, &moved.payment_id).await.0, "charged");
+    assert_eq!(
+        stack.ledger_entries().await.unwrap().get(&moved.payment_id),
+        Some(&1)
+    );
 }
 
 /// Charges `payment` through payment-processor, as its message would.
@@ -320,7 +411,10 @@ async fn a_dead_letter_out_of_sight_at_the_first_receive_is_found_and_not_receiv
         .await
         .unwrap();
     let [dead, lost] = <[PaymentRequested; 2]>::try_from(accepted).unwrap();
-    dead_letter(&stack, &dead).await;
+    let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
+    // Moved again after the limit of sends back: its payment is marked failed, and the queue
+    // keeps it.
+    dead_letter(&stack, &dead, Some(reconciler.config().send_back_limit)).await;
     // Someone else (an operator's look) holds the dead letter for a moment: a receive then
     // answers nothing although the queue is not empty.
     let held = stack
@@ -336,7 +430,6 @@ async fn a_dead_letter_out_of_sight_at_the_first_receive_is_found_and_not_receiv
         .unwrap_or_default();
     assert_eq!(held.len(), 1);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let reconciler = stack.reconciler(&[("RESEND_AFTER_SECONDS", "1")]).unwrap();
 
     let report = reconciler.waiting(now_ms()).await.unwrap();
     assert_eq!(

@@ -86,6 +86,9 @@ pub mod reconciler {
     pub const RECEIPTS_RESENT: &str = "receiptsResent";
     /// Stuck payments marked `failed` from their dead-letter queue.
     pub const MARKED_FAILED: &str = "markedFailed";
+    /// Payments whose message SQS moved to the dead-letter queue (crashes or timeouts), sent
+    /// back to the payments queue: a crash loop, or a message that crashes its consumer.
+    pub const SENT_BACK: &str = "sentBack";
     /// Charged payments whose ledger entry or balance disagrees.
     pub const LEDGER_MISMATCHES: &str = "ledgerMismatches";
     /// Charges audited against the ledger and the balances.
@@ -143,6 +146,7 @@ pub const ALARMED: &[Alarmed] = &[
     above(function::PAYMENTS_RECONCILER, reconciler::STUCK),
     above(function::PAYMENTS_RECONCILER, reconciler::RESENT),
     above(function::PAYMENTS_RECONCILER, reconciler::UNCHECKED),
+    above(function::PAYMENTS_RECONCILER, reconciler::SENT_BACK),
     above(function::PAYMENTS_RECONCILER, reconciler::RECEIPTS_RESENT),
     above(function::PAYMENTS_RECONCILER, reconciler::LEDGER_MISMATCHES),
 ];

@@ -113,8 +113,9 @@ pub(crate) const CHARGED: &str = "charged";
 const FAILED: &str = "failed";
 
 /// What a failed payment's reason says when the failure was not the payment's fault: SQS's own
-/// move to the dead-letter queue (after crashes or timeouts, as the reconciler records it), a
-/// service unavailable, a timeout.
+/// move to the dead-letter queue after crashes or timeouts (as an earlier reconciler recorded
+/// it: one move no longer fails a payment, its message is sent back), a service unavailable, a
+/// timeout.
 pub const INNOCENT_REASONS: [&str; 3] = [
     "moved to the dead-letter queue by SQS",
     "unavailable",

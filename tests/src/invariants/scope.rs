@@ -21,6 +21,11 @@ pub enum Failure {
     /// `panic` on every attempt). Its reason names its last failed attempt (`failed attempt N`)
     /// or the budget (`attempt budget used up`), and no permanent failure.
     Budget,
+    /// A message that crashes its consumer on every delivery: SQS moved it to the dead-letter
+    /// queue again after payments-reconciler sent it back as often as its limit allows. Its
+    /// reason says `fatal to payment-processor on every delivery`
+    /// ([`FATAL_ON_EVERY_DELIVERY`](payments_operations::reconcile::send_back::FATAL_ON_EVERY_DELIVERY)).
+    Fatal,
 }
 
 impl Failure {
@@ -34,13 +39,19 @@ impl Failure {
     /// assert!(Failure::Permanent.explains(poison) && !Failure::Budget.explains(poison));
     /// assert!(Failure::Budget.explains(spent) && !Failure::Permanent.explains(spent));
     /// assert!(!Failure::Budget.explains("the charge timed out"));
+    /// let fatal = payments_operations::reconcile::send_back::fatal_reason(3);
+    /// assert!(Failure::Fatal.explains(&fatal) && !Failure::Budget.explains(&fatal));
     /// ```
     pub fn explains(self, reason: &str) -> bool {
         let permanent = reason.contains("permanent failure");
+        let fatal =
+            reason.contains(payments_operations::reconcile::send_back::FATAL_ON_EVERY_DELIVERY);
         match self {
             Self::Permanent => permanent,
+            Self::Fatal => fatal,
             Self::Budget => {
                 !permanent
+                    && !fatal
                     && (reason.contains("(failed attempt ")
                         || reason.contains("attempt budget used up"))
             }
@@ -53,6 +64,7 @@ impl fmt::Display for Failure {
         f.write_str(match self {
             Self::Permanent => "a permanent failure (a poison message)",
             Self::Budget => "its attempt budget used up by the handler's own failures",
+            Self::Fatal => "a message that crashes its consumer on every delivery",
         })
     }
 }
@@ -65,8 +77,9 @@ impl std::str::FromStr for Failure {
         match s {
             "permanent" => Ok(Self::Permanent),
             "budget" => Ok(Self::Budget),
+            "fatal" => Ok(Self::Fatal),
             other => Err(format!(
-                "`{other}` is not a kind of failure (permanent, budget)"
+                "`{other}` is not a kind of failure (permanent, budget, fatal)"
             )),
         }
     }

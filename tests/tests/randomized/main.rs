@@ -31,9 +31,12 @@
 //!   nothing else, since a crash takes its whole batch back with it and the messages batched
 //!   with it would be received as often. It is received exactly `maxReceiveCount` times (the
 //!   template's, applied by the local SQS as SQS applies it), then SQS moves it, and it is the
-//!   only message SQS moved; the reconciler's run after the drain marks its payment failed with
-//!   SQS's reason, and nothing else. The final check expects exactly that failure, which it
-//!   otherwise counts as innocent (a crash is not a payment's fault, except this message's).
+//!   only message SQS moved. A move is not known to be the message's fault: the reconciler's
+//!   runs after each drain (each at the time it would run on AWS, a round of `maxReceiveCount`
+//!   visibility timeouts later) send a payment's message back, `SEND_BACK_LIMIT` times, and
+//!   nothing else; moved once more, its payment is marked failed as fatal on every delivery,
+//!   and nothing else. The final check expects exactly that failure (declared: a message that
+//!   crashes its consumer every time).
 //!
 //! The seed comes from `RANDOMIZED_SEED`, or from the clock (a new one each run, CI's included),
 //! and is printed first, so that a failing run is repeated with `RANDOMIZED_SEED=<seed> cargo
@@ -49,13 +52,15 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use payments_e2e::invariants::{Failure, Scope, Snapshot, Violation};
+use payments_e2e::invariants::{Failure, Scope, Snapshot};
 use payments_e2e::workload::{Accepted, Fault};
 use payments_e2e::{Options, Pipeline};
 use payments_operations::reconcile::Report;
 
 use crash::{Crashes, Point};
-use operators::{When, assert_marked_only, failed, reconcile, redrive_all, reopen_failed};
+use operators::{
+    When, assert_marked_only, failed, reconcile, reconcile_at, redrive_all, reopen_failed,
+};
 use traffic::{burst, forged_receipts, send_fatal, send_poison, send_to_receipts};
 
 /// The variable that sets the seed.
@@ -296,54 +301,58 @@ async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
     // A message that crashes payment-processor whenever it is received, while nothing else is
     // on payments.fifo (a crash takes its whole batch back with it, so the messages batched with
     // it would be received as often): SQS moves it to the dead-letter queue after
-    // maxReceiveCount receives, and only it; the reconciler's run after the drain marks its
-    // payment failed (when it is a payment's), and only that.
+    // maxReceiveCount receives, and only it; the reconciler's runs after each drain send a
+    // payment's message back (and only it) as often as their limit allows, then mark its
+    // payment failed (and only it).
     let fatal = send_fatal(&pipeline, seed, fatal_is_payment).await;
     phase("fatal message sent");
-    pipeline.drain(DRAIN, progress).await.unwrap();
-    phase("fatal message moved");
     let limit = operators::max_receive_count(&pipeline, "PaymentsQueue").await;
-    assert_eq!(
-        crashes.fatal_receives(),
-        limit,
-        "the fatal message was received maxReceiveCount times, then moved by SQS"
-    );
-    let report = reconcile(&pipeline, When::Drained).await;
-    assert_eq!(
-        report.waiting.marked_failed,
-        Vec::from_iter(fatal.clone()),
-        "after the drain the reconciler marks failed the fatal message's payment, and only it:\n{report}"
-    );
-    reports.push(report);
-    let may_fail: BTreeSet<String> = refused_ids.iter().cloned().chain(fatal.clone()).collect();
-    assert_marked_only(&reports, &may_fail);
+    let send_back_limit = pipeline.reconciler(&[]).unwrap().config().send_back_limit;
+    let rounds = if fatal.is_some() {
+        send_back_limit + 1
+    } else {
+        1
+    };
+    // The reconciler's wait before acting on a payment (1 s) has passed at its first run.
+    let mut at = payments_publisher::now_ms() + 2_000;
+    for round in 1..=rounds {
+        pipeline.drain(DRAIN, progress).await.unwrap();
+        phase("fatal message moved");
+        assert_eq!(
+            crashes.fatal_receives(),
+            limit * round,
+            "the fatal message was received maxReceiveCount times, then moved by SQS (round {round})"
+        );
+        let report = reconcile_at(&pipeline, When::Drained, at).await;
+        let (sent_back, marked) = if round < rounds {
+            (Vec::from_iter(fatal.clone()), Vec::new())
+        } else {
+            (Vec::new(), Vec::from_iter(fatal.clone()))
+        };
+        assert_eq!(
+            (&report.waiting.sent_back, &report.waiting.marked_failed),
+            (&sent_back, &marked),
+            "round {round} of {rounds}: the reconciler sends back the fatal message's payment \
+             until its limit, then marks it failed, and nothing else:\n{report}"
+        );
+        reports.push(report);
+        at += 41 * 180 * 1000 + 300 * 1000;
+    }
+    // SQS moved the fatal message and nothing else (each copy sent back left the queue).
     assert_eq!(
         operators::moved_by_sqs(&pipeline).await,
         [fatal.clone().unwrap_or_else(|| "?".into())],
         "SQS moved the fatal message and nothing else"
     );
-    // Its payment failed for its crashes, which the checker counts as innocent and undeclared.
-    let expected: Vec<Violation> = match &fatal {
-        Some(id) => {
-            let reason = failed(&pipeline).await[id].clone().unwrap_or_default();
-            assert!(
-                reason.contains(payments_operations::reconcile::waiting::MOVED_BY_SQS),
-                "{reason}"
-            );
-            // Innocent by its reason, and declared by no test: none may declare what SQS moved.
-            vec![
-                Violation::FailedInnocent {
-                    payment_id: id.clone(),
-                    reason: reason.clone(),
-                },
-                Violation::UndeclaredFailure {
-                    payment_id: id.clone(),
-                    reason,
-                },
-            ]
-        }
-        None => Vec::new(),
-    };
+    let may_fail: BTreeSet<String> = refused_ids.iter().cloned().chain(fatal.clone()).collect();
+    assert_marked_only(&reports, &may_fail);
+    if let Some(id) = &fatal {
+        let reason = failed(&pipeline).await[id].clone().unwrap_or_default();
+        assert!(
+            reason.contains(payments_operations::reconcile::send_back::FATAL_ON_EVERY_DELIVERY),
+            "{reason}"
+        );
+    }
     let crashed = crashes.crashed();
     eprintln!(
         "seed {seed}: {} payments accepted in bursts of {sizes:?}, {sent} outside messages, \
@@ -382,8 +391,10 @@ async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
             "{id} failed at the end, and the run did not make it fail"
         );
     }
-    let scope = Scope::pipeline().declaring(Failure::Permanent, still_failed);
-    pipeline.stop_checking(&scope, &expected).await;
+    let scope = Scope::pipeline()
+        .declaring(Failure::Permanent, still_failed)
+        .declaring(Failure::Fatal, fatal.clone());
+    pipeline.stop_checking(&scope, &[]).await;
     eprintln!(
         "seed {seed}: {:.1} s in all",
         started.elapsed().as_secs_f64()

@@ -77,18 +77,26 @@ pub enum When {
 
 /// One run of payments-reconciler as its schedule runs it, with a short wait (1 s, not 5
 /// minutes) before it acts on a payment left `accepted`, so that it acts within the run: sends
-/// again what is still waiting and marks failed what has its message in the dead-letter queue;
+/// again what is still waiting, sends back a message SQS moved to the dead-letter queue and
+/// marks failed what payment-processor dead-lettered (or SQS moved past the limit);
 /// after a drain it also looks up every charge's receipt and audits every charge. Whatever it
 /// finds, it must send what it means to and find no audit mismatch; which payments it marked
 /// failed is checked by the caller ([`assert_marked_only`]).
 pub async fn reconcile(pipeline: &Pipeline, when: When) -> Report {
+    reconcile_at(pipeline, when, payments_publisher::now_ms()).await
+}
+
+/// [`reconcile`] as the schedule runs it at `at_ms` (epoch ms): later than now for a run that
+/// comes after what the test shortens (a round of crashes, each receive a visibility timeout
+/// apart on AWS).
+pub async fn reconcile_at(pipeline: &Pipeline, when: When, at_ms: i64) -> Report {
     let mut overrides = vec![("RESEND_AFTER_SECONDS", "1")];
     if when == When::Drained {
         overrides.extend([("RECEIPT_AFTER_SECONDS", "0"), ("AUDIT_LAG_SECONDS", "0")]);
     }
     let reconciler = pipeline.reconciler(&overrides).unwrap();
     let report = reconciler
-        .run(payments_publisher::now_ms())
+        .run(at_ms)
         .await
         .unwrap_or_else(|e| panic!("the reconciler's run ({when:?}) failed: {e}"));
     assert!(

@@ -29,8 +29,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Mode {
-    /// One pass now: payments left accepted are sent again (or marked failed when their
-    /// message is in the dead-letter queue), charged payments without their receipt get their
+    /// One pass now: payments left accepted are sent again (their message sent back when SQS
+    /// moved it to the dead-letter queue, the payment marked failed when the consumer put it
+    /// there with its reason or SQS moved it past the send-back limit), charged payments without their receipt get their
     /// PaymentCharged sent again, then the charges not yet audited are checked against the
     /// ledger and the balances.
     Once(Once),
@@ -82,6 +83,10 @@ struct Once {
     /// Audit the charges at least this many seconds old
     #[arg(long, env = "AUDIT_LAG_SECONDS", default_value_t = 120)]
     audit_lag_seconds: u64,
+    /// Send back a message SQS moved to the dead-letter queue at most this many times; a further
+    /// move marks its payment failed
+    #[arg(long, env = "SEND_BACK_LIMIT", default_value_t = payments_operations::reconcile::DEFAULT_SEND_BACK_LIMIT)]
+    send_back_limit: u32,
     /// At most this many payments in each part of the pass
     #[arg(long = "max", env = "MAX_PAYMENTS_PER_RUN", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -123,6 +128,7 @@ async fn lambda() -> Result<(), Error> {
                 "resent": report.waiting.resent.len(),
                 "unchecked": report.waiting.unchecked.len(),
                 "markedFailed": report.waiting.marked_failed.len(),
+                "sentBack": report.waiting.sent_back.len(),
                 "stuck": report.waiting.stuck.len(),
                 "receiptsResent": report.receipts.resent.len(),
                 "audited": report.audit.audited,
@@ -150,6 +156,7 @@ async fn run_once(once: Once) -> ExitCode {
         receipt_after: std::time::Duration::from_secs(once.receipt_after_seconds),
         stuck_after: std::time::Duration::from_secs(once.stuck_after_seconds),
         audit_lag: std::time::Duration::from_secs(once.audit_lag_seconds),
+        send_back_limit: once.send_back_limit,
         max_per_run: usize::try_from(once.max).unwrap_or(usize::MAX),
     };
     lambda_idempotency::metrics::set_enabled(false);

@@ -24,6 +24,15 @@ pub const DEFAULT_RECEIPT_AFTER: Duration = Duration::from_secs(5 * 60);
 /// How long a payment may stay `accepted` before it counts as stuck (and alarms).
 pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60 * 60);
 
+/// How many times a payment's message that SQS moved to the dead-letter queue (its receive
+/// limit: crashes or timeouts, not known to be the message's fault) is sent back to the payments
+/// queue before a further move marks the payment failed (`SEND_BACK_LIMIT`). Each round is the
+/// queue's `maxReceiveCount` receives of a visibility timeout each when every delivery crashes
+/// (41 x 180 s, about two hours, with the template's settings): a crash loop shorter than about
+/// `limit` rounds fails nothing, one message that crashes its consumer every time fails after
+/// `limit + 1` rounds.
+pub const DEFAULT_SEND_BACK_LIMIT: u32 = 3;
+
 /// How far behind the present the audit stays: a charge is audited once it is older than this,
 /// so that the charged index (eventually consistent) and charges still committing with an
 /// earlier `chargedAt` are not skipped.
@@ -62,6 +71,9 @@ pub struct Config {
     pub stuck_after: Duration,
     /// `AUDIT_LAG_SECONDS` (default 120).
     pub audit_lag: Duration,
+    /// `SEND_BACK_LIMIT` (default [`DEFAULT_SEND_BACK_LIMIT`]): how many times a message moved
+    /// by SQS is sent back before a further move fails its payment (0: the first move does).
+    pub send_back_limit: u32,
     /// `MAX_PAYMENTS_PER_RUN` (default 1000): payments looked at per run, in each part (and
     /// balances compared by the sweep); the rest wait for the next run. The parts that read the
     /// shards of an index give each shard its share of it, at least one.
@@ -91,6 +103,7 @@ impl Config {
             receipt_after: settings.seconds("RECEIPT_AFTER_SECONDS", DEFAULT_RECEIPT_AFTER)?,
             stuck_after: settings.seconds("STUCK_AFTER_SECONDS", DEFAULT_STUCK_AFTER)?,
             audit_lag: settings.seconds("AUDIT_LAG_SECONDS", DEFAULT_AUDIT_LAG)?,
+            send_back_limit: count(settings, "SEND_BACK_LIMIT", DEFAULT_SEND_BACK_LIMIT)?,
             max_per_run: positive(settings, "MAX_PAYMENTS_PER_RUN", 1000)?,
         })
     }
@@ -112,6 +125,17 @@ fn positive(
                 name,
                 reason: format!("`{v}` is not a positive number"),
             }),
+    }
+}
+
+/// A count setting (0 included), `default` when unset.
+fn count(settings: &impl Settings, name: &'static str, default: u32) -> Result<u32, ConfigError> {
+    match settings.get(name) {
+        None => Ok(default),
+        Some(v) => v.parse::<u32>().map_err(|_| ConfigError::Invalid {
+            name,
+            reason: format!("`{v}` is not a count (0 or more)"),
+        }),
     }
 }
 
@@ -149,13 +173,16 @@ mod tests {
         assert_eq!(c.resend_interval, DEFAULT_RESEND_INTERVAL);
         assert_eq!(c.max_resends_per_run, DEFAULT_MAX_RESENDS_PER_RUN);
         assert_eq!(c.receipt_after, DEFAULT_RECEIPT_AFTER);
+        assert_eq!(c.send_back_limit, DEFAULT_SEND_BACK_LIMIT);
         let c = Config::from_settings(&settings(&[
             ("RESEND_AFTER_SECONDS", "0"),
             ("MAX_PAYMENTS_PER_RUN", "7"),
             ("MAX_RESENDS_PER_RUN", "3"),
             ("RESEND_INTERVAL_SECONDS", "60"),
+            ("SEND_BACK_LIMIT", "0"),
         ]))
         .unwrap();
+        assert_eq!(c.send_back_limit, 0);
         assert_eq!(c.resend_after, Duration::ZERO);
         assert_eq!(c.max_per_run, 7);
         assert_eq!(c.max_resends_per_run, 3);
@@ -174,5 +201,7 @@ mod tests {
             let err = Config::from_settings(&settings(&[(name, "0")])).unwrap_err();
             assert!(err.to_string().contains(name), "{err}");
         }
+        let err = Config::from_settings(&settings(&[("SEND_BACK_LIMIT", "-1")])).unwrap_err();
+        assert!(err.to_string().contains("SEND_BACK_LIMIT"), "{err}");
     }
 }

@@ -18,7 +18,12 @@
 //!
 //! A payment may have several copies there (a redrive, a resend, a hand-made one): each is
 //! tried in turn, the copy with a reason (payment-processor's own dead-letter step) first, then
-//! the oldest; a copy that disagrees with its payment marks nothing.
+//! the oldest; a copy that disagrees with its payment marks nothing. A copy without a reason is
+//! one SQS moved itself ([`send_back`](super::send_back)).
+//!
+//! The messages received stay invisible while the run decides ([`PEEK_VISIBILITY_SECONDS`]):
+//! those it sends back are deleted with the receipt handle of the look, the others are made
+//! visible again ([`Reconciler::release`]).
 //!
 //! Receiving raises a message's receive count. On a standard queue, a message received three
 //! times or more drops out of `ApproximateAgeOfOldestMessage`; a FIFO queue, as
@@ -35,6 +40,7 @@ use aws_sdk_sqs::types::{
 };
 use payments_model::PaymentRequested;
 
+use super::send_back::SENT_BACK_ATTRIBUTE;
 use super::{ReconcileError, Reconciler};
 
 /// How long the dead-letter queue's messages stay invisible while the reconciler looks at them
@@ -48,22 +54,25 @@ pub const WAIT_SECONDS: i32 = 1;
 /// not whole.
 pub const EMPTY_RECEIVES: usize = 3;
 
-/// The reason given for a message SQS moved itself (its receive limit, `maxReceiveCount`):
-/// payment-processor's own dead-letter copies carry theirs (`DeadLetterReason`).
-pub const MOVED_BY_SQS: &str =
-    "moved to the dead-letter queue by SQS after its receive limit (crashes or timeouts)";
-
 /// A payment's message found in the dead-letter queue.
 #[derive(Debug, Clone)]
 pub(super) struct DeadLetter {
     pub(super) message: PaymentRequested,
-    pub(super) reason: String,
-    /// Whether it carries its own reason (`DeadLetterReason`), not [`MOVED_BY_SQS`].
-    has_reason: bool,
+    /// Its body, as received (what is sent back).
+    pub(super) body: String,
+    /// The reason payment-processor's own copy carries (`DeadLetterReason`); `None` for a
+    /// message SQS moved itself (its receive limit, `maxReceiveCount`).
+    pub(super) reason: Option<String>,
+    /// How many times the reconciler sent it back ([`SENT_BACK_ATTRIBUTE`]).
+    pub(super) sent_back: u32,
+    /// Its message group (its account, on `payments-dlq.fifo`).
+    pub(super) group: Option<String>,
     /// When it was first sent (`SentTimestamp`, epoch ms), and its message id: the order among
     /// copies of one payment.
     sent_at: u64,
-    message_id: String,
+    pub(super) message_id: String,
+    /// The look's receipt handle.
+    pub(super) handle: Option<String>,
 }
 
 /// What a look into the dead-letter queue saw.
@@ -76,6 +85,8 @@ pub(super) struct Peeked {
     pub(super) groups: HashSet<String>,
     /// True when every other group was seen whole.
     pub(super) complete: bool,
+    /// The receipt handles of every message received (still invisible), by message id.
+    pub(super) handles: Vec<(String, String)>,
 }
 
 impl Peeked {
@@ -102,7 +113,8 @@ struct Counts {
 
 impl Reconciler {
     /// The payments whose message is in the dead-letter queue (see the module). At most
-    /// `max_per_run` messages are received.
+    /// `max_per_run` messages are received; they stay invisible until the caller releases them
+    /// ([`Peeked::handles`], [`Reconciler::release`]).
     pub(super) async fn dead_letters(&self) -> Result<Peeked, ReconcileError> {
         let counts = self.dead_letter_counts().await?;
         let mut look = Look::new(counts);
@@ -135,11 +147,20 @@ impl Reconciler {
                     break;
                 }
             };
-            handles.extend(messages.iter().filter_map(|m| m.receipt_handle.clone()));
+            handles.extend(
+                messages
+                    .iter()
+                    .filter_map(|m| Some((m.message_id.clone()?, m.receipt_handle.clone()?))),
+            );
             next = look.received(&messages);
         }
-        self.release(&handles).await;
-        result.map(|()| look.finish())
+        if let Err(e) = result {
+            self.release(&handles).await;
+            return Err(e);
+        }
+        let mut peeked = look.finish();
+        peeked.handles = handles;
+        Ok(peeked)
     }
 
     /// The queue's visible and in-flight counts (`GetQueueAttributes`: nothing received).
@@ -166,14 +187,15 @@ impl Reconciler {
         })
     }
 
-    /// Makes the messages received from the dead-letter queue visible again.
-    async fn release(&self, handles: &[String]) {
+    /// Makes the messages received from the dead-letter queue visible again (message id,
+    /// receipt handle).
+    pub(super) async fn release(&self, handles: &[(String, String)]) {
         let queue = &self.config.dead_letter_queue_url;
         for chunk in handles.chunks(10) {
             let entries = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, handle)| {
+                .map(|(i, (_, handle))| {
                     ChangeMessageVisibilityBatchRequestEntry::builder()
                         .id(i.to_string())
                         .receipt_handle(handle)
@@ -282,8 +304,8 @@ impl Look {
     fn finish(mut self) -> Peeked {
         for copies in self.peeked.found.values_mut() {
             copies.sort_by(|a, b| {
-                (!a.has_reason, a.sent_at, &a.message_id).cmp(&(
-                    !b.has_reason,
+                (a.reason.is_none(), a.sent_at, &a.message_id).cmp(&(
+                    b.reason.is_none(),
                     b.sent_at,
                     &b.message_id,
                 ))
@@ -293,14 +315,47 @@ impl Look {
     }
 }
 
+#[cfg(test)]
+impl DeadLetter {
+    /// A copy SQS moved (no reason) of `body`, received as `message_id` of `group`.
+    pub(super) fn for_test(
+        body: &str,
+        message_id: &str,
+        group: Option<&str>,
+        sent_back: u32,
+    ) -> Self {
+        Self {
+            message: serde_json::from_str(body).unwrap(),
+            body: body.to_owned(),
+            reason: None,
+            sent_back,
+            group: group.map(str::to_owned),
+            sent_at: 0,
+            message_id: message_id.to_owned(),
+            handle: None,
+        }
+    }
+}
+
 /// The payment a dead letter is the message of, with the reason it is there.
 fn dead_letter(m: &aws_sdk_sqs::types::Message) -> Option<(String, DeadLetter)> {
-    let message = serde_json::from_str::<PaymentRequested>(m.body.as_deref()?).ok()?;
-    let own_reason = m
-        .message_attributes
+    let body = m.body.clone()?;
+    let message = serde_json::from_str::<PaymentRequested>(&body).ok()?;
+    let attribute = |name: &str| {
+        m.message_attributes
+            .as_ref()
+            .and_then(|a| a.get(name))
+            .and_then(|a| a.string_value.clone())
+    };
+    let own_reason = attribute(lambda_idempotency::dead_letter::REASON_ATTRIBUTE);
+    let sent_back = attribute(SENT_BACK_ATTRIBUTE)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    let group = m
+        .attributes
         .as_ref()
-        .and_then(|a| a.get("DeadLetterReason"))
-        .and_then(|a| a.string_value.clone());
+        .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+        .cloned();
     let sent_at = m
         .attributes
         .as_ref()
@@ -311,10 +366,13 @@ fn dead_letter(m: &aws_sdk_sqs::types::Message) -> Option<(String, DeadLetter)> 
         message.payment_id.clone(),
         DeadLetter {
             message,
-            has_reason: own_reason.is_some(),
-            reason: own_reason.unwrap_or_else(|| MOVED_BY_SQS.to_owned()),
+            body,
+            reason: own_reason,
+            sent_back,
+            group,
             sent_at,
             message_id: m.message_id.clone().unwrap_or_default(),
+            handle: m.receipt_handle.clone(),
         },
     ))
 }
@@ -420,9 +478,32 @@ mod tests {
             look.received(&messages);
             let peeked = look.finish();
             let copies = peeked.copies("p1");
-            let reasons: Vec<&str> = copies.iter().map(|c| c.reason.as_str()).collect();
-            assert_eq!(reasons, ["poison", MOVED_BY_SQS], "{reasoned_first}");
+            let reasons: Vec<Option<&str>> = copies.iter().map(|c| c.reason.as_deref()).collect();
+            assert_eq!(reasons, [Some("poison"), None], "{reasoned_first}");
         }
+    }
+
+    #[test]
+    fn a_copy_moved_by_sqs_has_no_reason_and_its_count_of_sends_back() {
+        let moved = message("m1", "a", "p1", None);
+        let (_, dead) = dead_letter(&moved).unwrap();
+        assert_eq!((dead.reason, dead.sent_back), (None, 0));
+        assert_eq!(dead.group.as_deref(), Some("a"));
+        let mut again = message("m2", "a", "p1", None);
+        again.message_attributes = Some(
+            [(
+                SENT_BACK_ATTRIBUTE.to_owned(),
+                MessageAttributeValue::builder()
+                    .data_type("Number")
+                    .string_value("2")
+                    .build()
+                    .unwrap(),
+            )]
+            .into(),
+        );
+        let (_, dead) = dead_letter(&again).unwrap();
+        assert_eq!((dead.reason, dead.sent_back), (None, 2));
+        assert_eq!(dead.body, again.body.unwrap());
     }
 
     #[test]

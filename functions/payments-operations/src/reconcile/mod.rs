@@ -8,9 +8,13 @@
 //!    [`accepted`](payments_model::lifecycle::ACCEPTED_INDEX) holds exactly the payments not yet
 //!    charged or failed. Those accepted longer than [`Config::resend_after`] ago are read again
 //!    (a consistent read: the index lags), oldest first from where the last run stopped, and
-//!    - marked `failed`, with the reason, when their message sits in the payments dead-letter
-//!      queue (SQS's own redrive after crashes or timeouts skips payment-processor's
-//!      dead-letter hook, which marks them otherwise);
+//!    - marked `failed`, with the reason, when payment-processor's own copy of their message
+//!      sits in the payments dead-letter queue (its hook marks them as it sends the copy; this
+//!      catches a payment its hook could not mark);
+//!    - their message sent back to `payments.fifo` when SQS moved it to the dead-letter queue
+//!      itself (its receive limit: crashes or timeouts, not known to be the message's fault),
+//!      and marked `failed` only when SQS moves it again after it was sent back
+//!      [`Config::send_back_limit`] times ([`send_back`]);
 //!    - otherwise sent again through the relay's own path (same group, same deduplication id:
 //!      a message still queued is deduplicated by SQS within 5 minutes and by payment-processor
 //!      after), which also recovers what the relay gave up on (the outbox dead-letter queue);
@@ -39,7 +43,7 @@
 //! each run, so that a run cut short by its time budget never always leaves the same shards.
 //!
 //! It emits one EMF line per run ([`payments_model::metrics::reconciler`]): `runs` (1: the
-//! heartbeat whose absence alarms), `resent`, `unchecked`, `markedFailed`, `stuck`,
+//! heartbeat whose absence alarms), `resent`, `unchecked`, `markedFailed`, `sentBack`, `stuck`,
 //! `receiptsResent`, `audited`, `ledgerMismatches`.
 
 pub mod audit;
@@ -49,6 +53,7 @@ mod charged;
 mod config;
 mod dead_letters;
 pub mod receipts;
+pub mod send_back;
 pub mod waiting;
 
 use lambda_idempotency::metrics::{FUNCTION_DIMENSION, Metrics};
@@ -57,7 +62,7 @@ use payments_model::metrics::{NAMESPACE, function, reconciler as metric};
 pub use budget::{Budget, DEADLINE_MARGIN};
 pub use config::{
     Config, DEFAULT_MAX_RESENDS_PER_RUN, DEFAULT_RECEIPT_AFTER, DEFAULT_RESEND_AFTER,
-    DEFAULT_RESEND_INTERVAL, DEFAULT_STUCK_AFTER,
+    DEFAULT_RESEND_INTERVAL, DEFAULT_SEND_BACK_LIMIT, DEFAULT_STUCK_AFTER,
 };
 
 /// Why a run stopped early (what it did before is kept: the next run goes on from there).
@@ -136,6 +141,7 @@ impl Report {
                 metric::MARKED_FAILED,
                 self.waiting.marked_failed.len() as u64,
             )
+            .count(metric::SENT_BACK, self.waiting.sent_back.len() as u64)
             .count(metric::STUCK, self.waiting.stuck.len() as u64)
             .count(metric::RECEIPTS_RESENT, self.receipts.resent.len() as u64)
             .count(metric::AUDITED, self.audit.audited)
@@ -162,10 +168,12 @@ impl std::fmt::Display for Report {
         let w = &self.waiting;
         writeln!(
             f,
-            "accepted: {} resent, {} marked failed (in the dead-letter queue), {} stuck, {} failed to send, \
-             {} unchecked (the dead-letter queue not seen whole), {} sent again recently",
+            "accepted: {} resent, {} marked failed (in the dead-letter queue), {} sent back (moved \
+             by SQS), {} stuck, {} failed to send, {} unchecked (the dead-letter queue not seen \
+             whole), {} sent again recently",
             w.resent.len(),
             w.marked_failed.len(),
+            w.sent_back.len(),
             w.stuck.len(),
             w.send_failed.len(),
             w.unchecked.len(),

@@ -1,5 +1,6 @@
-//! Payments left `accepted`: found through the sparse index, marked from the dead-letter queue
-//! or sent again.
+//! Payments left `accepted`: found through the sparse index, marked failed from
+//! payment-processor's own dead letters, their message sent back when SQS moved it
+//! ([`send_back`](super::send_back)), or sent again.
 //!
 //! Under incident load a run does what it can and keeps its progress: it reads the payments
 //! (consistently, several at a time) oldest first from where the last run stopped (a cursor in
@@ -16,8 +17,8 @@ use futures_util::stream::{self, StreamExt};
 use payments_model::lifecycle::{self, ACCEPTED_AT, ACCEPTED_INDEX, ACCEPTED_SHARD, MarkedFailed};
 use payments_model::{PaymentItem, PaymentStatus};
 
-pub use super::dead_letters::MOVED_BY_SQS;
-use super::dead_letters::Peeked;
+use super::dead_letters::{DeadLetter, Peeked};
+use super::send_back::{self, fatal_reason};
 use super::{Budget, ReconcileError, Reconciler};
 
 /// The accounts table's key of the look's progress: the last payment looked at
@@ -47,8 +48,12 @@ pub enum Stopped {
 pub struct Waiting {
     /// Payments sent again, oldest first.
     pub resent: Vec<String>,
-    /// Payments marked `failed` because their message is in the dead-letter queue.
+    /// Payments marked `failed` from the dead-letter queue: payment-processor's copy with its
+    /// reason, or a copy SQS moved again after it was sent back as often as the limit allows.
     pub marked_failed: Vec<String>,
+    /// Payments whose message SQS moved to the dead-letter queue, sent back to the payments
+    /// queue ([`send_back`](super::send_back)).
+    pub sent_back: Vec<String>,
     /// Payments `accepted` for longer than the stuck threshold (sent again or not).
     pub stuck: Vec<String>,
     /// Payments that could not be sent (payment id, why): the next run tries again.
@@ -89,14 +94,14 @@ impl Reconciler {
     }
 
     /// Payments `accepted` for longer than [`Config::resend_after`](super::Config), from where
-    /// the last run stopped, until `budget` is spent: marked `failed` when their message is in
-    /// the dead-letter queue, sent again otherwise (see the module).
+    /// the last run stopped, until `budget` is spent: marked `failed` from payment-processor's
+    /// dead letter, their message sent back when SQS moved it, sent again otherwise (see the
+    /// module).
     pub async fn waiting_within(
         &self,
         now_ms: i64,
         budget: &Budget,
     ) -> Result<Waiting, ReconcileError> {
-        let stuck_before = now_ms - millis(self.config.stuck_after);
         let resent_since = now_ms - millis(self.config.resend_interval);
         let cursor = self.accepted_cursor().await?;
         let (positions, more) = self
@@ -117,55 +122,26 @@ impl Reconciler {
         } else {
             Peeked::default()
         };
-        // Each payment looked at, in order, and whether it was left unsent (not marked either).
-        let mut looked: Vec<(Position, Left)> = Vec::new();
-        let mut to_send = Vec::new();
-        for (position, candidate) in read {
-            let Some(candidate) = candidate else {
-                looked.push((position, Left::Done));
-                continue;
-            };
-            let payment_id = candidate.payment.payment_id.clone();
-            let stuck = position.0 < stuck_before;
-            if stuck {
-                tracing::warn!(payment_id, accepted_at = position.0, "payment stuck");
-            }
-            let left = if candidate.resent_since(resent_since) {
-                waiting.recently_resent.push(payment_id.clone());
-                Left::Done
-            } else if self
-                .marked_from_dead_letters(&dead_letters, &payment_id, now_ms)
-                .await?
-            {
-                waiting.marked_failed.push(payment_id);
-                looked.push((position, Left::Done));
-                continue;
-            } else if dead_letters.may_hide(&candidate.payment.account_id) {
-                // Its message may be in the dead-letter queue unseen: not sent again blindly
-                // (a message that crashes the processor would go round again); the next run
-                // looks again, and a payment waiting too long counts as stuck.
-                tracing::warn!(
-                    payment_id,
-                    "dead-letter queue not seen whole for its account: not sent again"
-                );
-                waiting.unchecked.push(payment_id.clone());
-                Left::Unsent
-            } else if to_send.len() >= self.config.max_resends_per_run {
-                waiting.stopped = Some(Stopped::ResendLimit);
-                break;
-            } else {
-                to_send.push(candidate.payment);
-                Left::Sending(payment_id.clone())
-            };
-            if stuck {
-                waiting.stuck.push(payment_id);
-            }
-            looked.push((position, left));
-        }
+        // The dead letters stay invisible while the run decides: released after, but for
+        // those sent back (deleted).
+        let mut deleted = Vec::new();
+        let decided = self
+            .decide(read, &dead_letters, now_ms, &mut waiting, &mut deleted)
+            .await;
+        let handles: Vec<(String, String)> = dead_letters
+            .handles
+            .iter()
+            .filter(|(id, _)| !deleted.contains(id))
+            .cloned()
+            .collect();
+        self.release(&handles).await;
+        let (looked, to_send) = decided?;
         let republished = self.relay.republish(to_send).await;
-        self.record_resent(&republished.sent, now_ms).await;
+        let mut stamped = republished.sent.clone();
+        stamped.extend(waiting.sent_back.iter().cloned());
+        self.record_resent(&stamped, now_ms).await;
         waiting.resent = republished.sent;
-        waiting.send_failed = republished.failed;
+        waiting.send_failed.extend(republished.failed);
         waiting.send_failed.extend(republished.invalid);
         let unsent: Vec<&str> = waiting
             .send_failed
@@ -189,6 +165,97 @@ impl Reconciler {
             CursorMove::To(at) => self.keep_cursor(Some(&at)).await?,
         }
         Ok(waiting)
+    }
+
+    /// What becomes of each payment read: recently sent again, marked failed or sent back from
+    /// the dead letters (the message ids deleted from the dead-letter queue added to `deleted`),
+    /// left unsent (the dead-letter queue may hide its message), or to send again. Each payment
+    /// looked at, in order, with what was left of it, and those to send again.
+    async fn decide(
+        &self,
+        read: Vec<(Position, Option<Candidate>)>,
+        dead_letters: &Peeked,
+        now_ms: i64,
+        waiting: &mut Waiting,
+        deleted: &mut Vec<String>,
+    ) -> Result<(Vec<(Position, Left)>, Vec<PaymentItem>), ReconcileError> {
+        let stuck_before = now_ms - millis(self.config.stuck_after);
+        let resent_since = now_ms - millis(self.config.resend_interval);
+        let mut looked: Vec<(Position, Left)> = Vec::new();
+        let mut to_send = Vec::new();
+        for (position, candidate) in read {
+            let Some(candidate) = candidate else {
+                looked.push((position, Left::Done));
+                continue;
+            };
+            let payment_id = candidate.payment.payment_id.clone();
+            let stuck = position.0 < stuck_before;
+            if stuck {
+                tracing::warn!(payment_id, accepted_at = position.0, "payment stuck");
+            }
+            let left = if candidate.resent_since(resent_since) {
+                waiting.recently_resent.push(payment_id.clone());
+                Some(Left::Done)
+            } else {
+                match self
+                    .by_dead_letters(dead_letters, &candidate.payment, now_ms)
+                    .await?
+                {
+                    FromDeadLetters::Marked => {
+                        waiting.marked_failed.push(payment_id);
+                        looked.push((position, Left::Done));
+                        continue;
+                    }
+                    FromDeadLetters::SentBack(ids) => {
+                        deleted.extend(ids);
+                        waiting.sent_back.push(payment_id.clone());
+                        Some(Left::Done)
+                    }
+                    FromDeadLetters::SendFailed(why) => {
+                        waiting.send_failed.push((payment_id.clone(), why));
+                        Some(Left::Unsent)
+                    }
+                    FromDeadLetters::Nothing => {
+                        self.left_waiting(&candidate, dead_letters, &mut to_send, waiting)
+                    }
+                }
+            };
+            let Some(left) = left else { break };
+            if stuck {
+                waiting.stuck.push(payment_id);
+            }
+            looked.push((position, left));
+        }
+        Ok((looked, to_send))
+    }
+
+    /// A payment with nothing to do in the dead-letter queue: not sent again when the queue may
+    /// hide its message, else to send again (`None`: the run sent as many as it may).
+    fn left_waiting(
+        &self,
+        candidate: &Candidate,
+        dead_letters: &Peeked,
+        to_send: &mut Vec<PaymentItem>,
+        waiting: &mut Waiting,
+    ) -> Option<Left> {
+        let payment_id = candidate.payment.payment_id.clone();
+        if dead_letters.may_hide(&candidate.payment.account_id) {
+            // Its message may be in the dead-letter queue unseen: not sent again blindly
+            // (a message that crashes the processor would go round again); the next run
+            // looks again, and a payment waiting too long counts as stuck.
+            tracing::warn!(
+                payment_id,
+                "dead-letter queue not seen whole for its account: not sent again"
+            );
+            waiting.unchecked.push(payment_id);
+            Some(Left::Unsent)
+        } else if to_send.len() >= self.config.max_resends_per_run {
+            waiting.stopped = Some(Stopped::ResendLimit);
+            None
+        } else {
+            to_send.push(candidate.payment.clone());
+            Some(Left::Sending(payment_id))
+        }
     }
 
     /// The payments at `positions`, read consistently `READS_IN_FLIGHT` at a time, in order,
@@ -216,35 +283,93 @@ impl Reconciler {
         Ok(read)
     }
 
-    /// Marks the payment `failed` if its message is among the dead letters (a copy that agrees
-    /// with it: the copies are tried in [`Peeked::copies`]' order).
-    async fn marked_from_dead_letters(
+    /// What the payment's copies in the dead-letter queue decide (a copy that disagrees with
+    /// the payment is not its message, and decides nothing): payment-processor's copy with its
+    /// reason marks it failed with that reason; else the copies SQS moved are sent back, or,
+    /// moved again after as many sends back as the limit allows, mark it failed
+    /// ([`send_back`](super::send_back)).
+    async fn by_dead_letters(
         &self,
         dead_letters: &Peeked,
-        payment_id: &str,
+        payment: &PaymentItem,
+        now_ms: i64,
+    ) -> Result<FromDeadLetters, ReconcileError> {
+        let copies = dead_letters.copies(&payment.payment_id);
+        for dead in &copies {
+            if let Some(reason) = &dead.reason
+                && self
+                    .mark_failed(dead, &format!("in the dead-letter queue: {reason}"), now_ms)
+                    .await?
+            {
+                return Ok(FromDeadLetters::Marked);
+            }
+        }
+        let moved: Vec<&DeadLetter> = copies
+            .into_iter()
+            .filter(|d| d.reason.is_none() && send_back::agrees(d, payment))
+            .collect();
+        let Some(highest) = moved.iter().max_by_key(|d| d.sent_back) else {
+            return Ok(FromDeadLetters::Nothing);
+        };
+        if highest.sent_back >= self.config.send_back_limit {
+            let reason = format!(
+                "in the dead-letter queue: {}",
+                fatal_reason(highest.sent_back)
+            );
+            return Ok(if self.mark_failed(highest, &reason, now_ms).await? {
+                FromDeadLetters::Marked
+            } else {
+                FromDeadLetters::Nothing
+            });
+        }
+        Ok(match self.send_back(&moved).await {
+            Ok(count) => {
+                tracing::warn!(
+                    payment_id = payment.payment_id,
+                    count,
+                    limit = self.config.send_back_limit,
+                    "message moved by SQS (crashes or timeouts) sent back to the payments queue"
+                );
+                FromDeadLetters::SentBack(moved.iter().map(|d| d.message_id.clone()).collect())
+            }
+            Err(why) => {
+                tracing::warn!(
+                    payment_id = payment.payment_id,
+                    error = why,
+                    "message moved by SQS not sent back: the next run tries again"
+                );
+                FromDeadLetters::SendFailed(format!("not sent back: {why}"))
+            }
+        })
+    }
+
+    /// Marks the dead letter's payment `failed` with `reason`, if the copy agrees with it.
+    async fn mark_failed(
+        &self,
+        dead: &DeadLetter,
+        reason: &str,
         now_ms: i64,
     ) -> Result<bool, ReconcileError> {
-        for dead in dead_letters.copies(payment_id) {
-            let reason = format!("in the dead-letter queue: {}", dead.reason);
-            let marked = lifecycle::mark_failed(
-                &self.dynamodb,
-                &self.config.payments_table,
-                &dead.message,
-                &reason,
-                now_ms,
-            )
-            .await
-            .map_err(ReconcileError::dynamodb(
-                "UpdateItem",
-                &self.config.payments_table,
-            ))?;
-            if marked == MarkedFailed::Marked {
-                tracing::warn!(payment_id, reason, "payment marked failed");
-                return Ok(true);
-            }
-            // Otherwise the copy disagrees with the payment: it is not this payment's message.
+        let marked = lifecycle::mark_failed(
+            &self.dynamodb,
+            &self.config.payments_table,
+            &dead.message,
+            reason,
+            now_ms,
+        )
+        .await
+        .map_err(ReconcileError::dynamodb(
+            "UpdateItem",
+            &self.config.payments_table,
+        ))?;
+        if marked == MarkedFailed::Marked {
+            tracing::warn!(
+                payment_id = dead.message.payment_id,
+                reason,
+                "payment marked failed"
+            );
         }
-        Ok(false)
+        Ok(marked == MarkedFailed::Marked)
     }
 
     /// The payments in the accepted index accepted before `before_ms` and after `after` (when,
@@ -408,6 +533,19 @@ impl Reconciler {
             .map_err(ReconcileError::dynamodb("UpdateItem", table))?;
         Ok(())
     }
+}
+
+/// What a payment's copies in the dead-letter queue decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FromDeadLetters {
+    /// The payment is marked `failed`.
+    Marked,
+    /// Its message is on the payments queue again; these copies were deleted.
+    SentBack(Vec<String>),
+    /// Its message could not be sent back (why): the copies stay, the next run tries again.
+    SendFailed(String),
+    /// Nothing: no copy of its message there.
+    Nothing,
 }
 
 /// What became of a payment looked at.
