@@ -6,7 +6,7 @@
 //! `panic = "abort"`): through the pipeline's processor hook the invocation never reaches the
 //! handler, nothing is deleted, and SQS counts each receive until `maxReceiveCount` (the
 //! template's, applied by the local SQS as SQS applies it) and moves the message. On AWS each
-//! receive comes after the queue's visibility timeout (180 s: 41 receives are about two hours);
+//! receive comes after the queue's visibility timeout (180 s: the template's 65 receives are about three and a quarter hours);
 //! here the batch comes back at once, and the reconciler's runs are given the time they would run
 //! at ([`ROUND`] after the previous one).
 
@@ -29,9 +29,9 @@ const FATAL: &str = "[fatal]";
 /// How long each drain may take.
 const DRAIN: Duration = Duration::from_secs(180);
 
-/// One round of a crash loop on AWS: `maxReceiveCount` (41) receives 180 s apart, and the
-/// reconciler's next run (every 5 minutes).
-const ROUND: Duration = Duration::from_secs(41 * 180 + 300);
+/// One round of a crash loop on AWS: the template's `maxReceiveCount` (65 at the default
+/// `MaxAttempts`) receives 180 s apart, and the reconciler's next run (every 5 minutes).
+const ROUND: Duration = Duration::from_secs(65 * 180 + 300);
 
 /// Crashes payment-processor's invocations: every one while `everything` is set, else those
 /// whose batch holds a [`FATAL`] message. Counts each message's receives.

@@ -336,7 +336,8 @@ async fn a_seeded_mix_of_traffic_and_attacks_keeps_every_invariant() {
              until its limit, then marks it failed, and nothing else:\n{report}"
         );
         reports.push(report);
-        at += 41 * 180 * 1000 + 300 * 1000;
+        // A round: the template's maxReceiveCount (65) receives 180 s apart, then a run.
+        at += 65 * 180 * 1000 + 300 * 1000;
     }
     // SQS moved the fatal message and nothing else (each copy sent back left the queue).
     assert_eq!(
