@@ -123,7 +123,7 @@ async fn provision_then_verify_matches_and_is_idempotent() {
     );
     assert_eq!(
         policy["maxReceiveCount"].to_string().trim_matches('"'),
-        "41"
+        "65"
     );
 
     // Each function's environment, resolved.
@@ -416,12 +416,14 @@ async fn the_provision_binary_prints_exports_and_verifies() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // Against the default MaxAttempts (5) the derived redrive policies differ: 21 against 41.
+    // Against the default MaxAttempts (5) the derived redrive policies differ: 45 against 65.
     let out = run(&["--prefix", &prefix, "--verify"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains("RedrivePolicy.maxReceiveCount is 21, the template says 41")
+            .contains("RedrivePolicy.maxReceiveCount is 45, the template says 65"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 
     let out = run(&[

@@ -34,7 +34,7 @@ pub enum MapValue {
 ///
 /// let template = Template::load_project(&TemplateOptions::default()).unwrap();
 /// let backstop = template.mappings.get("RedriveBackstop", "5", "BatchSize10");
-/// assert_eq!(backstop, Some(&MapValue::Text("41".into())));
+/// assert_eq!(backstop, Some(&MapValue::Text("65".into())));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mappings {

@@ -33,8 +33,9 @@
 //!
 //! let queue = &template.queues["PaymentsQueue"];
 //! assert_eq!(queue.name, "t1-payments.fifo");
-//! // Derived from MaxAttempts through Mappings.RedriveBackstop: (10 - 1) * (3 - 1) + 3.
-//! assert_eq!(queue.redrive.as_ref().unwrap().max_receive_count, 21);
+//! // Derived from MaxAttempts through Mappings.RedriveBackstop: the attempt bound
+//! // (10 - 1) * (3 - 1) + 3, plus 24 receives for an outage as long as the queue's retention.
+//! assert_eq!(queue.redrive.as_ref().unwrap().max_receive_count, 45);
 //! assert_eq!(template.functions["PaymentProcessorFunction"].timeout_seconds, 30);
 //! ```
 

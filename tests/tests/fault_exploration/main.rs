@@ -3,7 +3,8 @@
 //! every request its DynamoDB and its SQS clients make and every fault of the injector.
 //!
 //! Each case accepts three payments of a new account (as payments-api does), puts their messages
-//! on a simulated `payments.fifo` (one message group, `maxReceiveCount` 41, SQS's redrive as SQS
+//! on a simulated `payments.fifo` (one message group, `maxReceiveCount` 41: the attempt bound
+//! alone, stricter than the template's 65, which adds an outage's room; SQS's redrive as SQS
 //! applies it), arms one fault at request `n` of one client, and invokes the function with each
 //! batch until the queue drains, each invocation in a new execution environment (a crash loses
 //! the process, its cache included). The clients are the function's own, without the SDK's
