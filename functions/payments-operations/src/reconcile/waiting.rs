@@ -322,7 +322,8 @@ impl Reconciler {
                 FromDeadLetters::Nothing
             });
         }
-        Ok(match self.send_back(&moved).await {
+        // Boxed: the send back's state stays off the caller's stack (a debug build's future is large).
+        Ok(match Box::pin(self.send_back(&moved)).await {
             Ok(count) => {
                 tracing::warn!(
                     payment_id = payment.payment_id,

@@ -352,7 +352,8 @@ impl Harness {
         let outcome = tokio::select! {
             biased;
             () = crash.raised() => None,
-            outcome = reconciler.run_within(now, &budget) => Some(outcome),
+            // Boxed: the run's state on the heap, not on the test thread's stack.
+            outcome = Box::pin(reconciler.run_within(now, &budget)) => Some(outcome),
         };
         if crash.is_raised() {
             return None;
@@ -471,7 +472,7 @@ async fn fault_exploration_payments_reconciler() {
                 break;
             };
             let label = format!("{client:?} request {n} {}", kind.label());
-            ended.push((label, harness.case(Some(fault)).await));
+            ended.push((label, Box::pin(harness.case(Some(fault))).await));
         }
         ended
     });
