@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::Copied;
 use crate::publish::Message;
-use crate::test_util::fault::Faults;
 
 /// SQS in memory, for tests: what a consumer sends to its dead-letter queue and the visibility
 /// changes of its backoff, recorded instead of sent. Clones share the records.
@@ -23,12 +22,26 @@ use crate::test_util::fault::Faults;
 /// recorded for each record the deployed consumer would change (one with a receipt handle, in an
 /// event with an `eventSourceARN`).
 ///
-/// [`with_faults`](Self::with_faults) sends each dead-letter copy and each call of the visibility
+/// [`with_faults`](InMemorySqs::with_faults) sends each dead-letter copy and each call of the visibility
 /// changes through a fault injector, as the SDK client's interceptor would.
 #[derive(Debug, Clone, Default)]
 pub struct InMemorySqs {
     sent: Arc<Mutex<Recorded>>,
-    faults: Option<Faults>,
+    pub(crate) serve: Option<Serve>,
+}
+
+/// How an [`InMemorySqs`]'s requests are served, when not simply applied: of an operation's
+/// name and the request's effect, the answer (the test utilities' fault injector sets it).
+#[derive(Clone)]
+pub(crate) struct Serve(pub(crate) Arc<ServeFn>);
+
+/// Of an operation's name and its effect (to run once, if the request is applied), the answer.
+pub(crate) type ServeFn = dyn Fn(&str, &mut dyn FnMut()) -> Result<(), String> + Send + Sync;
+
+impl std::fmt::Debug for Serve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Serve")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -70,37 +83,6 @@ impl InMemorySqs {
     /// An SQS with nothing sent.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// This SQS, its requests going through `faults`: each dead-letter copy one `SendMessage`,
-    /// each call of up to 10 visibility changes one `ChangeMessageVisibilityBatch`. A request
-    /// refused before it is sent ([`Fault::Fail`](crate::test_util::fault::Fault::Fail),
-    /// [`Fault::Outage`](crate::test_util::fault::Fault::Outage), after a crash) records
-    /// nothing; a [`Fault::LoseAnswer`](crate::test_util::fault::Fault::LoseAnswer) or a
-    /// [`Fault::Crash`](crate::test_util::fault::Fault::Crash) records it, then fails it. The
-    /// failure reaches the consumer as an SQS error would once the SDK's retries are used up.
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-    /// use lambda_idempotency::dead_letter::DeadLetter;
-    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
-    /// use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
-    /// use lambda_idempotency::time::SystemClock;
-    /// use std::sync::Arc;
-    ///
-    /// let faults = Faults::new("sqs", Arc::new(Crash::default()), Arc::new(SystemClock));
-    /// let sqs = InMemorySqs::new().with_faults(faults.clone());
-    /// let dead_letter = DeadLetter::in_memory(&sqs, "https://sqs.us-east-1.amazonaws.com/123456789012/dlq");
-    /// let event = sqs_event([("m-1", "not json")]);
-    /// faults.arm(1, Fault::LoseAnswer);
-    /// assert!(dead_letter.send(&event.payload.records[0], "bad body").await.is_err());
-    /// assert_eq!(sqs.dead_letters().len(), 1, "sent, its answer lost");
-    /// assert_eq!(faults.log(), ["SendMessage"]);
-    /// # });
-    /// ```
-    pub fn with_faults(mut self, faults: Faults) -> Self {
-        self.faults = Some(faults);
-        self
     }
 
     /// The messages sent to the dead-letter queue, in order.
@@ -151,10 +133,16 @@ impl InMemorySqs {
     }
 
     fn serve(&self, operation: &str, apply: impl FnOnce()) -> Result<(), String> {
-        match &self.faults {
-            Some(faults) => faults.serve(operation, apply),
-            None => {
+        let mut apply = Some(apply);
+        let mut once = || {
+            if let Some(apply) = apply.take() {
                 apply();
+            }
+        };
+        match &self.serve {
+            Some(Serve(serve)) => serve(operation, &mut once),
+            None => {
+                once();
                 Ok(())
             }
         }

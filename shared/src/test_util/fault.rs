@@ -426,6 +426,41 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for Faulty
     }
 }
 
+impl crate::dead_letter::in_memory_sqs::InMemorySqs {
+    /// This SQS, its requests going through `faults`: each dead-letter copy one `SendMessage`,
+    /// each call of up to 10 visibility changes one `ChangeMessageVisibilityBatch`. A request
+    /// refused before it is sent ([`Fault::Fail`](crate::test_util::fault::Fault::Fail),
+    /// [`Fault::Outage`](crate::test_util::fault::Fault::Outage), after a crash) records
+    /// nothing; a [`Fault::LoseAnswer`](crate::test_util::fault::Fault::LoseAnswer) or a
+    /// [`Fault::Crash`](crate::test_util::fault::Fault::Crash) records it, then fails it. The
+    /// failure reaches the consumer as an SQS error would once the SDK's retries are used up.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use lambda_idempotency::dead_letter::DeadLetter;
+    /// use lambda_idempotency::test_util::fault::{Crash, Fault, Faults};
+    /// use lambda_idempotency::test_util::{InMemorySqs, sqs_event};
+    /// use lambda_idempotency::time::SystemClock;
+    /// use std::sync::Arc;
+    ///
+    /// let faults = Faults::new("sqs", Arc::new(Crash::default()), Arc::new(SystemClock));
+    /// let sqs = InMemorySqs::new().with_faults(faults.clone());
+    /// let dead_letter = DeadLetter::in_memory(&sqs, "https://sqs.us-east-1.amazonaws.com/123456789012/dlq");
+    /// let event = sqs_event([("m-1", "not json")]);
+    /// faults.arm(1, Fault::LoseAnswer);
+    /// assert!(dead_letter.send(&event.payload.records[0], "bad body").await.is_err());
+    /// assert_eq!(sqs.dead_letters().len(), 1, "sent, its answer lost");
+    /// assert_eq!(faults.log(), ["SendMessage"]);
+    /// # });
+    /// ```
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.serve = Some(crate::dead_letter::in_memory_sqs::Serve(Arc::new(
+            move |operation, apply| faults.serve(operation, apply),
+        )));
+        self
+    }
+}
+
 impl crate::store::InMemoryBackend {
     /// The backend, its requests failing as `faults` says: a test of a throttled write or an
     /// outage of the store, on the vocabulary of the SDK clients' fault injector. A request
