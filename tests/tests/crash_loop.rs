@@ -8,7 +8,7 @@
 //! template's, applied by the local SQS as SQS applies it) and moves the message. On AWS each
 //! receive comes after the queue's visibility timeout (180 s: the template's 65 receives are about three and a quarter hours);
 //! here the batch comes back at once, and the reconciler's runs are given the time they would run
-//! at ([`ROUND`] after the previous one).
+//! at ([`round_length`] after the previous one).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +29,11 @@ const FATAL: &str = "[fatal]";
 /// How long each drain may take.
 const DRAIN: Duration = Duration::from_secs(180);
 
-/// One round of a crash loop on AWS: the template's `maxReceiveCount` (65 at the default
-/// `MaxAttempts`) receives 180 s apart, and the reconciler's next run (every 5 minutes).
-const ROUND: Duration = Duration::from_secs(65 * 180 + 300);
+/// One round of a crash loop on AWS: the queue's `maxReceiveCount` (`limit`, as provisioned from
+/// the template) receives 180 s apart, and the reconciler's next run (every 5 minutes).
+fn round_length(limit: u32) -> Duration {
+    Duration::from_secs(u64::from(limit) * 180 + 300)
+}
 
 /// Crashes payment-processor's invocations: every one while `everything` is set, else those
 /// whose batch holds a [`FATAL`] message. Counts each message's receives.
@@ -290,7 +292,7 @@ async fn a_crash_loop_that_moves_every_message_fails_no_payment() {
         }
         assert_eq!(dead_letters(&pipeline).await, count, "round {round}");
         // The reconciler's next runs fail none of them: each is sent back once.
-        at = send_back_all(&pipeline, &ids, at).await + millis(ROUND);
+        at = send_back_all(&pipeline, &ids, at).await + millis(round_length(limit));
     }
     // The crash loop ends (the deployment is rolled back): what was sent back is charged.
     crashes.everything.store(false, Ordering::SeqCst);
@@ -345,7 +347,7 @@ async fn a_message_that_crashes_every_delivery_fails_with_its_reason_after_the_l
             );
             assert!(waiting.sent_back.is_empty(), "{waiting:?}");
         }
-        at += millis(ROUND);
+        at += millis(round_length(receive_limit));
     }
     let statuses = statuses(&pipeline).await;
     let (status, reason) = &statuses[&fatal_id];
